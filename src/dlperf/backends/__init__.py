@@ -1,0 +1,114 @@
+"""Registry of frameworks. Importing this module imports no framework."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+
+from dlperf.backends.base import Backend, BackendInfo, Trainer, UnsupportedError
+from dlperf.errors import MissingExtraError, UsageError
+
+BACKENDS: dict[str, BackendInfo] = {
+    b.name: b
+    for b in (
+        BackendInfo(
+            name="torch",
+            module="dlperf.backends.torch_backend",
+            extra="torch",
+            variants=("eager", "compile"),
+            default_variant="eager",
+            distributions=("torch",),
+            aliases=("pytorch",),
+            description="PyTorch eager; 'compile' wraps the step in torch.compile",
+        ),
+        BackendInfo(
+            name="tensorflow",
+            module="dlperf.backends.tf_backend",
+            extra="tf",
+            variants=("graph", "xla"),
+            default_variant="graph",
+            distributions=("tensorflow-cpu", "tensorflow"),
+            aliases=("tf",),
+            description="TensorFlow 2 / Keras 3 layers, step under tf.function; 'xla' adds jit_compile",
+        ),
+        BackendInfo(
+            name="jax",
+            module="dlperf.backends.jax_backend",
+            extra="jax",
+            variants=("jit",),
+            default_variant="jit",
+            distributions=("jax", "flax", "optax"),
+            aliases=("flax",),
+            description="JAX with Flax modules and Optax SGD, step under jax.jit",
+        ),
+    )
+}
+
+_ALIASES = {a: b.name for b in BACKENDS.values() for a in (b.name, *b.aliases)}
+
+
+def info(name: str) -> BackendInfo:
+    try:
+        return BACKENDS[_ALIASES[name.lower()]]
+    except KeyError:
+        raise UsageError(
+            f"unknown framework '{name}' (known: {', '.join(BACKENDS)})"
+        ) from None
+
+
+def resolve_variant(framework: str, variant: str | None) -> str:
+    b = info(framework)
+    if variant in (None, "", "default"):
+        return b.default_variant
+    if variant not in b.variants:
+        raise UsageError(
+            f"framework '{b.name}' has no variant '{variant}' (variants: {', '.join(b.variants)})"
+        )
+    return variant
+
+
+def installed(name: str) -> bool:
+    """True when every distribution the backend needs is installed (checked without import)."""
+    b = info(name)
+    if b.python:  # lives in another environment; the worker will tell
+        return True
+    if b.name == "tensorflow":
+        return any(_has_dist(d) for d in b.distributions)
+    return all(_has_dist(d) for d in b.distributions)
+
+
+def _has_dist(dist: str) -> bool:
+    try:
+        importlib.metadata.version(dist)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def require(name: str) -> BackendInfo:
+    b = info(name)
+    if not installed(b.name):
+        raise MissingExtraError(b.name, b.extra)
+    return b
+
+
+def load(name: str) -> Backend:
+    """Import and instantiate a backend (worker side only)."""
+    b = require(name)
+    module = importlib.import_module(b.module)
+    return module.BACKEND_CLASS()
+
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BackendInfo",
+    "Trainer",
+    "UnsupportedError",
+    "info",
+    "installed",
+    "load",
+    "require",
+    "resolve_variant",
+]

@@ -1,0 +1,144 @@
+"""The backend interface. This module imports no framework.
+
+A backend turns a framework-neutral workload config into a ``Trainer``: an object whose
+``step()`` runs one forward + backward + parameter update on data already on the device,
+and whose ``sync()`` waits for the device. The worker times ``step(); sync()``.
+
+Each framework has one module (``torch_backend``, ``tf_backend``, ``jax_backend``) that
+imports the framework at the top; the registry in ``dlperf.backends`` names them, so
+nothing is imported until a worker needs it.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class UnsupportedError(Exception):
+    """This backend cannot run this configuration (recorded as an 'unsupported' failure)."""
+
+
+class Trainer(ABC):
+    """One built training step for one workload, batch size, variant and device."""
+
+    #: trainable parameters, as the framework counts them
+    param_count: int
+    #: samples per step (the mini-batch size)
+    batch_size: int
+
+    @abstractmethod
+    def step(self) -> Any:
+        """One forward + backward + update. May return the loss (a device value)."""
+
+    @abstractmethod
+    def sync(self) -> None:
+        """Block until all queued device work is done (no-op on an eager CPU)."""
+
+    def flops_per_step(self) -> float | None:
+        """Training-step FLOPs from the framework's own counter, or None if it has none."""
+        return None
+
+    def device_peak_bytes(self) -> int | None:
+        """Peak device memory (GPU), or None on the CPU."""
+        return None
+
+    def loss(self) -> float:
+        """Loss of the last step, as a Python float (forces a sync)."""
+        raise NotImplementedError
+
+    # Weight and data exchange in the framework-neutral layout (see WEIGHT_LAYOUT), so that
+    # parity tests can start every framework from the same weights and the same batch.
+    def get_weights(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def set_batch(self, x: Any, y: Any) -> None:
+        """Replace the synthetic batch with numpy arrays in the neutral layout."""
+        raise NotImplementedError
+
+
+#: The neutral layout of ``get_weights``/``set_weights`` (numpy float32 arrays), keyed by
+#: the layer names of ``dlperf.workloads`` plus a suffix:
+WEIGHT_LAYOUT = """
+dense     NAME.w (in, out)            NAME.b (out,)
+conv      NAME.w (kh, kw, in, out)    NAME.b (out,)      (HWIO, as TensorFlow and Flax)
+bn        NAME.gamma (C,)             NAME.beta (C,)
+embedding NAME.w (vocab, embed)
+lstm      NAME.wx (in, 4H)  NAME.wh (H, 4H)  NAME.b (4H,)   gate order i, f, g, o
+A dense layer fed by a flattened feature map takes its rows in (C, H, W) order.
+Inputs: images (N, C, H, W) float32; tokens (N, T) int; targets (N,) or (N, T) int.
+"""
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What the registry knows about a backend without importing it."""
+
+    name: str
+    module: str
+    extra: str
+    variants: tuple[str, ...]
+    default_variant: str
+    distributions: tuple[str, ...]  # pip distributions whose presence means 'installed'
+    aliases: tuple[str, ...] = ()
+    #: interpreter for this backend's workers (None: the current one). A framework whose
+    #: dependencies conflict with the others lives in an environment of its own.
+    python: str | None = None
+    description: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def thread_env(self, threads: int) -> dict[str, str]:
+        """Environment variables that must be set before the framework loads."""
+        n = str(threads)
+        env = {
+            "OMP_NUM_THREADS": n,
+            "MKL_NUM_THREADS": n,
+            "OPENBLAS_NUM_THREADS": n,
+            "TF_NUM_INTRAOP_THREADS": n,
+            "TF_NUM_INTEROP_THREADS": "1",
+        }
+        if self.name == "jax":
+            # XLA:CPU sizes its Eigen pool from the CPU affinity; with one thread, also
+            # stop it from splitting work across a pool at all.
+            flags = os.environ.get("XLA_FLAGS", "")
+            if threads == 1:
+                flags += " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+            else:
+                flags += f" intra_op_parallelism_threads={threads}"
+            env["XLA_FLAGS"] = flags.strip()
+            env["NPROC"] = n
+        if self.name == "tensorflow":
+            env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        return env
+
+
+class Backend(ABC):
+    """A framework's implementation. Subclasses live in modules that import the framework."""
+
+    name: str
+
+    @abstractmethod
+    def set_threads(self, threads: int) -> int:
+        """Apply the thread count before the first op; return the count now in force."""
+
+    @abstractmethod
+    def software(self) -> dict[str, Any]:
+        """Versions of the framework, its BLAS/DNN libraries and the devices it sees."""
+
+    @abstractmethod
+    def has_gpu(self) -> bool: ...
+
+    @abstractmethod
+    def build(
+        self, workload: str, config: Any, batch_size: int, variant: str, device: str, seed: int
+    ) -> Trainer:
+        """Build the network, optimizer (plain SGD) and synthetic data on the device."""
+
+    def matmul(self, n: int, device: str) -> Trainer:
+        """An n x n fp32 matmul as a Trainer: its FLOP/s is the machine's peak."""
+        raise UnsupportedError(f"{self.name} has no matmul probe")

@@ -1,0 +1,369 @@
+"""PyTorch backend: eager mode, and torch.compile as the 'compile' variant.
+
+Networks are built from the framework-neutral configs of ``dlperf.workloads``; the
+initialisation follows ``dlperf.workloads.init`` so that every framework starts from the
+same distribution. FLOPs come from ``torch.utils.flop_counter.FlopCounterMode``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from dlperf.backends.base import Backend, Trainer, UnsupportedError
+from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
+
+LEARNING_RATE = 0.01
+
+
+# ----------------------------------------------------------------------------- init
+def init_uniform_fan_in(module: nn.Module) -> None:
+    """Weights ~ U(-1/sqrt(fan_in), +1/sqrt(fan_in)), biases 0 (dlperf.workloads.init)."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear | nn.Conv2d | nn.ConvTranspose2d):
+            fan_in = m.weight[0].numel() if not isinstance(m, nn.ConvTranspose2d) else (
+                m.weight.shape[0] * m.weight[0, 0].numel()
+            )
+            bound = 1.0 / math.sqrt(fan_in)
+            nn.init.uniform_(m.weight, -bound, bound)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.uniform_(m.weight, -0.1, 0.1)
+        elif isinstance(m, nn.LSTM | nn.RNN):
+            bound = 1.0 / math.sqrt(m.hidden_size)
+            for name, p in m.named_parameters():
+                if name.startswith("weight"):
+                    nn.init.uniform_(p, -bound, bound)
+                else:
+                    nn.init.zeros_(p)
+
+
+# ----------------------------------------------------------------------------- models
+def _act(name: str) -> nn.Module:
+    return {"sigmoid": nn.Sigmoid, "relu": nn.ReLU, "tanh": nn.Tanh}[name]()
+
+
+def build_fcn(cfg: FCNConfig) -> nn.Module:
+    widths = (cfg.inputs, *cfg.hidden, cfg.classes)
+    layers: dict[str, nn.Module] = {}
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        layers[f"fc{i + 1}"] = nn.Linear(a, b)
+        if i < len(widths) - 2:
+            layers[f"{cfg.activation}{i + 1}"] = _act(cfg.activation)
+    return nn.Sequential(OrderedDict(layers))
+
+
+def build_alexnet(cfg: AlexNetConfig) -> nn.Module:
+    layers: dict[str, nn.Module] = {}
+    c_in = cfg.channels_in
+    for i, c in enumerate(cfg.convs, start=1):
+        layers[f"conv{i}"] = nn.Conv2d(c_in, c.out, c.kernel, c.stride, c.pad)
+        layers[f"relu{i}"] = nn.ReLU(inplace=True)
+        if c.pool_after:
+            layers[f"pool{i}"] = nn.MaxPool2d(3, 2, 1)
+        c_in = c.out
+    side = cfg.feature_side()
+    layers["flatten"] = nn.Flatten()  # (C, H, W) order: the neutral order
+    widths = (c_in * side * side, *cfg.fc, cfg.classes)
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        layers[f"fc{i + 1}"] = nn.Linear(a, b)
+        if i < len(widths) - 2:
+            layers[f"fc_relu{i + 1}"] = nn.ReLU(inplace=True)
+    return nn.Sequential(OrderedDict(layers))
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, c_in: int, width: int, c_out: int, stride: int):
+        super().__init__()
+        self.c1 = nn.Conv2d(c_in, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.c2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.c3 = nn.Conv2d(width, c_out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(c_out)
+        self.proj = self.proj_bn = None
+        if stride != 1 or c_in != c_out:
+            self.proj = nn.Conv2d(c_in, c_out, 1, stride, bias=False)
+            self.proj_bn = nn.BatchNorm2d(c_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.c1(x)))
+        y = F.relu(self.bn2(self.c2(y)))
+        y = self.bn3(self.c3(y))
+        return F.relu(y + (x if self.proj is None else self.proj_bn(self.proj(x))))
+
+
+def build_resnet(cfg: ResNetConfig) -> nn.Module:
+    layers: dict[str, nn.Module] = {
+        "stem": nn.Conv2d(cfg.channels_in, cfg.stem, 7, 2, 3, bias=False),
+        "stem_bn": nn.BatchNorm2d(cfg.stem),
+        "stem_relu": nn.ReLU(inplace=True),
+        "stem_pool": nn.MaxPool2d(3, 2, 1),
+    }
+    c_in = cfg.stem
+    for s, (width, blocks, stride) in enumerate(cfg.stages, start=1):
+        for b in range(1, blocks + 1):
+            c_out = width * cfg.expansion
+            layers[f"s{s}b{b}"] = Bottleneck(c_in, width, c_out, stride if b == 1 else 1)
+            c_in = c_out
+    layers["avgpool"] = nn.AdaptiveAvgPool2d(1)
+    layers["flatten"] = nn.Flatten()
+    layers["fc"] = nn.Linear(c_in, cfg.classes)
+    return nn.Sequential(OrderedDict(layers))
+
+
+class LSTMLanguageModel(nn.Module):
+    """Embedding -> stacked LSTM -> vocabulary projection at every step.
+
+    PyTorch's LSTM carries two bias vectors per gate (input and hidden); the neutral
+    definition has one, as Keras and Flax do. The hidden bias is held at zero and frozen,
+    so all frameworks train the same parameters.
+    """
+
+    def __init__(self, cfg: LSTMLMConfig):
+        super().__init__()
+        self.embedding = nn.Embedding(cfg.vocab, cfg.embed)
+        self.lstm = nn.LSTM(cfg.embed, cfg.hidden, cfg.layers_n, batch_first=True)
+        self.softmax_proj = nn.Linear(cfg.hidden, cfg.vocab)
+
+    def freeze_hidden_bias(self) -> None:
+        for name, p in self.lstm.named_parameters():
+            if name.startswith("bias_hh"):
+                nn.init.zeros_(p)
+                p.requires_grad_(False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h, _ = self.lstm(self.embedding(tokens))  # (B, T, H)
+        return self.softmax_proj(h)  # (B, T, V)
+
+
+BUILDERS: dict[type, Callable[[Any], nn.Module]] = {
+    FCNConfig: build_fcn,
+    AlexNetConfig: build_alexnet,
+    ResNetConfig: build_resnet,
+    LSTMLMConfig: LSTMLanguageModel,
+}
+
+
+def build_model(cfg: Any) -> nn.Module:
+    try:
+        builder = BUILDERS[type(cfg)]
+    except KeyError:
+        raise UnsupportedError(f"torch backend cannot build {type(cfg).__name__}") from None
+    model = builder(cfg)
+    init_uniform_fan_in(model)
+    if isinstance(model, LSTMLanguageModel):
+        model.freeze_hidden_bias()
+    return model
+
+
+def synthetic_batch(cfg: Any, batch: int, device: torch.device, gen: torch.Generator):
+    """Inputs and integer targets, generated on the device before timing."""
+    if isinstance(cfg, LSTMLMConfig):
+        x = torch.randint(0, cfg.vocab, (batch, cfg.seq_len), generator=gen).to(device)
+        y = torch.randint(0, cfg.vocab, (batch, cfg.seq_len), generator=gen).to(device)
+        return x, y
+    x = torch.randn((batch, *cfg.input_shape()), generator=gen).to(device)
+    y = torch.randint(0, cfg.classes, (batch,), generator=gen).to(device)
+    return x, y
+
+
+def trainable_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# ----------------------------------------------------------------------------- weights
+def _neutral_params(model: nn.Module):
+    """(neutral name, torch tensor, to-neutral fn, from-neutral fn) for every parameter."""
+    out = []
+    for path, m in model.named_modules():
+        name = path.replace(".", "_")
+        if isinstance(m, nn.Linear):
+            out.append((f"{name}.w", m.weight, lambda t: t.T, lambda a: a.T))
+        elif isinstance(m, nn.Conv2d):
+            out.append((f"{name}.w", m.weight, lambda t: t.permute(2, 3, 1, 0),
+                        lambda a: a.permute(3, 2, 0, 1)))
+        elif isinstance(m, nn.BatchNorm2d):
+            out.append((f"{name}.gamma", m.weight, None, None))
+            out.append((f"{name}.beta", m.bias, None, None))
+            continue
+        elif isinstance(m, nn.Embedding):
+            out.append((f"{name}.w", m.weight, None, None))
+            continue
+        elif isinstance(m, nn.LSTM):
+            for k in range(m.num_layers):
+                ln = f"{name}{k + 1}"
+                out.append((f"{ln}.wx", getattr(m, f"weight_ih_l{k}"), lambda t: t.T, lambda a: a.T))
+                out.append((f"{ln}.wh", getattr(m, f"weight_hh_l{k}"), lambda t: t.T, lambda a: a.T))
+                out.append((f"{ln}.b", getattr(m, f"bias_ih_l{k}"), None, None))
+            continue
+        else:
+            continue
+        if m.bias is not None:
+            out.append((f"{name}.b", m.bias, None, None))
+    return out
+
+
+def export_weights(model: nn.Module) -> dict[str, np.ndarray]:
+    return {
+        name: (to(t) if to else t).detach().cpu().numpy().copy()
+        for name, t, to, _ in _neutral_params(model)
+    }
+
+
+def import_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
+    params = _neutral_params(model)
+    missing = {n for n, *_ in params} - set(weights)
+    if missing:
+        raise KeyError(f"weights missing: {sorted(missing)[:5]}")
+    with torch.no_grad():
+        for name, t, _, back in params:
+            a = torch.as_tensor(np.asarray(weights[name], dtype=np.float32))
+            t.copy_((back(a) if back else a).reshape(t.shape).to(t.device))
+
+
+# ----------------------------------------------------------------------------- trainer
+class TorchTrainer(Trainer):
+    def __init__(self, model: nn.Module, x, y, variant: str, device: torch.device):
+        self.model = model
+        self.x, self.y = x, y
+        self.device = device
+        self.batch_size = x.shape[0]
+        self.param_count = trainable_params(model)
+        self.opt = torch.optim.SGD(
+            [p for p in model.parameters() if p.requires_grad], lr=LEARNING_RATE
+        )
+        self._forward = torch.compile(model) if variant == "compile" else model
+        self._last_loss: torch.Tensor | None = None
+
+    def _loss(self, forward: Callable) -> torch.Tensor:
+        out = forward(self.x)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), self.y.reshape(-1))
+
+    def step(self) -> torch.Tensor:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self._loss(self._forward)
+        loss.backward()
+        self.opt.step()
+        self._last_loss = loss
+        return loss
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def loss(self) -> float:
+        return float(self._last_loss) if self._last_loss is not None else float("nan")
+
+    def flops_per_step(self) -> float:
+        """Counted by FlopCounterMode over one eager forward + backward (weights untouched).
+
+        oneDNN's fused LSTM kernel is opaque to the counter, so the count runs with oneDNN
+        off: the same matrix products, expressed as the mm calls the counter sees.
+        """
+        self.opt.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # oneDNN's TF32 notice when toggling the flag
+            with torch.backends.mkldnn.flags(enabled=False), FlopCounterMode(display=False) as c:
+                self._loss(self.model).backward()
+        self.opt.zero_grad(set_to_none=True)
+        return float(c.get_total_flops())
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return export_weights(self.model)
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        import_weights(self.model, weights)
+
+    def set_batch(self, x, y) -> None:
+        self.x = torch.as_tensor(np.asarray(x)).to(self.device)
+        self.y = torch.as_tensor(np.asarray(y), dtype=torch.long).to(self.device)
+        self.batch_size = self.x.shape[0]
+
+    def device_peak_bytes(self) -> int | None:
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        return None
+
+
+class TorchBackend(Backend):
+    name = "torch"
+
+    def set_threads(self, threads: int) -> int:
+        torch.set_num_threads(threads)
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:  # already set once parallel work has started
+            pass
+        return torch.get_num_threads()
+
+    def software(self) -> dict[str, Any]:
+        cfg = torch.__config__.show()
+        blas = next((ln.split("=", 1)[1].split(",")[0] for ln in cfg.split() if "BLAS_INFO=" in ln), "")
+        return {
+            "framework": "torch",
+            "torch": torch.__version__,
+            "blas": blas or "unknown",
+            "mkl": torch.backends.mkl.is_available(),
+            "mkldnn": torch.backends.mkldnn.is_available(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cuda": torch.version.cuda,
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        }
+
+    def has_gpu(self) -> bool:
+        return torch.cuda.is_available()
+
+    def build(self, workload, config, batch_size, variant, device, seed) -> TorchTrainer:
+        if device == "gpu" and not torch.cuda.is_available():
+            raise UnsupportedError("no CUDA GPU visible to torch")
+        dev = torch.device("cuda" if device == "gpu" else "cpu")
+        torch.manual_seed(seed)
+        model = build_model(config).to(dev)
+        gen = torch.Generator().manual_seed(seed + 1)
+        x, y = synthetic_batch(config, batch_size, dev, gen)
+        return TorchTrainer(model, x, y, variant, dev)
+
+    def matmul(self, n: int, device: str) -> Trainer:
+        if device == "gpu" and not torch.cuda.is_available():
+            raise UnsupportedError("no CUDA GPU visible to torch")
+        return MatmulProbe(n, torch.device("cuda" if device == "gpu" else "cpu"))
+
+
+class MatmulProbe(Trainer):
+    """An n x n fp32 matmul as a 'step': the peak that achieved FLOP/s is compared with."""
+
+    def __init__(self, n: int, device: torch.device):
+        self.device = device
+        self.a = torch.randn(n, n, device=device)
+        self.b = torch.randn(n, n, device=device)
+        self.out = torch.empty(n, n, device=device)  # reused: no page faults in the loop
+        self.batch_size = n
+        self.param_count = 0
+        self.n = n
+
+    def step(self) -> None:
+        torch.mm(self.a, self.b, out=self.out)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def flops_per_step(self) -> float:
+        return 2.0 * self.n**3
+
+
+BACKEND_CLASS = TorchBackend

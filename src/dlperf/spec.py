@@ -1,0 +1,158 @@
+"""RunSpec (what to measure), RunResult (what was measured) and Failure (why not).
+
+All three are frozen pydantic models that round-trip through JSON: the parent writes a
+RunSpec to a file, the worker process reads it and writes a RunResult back, and the store
+keeps the JSON. ``SCHEMA_VERSION`` is stored with every result; bump it when a field
+changes meaning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Kind = Literal["step", "peak", "train", "parallel"]
+Device = Literal["cpu", "gpu"]
+FailureReason = Literal["crash", "oom", "timeout", "unsupported", "error", "interrupted"]
+
+# Fields of RunSpec that make up a configuration's identity. Measurement-precision
+# settings (min_time, warm-up budget) are deliberately not part of it: changing them
+# refines a number, it does not measure something else.
+_IDENTITY = (
+    "kind",
+    "network",
+    "size",
+    "framework",
+    "variant",
+    "device",
+    "threads",
+    "batch_size",
+    "params",
+    "seed",
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Measurement(_Frozen):
+    """How long to warm up and how long to time; none of this is part of a run's identity."""
+
+    min_time_s: float = Field(2.0, gt=0, description="time the timed steps for at least this long")
+    min_steps: int = Field(5, ge=1)
+    max_steps: int = Field(1000, ge=1)
+    warmup_min_steps: int = Field(2, ge=1)
+    warmup_max_steps: int = Field(50, ge=1)
+    warmup_max_time_s: float = Field(30.0, gt=0)
+    settle_tolerance: float = Field(0.05, gt=0, description="relative change that counts as settled")
+
+
+class RunSpec(_Frozen):
+    """One configuration to measure in one fresh worker process.
+
+    ``repeat`` numbers the independent repetitions of a configuration; each is its own
+    process and its own stored result.
+    """
+
+    kind: Kind = "step"
+    network: str
+    size: str = "full"
+    framework: str = "torch"
+    variant: str = "eager"
+    device: Device = "cpu"
+    threads: int = Field(1, ge=1)
+    batch_size: int = Field(1, ge=1)
+    params: dict[str, float | int | str | bool] = Field(default_factory=dict)
+    seed: int = 0
+    repeat: int = Field(0, ge=0)
+    measurement: Measurement = Field(default_factory=Measurement)
+    # kind-specific settings (e.g. a training target); part of the identity through params
+    # would make them hard to read, so they live here and are hashed too.
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    def identity(self) -> dict[str, Any]:
+        ident = {k: getattr(self, k) for k in _IDENTITY}
+        if self.options:
+            ident["options"] = self.options
+        return ident
+
+    @property
+    def config_id(self) -> str:
+        """Stable id of the configuration, the same for every repetition."""
+        blob = json.dumps(self.identity(), sort_keys=True, default=str)
+        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    @property
+    def run_id(self) -> str:
+        """Stable id of one repetition of the configuration."""
+        return f"{self.config_id}-r{self.repeat}"
+
+    def label(self) -> str:
+        """Short human label: 'fcn5 torch/eager cpu x2 b64'."""
+        size = "" if self.size in ("full", "") else f"[{self.size}]"
+        dev = f"cpu x{self.threads}" if self.device == "cpu" else self.device
+        return f"{self.network}{size} {self.framework}/{self.variant} {dev} b{self.batch_size}"
+
+
+class Failure(_Frozen):
+    reason: FailureReason
+    message: str
+
+
+class Metrics(_Frozen):
+    """Summary of the timed steps of one worker process. Times in seconds."""
+
+    steps: int
+    median_s: float
+    mean_s: float
+    std_s: float
+    min_s: float
+    max_s: float
+    mad_s: float
+    iqr_s: float
+    cv: float
+    samples_per_s: float
+    flops_per_step: float | None = None
+    achieved_flops: float | None = None
+    peak_flops: float | None = None
+    peak_share: float | None = None
+    peak_rss_bytes: int | None = None
+    model_rss_bytes: int | None = None
+    device_peak_bytes: int | None = None
+    cpu_util: float | None = None
+    warmup_steps: int = 0
+    warmup_settled: bool = True
+
+
+class RunResult(_Frozen):
+    schema_version: int = SCHEMA_VERSION
+    spec: RunSpec
+    status: Literal["ok", "failed"]
+    failure: Failure | None = None
+    metrics: Metrics | None = None
+    step_times_s: list[float] = Field(default_factory=list)
+    warmup_times_s: list[float] = Field(default_factory=list)
+    threads_in_force: int | None = None
+    cpus: list[int] = Field(default_factory=list)
+    param_count: int | None = None
+    software: dict[str, Any] = Field(default_factory=dict)
+    env_id: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    warnings: list[str] = Field(default_factory=list)
+    # kind-specific payload: training curves, parallel-strategy breakdowns, ...
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def failed(cls, spec: RunSpec, reason: FailureReason, message: str, **kw: Any) -> RunResult:
+        return cls(spec=spec, status="failed", failure=Failure(reason=reason, message=message), **kw)

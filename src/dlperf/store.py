@@ -1,0 +1,203 @@
+"""The results store: one SQLite file holding every RunResult, failures included, and the
+environment each ran in.
+
+Rows are never updated or deleted: re-measuring (``--force``) adds a row, and readers take
+the newest row of each run. Every result is committed as soon as it arrives, in WAL mode
+with a generous busy timeout, so a sweep killed at any point loses nothing it reported and
+two sweeps can write to one store at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dlperf import environment
+from dlperf.errors import UsageError
+from dlperf.spec import RunResult
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS environments (
+    env_id TEXT PRIMARY KEY,
+    machine_id TEXT NOT NULL,
+    record TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS results (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    config_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    network TEXT NOT NULL,
+    size TEXT NOT NULL,
+    framework TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    device TEXT NOT NULL,
+    threads INTEGER NOT NULL,
+    batch_size INTEGER NOT NULL,
+    repeat INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    median_s REAL,
+    env_id TEXT REFERENCES environments(env_id),
+    machine_id TEXT,
+    created_at REAL NOT NULL,
+    result TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS results_run ON results(run_id);
+CREATE INDEX IF NOT EXISTS results_kind ON results(kind, network);
+"""
+
+
+def default_path() -> Path:
+    """$DLPERF_DB, else $XDG_DATA_HOME/dlperf/results.db (~/.local/share/dlperf/results.db)."""
+    if os.environ.get("DLPERF_DB"):
+        return Path(os.environ["DLPERF_DB"]).expanduser()
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "dlperf" / "results.db"
+
+
+class Store:
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path).expanduser() if path else default_path()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA busy_timeout=60000")
+            self._db.executescript(_SCHEMA)  # idempotent; runs outside a transaction
+            with self._tx():
+                self._check_version()
+        except (OSError, sqlite3.Error) as e:
+            raise UsageError(f"cannot open results store {self.path}: {e}") from None
+
+    # ------------------------------------------------------------------ plumbing
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _check_version(self) -> None:
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            self._db.execute(
+                "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise UsageError(
+                f"results store {self.path} has schema version {row[0]}, this dlperf reads "
+                f"{SCHEMA_VERSION}; use another --db"
+            )
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writing
+    def put_environment(self, record: dict[str, Any]) -> str:
+        env_id = environment.env_id(record)
+        mid = environment.machine_id()
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO environments(env_id, machine_id, record, created_at) "
+                "VALUES (?, ?, ?, ?)",
+                (env_id, mid, json.dumps(record, default=str), time.time()),
+            )
+        return env_id
+
+    def add(self, result: RunResult) -> RunResult:
+        """Store a result (with its environment) and return it with ``env_id`` set."""
+        env_id = result.env_id or self.put_environment(environment.record(result.software))
+        result = result.model_copy(update={"env_id": env_id})
+        s = result.spec
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO results(run_id, config_id, kind, network, size, framework, variant,"
+                " device, threads, batch_size, repeat, status, reason, median_s, env_id,"
+                " machine_id, created_at, result)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    s.run_id, s.config_id, s.kind, s.network, s.size, s.framework, s.variant,
+                    s.device, s.threads, s.batch_size, s.repeat, result.status,
+                    result.failure.reason if result.failure else None,
+                    result.metrics.median_s if result.metrics else None,
+                    env_id, environment.machine_id(), time.time(), result.model_dump_json(),
+                ),
+            )
+        return result
+
+    # ------------------------------------------------------------------ reading
+    def done(self, run_ids: Iterable[str], *, include_failed: bool = True) -> set[str]:
+        """Which of these runs already have a stored result."""
+        ids = list(run_ids)
+        found: set[str] = set()
+        status = "" if include_failed else " AND status='ok'"
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            q = f"SELECT DISTINCT run_id FROM results WHERE run_id IN ({','.join('?' * len(chunk))}){status}"
+            found.update(r[0] for r in self._db.execute(q, chunk))
+        return found
+
+    def results(self, *, kind: str | None = "step", latest: bool = True, **where: Any) -> list[RunResult]:
+        """Stored results, newest row per run unless ``latest=False``. ``where`` filters on
+        the indexed columns (network, framework, device, threads, batch_size, status, ...)."""
+        clauses, args = [], []
+        if kind is not None:
+            clauses.append("kind = ?")
+            args.append(kind)
+        for k, v in where.items():
+            if v is None:
+                continue
+            if isinstance(v, list | tuple | set):
+                clauses.append(f"{k} IN ({','.join('?' * len(v))})")
+                args.extend(v)
+            else:
+                clauses.append(f"{k} = ?")
+                args.append(v)
+        sql = "SELECT result FROM results"
+        if latest:
+            sql += " WHERE id IN (SELECT MAX(id) FROM results GROUP BY run_id)"
+            if clauses:
+                sql += " AND " + " AND ".join(clauses)
+        elif clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY id"
+        return [RunResult.model_validate_json(r[0]) for r in self._db.execute(sql, args)]
+
+    def environment(self, env_id: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT record FROM environments WHERE env_id=?", (env_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def peak_flops(self, threads: int, device: str = "cpu") -> float | None:
+        """The newest matmul peak measured on this machine at this thread count."""
+        row = self._db.execute(
+            "SELECT result FROM results WHERE kind='peak' AND status='ok' AND threads=? AND"
+            " device=? AND machine_id=? ORDER BY id DESC LIMIT 1",
+            (threads, device, environment.machine_id()),
+        ).fetchone()
+        if not row:
+            return None
+        r = RunResult.model_validate_json(row[0])
+        return r.metrics.achieved_flops if r.metrics else None
+
+    def count(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]

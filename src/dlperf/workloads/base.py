@@ -1,0 +1,116 @@
+"""Framework-neutral workload definitions: layers, shapes, parameter counts, FLOPs.
+
+A workload is defined once here and built by every backend from the same definition.
+Nothing in this package imports a framework.
+
+FLOP convention (the one PyTorch's ``torch.utils.flop_counter`` uses, so the two can be
+checked against each other): only matrix multiplies and convolutions count, one
+multiply-add is 2 FLOPs. A training step costs, per layer with weights, the forward
+product, the weight-gradient product (same size) and, unless the layer's input needs no
+gradient (the first layer fed by data), the input-gradient product (same size again):
+the familiar "6 x params x batch" of Kaplan et al. (2020) for dense nets, minus the first
+layer's input gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer's cost for a single sample.
+
+    ``fwd_flops`` counts the forward matmul/conv FLOPs for one sample; ``out_elems`` the
+    elements of its output activation (what the backward pass keeps alive).
+    """
+
+    name: str
+    op: str  # dense | conv | pool | act | lstm | rnn | embedding | bn | flatten | loss | ...
+    params: int = 0
+    fwd_flops: int = 0
+    out_elems: int = 0
+    input_grad: bool = True  # False for the first layer fed by data
+    dgrad_flops: int | None = None  # input-gradient FLOPs when they differ from fwd_flops
+
+    def train_flops(self) -> int:
+        """Forward + weight gradient + (input gradient) matmul FLOPs for one sample."""
+        if self.fwd_flops == 0:
+            return 0
+        wgrad = self.fwd_flops if self.params else 0
+        dgrad = 0
+        if self.input_grad:
+            dgrad = self.fwd_flops if self.dgrad_flops is None else self.dgrad_flops
+        return self.fwd_flops + wgrad + dgrad
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named network with its sizes; ``config(size)`` gives the shapes a backend builds."""
+
+    name: str
+    family: str
+    description: str
+    sizes: dict[str, Any]  # size name -> config dataclass
+    default_size: str
+    default_batch: int
+    batch_sweep: tuple[int, ...]
+    task: str  # classification | language-model | reconstruction | generation | ...
+    group: str = "dlbench"  # dlbench | guide
+    tunable: tuple[str, ...] = field(default_factory=tuple)  # params a user may override
+
+    def config(self, size: str | None = None, params: dict[str, Any] | None = None):
+        size = size or self.default_size
+        cfg = self.sizes[size]
+        if params:
+            cfg = replace(cfg, **params)
+        return cfg
+
+    def layers(self, size: str | None = None, params: dict[str, Any] | None = None) -> list[Layer]:
+        return self.config(size, params).layers()
+
+    def param_count(self, size: str | None = None, params: dict[str, Any] | None = None) -> int:
+        return sum(layer.params for layer in self.layers(size, params))
+
+    def train_flops(
+        self, batch: int, size: str | None = None, params: dict[str, Any] | None = None
+    ) -> int:
+        """Matmul/conv FLOPs of one training step (forward + backward) at this batch size."""
+        return batch * sum(layer.train_flops() for layer in self.layers(size, params))
+
+
+def conv_out(size: int, kernel: int, stride: int, pad: int) -> int:
+    """Output side of a convolution or pooling window (floor mode, symmetric padding)."""
+    return (size + 2 * pad - kernel) // stride + 1
+
+
+def dense(name: str, n_in: int, n_out: int, *, bias: bool = True, first: bool = False) -> Layer:
+    return Layer(
+        name,
+        "dense",
+        params=n_in * n_out + (n_out if bias else 0),
+        fwd_flops=2 * n_in * n_out,
+        out_elems=n_out,
+        input_grad=not first,
+    )
+
+
+def conv(
+    name: str,
+    c_in: int,
+    c_out: int,
+    k: int,
+    out_hw: int,
+    *,
+    bias: bool = True,
+    first: bool = False,
+) -> Layer:
+    return Layer(
+        name,
+        "conv",
+        params=k * k * c_in * c_out + (c_out if bias else 0),
+        fwd_flops=2 * k * k * c_in * c_out * out_hw * out_hw,
+        out_elems=c_out * out_hw * out_hw,
+        input_grad=not first,
+    )
