@@ -154,11 +154,9 @@ def build(where: str = "", **values: Any) -> SweepConfig:
     try:
         return SweepConfig(**values)
     except ValidationError as e:
-        # a UsageError raised inside a validator arrives here wrapped; unwrap it
-        ctx = e.errors()[0].get("ctx", {}).get("error")
-        if isinstance(ctx, UsageError):
-            raise UsageError(f"{where}{ctx}") from None
         raise UsageError(_one_line(e, where)) from None
+    except UsageError as e:  # raised by a validator (unknown network, framework, size)
+        raise UsageError(f"{where}{e}") from None
 
 
 def load_sweep_file(path: str | Path, **overrides: Any) -> SweepConfig:

@@ -122,7 +122,7 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
     s = summarize(timing.steps_s)
     peak_rss = _rss_bytes()
     achieved = flops / s.median if flops else None
-    warnings = [w for w in (instability_warning(s.cv),) if w]
+    warnings = [w for w in (instability_warning(s.robust_cv),) if w]
     if not timing.settled:
         warnings.append(
             f"warm-up did not settle within {len(timing.warmup_s)} steps; raise the warm-up "

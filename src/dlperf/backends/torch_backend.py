@@ -299,6 +299,22 @@ class TorchTrainer(Trainer):
         return None
 
 
+def build_trainer(config: Any, batch_size: int, variant: str, device: torch.device,
+                  seed: int = 0) -> TorchTrainer:
+    torch.manual_seed(seed)
+    with device:  # parameters are created on the device (no copy; 'meta' allocates nothing)
+        model = build_model(config)
+    gen = torch.Generator().manual_seed(seed + 1)
+    x, y = synthetic_batch(config, batch_size, device, gen)
+    return TorchTrainer(model, x, y, variant, device)
+
+
+def count_flops(config: Any, batch_size: int) -> float:
+    """Training-step FLOPs from PyTorch's counter, on the meta device: shapes only, so a
+    full-size network costs no memory and almost no time."""
+    return build_trainer(config, batch_size, "eager", torch.device("meta")).flops_per_step()
+
+
 class TorchBackend(Backend):
     name = "torch"
 
@@ -330,12 +346,8 @@ class TorchBackend(Backend):
     def build(self, workload, config, batch_size, variant, device, seed) -> TorchTrainer:
         if device == "gpu" and not torch.cuda.is_available():
             raise UnsupportedError("no CUDA GPU visible to torch")
-        dev = torch.device("cuda" if device == "gpu" else "cpu")
-        torch.manual_seed(seed)
-        model = build_model(config).to(dev)
-        gen = torch.Generator().manual_seed(seed + 1)
-        x, y = synthetic_batch(config, batch_size, dev, gen)
-        return TorchTrainer(model, x, y, variant, dev)
+        return build_trainer(config, batch_size, variant,
+                             torch.device("cuda" if device == "gpu" else "cpu"), seed)
 
     def matmul(self, n: int, device: str) -> Trainer:
         if device == "gpu" and not torch.cuda.is_available():

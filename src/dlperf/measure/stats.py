@@ -7,7 +7,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: A measurement whose step times vary more than this (coefficient of variation) is flagged.
+#: A measurement whose step times vary more than this is flagged. The spread used is the
+#: robust coefficient of variation, 1.4826 x MAD / median (equal to std/mean for normal
+#: noise, but not inflated by a rare outlier such as one garbage-collection pause).
 UNSTABLE_CV = 0.05
 
 
@@ -22,6 +24,10 @@ class Summary:
     mad: float  # median absolute deviation from the median
     iqr: float
     cv: float  # std / mean
+
+    @property
+    def robust_cv(self) -> float:
+        return 1.4826 * self.mad / self.median if self.median > 0 else 0.0
 
 
 def quantile(sorted_xs: Sequence[float], q: float) -> float:
@@ -60,6 +66,6 @@ def instability_warning(cv: float, what: str = "step times") -> str | None:
     if cv <= UNSTABLE_CV:
         return None
     return (
-        f"unstable: {what} vary by {cv:.1%} (coefficient of variation); close other busy "
+        f"unstable: {what} vary by {cv:.1%} (robust coefficient of variation); close other busy "
         "programs, or raise --min-time / --repeat so more steps and processes are measured"
     )

@@ -1,0 +1,525 @@
+"""TensorFlow 2 backend: Keras 3 layers, the training step under tf.function ('graph'), and
+under tf.function(jit_compile=True) ('xla').
+
+Networks are built from the framework-neutral configs of ``dlperf.workloads`` and mirror
+``torch_backend`` layer for layer: the same shapes (explicit symmetric padding where
+TensorFlow's 'SAME' would pad asymmetrically), the same initialisation, the same loss and
+plain SGD. Images live in NHWC inside TensorFlow; the neutral exchange layout is NCHW.
+FLOPs come from TensorFlow's graph profiler (``tf.compat.v1.profiler``), see
+``TFTrainer.flops_per_step``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+if "keras" not in sys.modules:
+    # Keras 3 picks its backend at import; this module needs the TensorFlow one.
+    os.environ["KERAS_BACKEND"] = "tensorflow"
+
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.util import deprecation
+
+from dlperf.backends.base import Backend, Trainer, UnsupportedError
+from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
+
+LEARNING_RATE = 0.01
+BN_EPSILON = 1e-5  # PyTorch's default; Keras' own default is 1e-3
+BN_MOMENTUM = 0.9  # PyTorch's momentum=0.1 in Keras' convention (running stats only)
+
+#: op types whose FLOPs are matrix products or convolutions: what the analytic count counts
+MATMUL_CONV_OPS = frozenset({
+    "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3",
+    "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
+})
+
+
+# ----------------------------------------------------------------------------- init
+def _uniform(bound: float) -> keras.initializers.Initializer:
+    return keras.initializers.RandomUniform(-bound, bound)
+
+
+def _fan_in_uniform(fan_in: int) -> keras.initializers.Initializer:
+    """U(-1/sqrt(fan_in), +1/sqrt(fan_in)) (dlperf.workloads.init); biases are zeros."""
+    return _uniform(1.0 / math.sqrt(fan_in))
+
+
+# ----------------------------------------------------------------------------- models
+def _dense(n_in: int, n_out: int, name: str, activation: str | None = None) -> keras.layers.Dense:
+    return keras.layers.Dense(
+        n_out, activation=activation, name=name,
+        kernel_initializer=_fan_in_uniform(n_in), bias_initializer="zeros",
+    )
+
+
+def _conv(x, c_in: int, c_out: int, k: int, stride: int, pad: int, name: str,
+          activation: str | None = None, bias: bool = True):
+    """A convolution with PyTorch's symmetric padding. 'same' is used only where it pads
+    exactly as PyTorch does (stride 1, pad (k-1)/2); otherwise an explicit ZeroPadding2D
+    and a 'valid' convolution (TensorFlow's 'SAME' pads asymmetrically at stride 2)."""
+    if stride == 1 and 2 * pad == k - 1:
+        padding = "same"
+    else:
+        padding = "valid"
+        if pad:
+            x = keras.layers.ZeroPadding2D(pad, name=f"{name}_pad")(x)
+    return keras.layers.Conv2D(
+        c_out, k, strides=stride, padding=padding, activation=activation, use_bias=bias,
+        name=name, kernel_initializer=_fan_in_uniform(k * k * c_in),
+        bias_initializer="zeros",
+    )(x)
+
+
+def _max_pool(x, name: str):
+    """Max-pool 3x3, stride 2, padding 1. Zero padding is exact here: every pool follows
+    a ReLU, so the window maximum is never below zero."""
+    x = keras.layers.ZeroPadding2D(((0, 1), (0, 1)), name=f"{name}_pad")(x)
+    return keras.layers.MaxPooling2D(3, 2, padding="valid", name=name)(x)
+
+
+def _bn(x, name: str):
+    return keras.layers.BatchNormalization(
+        epsilon=BN_EPSILON, momentum=BN_MOMENTUM, name=name,
+        gamma_initializer="ones", beta_initializer="zeros",
+    )(x)
+
+
+def build_fcn(cfg: FCNConfig) -> tuple[keras.Model, dict[str, tuple[int, int, int]]]:
+    widths = (cfg.inputs, *cfg.hidden, cfg.classes)
+    x = inputs = keras.Input((cfg.inputs,), name="x")
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        act = cfg.activation if i < len(widths) - 2 else None
+        x = _dense(a, b, f"fc{i + 1}", act)(x)
+    return keras.Model(inputs, x, name="fcn"), {}
+
+
+def build_alexnet(cfg: AlexNetConfig) -> tuple[keras.Model, dict[str, tuple[int, int, int]]]:
+    x = inputs = keras.Input((cfg.image, cfg.image, cfg.channels_in), name="x")
+    c_in = cfg.channels_in
+    for i, c in enumerate(cfg.convs, start=1):
+        x = _conv(x, c_in, c.out, c.kernel, c.stride, c.pad, f"conv{i}", "relu")
+        if c.pool_after:
+            x = _max_pool(x, f"pool{i}")
+        c_in = c.out
+    side = cfg.feature_side()
+    x = keras.layers.Flatten(name="flatten")(x)  # (H, W, C) order; see _flat_rows
+    widths = (c_in * side * side, *cfg.fc, cfg.classes)
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        x = _dense(a, b, f"fc{i + 1}", "relu" if i < len(widths) - 2 else None)(x)
+    return keras.Model(inputs, x, name="alexnet"), {"fc1": (c_in, side, side)}
+
+
+def _bottleneck(x, c_in: int, width: int, c_out: int, stride: int, name: str):
+    y = _conv(x, c_in, width, 1, 1, 0, f"{name}_c1", bias=False)
+    y = keras.layers.ReLU()(_bn(y, f"{name}_bn1"))
+    y = _conv(y, width, width, 3, stride, 1, f"{name}_c2", bias=False)
+    y = keras.layers.ReLU()(_bn(y, f"{name}_bn2"))
+    y = _bn(_conv(y, width, c_out, 1, 1, 0, f"{name}_c3", bias=False), f"{name}_bn3")
+    if stride != 1 or c_in != c_out:
+        x = _bn(_conv(x, c_in, c_out, 1, stride, 0, f"{name}_proj", bias=False),
+                f"{name}_proj_bn")
+    return keras.layers.ReLU()(keras.layers.Add()([y, x]))
+
+
+def build_resnet(cfg: ResNetConfig) -> tuple[keras.Model, dict[str, tuple[int, int, int]]]:
+    x = inputs = keras.Input((cfg.image, cfg.image, cfg.channels_in), name="x")
+    x = _conv(x, cfg.channels_in, cfg.stem, 7, 2, 3, "stem", bias=False)
+    x = keras.layers.ReLU(name="stem_relu")(_bn(x, "stem_bn"))
+    x = _max_pool(x, "stem_pool")
+    c_in = cfg.stem
+    for s, (width, blocks, stride) in enumerate(cfg.stages, start=1):
+        for b in range(1, blocks + 1):
+            c_out = width * cfg.expansion
+            x = _bottleneck(x, c_in, width, c_out, stride if b == 1 else 1, f"s{s}b{b}")
+            c_in = c_out
+    x = keras.layers.GlobalAveragePooling2D(name="avgpool")(x)
+    x = _dense(c_in, cfg.classes, "fc")(x)
+    return keras.Model(inputs, x, name="resnet"), {}
+
+
+def build_lstm_lm(
+    cfg: LSTMLMConfig, unroll: bool = False
+) -> tuple[keras.Model, dict[str, tuple[int, int, int]]]:
+    """Embedding -> stacked LSTM -> vocabulary projection at every step. Keras' LSTM has
+    one bias per gate (the neutral definition) and gate order i, f, c, o."""
+    x = inputs = keras.Input((cfg.seq_len,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(
+        cfg.vocab, cfg.embed, name="embedding", embeddings_initializer=_uniform(0.1)
+    )(x)
+    for i in range(cfg.layers_n):
+        x = keras.layers.LSTM(
+            cfg.hidden, return_sequences=True, name=f"lstm{i + 1}", unroll=unroll,
+            kernel_initializer=_uniform(1.0 / math.sqrt(cfg.hidden)),
+            recurrent_initializer=_uniform(1.0 / math.sqrt(cfg.hidden)),
+            bias_initializer="zeros", unit_forget_bias=False,
+        )(x)
+    x = _dense(cfg.hidden, cfg.vocab, "softmax_proj")(x)
+    return keras.Model(inputs, x, name="lstm_lm"), {}
+
+
+BUILDERS: dict[type, Callable[..., tuple[keras.Model, dict[str, tuple[int, int, int]]]]] = {
+    FCNConfig: build_fcn,
+    AlexNetConfig: build_alexnet,
+    ResNetConfig: build_resnet,
+    LSTMLMConfig: build_lstm_lm,
+}
+
+
+def build_model(cfg: Any, **kw: Any) -> tuple[keras.Model, dict[str, tuple[int, int, int]]]:
+    """The Keras model, and for every dense layer fed by a flattened feature map the (C, H, W)
+    shape of that map (its rows are stored in TensorFlow's (H, W, C) order)."""
+    try:
+        builder = BUILDERS[type(cfg)]
+    except KeyError:
+        raise UnsupportedError(f"tensorflow backend cannot build {type(cfg).__name__}") from None
+    return builder(cfg, **kw)
+
+
+def synthetic_batch(cfg: Any, batch: int, seed: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """Inputs (images NHWC) and integer targets, generated on the current device."""
+    gen = tf.random.Generator.from_seed(seed)
+    if isinstance(cfg, LSTMLMConfig):
+        shape = (batch, cfg.seq_len)
+        x = gen.uniform(shape, 0, cfg.vocab, dtype=tf.int32)
+        y = gen.uniform(shape, 0, cfg.vocab, dtype=tf.int32)
+        return x, y
+    c, *spatial = cfg.input_shape()
+    shape = (batch, *spatial, c) if spatial else (batch, c)
+    x = gen.normal(shape, dtype=tf.float32)
+    y = gen.uniform((batch,), 0, cfg.classes, dtype=tf.int32)
+    return x, y
+
+
+def trainable_params(model: keras.Model) -> int:
+    return int(sum(math.prod(v.shape) for v in model.trainable_variables))
+
+
+# ----------------------------------------------------------------------------- weights
+def _flat_rows(a: np.ndarray, chw: tuple[int, int, int], to_neutral: bool) -> np.ndarray:
+    """Permute a dense kernel's rows between (H, W, C) (TensorFlow) and (C, H, W) order."""
+    c, h, w = chw
+    out = a.shape[-1]
+    if to_neutral:
+        return a.reshape(h, w, c, out).transpose(2, 0, 1, 3).reshape(c * h * w, out)
+    return a.reshape(c, h, w, out).transpose(1, 2, 0, 3).reshape(h * w * c, out)
+
+
+def _neutral_vars(model: keras.Model) -> list[tuple[str, Any]]:
+    """(neutral name, Keras variable) for every trainable parameter."""
+    out: list[tuple[str, Any]] = []
+    for layer in model.layers:
+        n = layer.name
+        if isinstance(layer, keras.layers.Dense | keras.layers.Conv2D):
+            out.append((f"{n}.w", layer.kernel))
+            if layer.use_bias:
+                out.append((f"{n}.b", layer.bias))
+        elif isinstance(layer, keras.layers.BatchNormalization):
+            out += [(f"{n}.gamma", layer.gamma), (f"{n}.beta", layer.beta)]
+        elif isinstance(layer, keras.layers.Embedding):
+            out.append((f"{n}.w", layer.embeddings))
+        elif isinstance(layer, keras.layers.LSTM):
+            cell = layer.cell
+            out += [(f"{n}.wx", cell.kernel), (f"{n}.wh", cell.recurrent_kernel),
+                    (f"{n}.b", cell.bias)]
+    return out
+
+
+def export_weights(model: keras.Model, flat: dict[str, tuple[int, int, int]]) -> dict[str, np.ndarray]:
+    out = {}
+    for name, v in _neutral_vars(model):
+        a = np.array(v.numpy(), dtype=np.float32, copy=True)
+        layer = name.split(".")[0]
+        if layer in flat and name.endswith(".w"):
+            a = _flat_rows(a, flat[layer], to_neutral=True)
+        out[name] = a
+    return out
+
+
+def import_weights(
+    model: keras.Model, flat: dict[str, tuple[int, int, int]], weights: dict[str, np.ndarray]
+) -> None:
+    params = _neutral_vars(model)
+    missing = {n for n, _ in params} - set(weights)
+    if missing:
+        raise KeyError(f"weights missing: {sorted(missing)[:5]}")
+    for name, v in params:
+        a = np.asarray(weights[name], dtype=np.float32)
+        layer = name.split(".")[0]
+        if layer in flat and name.endswith(".w"):
+            a = _flat_rows(a, flat[layer], to_neutral=False)
+        v.assign(a.reshape(v.shape))
+
+
+# ----------------------------------------------------------------------------- flops
+def _reachable_ops(graph: tf.Graph) -> set[str]:
+    """Names of the ops a call of the function runs: those its outputs and its side effects
+    (the variable updates) depend on. TensorFlow prunes the rest when it instantiates the
+    function, e.g. the input gradient the Conv2D gradient builds for the first layer."""
+    targets = [t.op for t in graph.outputs] + list(graph.control_outputs)
+    seen: set[str] = set()
+    stack = list(targets)
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return seen
+
+
+def _conv_backprop_flops(op: tf.Operation) -> int:
+    """Exact FLOPs of a Conv2DBackpropInput/Filter op: 2 x (elements of the gradient it
+    propagates, one per output position and filter) x (kernel height x width x input
+    channels), the formula TensorFlow's Conv2D statistic uses for the forward product."""
+    out_grad = op.inputs[2].shape
+    kernel = op.inputs[1].shape if op.type == "Conv2DBackpropInput" else op.outputs[0].shape
+    return 2 * out_grad.num_elements() * kernel[0] * kernel[1] * kernel[2]
+
+
+def profile_flops(graph: tf.Graph) -> dict[str, int]:
+    """Matmul/conv FLOPs per op type over the ops a call of ``graph`` runs, as TensorFlow's
+    profiler counts them; see ``TFTrainer.flops_per_step`` for the two corrections."""
+    opts = (
+        tf.compat.v1.profiler.ProfileOptionBuilder(
+            tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+        )
+        .with_empty_output()
+        .build()
+    )
+    with deprecation.silence():  # the v1 API's notice; the profiler has no v2 graph API
+        root = tf.compat.v1.profiler.profile(graph, cmd="scope", options=opts)
+    live = _reachable_ops(graph)
+    by_type: dict[str, int] = {}
+    stack = list(root.children)
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if not node.float_ops or node.name not in live:
+            continue
+        op = graph.get_operation_by_name(node.name)
+        if op.type not in MATMUL_CONV_OPS:
+            continue
+        flops = int(node.float_ops)
+        if op.type in ("Conv2DBackpropInput", "Conv2DBackpropFilter"):
+            flops = _conv_backprop_flops(op)
+        by_type[op.type] = by_type.get(op.type, 0) + flops
+    return by_type
+
+
+# ----------------------------------------------------------------------------- trainer
+def _xent(logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+    """Mean softmax cross-entropy over the batch (and time steps)."""
+    return tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+    )
+
+
+def make_train_step(model: keras.Model, opt: keras.optimizers.Optimizer, jit: bool):
+    """One forward + backward + SGD update as a tf.function (XLA-compiled if ``jit``)."""
+    variables = model.trainable_variables
+
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = _xent(model(x, training=True), y)
+        grads = tape.gradient(loss, variables)
+        opt.apply_gradients(zip(grads, variables, strict=True))
+        return loss
+
+    return tf.function(train_step, jit_compile=jit)
+
+
+class TFTrainer(Trainer):
+    def __init__(self, model: keras.Model, flat: dict[str, tuple[int, int, int]], x, y,
+                 cfg: Any, variant: str, device: str):
+        self.model, self._flat, self._cfg = model, flat, cfg
+        self.x, self.y = x, y
+        self.device = device
+        self.batch_size = int(x.shape[0])
+        self.param_count = trainable_params(model)
+        self.opt = keras.optimizers.SGD(learning_rate=LEARNING_RATE)
+        self.opt.build(model.trainable_variables)  # its state exists before tracing
+        self._jit = variant == "xla"
+        self._step = make_train_step(model, self.opt, self._jit)
+        self._last_loss: tf.Tensor | None = None
+
+    def step(self) -> tf.Tensor:
+        self._last_loss = self._step(self.x, self.y)
+        return self._last_loss
+
+    def sync(self) -> None:
+        # Fetching the loss waits for the step that produced it.
+        if self._last_loss is not None:
+            self._last_loss.numpy()
+
+    def loss(self) -> float:
+        return float(self._last_loss) if self._last_loss is not None else float("nan")
+
+    def flops_per_step(self) -> float | None:
+        """Matmul/conv FLOPs of one step, from TensorFlow's graph profiler.
+
+        ``tf.compat.v1.profiler.profile`` (``float_operation()`` options) reads the traced
+        graph of the training step and applies each op type's registered FLOP statistic.
+        Three adjustments make its count comparable with dlperf's convention:
+
+        - only MatMul/BatchMatMul*/Conv2D/Conv2DBackprop* ops are summed: the profiler
+          also counts elementwise ops (BiasAdd, activation gradients, the SGD update's Mul,
+          softmax, batch-norm arithmetic, ...) at about one FLOP per element;
+        - only ops a call really runs are summed: TensorFlow's Conv2D gradient always
+          builds the input gradient, which for the first layer feeds nothing and is
+          pruned when the function is instantiated, but stays in the traced graph;
+        - the profiler's Conv2DBackpropInput/Filter statistic estimates the output
+          positions as input positions / stride^2, which overcounts where the input is
+          padded explicitly (ZeroPadding2D + 'valid'): conv1 of AlexNet, the ResNet stem,
+          strided 3x3 convolutions. Those two op types are recomputed from the op's own
+          shapes with the formula of TensorFlow's Conv2D statistic (see
+          ``_conv_backprop_flops``). MatMul and Conv2D counts are the profiler's as is.
+
+        The LSTM layers loop with a ``While`` op, whose body the profiler does not enter;
+        for the language model the count is taken on the same step traced (never run)
+        with the LSTMs unrolled: the same matrix products, one set per time step.
+        """
+        if isinstance(self._cfg, LSTMLMConfig):
+            twin, _ = build_model(self._cfg, unroll=True)
+            opt = keras.optimizers.SGD(learning_rate=LEARNING_RATE)
+            opt.build(twin.trainable_variables)
+            fn = make_train_step(twin, opt, False)
+        else:
+            fn = self._step
+        graph = fn.get_concrete_function(self.x, self.y).graph
+        return float(sum(profile_flops(graph).values()))
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return export_weights(self.model, self._flat)
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        import_weights(self.model, self._flat, weights)
+
+    def set_batch(self, x, y) -> None:
+        x = np.asarray(x)
+        if x.ndim == 4:  # neutral NCHW -> NHWC
+            x = x.transpose(0, 2, 3, 1)
+        with tf.device(self.device):
+            dtype = tf.int32 if np.issubdtype(x.dtype, np.integer) else tf.float32
+            self.x = tf.identity(tf.constant(np.ascontiguousarray(x), dtype=dtype))
+            self.y = tf.identity(tf.constant(np.asarray(y), dtype=tf.int32))
+        self.batch_size = int(self.x.shape[0])
+
+
+class TensorFlowBackend(Backend):
+    name = "tensorflow"
+
+    def set_threads(self, threads: int) -> int:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:  # the runtime has started: the pools are fixed now
+            pass
+        n = tf.config.threading.get_intra_op_parallelism_threads()
+        return n or _default_intra_threads()
+
+    def software(self) -> dict[str, Any]:
+        gpus = tf.config.list_physical_devices("GPU")
+        gpu_name = None
+        if gpus:
+            details = tf.config.experimental.get_device_details(gpus[0])
+            gpu_name = details.get("device_name", gpus[0].name)
+        build = tf.sysconfig.get_build_info()
+        return {
+            "framework": "tensorflow",
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "keras_backend": keras.backend.backend(),
+            "onednn": _onednn_enabled(),
+            "xla": _xla_built(),
+            "cuda": build.get("cuda_version"),
+            "devices": [d.name for d in tf.config.list_physical_devices()],
+            "gpu": gpu_name,
+        }
+
+    def has_gpu(self) -> bool:
+        return bool(tf.config.list_physical_devices("GPU"))
+
+    def build(self, workload: str, config: Any, batch_size: int, variant: str, device: str,
+              seed: int) -> TFTrainer:
+        if variant not in ("graph", "xla"):
+            raise UnsupportedError(f"tensorflow backend has no variant '{variant}'")
+        if device == "gpu" and not self.has_gpu():
+            raise UnsupportedError("no GPU visible to TensorFlow")
+        if keras.backend.backend() != "tensorflow":
+            raise UnsupportedError(
+                f"Keras was loaded with the '{keras.backend.backend()}' backend"
+            )
+        dev = "/GPU:0" if device == "gpu" else "/CPU:0"
+        keras.utils.set_random_seed(seed)
+        with tf.device(dev):
+            model, flat = build_model(config)
+            x, y = synthetic_batch(config, batch_size, seed + 1)
+        return TFTrainer(model, flat, x, y, config, variant, dev)
+
+    def matmul(self, n: int, device: str) -> Trainer:
+        if device == "gpu" and not self.has_gpu():
+            raise UnsupportedError("no GPU visible to TensorFlow")
+        return MatmulProbe(n, "/GPU:0" if device == "gpu" else "/CPU:0")
+
+
+class MatmulProbe(Trainer):
+    """An n x n fp32 matmul as a 'step': the peak that achieved FLOP/s is compared with."""
+
+    def __init__(self, n: int, device: str):
+        self.device = device
+        with tf.device(device):
+            gen = tf.random.Generator.from_seed(0)
+            self.a = gen.normal((n, n))
+            self.b = gen.normal((n, n))
+        self._mm = tf.function(tf.linalg.matmul)
+        self._out: tf.Tensor | None = None
+        self.batch_size = n
+        self.param_count = 0
+        self.n = n
+
+    def step(self) -> None:
+        self._out = self._mm(self.a, self.b)
+
+    def sync(self) -> None:
+        if self._out is not None:
+            self._out[0, 0].numpy()
+
+    def flops_per_step(self) -> float:
+        return 2.0 * self.n**3
+
+
+def _default_intra_threads() -> int:
+    """What TensorFlow uses when no count was configured: $TF_NUM_INTRAOP_THREADS, else
+    the CPUs this process may run on."""
+    env = os.environ.get("TF_NUM_INTRAOP_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0))
+
+
+def _onednn_enabled() -> bool:
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0"
+
+
+def _xla_built() -> bool:
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        return bool(_pywrap_util_port.IsBuiltWithXLA())
+    except (ImportError, AttributeError):
+        return False
+
+
+BACKEND_CLASS = TensorFlowBackend

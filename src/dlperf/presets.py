@@ -1,0 +1,46 @@
+"""Ready-made sweeps: the DLBench study, in full and quick form."""
+
+from __future__ import annotations
+
+from dlperf import config, environment
+from dlperf.config import SweepConfig
+from dlperf.spec import Measurement
+
+DLBENCH_NETWORKS = ("fcn5", "fcn8", "alexnet", "resnet50", "lstm32", "lstm64")
+
+#: Quick: the DLBench table at threads 1, 2, 4 in a few minutes on two cores. Fewer timed
+#: steps and a shorter warm-up budget; still one fresh process per configuration.
+QUICK_MEASUREMENT = Measurement(min_time_s=1.0, min_steps=3, warmup_min_steps=2,
+                                warmup_max_steps=6, warmup_max_time_s=10.0)
+FULL_MEASUREMENT = Measurement(min_time_s=3.0, min_steps=5)
+
+
+def dlbench(
+    *,
+    quick: bool,
+    frameworks: list[str],
+    variants: list[str] | None = None,
+    threads: list[int] | None = None,
+    size: str | None = None,
+    timeout: float | None = None,
+    memory_limit: str | int | None = None,
+) -> list[tuple[str, SweepConfig]]:
+    """The DLBench table (every network x framework x thread count at DLBench's default
+    batch sizes) and, in full mode, DLBench's batch-size sweep at as many threads as the
+    machine has physical cores (the curves of its Fig. 1)."""
+    common = dict(networks=list(DLBENCH_NETWORKS), frameworks=frameworks,
+                  variants=variants or ["default"], size=size, memory_limit=memory_limit)
+    if quick:
+        return [("dlbench table (quick)", config.build(
+            **common, threads=threads or [1, 2, 4], batch_sizes="default", repeat=1,
+            timeout=timeout or 300.0, measurement=QUICK_MEASUREMENT))]
+    cores = environment.physical_cores()
+    return [
+        ("dlbench table", config.build(
+            **common, threads=threads or [1, 2, 4, 8], batch_sizes="default", repeat=3,
+            timeout=timeout or 1800.0, measurement=FULL_MEASUREMENT)),
+        ("dlbench batch-size sweep", config.build(
+            **common, threads=[max(threads or [cores])] if threads else [cores],
+            batch_sizes="sweep", repeat=1, timeout=timeout or 3600.0,
+            measurement=FULL_MEASUREMENT)),
+    ]

@@ -1,0 +1,145 @@
+"""Reports: rendered from the store alone; nothing here runs a benchmark.
+
+A report is a list of sections; each section has tables and plots. ``render`` writes
+every section's tables as Markdown, CSV and JSON, its plots as PNG, and one HTML page
+holding them all, into one folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlperf import environment
+from dlperf.errors import UsageError
+from dlperf.report import exporters, plots
+from dlperf.report.analysis import Row, aggregate
+from dlperf.report.tables import Table, detail_table, dlbench_table
+from dlperf.store import Store
+
+
+@dataclass
+class Section:
+    name: str  # file-name stem
+    title: str
+    tables: list[Table] = field(default_factory=list)
+    images: list[Path] = field(default_factory=list)
+    text: str = ""
+
+
+@dataclass
+class Report:
+    out_dir: Path
+    sections: list[Section]
+    files: list[Path]
+
+    @property
+    def html(self) -> Path:
+        return self.out_dir / "report.html"
+
+
+@dataclass(frozen=True)
+class Filters:
+    networks: tuple[str, ...] = ()
+    frameworks: tuple[str, ...] = ()
+    size: str | None = None
+
+    def where(self) -> dict:
+        return {
+            "network": list(self.networks) or None,
+            "framework": list(self.frameworks) or None,
+            "size": self.size,
+        }
+
+
+def step_rows(store: Store, filters: Filters = Filters()) -> list[Row]:
+    return aggregate(store.results(kind="step", **filters.where()))
+
+
+def dlbench_section(store: Store, out: Path, filters: Filters) -> Section | None:
+    rows = step_rows(store, filters)
+    if not rows:
+        return None
+    imgs = [p for p in (
+        plots.batch_size_curves(rows, out / "batch_size.png"),
+        plots.thread_scaling(rows, out / "thread_scaling.png", environment.physical_cores()),
+    ) if p]
+    return Section("dlbench", "DLBench: time per mini-batch",
+                   tables=[dlbench_table(rows), detail_table(rows)], images=imgs)
+
+
+#: Section builders, in report order. Other parts of dlperf append theirs.
+SECTIONS: list[Callable[[Store, Path, Filters], Section | None]] = [dlbench_section]
+
+
+def render(store: Store, out_dir: str | Path, filters: Filters = Filters()) -> Report:
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"cannot write the report to {out}: {e}") from None
+    sections = [s for build in SECTIONS if (s := build(store, out, filters))]
+    files: list[Path] = []
+    for sec in sections:
+        for i, t in enumerate(sec.tables):
+            stem = sec.name if i == 0 else f"{sec.name}_{_slug(t.title)}"
+            for ext, fn in (("md", exporters.to_markdown), ("csv", exporters.to_csv),
+                            ("json", exporters.to_json)):
+                p = out / f"{stem}.{ext}"
+                p.write_text(fn(t))
+                files.append(p)
+        files.extend(sec.images)
+    files.append(write_raw_json(store, out / "results.json", filters))
+    files.append(_write_html(out, sections, store))
+    return Report(out, sections, files)
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")[:40]
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
+table{border-collapse:collapse;margin:1em 0;font-size:14px}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+td:first-child,td:nth-child(2),th{text-align:left}
+.caption,.notes{color:#555;font-size:13px} img{max-width:100%}"""
+
+
+def _write_html(out: Path, sections: list[Section], store: Store) -> Path:
+    e = html.escape
+    m = environment.machine()
+    env = (f"{m['cpu_model']}, {m['physical_cores']} cores / {m['logical_cpus']} CPUs, "
+           f"{m['memory_bytes'] / 2**30:.0f} GiB; store {store.path}")
+    parts = [f"<!doctype html><meta charset='utf-8'><title>dlperf report</title><style>{_CSS}</style>",
+             f"<h1>dlperf report</h1><p>{e(env)}<br>generated {time.strftime('%Y-%m-%d %H:%M')}</p>"]
+    if not sections:
+        parts.append("<p>The store holds no results yet: run <code>dlperf sweep</code> or "
+                     "<code>dlperf reproduce dlbench --quick</code>.</p>")
+    for sec in sections:
+        parts.append(f"<h1>{e(sec.title)}</h1>")
+        if sec.text:
+            parts.append(f"<p>{e(sec.text)}</p>")
+        parts += [exporters.to_html(t) for t in sec.tables]
+        for img in sec.images:
+            data = base64.b64encode(img.read_bytes()).decode()
+            parts.append(f"<p><img alt='{e(img.stem)}' src='data:image/png;base64,{data}'></p>")
+    p = out / "report.html"
+    p.write_text("\n".join(parts))
+    return p
+
+
+def write_raw_json(store: Store, path: Path, filters: Filters = Filters()) -> Path:
+    """Every stored result (latest per run) as JSON, with the environments they ran in."""
+    results = store.results(kind=None, **filters.where())
+    envs = {r.env_id: store.environment(r.env_id) for r in results if r.env_id}
+    path.write_text(json.dumps({"results": [r.model_dump() for r in results],
+                                "environments": envs}, indent=1, default=str))
+    return path

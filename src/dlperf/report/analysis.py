@@ -1,0 +1,147 @@
+"""From stored RunResults to one row per configuration: repetitions combined, failures kept.
+
+A configuration measured in several worker processes is summarised by the median of the
+per-process medians (robust to one disturbed process) and by the spread between
+processes (coefficient of variation of those medians); within-process spread is the
+median of the per-process coefficients of variation.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from dlperf.spec import RunResult, RunSpec
+
+
+@dataclass
+class Row:
+    spec: RunSpec  # repetition 0's spec (or the first seen)
+    results: list[RunResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> list[RunResult]:
+        return [r for r in self.results if r.ok and r.metrics]
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.ok)
+
+    @property
+    def failure(self) -> str | None:
+        """The reason to show when no repetition succeeded."""
+        if self.ok or not self.results:
+            return None
+        f = self.results[-1].failure
+        return f"{f.reason}: {f.message}" if f else "failed"
+
+    @property
+    def failure_reason(self) -> str | None:
+        if self.ok or not self.results:
+            return None
+        f = self.results[-1].failure
+        return f.reason if f else "failed"
+
+    def _medians(self) -> list[float]:
+        return [r.metrics.median_s for r in self.ok]  # type: ignore[union-attr]
+
+    @property
+    def median_s(self) -> float | None:
+        m = self._medians()
+        return statistics.median(m) if m else None
+
+    @property
+    def processes(self) -> int:
+        return len(self.ok)
+
+    @property
+    def between_cv(self) -> float | None:
+        m = self._medians()
+        if len(m) < 2:
+            return None
+        return statistics.stdev(m) / statistics.fmean(m)
+
+    @property
+    def within_cv(self) -> float | None:
+        cvs = [r.metrics.cv for r in self.ok]  # type: ignore[union-attr]
+        return statistics.median(cvs) if cvs else None
+
+    @property
+    def mad_s(self) -> float | None:
+        """Median absolute deviation of all timed steps of all processes."""
+        steps = [s for r in self.ok for s in r.step_times_s]
+        if not steps:
+            return None
+        med = statistics.median(steps)
+        return statistics.median(abs(s - med) for s in steps)
+
+    def _metric(self, name: str) -> float | None:
+        vals = [getattr(r.metrics, name) for r in self.ok if getattr(r.metrics, name) is not None]
+        return statistics.median(vals) if vals else None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        med = self.median_s
+        return self.spec.batch_size / med if med else None
+
+    @property
+    def flops_per_step(self) -> float | None:
+        return self._metric("flops_per_step")
+
+    @property
+    def achieved_flops(self) -> float | None:
+        f, med = self.flops_per_step, self.median_s
+        return f / med if f and med else None
+
+    @property
+    def peak_share(self) -> float | None:
+        peak = self._metric("peak_flops")
+        a = self.achieved_flops
+        return a / peak if a and peak else None
+
+    @property
+    def peak_rss_bytes(self) -> float | None:
+        vals = [r.metrics.peak_rss_bytes for r in self.ok if r.metrics.peak_rss_bytes]  # type: ignore[union-attr]
+        return max(vals) if vals else None
+
+    @property
+    def cpu_util(self) -> float | None:
+        return self._metric("cpu_util")
+
+    @property
+    def threads_in_force(self) -> int | None:
+        vals = {r.threads_in_force for r in self.ok if r.threads_in_force is not None}
+        return vals.pop() if len(vals) == 1 else None
+
+    @property
+    def warnings(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for r in self.ok:
+            for w in r.warnings:
+                seen.setdefault(w, None)
+        cv = self.between_cv
+        if cv is not None and cv > 0.05:
+            seen.setdefault(
+                f"unstable between processes: medians vary by {cv:.1%}; raise --repeat or "
+                "measure on a quieter machine", None)
+        return list(seen)
+
+    @property
+    def framework_label(self) -> str:
+        return f"{self.spec.framework}/{self.spec.variant}"
+
+
+def config_key(spec: RunSpec) -> str:
+    return spec.config_id
+
+
+def aggregate(results: Iterable[RunResult]) -> list[Row]:
+    """One Row per configuration, in the order configurations were first stored."""
+    rows: dict[str, Row] = {}
+    for r in results:
+        key = config_key(r.spec)
+        if key not in rows:
+            rows[key] = Row(spec=r.spec.model_copy(update={"repeat": 0}))
+        rows[key].results.append(r)
+    return list(rows.values())

@@ -1,0 +1,100 @@
+"""Plots from aggregated rows (matplotlib, no display needed). Each returns the PNG path
+it wrote, or None when the store has nothing to plot for it."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from dlperf import workloads  # noqa: E402
+from dlperf.report.analysis import Row  # noqa: E402
+from dlperf.report.tables import sort_rows  # noqa: E402
+
+
+def _grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    flat = [a for line in axes for a in line]
+    for a in flat[n:]:
+        a.set_visible(False)
+    return fig, flat[:n]
+
+
+def _name(r: Row) -> str:
+    return r.spec.network if r.spec.size in ("full", "") else f"{r.spec.network} [{r.spec.size}]"
+
+
+def _device(r: Row) -> str:
+    return f"{r.spec.threads} thr" if r.spec.device == "cpu" else r.spec.device
+
+
+def batch_size_curves(rows: list[Row], path: Path) -> Path | None:
+    """DLBench Fig. 1: time per mini-batch against mini-batch size, one panel per network,
+    one curve per framework/variant and device."""
+    curves: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    for r in sort_rows(rows):
+        if r.spec.kind == "step" and r.measured:
+            curves[_name(r)][f"{r.framework_label}, {_device(r)}"].append(
+                (r.spec.batch_size, r.median_s))
+    curves = {n: c for n, c in curves.items() if any(len(p) > 1 for p in c.values())}
+    if not curves:
+        return None
+    fig, axes = _grid(len(curves))
+    for ax, (net, by_label) in zip(axes, curves.items(), strict=True):
+        for label, pts in by_label.items():
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(net)
+        ax.set_xlabel("mini-batch size")
+        ax.set_ylabel("time per mini-batch (s)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def thread_scaling(rows: list[Row], path: Path, physical_cores: int | None = None) -> Path | None:
+    """Time per mini-batch against CPU threads at the DLBench default batch size, with
+    ideal scaling (time at 1 thread / threads) dashed."""
+    curves: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    for r in sort_rows(rows):
+        if (r.spec.kind == "step" and r.measured and r.spec.device == "cpu"
+                and r.spec.batch_size == workloads.get(r.spec.network).default_batch):
+            curves[_name(r)][r.framework_label].append((r.spec.threads, r.median_s))
+    curves = {n: c for n, c in curves.items() if any(len(p) > 1 for p in c.values())}
+    if not curves:
+        return None
+    fig, axes = _grid(len(curves))
+    for ax, (net, by_label) in zip(axes, curves.items(), strict=True):
+        for i, (label, pts) in enumerate(by_label.items()):
+            pts.sort()
+            color = f"C{i}"
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            ax.plot(xs, ys, marker="o", color=color, label=label)
+            if xs[0] == 1:
+                ax.plot(xs, [ys[0] / x for x in xs], ls="--", color=color, alpha=0.5,
+                        label=f"{label} ideal")
+        if physical_cores:
+            ax.axvline(physical_cores, color="grey", ls=":", label=f"{physical_cores} cores")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(net)
+        ax.set_xlabel("CPU threads")
+        ax.set_ylabel("time per mini-batch (s)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,117 @@
+"""Tables built from aggregated rows. A Table is format-free; exporters render it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dlperf import units, workloads
+from dlperf.backends import BACKENDS
+from dlperf.report.analysis import Row
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    footnotes: list[str] = field(default_factory=list)
+    caption: str = ""
+    # raw numbers behind the cells (for CSV/JSON): same shape as rows, None where no number
+    values: list[list[float | str | None]] = field(default_factory=list)
+
+
+def _network_order(name: str) -> int:
+    names = list(workloads.WORKLOADS)
+    return names.index(name) if name in names else len(names)
+
+
+def _framework_order(fw: str, variant: str) -> tuple[int, int]:
+    names = list(BACKENDS)
+    i = names.index(fw) if fw in names else len(names)
+    variants = BACKENDS[fw].variants if fw in BACKENDS else ()
+    return i, variants.index(variant) if variant in variants else len(variants)
+
+
+def sort_rows(rows: list[Row]) -> list[Row]:
+    return sorted(rows, key=lambda r: (
+        _network_order(r.spec.network), r.spec.size, _framework_order(r.spec.framework, r.spec.variant),
+        r.spec.device, r.spec.threads, r.spec.batch_size))
+
+
+def _column(row: Row) -> str:
+    return f"{row.spec.threads}" if row.spec.device == "cpu" else "GPU"
+
+
+def dlbench_table(rows: list[Row], *, batch: str = "default") -> Table:
+    """DLBench's Table 4 layout: rows network x framework, columns CPU thread counts then
+    GPU; each cell the median time per mini-batch in seconds at the network's DLBench
+    default batch size. A configuration that failed shows '-' with a footnote."""
+    chosen = [
+        r for r in rows
+        if r.spec.kind == "step"
+        and (batch != "default" or r.spec.batch_size == workloads.get(r.spec.network).default_batch)
+    ]
+    threads = sorted({r.spec.threads for r in chosen if r.spec.device == "cpu"})
+    has_gpu = any(r.spec.device == "gpu" for r in chosen)
+    cols = [str(t) for t in threads] + (["GPU"] if has_gpu else [])
+    headers = ["network", "framework", "batch"] + [
+        f"{c} thread{'s' if c != '1' else ''}" if c != "GPU" else "GPU" for c in cols
+    ]
+    grouped: dict[tuple, dict[str, Row]] = {}
+    for r in sort_rows(chosen):
+        key = (r.spec.network, r.spec.size, r.spec.framework, r.spec.variant, r.spec.batch_size)
+        grouped.setdefault(key, {})[_column(r)] = r
+    out_rows, values, notes = [], [], []
+    for (net, size, fw, var, b), cells in grouped.items():
+        name = net if size in ("full", "") else f"{net} [{size}]"
+        line, vals = [name, f"{fw}/{var}", str(b)], [name, f"{fw}/{var}", b]
+        for c in cols:
+            r = cells.get(c)
+            if r is None:
+                line.append("")
+                vals.append(None)
+            elif r.measured:
+                line.append(f"{r.median_s:.4g}")
+                vals.append(r.median_s)
+            else:
+                notes.append(f"{name} {fw}/{var} {c if c == 'GPU' else c + ' threads'}: {r.failure}")
+                line.append(f"-[{len(notes)}]")
+                vals.append(None)
+        out_rows.append(line)
+        values.append(vals)
+    return Table(
+        title="Time per mini-batch (s), DLBench layout",
+        headers=headers,
+        rows=out_rows,
+        values=values,
+        footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)],
+        caption="Median over timed steps and worker processes; forward + backward + update; "
+        "'-' marks a configuration that did not complete (reason in the footnote).",
+    )
+
+
+def detail_table(rows: list[Row], title: str = "Measurements") -> Table:
+    """Every configuration with its dispersion, throughput, FLOP rate and memory."""
+    headers = ["network", "framework", "device", "batch", "time/batch", "+- MAD", "CV",
+               "samples/s", "GFLOP/s", "% peak", "peak mem", "threads in force", "procs"]
+    out, values, notes = [], [], []
+    for r in sort_rows(rows):
+        dev = f"cpu x{r.spec.threads}" if r.spec.device == "cpu" else r.spec.device
+        name = r.spec.network if r.spec.size in ("full", "") else f"{r.spec.network} [{r.spec.size}]"
+        head = [name, r.framework_label, dev, str(r.spec.batch_size)]
+        if not r.measured:
+            notes.append(f"{name} {r.framework_label} {dev} b{r.spec.batch_size}: {r.failure}")
+            out.append(head + [f"-[{len(notes)}]"] + [""] * (len(headers) - 5))
+            values.append([*head, None] + [None] * (len(headers) - 5))
+            continue
+        cv = r.within_cv
+        out.append(head + [
+            units.seconds(r.median_s), units.seconds(r.mad_s), units.percent(cv),
+            f"{r.samples_per_s:.4g}", f"{r.achieved_flops / 1e9:.1f}" if r.achieved_flops else "-",
+            units.percent(r.peak_share), units.nbytes(r.peak_rss_bytes),
+            str(r.threads_in_force or "-"), str(r.processes),
+        ])
+        values.append([*head, r.median_s, r.mad_s, cv, r.samples_per_s, r.achieved_flops,
+                       r.peak_share, r.peak_rss_bytes, r.threads_in_force, r.processes])
+    return Table(title=title, headers=headers, rows=out, values=values,
+                 footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)])

@@ -1,0 +1,22 @@
+"""Shared fixtures. Every test gets its own store and cache, never the user's."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.spec import Measurement
+
+#: Timing settings for tests: tiny networks, a fraction of a second each.
+FAST = Measurement(min_time_s=0.05, min_steps=3, warmup_min_steps=2, warmup_max_steps=5,
+                   warmup_max_time_s=2.0)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLPERF_DB", str(tmp_path / "default.db"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def db(tmp_path):
+    return tmp_path / "results.db"

@@ -1,0 +1,147 @@
+"""The dlperf command end to end: exit codes, one-line errors, output, Ctrl-C, reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dlperf.cli import main
+from dlperf.spec import Metrics, RunResult, RunSpec
+from dlperf.store import Store
+
+
+def dlperf(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dlperf.cli", *args], capture_output=True,
+                          text=True, timeout=300, **kw)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--network", "fcn6"], "unknown network 'fcn6'"),
+        (["run", "--network", "fcn5", "--batch-size", "0"], "batch"),
+        (["run", "--network", "fcn5", "--threads", "0"], "thread"),
+        (["run", "--network", "fcn5", "--framework", "caffe"], "unknown framework 'caffe'"),
+        (["run", "--network", "fcn5", "--memory-limit", "lots"], "bad memory size"),
+        (["run"], "--network"),
+        (["sweep", "--networks", "fcn5", "--threads", "1,x"], "not a comma-separated list"),
+        (["sweep", "--networks", "fcn5", "--batch-size", "-4"], "batch"),
+        (["sweep", "/nonexistent.toml"], "not found"),
+        (["sweep", "--networks", "fcn5", "--db", "/proc/dlperf/x.db"], "cannot open results store"),
+        (["report", "--out", "/proc/dlperf-report"], "cannot write the report"),
+        (["reproduce", "imagenet"], "unknown study"),
+        (["bogus"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(args, message, capsys):
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("dlperf: error:") and message in lines[0]
+    assert "Traceback" not in captured.err + captured.out
+
+
+def test_bad_sweep_file_through_the_command(tmp_path, capsys):
+    f = tmp_path / "s.toml"
+    f.write_text("[sweep]\nnetworks = 'fcn5'\nthreads = [1, 'two']\n")
+    assert main(["sweep", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert str(f) in err and len(err.strip().splitlines()) == 1
+
+
+def test_networks_lists_every_dlbench_network(capsys):
+    assert main(["networks", "--no-count", "--json"]) == 0
+    nets = {n["name"]: n for n in json.loads(capsys.readouterr().out)}
+    assert {"fcn5", "fcn8", "alexnet", "resnet50", "lstm32", "lstm64"} <= set(nets)
+    assert nets["fcn5"]["params"] == 117_997_696
+    assert nets["fcn5"]["flops_per_step"] == 38_285_606_912
+
+
+@pytest.mark.slow
+def test_run_prints_every_measure(db):
+    p = dlperf("run", "--network", "fcn5", "--size", "tiny", "--batch-size", "4", "--threads",
+               "2", "--min-time", "0.1", "--db", str(db), env={**os.environ, "COLUMNS": "200"})
+    assert p.returncode == 0, p.stderr
+    for text in ("time per mini-batch", "MAD", "IQR", "CV", "samples/s", "FLOP/s",
+                 "matmul peak at 2 threads", "peak memory", "threads in force     2"):
+        assert text in p.stdout, (text, p.stdout)
+    with Store(db) as st:
+        [r] = st.results(kind="step")
+        assert r.ok and r.spec.threads == 2 and r.metrics.peak_share is not None
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_what_was_measured_and_resume_finishes(db):
+    args = ["sweep", "--networks", "fcn5", "--size", "tiny", "--batch-size", "1,2,3,4,5,6",
+            "--min-time", "0.3", "--db", str(db)]
+    proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        time.sleep(0.5)
+        if db.exists():
+            with Store(db) as st:
+                if st.results(kind="step"):
+                    break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    with Store(db) as st:
+        kept = len(st.results(kind="step"))
+    assert 1 <= kept < 6
+    p = dlperf(*args)
+    assert p.returncode == 0, p.stderr
+    assert f"{kept} already in" in p.stdout
+    with Store(db) as st:
+        assert len(st.results(kind="step")) == 6
+
+
+def _result(network, threads, median=None, fail=None, batch=None, device="cpu"):
+    from dlperf import workloads
+
+    spec = RunSpec(network=network, threads=threads, device=device,
+                   batch_size=batch or workloads.get(network).default_batch)
+    if fail:
+        return RunResult.failed(spec, fail, "exceeded --timeout 5 s")
+    m = Metrics(steps=3, median_s=median, mean_s=median, std_s=0.01, min_s=median,
+                max_s=median, mad_s=0.001, iqr_s=0.002, cv=0.01, samples_per_s=1 / median,
+                flops_per_step=1e9, achieved_flops=1e9 / median)
+    return RunResult(spec=spec, status="ok", metrics=m, step_times_s=[median] * 3,
+                     threads_in_force=threads)
+
+
+def test_report_is_rendered_from_the_store_alone(db, tmp_path, capsys):
+    with Store(db) as st:
+        st.add(_result("fcn5", 1, 1.25))
+        st.add(_result("fcn5", 2, 0.75))
+        st.add(_result("alexnet", 1, 2.5))
+        st.add(_result("alexnet", 2, fail="timeout"))
+        st.add(_result("fcn5", 2, 1.5, batch=128))
+    out = tmp_path / "rep"
+    assert main(["report", "--db", str(db), "--out", str(out)]) == 0
+    md = (out / "dlbench.md").read_text()
+    assert "| fcn5 | torch/eager | 64 | 1.25 | 0.75 |" in md
+    assert "| alexnet | torch/eager | 16 | 2.5 | -[1] |" in md
+    assert "[1] alexnet torch/eager 2 threads: timeout: exceeded --timeout 5 s" in md
+    csv_text = (out / "dlbench.csv").read_text()
+    assert "fcn5,torch/eager,64,1.25,0.75" in csv_text
+    assert (out / "thread_scaling.png").stat().st_size > 1000
+    assert (out / "batch_size.png").stat().st_size > 1000  # fcn5 at 64 and 128
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 2
+    raw = json.loads((out / "results.json").read_text())
+    assert len(raw["results"]) == 5 and raw["environments"]
+    assert "1.25" in capsys.readouterr().out  # the table is printed too
+
+
+def test_report_on_an_empty_store_says_so(db, tmp_path, capsys):
+    assert main(["report", "--db", str(db), "--out", str(tmp_path / "r")]) == 0
+    assert "no results yet" in capsys.readouterr().out

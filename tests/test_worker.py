@@ -1,0 +1,113 @@
+"""The worker round trip and the failures the parent must record while a sweep goes on."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf import api, config, plan
+from dlperf.launch import run_isolated
+from dlperf.runner import Runner
+from dlperf.spec import Measurement, RunSpec
+from dlperf.store import Store
+from dlperf.worker import execute
+from tests.conftest import FAST
+
+pytestmark = pytest.mark.slow
+
+
+def test_execute_in_process_measures_a_tiny_network():
+    r = execute(RunSpec(network="fcn5", size="tiny", batch_size=8, measurement=FAST))
+    assert r.ok, r.failure
+    m = r.metrics
+    assert m.steps == len(r.step_times_s) >= FAST.min_steps
+    assert m.min_s <= m.median_s <= m.max_s
+    assert m.flops_per_step == 262144  # torch's counter, == closed form (test_workloads)
+    assert m.samples_per_s == pytest.approx(8 / m.median_s)
+    assert r.threads_in_force == 1 and r.param_count == 6304
+    assert m.peak_rss_bytes > 0 and r.software["framework"] == "torch"
+
+
+def test_worker_round_trip_in_a_fresh_process():
+    r = run_isolated(RunSpec(network="lstm32", size="tiny", batch_size=4, threads=2,
+                             measurement=FAST), timeout_s=120)
+    assert r.ok, r.failure
+    assert r.threads_in_force == 2
+    assert len(r.cpus) == min(2, len(__import__("os").sched_getaffinity(0)))
+    assert r.metrics.flops_per_step > 0 and r.step_times_s
+
+
+def test_hard_crash_is_recorded_as_crash(monkeypatch):
+    monkeypatch.setenv("DLPERF_WORKER_FAULT", "segfault")
+    r = run_isolated(RunSpec(network="fcn5", size="tiny", batch_size=4, measurement=FAST),
+                     timeout_s=120)
+    assert not r.ok
+    assert r.failure.reason == "crash"
+    assert "SIGSEGV" in r.failure.message
+
+
+def test_timeout_keeps_the_steps_already_measured():
+    # a 600 s minimum measuring time cannot finish within a 10 s timeout
+    spec = RunSpec(network="fcn5", size="tiny", batch_size=4,
+                   measurement=Measurement(min_time_s=600, max_steps=10**9, warmup_max_steps=2))
+    r = run_isolated(spec, timeout_s=10)
+    assert not r.ok and r.failure.reason == "timeout"
+    assert "10 s" in r.failure.message
+    # what was measured before the kill is kept
+    assert len(r.warmup_times_s) == 2 and len(r.step_times_s) > 10
+
+
+def test_memory_limit_is_enforced():
+    # full-size fcn5 holds 472 MB of weights plus as much again of gradients
+    spec = RunSpec(network="fcn5", batch_size=64, measurement=FAST)
+    r = run_isolated(spec, timeout_s=120, memory_limit_bytes=700 * 2**20)
+    assert not r.ok and r.failure.reason == "oom"
+    assert "memory-limit" in r.failure.message
+
+
+def test_unsupported_device_is_recorded(db):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    r = run_isolated(RunSpec(network="fcn5", size="tiny", device="gpu", batch_size=4,
+                             measurement=FAST), timeout_s=120)
+    assert not r.ok and r.failure.reason == "unsupported"
+
+
+def test_sweep_records_failures_and_goes_on(db):
+    cfg = config.build(networks=["fcn5", "lstm32"], size="tiny", threads=[1],
+                       batch_sizes=[4], measurement=FAST)
+    specs = plan.expand(cfg)
+    # make the first configuration fail for real: a batch that cannot be allocated
+    huge = specs[0].model_copy(update={"size": "full", "batch_size": 64})
+    with Store(db) as st:
+        runner = Runner(st, timeout_s=120, memory_limit=700 * 2**20, peak_size=256)
+        results = runner.run_all([huge, *specs[1:]])
+        assert [r.status for r in results] == ["failed", "ok"]
+        assert results[0].failure.reason == "oom"
+        stored = st.results(kind="step")
+        assert {r.spec.run_id: r.status for r in stored} == {
+            huge.run_id: "failed", specs[1].run_id: "ok"}
+        # the peak at 1 thread was measured once and used for the share of peak
+        assert len(st.results(kind="peak")) == 1
+        ok = results[1]
+        assert ok.metrics.peak_flops > 0
+        assert ok.metrics.peak_share == pytest.approx(ok.metrics.achieved_flops / ok.metrics.peak_flops)
+
+
+def test_resume_runs_only_what_is_missing(db):
+    cfg = config.build(networks=["fcn5"], size="tiny", threads=[1], batch_sizes=[2, 3, 4],
+                       measurement=FAST, peak_size=256)
+    specs = plan.expand(cfg)
+    with Store(db) as st:
+        runner = Runner(st, timeout_s=120, peak_size=256)
+        calls = iter(range(100))
+        # stop after one configuration, as a kill between runs would
+        runner.run_all(specs, stop=lambda: next(calls) >= 1)
+        assert len(st.results(kind="step")) == 1
+    new = api.sweep(cfg, db=db)
+    assert {r.spec.run_id for r in new} == {s.run_id for s in specs[1:]}  # only the missing
+    assert api.sweep(cfg, db=db) == []  # nothing left
+    with Store(db) as st:
+        assert len(plan.pending(specs, st, force=True)) == 3
+        assert len(st.results(kind="step", latest=False)) == 3
