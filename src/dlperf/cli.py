@@ -520,7 +520,7 @@ def _load_extensions() -> None:
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as e:
-            if e.name != mod:
+            if e.name != mod and not mod.startswith(f"{e.name}."):
                 raise
 
 

@@ -18,7 +18,8 @@ SCHEMA_VERSION = 1
 
 Kind = Literal["step", "peak", "train", "parallel"]
 Device = Literal["cpu", "gpu"]
-FailureReason = Literal["crash", "oom", "timeout", "unsupported", "error", "interrupted"]
+# 'budget': a time-to-target run whose step or time budget ended before the target
+FailureReason = Literal["crash", "oom", "timeout", "unsupported", "error", "interrupted", "budget"]
 
 # Fields of RunSpec that make up a configuration's identity. Measurement-precision
 # settings (min_time, warm-up budget) are deliberately not part of it: changing them

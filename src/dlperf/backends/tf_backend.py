@@ -68,7 +68,7 @@ def _conv(x, c_in: int, c_out: int, k: int, stride: int, pad: int, name: str,
     else:
         padding = "valid"
         if pad:
-            x = keras.layers.ZeroPadding2D(pad, name=f"{name}_pad")(x)
+            x = keras.layers.ZeroPadding2D(((pad - 1, pad + 1), (pad - 1, pad + 1)), name=f"{name}_pad")(x)
     return keras.layers.Conv2D(
         c_out, k, strides=stride, padding=padding, activation=activation, use_bias=bias,
         name=name, kernel_initializer=_fan_in_uniform(k * k * c_in),
@@ -79,7 +79,7 @@ def _conv(x, c_in: int, c_out: int, k: int, stride: int, pad: int, name: str,
 def _max_pool(x, name: str):
     """Max-pool 3x3, stride 2, padding 1. Zero padding is exact here: every pool follows
     a ReLU, so the window maximum is never below zero."""
-    x = keras.layers.ZeroPadding2D(((0, 1), (0, 1)), name=f"{name}_pad")(x)
+    x = keras.layers.ZeroPadding2D(1, name=f"{name}_pad")(x)
     return keras.layers.MaxPooling2D(3, 2, padding="valid", name=name)(x)
 
 

@@ -299,8 +299,31 @@ class TorchTrainer(Trainer):
         return None
 
 
+#: Config types whose training step is not "classifier + cross-entropy + SGD" (the guide's
+#: families: RBM, VAE, GAN, ...) register a factory here:
+#: (config, batch_size, variant, device, seed) -> Trainer.
+TRAINER_FACTORIES: dict[type, Callable[..., Trainer]] = {}
+EXTENSION_MODULES = ("dlperf.backends.torch_families",)
+
+
+def _load_extensions() -> None:
+    import importlib
+
+    for mod in EXTENSION_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+
+
 def build_trainer(config: Any, batch_size: int, variant: str, device: torch.device,
-                  seed: int = 0) -> TorchTrainer:
+                  seed: int = 0) -> Trainer:
+    if type(config) not in BUILDERS and type(config) not in TRAINER_FACTORIES:
+        _load_extensions()
+    factory = TRAINER_FACTORIES.get(type(config))
+    if factory is not None:
+        return factory(config, batch_size, variant, device, seed)
     torch.manual_seed(seed)
     with device:  # parameters are created on the device (no copy; 'meta' allocates nothing)
         model = build_model(config)
@@ -343,7 +366,7 @@ class TorchBackend(Backend):
     def has_gpu(self) -> bool:
         return torch.cuda.is_available()
 
-    def build(self, workload, config, batch_size, variant, device, seed) -> TorchTrainer:
+    def build(self, workload, config, batch_size, variant, device, seed) -> Trainer:
         if device == "gpu" and not torch.cuda.is_available():
             raise UnsupportedError("no CUDA GPU visible to torch")
         return build_trainer(config, batch_size, variant,

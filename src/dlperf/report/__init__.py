@@ -77,7 +77,23 @@ def dlbench_section(store: Store, out: Path, filters: Filters) -> Section | None
 SECTIONS: list[Callable[[Store, Path, Filters], Section | None]] = [dlbench_section]
 
 
+#: Modules that append their section builders to SECTIONS when imported.
+SECTION_MODULES = ("dlperf.experiments", "dlperf.parallel.report")
+
+
+def _load_sections() -> None:
+    import importlib
+
+    for mod in SECTION_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod and not mod.startswith(f"{e.name}."):
+                raise
+
+
 def render(store: Store, out_dir: str | Path, filters: Filters = Filters()) -> Report:
+    _load_sections()
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
