@@ -191,8 +191,8 @@ def print_run(row, db) -> None:
     out.print(f"  peak memory          {units.nbytes(row.peak_rss_bytes)} resident"
               f" (model, data and activations {units.nbytes(m.model_rss_bytes)})"
               + (f"; device {units.nbytes(m.device_peak_bytes)}" if m.device_peak_bytes else ""))
-    out.print(f"  threads in force     {r0.threads_in_force} on CPUs {r0.cpus}"
-              f" (CPU busy {row.cpu_util:.2f} cores)" if row.cpu_util is not None else "")
+    busy = f" (CPU busy {row.cpu_util:.2f} cores)" if row.cpu_util is not None else ""
+    out.print(f"  threads in force     {r0.threads_in_force} on CPUs {r0.cpus}{busy}")
     for w in row.warnings:
         out.print(f"  [yellow]warning[/]: {escape(w)}")
     out.print(f"  stored in {db or default_path()}", style="dim")

@@ -1,0 +1,137 @@
+"""Benchmarks of dlperf's own measurement, side by side in one run (ratios, not thresholds).
+
+1. Fidelity: dlperf's reported time per mini-batch for fcn5 (batch 64, 1 thread) against a
+   bare hand-written PyTorch loop (benchmarks/handwritten/torch_loop.py), the two run
+   alternately so that drift of a shared machine hits both. Target ratio 0.97 .. 1.03.
+2. Efficiency: the FLOP rate fcn5 reaches against the fp32 matmul peak measured in the
+   same run on the same thread count. Target at least 75%. ``--explain`` also times each
+   of fcn5's matrix products alone, to show where the time goes.
+3. Stability: the coefficient of variation of fcn5's median step time over the separate
+   worker processes of (1). Target under 3%.
+
+    python benchmarks/bench_harness.py [--rounds 5] [--threads 1] [--explain]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from dlperf.launch import run_isolated
+from dlperf.runner import PEAK_MEASUREMENT
+from dlperf.spec import Measurement, RunSpec
+
+HERE = Path(__file__).resolve().parent
+
+
+def handwritten(framework: str, network: str, threads: int, batch: int, steps: int,
+                warmup: int, variant: str | None = None) -> dict:
+    cmd = [sys.executable, str(HERE / "handwritten" / f"{framework}_loop.py"), "--network",
+           network, "--threads", str(threads), "--batch-size", str(batch), "--steps",
+           str(steps), "--warmup", str(warmup)]
+    if variant:
+        cmd += ["--variant", variant]
+    from dlperf import backends
+
+    env = {**__import__("os").environ, **backends.info(framework).thread_env(threads)}
+    p = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def dlperf_run(framework: str, network: str, threads: int, batch: int, min_time: float,
+               variant: str = "default") -> dict:
+    from dlperf import backends
+
+    spec = RunSpec(network=network, framework=framework, threads=threads, batch_size=batch,
+                   variant=backends.resolve_variant(framework, variant),
+                   measurement=Measurement(min_time_s=min_time, min_steps=5))
+    r = run_isolated(spec, timeout_s=1800)
+    if not r.ok:
+        raise SystemExit(f"dlperf run failed: {r.failure}")
+    return {"median_s": r.metrics.median_s, "flops": r.metrics.flops_per_step,
+            "steps": len(r.step_times_s), "warmup": len(r.warmup_times_s)}
+
+
+def peak(threads: int) -> float:
+    r = run_isolated(RunSpec(kind="peak", network="matmul", threads=threads, batch_size=4096,
+                             measurement=PEAK_MEASUREMENT), timeout_s=600)
+    return r.metrics.achieved_flops
+
+
+def explain_gemms(threads: int) -> None:
+    """Time fcn5's matrix products one by one (batch 64) in a fresh process."""
+    code = f"""
+import os, time, torch
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:{threads}])
+torch.set_num_threads({threads})
+B = 64
+def best(f, n=5):
+    f(); f()
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter(); f(); ts.append(time.perf_counter() - t)
+    return sorted(ts)[n // 2]
+total_f = total_t = 0.0
+for (k, n) in [(26752, 2048), (2048, 2048), (2048, 2048), (2048, 26752)]:
+    x, w, g = torch.randn(B, k), torch.randn(n, k), torch.randn(B, n)
+    for name, f, first_skip in (("fwd", lambda: x @ w.t(), False),
+                                ("wgrad", lambda: g.t() @ x, False),
+                                ("dgrad", lambda: g @ w, k == 26752)):
+        if first_skip:
+            continue
+        t = best(f); fl = 2 * B * k * n
+        total_f += fl; total_t += t
+        print(f"  {{name:5}} {{B}}x{{k}}x{{n}}: {{fl / t / 1e9:6.1f}} GFLOP/s ({{t * 1e3:.1f}} ms)")
+print(f"  all products: {{total_f / total_t / 1e9:.1f}} GFLOP/s, {{total_t:.3f}} s per step")
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5, help="dlperf processes (and loop runs)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--min-time", type=float, default=8.0)
+    ap.add_argument("--explain", action="store_true")
+    a = ap.parse_args()
+
+    print(f"fcn5, batch {a.batch_size}, {a.threads} thread(s), {a.rounds} rounds, "
+          "dlperf and the hand-written loop alternating")
+    pk = peak(a.threads)
+    print(f"matmul peak (4096^2 fp32, {a.threads} thread(s)): {pk / 1e9:.1f} GFLOP/s")
+    ours, theirs = [], []
+    for i in range(a.rounds):
+        d = dlperf_run("torch", "fcn5", a.threads, a.batch_size, a.min_time)
+        h = handwritten("torch", "fcn5", a.threads, a.batch_size, steps=max(5, d["steps"]),
+                        warmup=max(3, d["warmup"]))
+        ours.append(d["median_s"])
+        theirs.append(h["median_s"])
+        print(f"  round {i + 1}: dlperf {d['median_s']:.4f} s ({d['steps']} steps after "
+              f"{d['warmup']} warm-up), hand-written {h['median_s']:.4f} s, "
+              f"ratio {d['median_s'] / h['median_s']:.3f}")
+    pk_after = peak(a.threads)
+    ratio = statistics.median(ours) / statistics.median(theirs)
+    flops = d["flops"]
+    eff = flops / statistics.median(ours) / pk
+    cv = statistics.stdev(ours) / statistics.fmean(ours)
+    print()
+    print(f"fidelity    dlperf / hand-written = {ratio:.3f}   (target 0.97 .. 1.03) "
+          f"{'PASS' if 0.97 <= ratio <= 1.03 else 'FAIL'}")
+    print(f"efficiency  {flops / statistics.median(ours) / 1e9:.1f} GFLOP/s of "
+          f"{pk / 1e9:.1f} GFLOP/s peak = {eff:.1%}   (target >= 75%) "
+          f"{'PASS' if eff >= 0.75 else 'FAIL'}   [peak re-measured after the rounds: "
+          f"{pk_after / 1e9:.1f} GFLOP/s]")
+    print(f"stability   CV of {a.rounds} process medians = {cv:.2%}   (target < 3%) "
+          f"{'PASS' if cv < 0.03 else 'FAIL'}")
+    if a.explain:
+        print("\nfcn5's matrix products alone (median of 5):")
+        explain_gemms(a.threads)
+
+
+if __name__ == "__main__":
+    main()
