@@ -1,0 +1,56 @@
+"""Each framework's time per mini-batch as dlperf reports it, against a minimal
+hand-written training loop in the same framework (benchmarks/handwritten/*_loop.py),
+timed alternately in the same run. Target ratio 0.95 .. 1.05: the comparison then
+measures the frameworks, not dlperf. Prints the framework ranking for each network.
+
+    python benchmarks/bench_frameworks.py [--frameworks torch,tensorflow,jax]
+        [--networks fcn5,alexnet] [--threads 1] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from bench_harness import dlperf_run, handwritten
+
+from dlperf import backends, workloads
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--frameworks", default="torch,tensorflow,jax")
+    ap.add_argument("--networks", default="fcn5,alexnet")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=6.0)
+    a = ap.parse_args()
+    frameworks = [f for f in a.frameworks.split(",") if backends.installed(f)]
+    summary: dict[str, dict[str, float]] = {}
+    for net in a.networks.split(","):
+        batch = workloads.get(net).default_batch
+        for fw in frameworks:
+            variant = backends.info(fw).default_variant
+            ours, theirs = [], []
+            for _ in range(a.rounds):
+                d = dlperf_run(fw, net, a.threads, batch, a.min_time)
+                h = handwritten(fw, net, a.threads, batch, steps=max(5, d["steps"]),
+                                warmup=max(3, d["warmup"]))
+                ours.append(d["median_s"])
+                theirs.append(h["median_s"])
+            ratio = statistics.median(ours) / statistics.median(theirs)
+            ok = "PASS" if 0.95 <= ratio <= 1.05 else "FAIL"
+            print(f"{net:8} {fw}/{variant:6} dlperf {statistics.median(ours):.4f} s  "
+                  f"hand-written {statistics.median(theirs):.4f} s  ratio {ratio:.3f}  {ok}"
+                  f"   (rounds: {', '.join(f'{o / t:.3f}' for o, t in zip(ours, theirs, strict=True))})",
+                  flush=True)
+            summary.setdefault(net, {})[f"{fw}/{variant}"] = statistics.median(ours)
+    print()
+    for net, times in summary.items():
+        ranking = sorted(times.items(), key=lambda kv: kv[1])
+        fastest = ranking[0][1]
+        print(f"{net}: " + "  <  ".join(f"{k} {v:.3f} s ({v / fastest:.2f}x)" for k, v in ranking))
+
+
+if __name__ == "__main__":
+    main()

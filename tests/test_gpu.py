@@ -1,0 +1,21 @@
+"""GPU paths: the framework's own device handling, timed with device synchronisation.
+Skipped on a machine without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.launch import run_isolated
+from dlperf.spec import RunSpec
+from tests.conftest import FAST
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+
+
+def test_torch_gpu_run_reports_device_memory():
+    r = run_isolated(RunSpec(network="fcn5", size="tiny", device="gpu", batch_size=8,
+                             measurement=FAST), timeout_s=300)
+    assert r.ok, r.failure
+    assert r.metrics.device_peak_bytes > 0
+    assert r.software["gpu"]
