@@ -62,7 +62,7 @@ def test_full_size_param_count(name):
         assert tf_backend.trainable_params(model) == wl.param_count("full")
     finally:
         del model
-        tf.keras.backend.clear_session()
+        tf_backend.keras.backend.clear_session()
 
 
 def test_profiler_counts_are_adjusted_not_replaced(backend):
@@ -132,6 +132,15 @@ def test_gpu_without_gpu_is_unsupported(backend):
         backend.build("fcn5", _tiny("fcn5"), BATCH, "graph", "gpu", 0)
 
 
+def test_matmul_probe(backend):
+    probe = backend.matmul(64, "cpu")
+    probe.step()
+    probe.sync()
+    assert probe.flops_per_step() == 2 * 64**3
+    np.testing.assert_allclose(probe._out.numpy(), probe.a.numpy() @ probe.b.numpy(),
+                               rtol=1e-4, atol=1e-3)
+
+
 def test_software_reports_versions(backend):
     sw = backend.software()
     assert sw["tensorflow"] == tf.__version__
@@ -190,6 +199,12 @@ def _check_parity(backend, name: str, cfg, variant: str) -> None:
         assert np.linalg.norm(d_torch) > 0, f"{k} was not updated"
         rel = np.linalg.norm(d_tf - d_torch) / np.linalg.norm(d_torch)
         assert rel < 1e-2, f"{k}: update differs by {rel:.2e} (relative, in norm)"
+
+    if variant == "xla" and not name.startswith("lstm"):
+        # the traced graph of the jit-compiled step is counted (XLA compiles it at the call);
+        # the language model's count comes from an unrolled twin, the same in both variants
+        flops = tf_tr.flops_per_step()
+        assert flops == pytest.approx(workloads.get(name).train_flops(BATCH, "tiny"), rel=0.01)
 
 
 # ----------------------------------------------------------------------------- worker

@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -65,7 +65,7 @@ class RunSpec(_Frozen):
     network: str
     size: str = "full"
     framework: str = "torch"
-    variant: str = "eager"
+    variant: str = "default"  # resolved to the framework's default variant on creation
     device: Device = "cpu"
     threads: int = Field(1, ge=1)
     batch_size: int = Field(1, ge=1)
@@ -76,6 +76,19 @@ class RunSpec(_Frozen):
     # kind-specific settings (e.g. a training target); part of the identity through params
     # would make them hard to read, so they live here and are hashed too.
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_variant(cls, data: Any) -> Any:
+        # 'default' names the framework's own default (torch eager, tensorflow graph, jax
+        # jit), so that a spec and its stored identity never depend on the spelling
+        if isinstance(data, dict) and data.get("variant", "default") in ("default", "", None):
+            from dlperf import backends
+
+            fw = data.get("framework", "torch")
+            if fw in backends.BACKENDS:
+                data = {**data, "variant": backends.BACKENDS[fw].default_variant}
+        return data
 
     def identity(self) -> dict[str, Any]:
         ident = {k: getattr(self, k) for k in _IDENTITY}

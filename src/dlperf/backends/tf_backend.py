@@ -68,7 +68,7 @@ def _conv(x, c_in: int, c_out: int, k: int, stride: int, pad: int, name: str,
     else:
         padding = "valid"
         if pad:
-            x = keras.layers.ZeroPadding2D(((pad - 1, pad + 1), (pad - 1, pad + 1)), name=f"{name}_pad")(x)
+            x = keras.layers.ZeroPadding2D(pad, name=f"{name}_pad")(x)
     return keras.layers.Conv2D(
         c_out, k, strides=stride, padding=padding, activation=activation, use_bias=bias,
         name=name, kernel_initializer=_fan_in_uniform(k * k * c_in),
@@ -261,7 +261,7 @@ def _reachable_ops(graph: tf.Graph) -> set[str]:
     """Names of the ops a call of the function runs: those its outputs and its side effects
     (the variable updates) depend on. TensorFlow prunes the rest when it instantiates the
     function, e.g. the input gradient the Conv2D gradient builds for the first layer."""
-    targets = [t.op for t in graph.outputs] + list(graph.control_outputs)
+    targets = [t.op for t in graph.outputs] + list(getattr(graph, "control_outputs", []))
     seen: set[str] = set()
     stack = list(targets)
     while stack:
@@ -285,7 +285,7 @@ def _conv_backprop_flops(op: tf.Operation) -> int:
 
 def profile_flops(graph: tf.Graph) -> dict[str, int]:
     """Matmul/conv FLOPs per op type over the ops a call of ``graph`` runs, as TensorFlow's
-    profiler counts them; see ``TFTrainer.flops_per_step`` for the two corrections."""
+    profiler counts them; see ``TFTrainer.flops_per_step`` for the adjustments."""
     opts = (
         tf.compat.v1.profiler.ProfileOptionBuilder(
             tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
@@ -321,7 +321,7 @@ def _xent(logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
     )
 
 
-def make_train_step(model: keras.Model, opt: keras.optimizers.Optimizer, jit: bool):
+def make_train_step(model: keras.Model, opt: keras.optimizers.Optimizer, jit: bool) -> Any:
     """One forward + backward + SGD update as a tf.function (XLA-compiled if ``jit``)."""
     variables = model.trainable_variables
 
@@ -336,8 +336,8 @@ def make_train_step(model: keras.Model, opt: keras.optimizers.Optimizer, jit: bo
 
 
 class TFTrainer(Trainer):
-    def __init__(self, model: keras.Model, flat: dict[str, tuple[int, int, int]], x, y,
-                 cfg: Any, variant: str, device: str):
+    def __init__(self, model: keras.Model, flat: dict[str, tuple[int, int, int]],
+                 x: tf.Tensor, y: tf.Tensor, cfg: Any, variant: str, device: str):
         self.model, self._flat, self._cfg = model, flat, cfg
         self.x, self.y = x, y
         self.device = device
@@ -401,7 +401,7 @@ class TFTrainer(Trainer):
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         import_weights(self.model, self._flat, weights)
 
-    def set_batch(self, x, y) -> None:
+    def set_batch(self, x: Any, y: Any) -> None:
         x = np.asarray(x)
         if x.ndim == 4:  # neutral NCHW -> NHWC
             x = x.transpose(0, 2, 3, 1)
@@ -411,11 +411,18 @@ class TFTrainer(Trainer):
             self.y = tf.identity(tf.constant(np.asarray(y), dtype=tf.int32))
         self.batch_size = int(self.x.shape[0])
 
+    def device_peak_bytes(self) -> int | None:
+        if self.device.startswith("/GPU"):
+            return int(tf.config.experimental.get_memory_info(self.device[1:])["peak"])
+        return None
+
 
 class TensorFlowBackend(Backend):
     name = "tensorflow"
 
     def set_threads(self, threads: int) -> int:
+        """Size TensorFlow's pools (one inter-op thread, as the other backends) and read
+        the intra-op count back; 0 there means TensorFlow's own default."""
         try:
             tf.config.threading.set_intra_op_parallelism_threads(threads)
             tf.config.threading.set_inter_op_parallelism_threads(1)

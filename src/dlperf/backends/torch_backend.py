@@ -266,7 +266,7 @@ class TorchTrainer(Trainer):
             torch.cuda.synchronize(self.device)
 
     def loss(self) -> float:
-        return float(self._last_loss) if self._last_loss is not None else float("nan")
+        return float(self._last_loss.detach()) if self._last_loss is not None else float("nan")
 
     def flops_per_step(self) -> float:
         """Counted by FlopCounterMode over one eager forward + backward (weights untouched).
