@@ -249,7 +249,7 @@ def run_sweep(cfg, a: argparse.Namespace, title: str) -> int:
                   f"in {store.path}, {len(todo)} to measure")
         if a.dry_run:
             for s in todo:
-                out.print(f"  {s.label()}  (repeat {s.repeat})")
+                out.print(f"  {escape(s.label())}  (repeat {s.repeat})")
             return 0
     with ProgressListener() as listener:
         api.sweep(cfg, db=a.db, force=a.force, retry_failed=a.retry_failed, listener=listener)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlperf import environment
+from dlperf import environment, workloads
 from dlperf.errors import UsageError
 from dlperf.report import exporters, plots
 from dlperf.report.analysis import Row, aggregate
@@ -62,7 +62,9 @@ def step_rows(store: Store, filters: Filters = Filters()) -> list[Row]:
 
 
 def dlbench_section(store: Store, out: Path, filters: Filters) -> Section | None:
-    rows = step_rows(store, filters)
+    # the DLBench networks only; the guide's families have their own section
+    rows = [r for r in step_rows(store, filters)
+            if (wl := workloads.WORKLOADS.get(r.spec.network)) and wl.group == "dlbench"]
     if not rows:
         return None
     imgs = [p for p in (

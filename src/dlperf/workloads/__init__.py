@@ -7,8 +7,9 @@ from typing import Any
 from dlperf.errors import UsageError
 from dlperf.workloads.base import Layer, Workload
 from dlperf.workloads.dlbench import DLBENCH
+from dlperf.workloads.families import FAMILIES
 
-WORKLOADS: dict[str, Workload] = dict(DLBENCH)
+WORKLOADS: dict[str, Workload] = {**DLBENCH, **FAMILIES}
 
 
 def register(workload: Workload) -> None:
