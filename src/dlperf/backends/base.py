@@ -11,7 +11,6 @@ nothing is imported until a worker needs it.
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,14 +102,8 @@ class BackendInfo:
             "TF_NUM_INTEROP_THREADS": "1",
         }
         if self.name == "jax":
-            # XLA:CPU sizes its Eigen pool from the CPU affinity; with one thread, also
-            # stop it from splitting work across a pool at all.
-            flags = os.environ.get("XLA_FLAGS", "")
-            if threads == 1:
-                flags += " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-            else:
-                flags += f" intra_op_parallelism_threads={threads}"
-            env["XLA_FLAGS"] = flags.strip()
+            # XLA:CPU sizes its thread pool once, at start-up, from NPROC (else from the
+            # CPU affinity); it has no flag for it (measured: docs/frameworks.md)
             env["NPROC"] = n
         if self.name == "tensorflow":
             env["TF_CPP_MIN_LOG_LEVEL"] = "2"

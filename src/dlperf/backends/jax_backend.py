@@ -8,7 +8,8 @@ Images are NHWC inside JAX; the neutral NCHW layout is converted only at the edg
 
 The timed ``step()`` is one call of the jitted step, with the parameters and optimizer
 state donated so XLA updates them in place, and nothing else; ``sync()`` blocks on its
-outputs. FLOPs come from XLA's cost model of the compiled step (see ``JaxTrainer``).
+outputs. FLOPs are counted on the traced step's matmuls and convolutions, because XLA's
+own cost analysis counts something else (see ``JaxTrainer.flops_per_step``).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def _conv(features: int, kernel: int, stride: int, pad: int, name: str,
 
 
 def _bn(name: str) -> nn.BatchNorm:
-    # batch statistics in training, as torch's BatchNorm2d in train mode
+    # batch statistics in training, as torch's BatchNorm2d in train mode (the running
+    # averages are updated as in torch, except that Flax keeps the biased variance)
     return nn.BatchNorm(use_running_average=False, momentum=BN_MOMENTUM, epsilon=BN_EPSILON,
                         name=name)
 
@@ -208,6 +210,16 @@ def build_model(cfg: Any) -> nn.Module:
         raise UnsupportedError(f"jax backend cannot build {type(cfg).__name__}") from None
 
 
+def prng_key(seed: int) -> jax.Array:
+    """A key for the initial weights (not timed).
+
+    RBG keys (XLA's RngBitGenerator) compile in a fraction of the time of the default
+    threefry keys, whose per-initialiser kernels take tens of seconds for a ResNet on a
+    small CPU; their randomness is ample for initial weights.
+    """
+    return jax.random.key(seed, impl="rbg")
+
+
 def input_spec(cfg: Any, batch: int) -> jax.ShapeDtypeStruct:
     """Shape and dtype of one batch of inputs, in JAX's layout (images NHWC)."""
     if isinstance(cfg, LSTMLMConfig):
@@ -218,20 +230,16 @@ def input_spec(cfg: Any, batch: int) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct((batch, *shape), jnp.float32)
 
 
-def synthetic_batch(cfg: Any, batch: int, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Inputs and integer targets, generated on the default device before timing."""
+def synthetic_batch(cfg: Any, batch: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and integer targets in JAX's layout, drawn on the host (as torch_backend
+    draws them) and put on the device by the trainer, before anything is timed."""
+    rng = np.random.default_rng(seed)
     spec = input_spec(cfg, batch)
-
-    @jax.jit
-    def make(key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        kx, ky = jax.random.split(key)
-        if isinstance(cfg, LSTMLMConfig):
-            x = jax.random.randint(kx, spec.shape, 0, cfg.vocab, jnp.int32)
-            return x, jax.random.randint(ky, spec.shape, 0, cfg.vocab, jnp.int32)
-        x = jax.random.normal(kx, spec.shape, jnp.float32)
-        return x, jax.random.randint(ky, (batch,), 0, cfg.classes, jnp.int32)
-
-    return make(key)
+    if isinstance(cfg, LSTMLMConfig):
+        return (rng.integers(0, cfg.vocab, spec.shape, dtype=np.int32),
+                rng.integers(0, cfg.vocab, spec.shape, dtype=np.int32))
+    x = rng.standard_normal(spec.shape, dtype=np.float32)
+    return x, rng.integers(0, cfg.classes, (batch,), dtype=np.int32)
 
 
 def init_variables(model: nn.Module, cfg: Any, batch: int, key: jax.Array) -> dict[str, Any]:
@@ -245,7 +253,7 @@ def param_shapes(cfg: Any, batch: int = 1) -> Any:
     """The parameter tree as shapes only (``jax.eval_shape``): no memory, no compute."""
     model = build_model(cfg)
     spec = input_spec(cfg, batch)
-    return jax.eval_shape(model.init, jax.random.PRNGKey(0), spec)["params"]
+    return jax.eval_shape(model.init, prng_key(0), spec)["params"]
 
 
 def count_params(params: Any) -> int:
@@ -316,10 +324,8 @@ def jaxpr_matmul_flops(jaxpr: Any) -> int:
 
     ``dot_general``: 2 x output elements x contracted size (XLA's own formula for a dot).
     ``conv_general_dilated``: 2 x multiply-adds over the full kernel window, zero padding
-    counted as data, in the cheaper of the direct formulation (per output element) and the
-    transposed one (per input element, which is how a gradient convolution with a dilated
-    input is counted: as the forward convolution it transposes). That is the convention of
-    ``dlperf.workloads`` and of torch's FlopCounterMode; XLA's own count skips padding.
+    counted as data (see ``_conv_macs``): the convention of ``dlperf.workloads`` and of
+    torch's FlopCounterMode, whereas XLA's own count skips the padding.
     A ``scan`` body counts ``length`` times; a ``while`` loop with matmuls has no static trip
     count, so it raises ``ValueError``.
     """
@@ -351,16 +357,23 @@ def jaxpr_matmul_flops(jaxpr: Any) -> int:
 
 
 def _conv_macs(eqn: Any) -> int:
+    """Multiply-adds of a convolution over its full kernel window (padding counted).
+
+    A convolution of a dilated input is a transposed convolution (JAX's input gradient of
+    a strided convolution): each real input element meets every kernel tap and every
+    output feature of its group. Any other convolution: each output element takes every
+    kernel tap of every input feature of its group.
+    """
     p = eqn.params
     lhs, rhs = (v.aval.shape for v in eqn.invars[:2])
     out = eqn.outvars[0].aval.shape
     dn = p["dimension_numbers"]
     taps = math.prod(rhs[d] for d in dn.rhs_spec[2:])
     rhs_out, rhs_in = rhs[dn.rhs_spec[0]], rhs[dn.rhs_spec[1]]
-    direct = math.prod(out) * taps * rhs_in
-    groups = p["feature_group_count"] * p["batch_group_count"]
-    transposed = math.prod(lhs) * taps * rhs_out // groups
-    return min(direct, transposed)
+    if any(d > 1 for d in p["lhs_dilation"]):
+        groups = p["feature_group_count"] * p["batch_group_count"]
+        return math.prod(lhs) * taps * rhs_out // groups
+    return math.prod(out) * taps * rhs_in
 
 
 # ----------------------------------------------------------------------------- trainer
@@ -396,10 +409,10 @@ class JaxTrainer(Trainer):
     """The state (parameters, batch statistics, optimizer state) lives on the device and is
     donated to every step; ``step()`` is a single call of the jitted step."""
 
-    def __init__(self, model: nn.Module, cfg: Any, variables: dict[str, Any], x: jax.Array,
-                 y: jax.Array, device: jax.Device):
+    def __init__(self, model: nn.Module, cfg: Any, variables: dict[str, Any], x: Any,
+                 y: Any, device: jax.Device):
         self.model, self.cfg, self.device = model, cfg, device
-        self.x, self.y = x, y
+        self.x, self.y = jax.device_put((x, y), device)
         self.batch_size = int(x.shape[0])
         params = variables["params"]
         batch_stats = variables.get("batch_stats", {})
@@ -431,8 +444,12 @@ class JaxTrainer(Trainer):
         multiply-adds only where the window meets real input (zero padding skipped, and
         XLA rewrites small convolutions); and it counts a ``while`` body once whatever its
         trip count (a scan over 64 steps counts as one step). So the count walks the traced
-        step instead - the very program that is compiled - and adds up its ``dot_general``
-        and ``conv_general_dilated`` ops from their shapes (see ``jaxpr_matmul_flops``).
+        step instead - the jaxpr that jit lowers and compiles, before XLA's rewrites - and
+        adds up its ``dot_general`` and ``conv_general_dilated`` ops from their shapes (see
+        ``jaxpr_matmul_flops``). Like the analytic count it includes products XLA then
+        simplifies: convolution padding, and the LSTM's first recurrent product with the
+        zero state (and its weight gradient), which PyTorch computes and XLA folds away.
+        Returns None if the step has matmuls in a loop without a static trip count.
         """
         try:
             traced = self._step.trace(self.state, self.x, self.y)
@@ -523,8 +540,8 @@ class JaxBackend(Backend):
         dev = _device(device)
         model = build_model(config)
         with jax.default_device(dev):
-            variables = init_variables(model, config, batch_size, jax.random.PRNGKey(seed))
-            x, y = synthetic_batch(config, batch_size, jax.random.PRNGKey(seed + 1))
+            variables = init_variables(model, config, batch_size, prng_key(seed))
+        x, y = synthetic_batch(config, batch_size, seed + 1)
         return JaxTrainer(model, config, variables, x, y, dev)
 
     def matmul(self, n: int, device: str) -> Trainer:
@@ -535,10 +552,11 @@ class MatmulProbe(Trainer):
     """An n x n fp32 matmul as a 'step': the peak that achieved FLOP/s is compared with."""
 
     def __init__(self, n: int, device: jax.Device):
-        with jax.default_device(device):
-            ka, kb = jax.random.split(jax.random.PRNGKey(0))
-            self.a = jax.random.normal(ka, (n, n), jnp.float32)
-            self.b = jax.random.normal(kb, (n, n), jnp.float32)
+        rng = np.random.default_rng(0)
+        self.a, self.b = jax.device_put(
+            (rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)),
+            device,
+        )
         self._mm = jax.jit(jnp.matmul)
         self._out: jax.Array | None = None
         self.batch_size = n
