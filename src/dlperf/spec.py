@@ -108,7 +108,12 @@ class RunSpec(_Frozen):
         return f"{self.config_id}-r{self.repeat}"
 
     def label(self) -> str:
-        """Short human label: 'fcn5 torch/eager cpu x2 b64'."""
+        """Short human label: 'fcn5 torch/eager cpu x2 b64'; for a parallel run
+        'fcn5 sync x2 b64 t1' (strategy, workers, global batch, threads per worker)."""
+        if self.kind == "parallel":
+            from dlperf.parallel.options import describe
+
+            return describe(self)
         size = "" if self.size in ("full", "") else f"[{self.size}]"
         dev = f"cpu x{self.threads}" if self.device == "cpu" else self.device
         return f"{self.network}{size} {self.framework}/{self.variant} {dev} b{self.batch_size}"

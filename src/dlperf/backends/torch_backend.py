@@ -324,12 +324,19 @@ def build_trainer(config: Any, batch_size: int, variant: str, device: torch.devi
     factory = TRAINER_FACTORIES.get(type(config))
     if factory is not None:
         return factory(config, batch_size, variant, device, seed)
+    model, x, y = build_parts(config, batch_size, device, seed)
+    return TorchTrainer(model, x, y, variant, device)
+
+
+def build_parts(config: Any, batch_size: int, device: torch.device, seed: int = 0):
+    """The seeded model and synthetic batch of a classifier config, without an optimizer
+    (whose first use imports torch._dynamo: seconds that a pipeline stage does not need)."""
     torch.manual_seed(seed)
     with device:  # parameters are created on the device (no copy; 'meta' allocates nothing)
         model = build_model(config)
     gen = torch.Generator().manual_seed(seed + 1)
     x, y = synthetic_batch(config, batch_size, device, gen)
-    return TorchTrainer(model, x, y, variant, device)
+    return model, x, y
 
 
 def count_flops(config: Any, batch_size: int) -> float:

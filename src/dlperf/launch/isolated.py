@@ -35,7 +35,7 @@ def worker_env(spec: RunSpec) -> dict[str, str]:
     return env
 
 
-def _tree_rss(proc: psutil.Process) -> int:
+def tree_rss(proc: psutil.Process) -> int:
     total = 0
     try:
         for p in [proc, *proc.children(recursive=True)]:
@@ -73,7 +73,7 @@ def _partial(progress: Path) -> tuple[list[float], list[float]]:
     return warm, steps
 
 
-def _describe_exit(code: int) -> str:
+def describe_exit(code: int) -> str:
     if code < 0:
         try:
             return f"worker killed by signal {signal.Signals(-code).name}"
@@ -114,13 +114,13 @@ def run_isolated(
         try:
             while popen.poll() is None:
                 time.sleep(POLL_S)
-                rss = _tree_rss(proc)
+                rss = tree_rss(proc)
                 peak_rss = max(peak_rss, rss)
                 if on_event is not None:
                     seen = _forward_events(progress, seen, on_event)
                 if memory_limit_bytes and rss > memory_limit_bytes:
-                    failure = ("oom", f"exceeded --memory-limit {_gib(memory_limit_bytes)} "
-                                      f"(resident {_gib(rss)})")
+                    failure = ("oom", f"exceeded --memory-limit {gib(memory_limit_bytes)} "
+                                      f"(resident {gib(rss)})")
                     _kill_group(popen)
                 elif timeout_s and time.time() - started > timeout_s:
                     failure = ("timeout", f"exceeded --timeout {timeout_s:g} s")
@@ -137,8 +137,8 @@ def run_isolated(
             return RunResult.model_validate_json(result_path.read_text())
         warm, steps = _partial(progress)
         if failure is None:
-            last = _last_meaningful_line(tail)
-            failure = ("crash", _describe_exit(popen.returncode) + (f": {last}" if last else ""))
+            last = last_meaningful_line(tail)
+            failure = ("crash", describe_exit(popen.returncode) + (f": {last}" if last else ""))
             if _looks_oom(popen.returncode, tail):
                 failure = ("oom", failure[1])
         extra = {"worker_log_tail": tail[-1500:], "peak_rss_bytes": peak_rss}
@@ -162,7 +162,7 @@ def _forward_events(progress: Path, seen: int, on_event: Callable[[dict], None])
     return seen
 
 
-def _last_meaningful_line(text: str) -> str:
+def last_meaningful_line(text: str) -> str:
     for line in reversed(text.strip().splitlines()):
         line = line.strip()
         if line and not line.startswith(("WARNING", "I0000", "W0000")):
@@ -175,5 +175,5 @@ def _looks_oom(code: int, tail: str) -> bool:
     return code == -signal.SIGKILL or "out of memory" in tail.lower() or "bad_alloc" in tail
 
 
-def _gib(n: int) -> str:
+def gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"

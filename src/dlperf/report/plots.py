@@ -17,7 +17,7 @@ from dlperf.report.analysis import Row  # noqa: E402
 from dlperf.report.tables import sort_rows  # noqa: E402
 
 
-def _grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
+def grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
     cols = min(3, n)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
@@ -46,7 +46,7 @@ def batch_size_curves(rows: list[Row], path: Path) -> Path | None:
     curves = {n: c for n, c in curves.items() if any(len(p) > 1 for p in c.values())}
     if not curves:
         return None
-    fig, axes = _grid(len(curves))
+    fig, axes = grid(len(curves))
     for ax, (net, by_label) in zip(axes, curves.items(), strict=True):
         for label, pts in by_label.items():
             pts.sort()
@@ -75,7 +75,7 @@ def thread_scaling(rows: list[Row], path: Path, physical_cores: int | None = Non
     curves = {n: c for n, c in curves.items() if any(len(p) > 1 for p in c.values())}
     if not curves:
         return None
-    fig, axes = _grid(len(curves))
+    fig, axes = grid(len(curves))
     for ax, (net, by_label) in zip(axes, curves.items(), strict=True):
         for i, (label, pts) in enumerate(by_label.items()):
             pts.sort()

@@ -1,0 +1,377 @@
+"""Torch-side pieces every strategy shares: the rank's context, the network and its data,
+the loss, evaluation, flat parameter vectors and the timing of DDP's all-reduce.
+
+Times are wall-clock seconds from ``time.time()``: the launcher matches communication
+events across ranks by their start times, and CLOCK_REALTIME is one clock for every
+process of a machine (across machines it is as close as their NTP sync, usually well
+under a millisecond; docs/parallel.md says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from dlperf.backends import torch_backend as tb
+from dlperf.backends.base import UnsupportedError
+from dlperf.parallel.options import Options
+from dlperf.parallel.status import StatusBoard
+from dlperf.spec import RunSpec
+
+
+class StepLog:
+    """Every step's record, kept in memory for the final report and appended to this
+    rank's progress file as it happens, so a crash or a kill loses nothing measured."""
+
+    def __init__(self, path: Path):
+        self._f = path.open("a", buffering=1)
+        self.steps: list[dict[str, Any]] = []
+        self.evals: list[dict[str, Any]] = []
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self._f.write(json.dumps(event, separators=(",", ":")) + "\n")
+
+    def step(self, rec: dict[str, Any]) -> None:
+        self.steps.append(rec)
+        self.emit({"log": "step", **rec})
+
+    def eval(self, rec: dict[str, Any]) -> None:
+        self.evals.append(rec)
+        self.emit({"log": "eval", **rec})
+
+    def close(self) -> None:
+        self._f.close()
+
+
+@dataclass
+class Context:
+    spec: RunSpec
+    opts: Options
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+    node: int
+    device: torch.device
+    backend: str
+    outdir: Path
+    status: StatusBoard
+    log: StepLog
+    comm_timeout_s: float
+    dump_dir: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_straggler(self) -> bool:
+        return self.rank == self.opts.straggler_rank
+
+    def straggle(self, share: float = 1.0) -> float:
+        """The straggler's extra compute time (``share`` of its per-step delay)."""
+        if not self.is_straggler:
+            return 0.0
+        d = self.opts.straggler_delay_s * share
+        time.sleep(d)
+        return d
+
+    def bcast(self, values: list[float], src: int, group: Any = None) -> list[float]:
+        """Broadcast a few numbers from ``src`` (decisions such as 'stop' or a step count)."""
+        dev = self.device if self.backend == "nccl" else torch.device("cpu")
+        t = torch.tensor(values, dtype=torch.float64, device=dev)
+        dist.broadcast(t, src=src, group=group)
+        return t.cpu().tolist()
+
+    def dump(self, name: str, obj: Any) -> None:
+        """For the tests: tensors written to $DLPERF_PARALLEL_DUMP (never in a normal run)."""
+        if self.dump_dir is not None:
+            torch.save(obj, self.dump_dir / f"{name}_rank{self.rank}.pt")
+
+
+# ----------------------------------------------------------------------------- network
+@dataclass
+class Net:
+    """The rank's copy of the network (the same seed on every rank: the same weights)."""
+
+    model: nn.Module
+    x: torch.Tensor  # the synthetic global batch (DLBench's synthetic data)
+    y: torch.Tensor
+    config: Any
+    dataset: Any = None  # dlperf.data.Dataset for time-to-target runs
+    flatten: bool = False  # dense networks take real data flattened
+    flops_per_sample: float = 0.0
+    param_count: int = 0
+    _test: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def test_set(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._test is None:
+            ds = self.dataset
+            self._test = (to_input(ds.x_test, self.flatten, device),
+                          torch.as_tensor(ds.y_test, dtype=torch.long, device=device))
+        return self._test
+
+
+def to_input(x: np.ndarray, flatten: bool, device: torch.device) -> torch.Tensor:
+    t = torch.as_tensor(np.asarray(x, dtype=np.float32), device=device)
+    return t.reshape(t.shape[0], -1) if flatten else t
+
+
+def adapt_config(cfg: Any, ds: Any) -> tuple[Any, bool]:
+    """The network's configuration with its input and output sized for a real data set:
+    a dense network takes the samples flattened, a convolutional one takes square images.
+    """
+    names = {f.name for f in dataclasses.fields(cfg)}
+    shape = tuple(ds.input_shape)
+    if "dataset" in names:  # the guide's families are sized by the data set they train on
+        try:
+            cfg = dataclasses.replace(cfg, dataset=ds.name)
+            cfg.layers()  # the family checks that it takes this data set
+        except (TypeError, ValueError, KeyError) as e:
+            raise UnsupportedError(f"{type(cfg).__name__} cannot take the data set "
+                                   f"'{ds.name}': {e}") from None
+        if tuple(cfg.input_shape()) != shape:
+            raise UnsupportedError(f"{type(cfg).__name__} takes {cfg.input_shape()}, the data "
+                                   f"set '{ds.name}' has samples shaped {shape}")
+        return cfg, False
+    if {"inputs", "classes"} <= names:
+        return dataclasses.replace(cfg, inputs=math.prod(shape), classes=ds.classes), True
+    if {"image", "channels_in", "classes"} <= names and len(shape) == 3 and shape[1] == shape[2]:
+        return dataclasses.replace(cfg, image=shape[1], channels_in=shape[0],
+                                   classes=ds.classes), False
+    raise UnsupportedError(f"network config {type(cfg).__name__} cannot take the data set "
+                           f"'{ds.name}' (samples shaped {shape})")
+
+
+def build_net(ctx: Context) -> Net:
+    from dlperf import data, workloads
+
+    spec = ctx.spec
+    _, _, cfg = workloads.resolve(spec.network, spec.size, spec.params)
+    ds, flatten = None, False
+    if ctx.opts.data:
+        ds = data.load(ctx.opts.data, spec.seed)
+        cfg, flatten = adapt_config(cfg, ds)
+    # the backend's own modules, initialisation and synthetic batch: the same weights and
+    # data as a single-process run of this network (the tests compare against build_trainer)
+    if type(cfg) in tb.BUILDERS:
+        model, x, y = tb.build_parts(cfg, spec.batch_size, ctx.device, spec.seed)
+    else:  # a family registered by an extension module (dlperf.backends.torch_families)
+        trainer = tb.build_trainer(cfg, spec.batch_size, "eager", ctx.device, spec.seed)
+        if not _is_classifier(trainer):
+            raise UnsupportedError(f"{spec.network} trains with its own step, not as a "
+                                   "classifier with cross-entropy on tensors; the parallel "
+                                   "strategies split that step")
+        # the family's own optimiser is not used: every strategy applies plain SGD (--lr)
+        model, x, y = trainer.model, trainer.x, trainer.y
+    flops = float(sum(layer.train_flops() for layer in cfg.layers()))
+    return Net(model, x, y, cfg, ds, flatten, flops, tb.trainable_params(model))
+
+
+def _is_classifier(trainer: Any) -> bool:
+    """A trainer whose step is ``cross_entropy(model(x), y)`` on tensors: the backend's own,
+    or a family's ClassifierTrainer (not a tree batch, not a reconstruction or a sampler)."""
+    if isinstance(trainer, tb.TorchTrainer):
+        return True
+    try:
+        from dlperf.backends.torch_families import ClassifierTrainer
+    except ImportError:
+        return False
+    return (isinstance(trainer, ClassifierTrainer) and isinstance(trainer.x, torch.Tensor)
+            and isinstance(trainer.model, nn.Module))
+
+
+def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy, as ``TorchTrainer`` computes it (per step for a language model)."""
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
+class Batches:
+    """A worker's mini-batches: its fixed shard of the synthetic global batch, or an
+    endless shuffled stream of the real training split (its own order per ``stream``)."""
+
+    def __init__(self, ctx: Context, net: Net, shard: int, shards: int, stream: int):
+        self.size = ctx.spec.batch_size // shards
+        self.device, self.flatten = ctx.device, net.flatten
+        self._fixed = None
+        self._it = None
+        if net.dataset is None:
+            n = ctx.spec.batch_size // shards
+            self._fixed = (net.x[shard * n:(shard + 1) * n], net.y[shard * n:(shard + 1) * n])
+        else:
+            rng = np.random.default_rng([ctx.spec.seed, stream])
+            self._it = net.dataset.batches(self.size, rng)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._fixed is not None:
+            return self._fixed
+        x, y = next(self._it)
+        return (to_input(x, self.flatten, self.device),
+                torch.as_tensor(y, dtype=torch.long, device=self.device))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, net: Net, device: torch.device) -> tuple[float, float]:
+    """Held-out loss and accuracy."""
+    x, y = net.test_set(device)
+    was = model.training
+    model.eval()
+    try:
+        out = model(x)
+    finally:
+        model.train(was)
+    return float(loss_fn(out, y)), float((out.argmax(-1) == y).float().mean())
+
+
+def target_reached(opts: Options, loss: float, acc: float) -> bool:
+    ok = opts.target_accuracy is not None or opts.target_loss is not None
+    if opts.target_accuracy is not None:
+        ok = ok and acc >= opts.target_accuracy
+    if opts.target_loss is not None:
+        ok = ok and loss <= opts.target_loss
+    return ok
+
+
+def budget_spent(opts: Options, samples: int, batch: int, elapsed: float) -> bool:
+    if opts.max_steps is not None and samples >= opts.max_steps * batch:
+        return True
+    return opts.max_time_s is not None and elapsed >= opts.max_time_s
+
+
+# ----------------------------------------------------------------------------- vectors
+def trainable(model: nn.Module) -> list[nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+class SGD:
+    """Plain SGD, the update torch.optim.SGD(lr) makes on CPU tensors (p -= lr * grad, no
+    momentum), without torch.optim: its first use imports torch._dynamo, seconds of
+    start-up per worker."""
+
+    def __init__(self, params: list[nn.Parameter], lr: float):
+        self.params, self.lr = params, lr
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p in self.params:
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-self.lr)
+
+
+def flat_grads(params: list[nn.Parameter]) -> torch.Tensor:
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                      for p in params])
+
+
+@torch.no_grad()
+def load_flat(params: list[nn.Parameter], vec: torch.Tensor) -> None:
+    """Copy (not alias: the vector's buffer is reused) a flat vector into the parameters."""
+    i = 0
+    for p in params:
+        n = p.numel()
+        p.copy_(vec[i:i + n].view_as(p))
+        i += n
+
+
+# ----------------------------------------------------------------------------- all-reduce
+class AllreduceTimer:
+    """DDP communication hook: the same averaging all-reduce as DDP's default, with each
+    bucket's launch and completion times recorded.
+
+    DDP launches a bucket's all-reduce as soon as its gradients are ready, so most of the
+    communication overlaps the rest of the backward pass. The launcher separates what the
+    step waited for (from the last launch, when compute is done, to the end of backward)
+    from what ran hidden behind compute, and splits the blocked part into waiting for the
+    slowest rank and transferring (see ``dlperf.parallel.analysis``).
+    """
+
+    def __init__(self, ddp: nn.Module, group: Any, size: int, ctx: Context):
+        self.group, self.size, self.ctx = group, size, ctx
+        self.buckets: list[list[float]] = []
+        self.label = ""
+        # DDP inspects the hook's annotations; a plain (unannotated) wrapper passes
+        ddp.register_comm_hook(None, lambda state, bucket: self._hook(bucket))
+
+    def _hook(self, bucket: Any) -> torch.futures.Future:
+        t = time.time()
+        if bucket.is_last():
+            self.ctx.status.set("m", f"all-reduce, {self.label}")
+        buf = bucket.buffer()
+        buf.div_(self.size)
+        fut = dist.all_reduce(buf, group=self.group, async_op=True).get_future()
+        idx, nbytes = bucket.index(), buf.numel() * buf.element_size()
+
+        def done(f: torch.futures.Future) -> torch.Tensor:
+            self.buckets.append([idx, t, time.time(), nbytes])
+            return f.value()[0]
+
+        return fut.then(done)
+
+    def begin(self, label: str) -> None:
+        self.label = label
+        self.buckets = []
+
+    def record(self, key: str, bw_start: float, bw_end: float) -> dict[str, Any]:
+        return {"key": key, "bw": [bw_start, bw_end], "b": self.buckets}
+
+
+def wrap_ddp(model: nn.Module, ctx: Context, group: Any = None) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    return DDP(model, device_ids=ids, process_group=group)
+
+
+# ----------------------------------------------------------------------------- strategy
+class Strategy:
+    """One way of training on several workers. ``step`` runs one local step and returns its
+    record; the driver (``dlperf.parallel.worker``) decides how many and when to stop."""
+
+    name = ""
+    #: every rank runs every step together (sync, pipeline); else workers run freely
+    lockstep = True
+    #: the rank that evaluates held-out quality in a time-to-target run
+    evaluator = 0
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.updates = 0  # parameter updates this rank applied (or, for a PS, pushed)
+        self._dumped_grads = False
+
+    def setup(self) -> None:
+        raise NotImplementedError
+
+    def step(self, i: int, phase: str, deadline: float | None = None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def evaluate(self) -> tuple[float, float] | None:
+        """Lockstep strategies: a collective; (loss, accuracy) on the evaluator, else None."""
+        raise NotImplementedError
+
+    def finish(self) -> dict[str, Any]:
+        """Tear down (RPC, ...) and return this rank's strategy-specific report."""
+        return {}
+
+    def dump_grads(self, model: nn.Module, loss: float) -> None:
+        """Tests: the gradients of the first step, by parameter name, and its loss."""
+        if self.ctx.dump_dir is not None and not self._dumped_grads:
+            self._dumped_grads = True
+            self.ctx.dump("grads", {"loss": loss, "grads": {
+                n: p.grad.detach().clone() for n, p in model.named_parameters()
+                if p.grad is not None}})
+
+    def dump_weights(self, model: nn.Module) -> None:
+        self.ctx.dump("weights", {"updates": self.updates, "weights": {
+            n: p.detach().clone() for n, p in model.named_parameters()}})

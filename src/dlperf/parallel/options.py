@@ -1,0 +1,221 @@
+"""What a parallel run is: the strategy and its settings, carried in ``RunSpec.options``.
+
+Framework-free: the CLI, the launcher and the report read these without importing torch.
+Only the settings that apply to a strategy are stored (``groups`` only for mixed,
+``micro_batches`` only for pipeline, the training target only with a data set), so the
+configuration id stays stable and the stored options read cleanly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dlperf import workloads
+from dlperf.errors import UsageError
+from dlperf.spec import Measurement, RunSpec
+
+STRATEGIES = ("sync", "async", "mixed", "pipeline")
+#: strategies whose workers move in lockstep (every rank runs every step)
+LOCKSTEP = ("sync", "pipeline")
+DATASETS = ("digits", "mnist1d")
+DEFAULT_LR = 0.01  # torch_backend.LEARNING_RATE; repeated here to stay framework-free
+DEFAULT_EVAL_EVERY = 10
+
+
+@dataclass(frozen=True)
+class Options:
+    """The parallel settings of one RunSpec (see ``make_spec`` for their meaning)."""
+
+    strategy: str
+    workers: int
+    groups: int = 1
+    micro_batches: int = 1
+    straggler_delay_s: float = 0.0
+    nodes: int = 1
+    lr: float = DEFAULT_LR
+    data: str | None = None
+    target_accuracy: float | None = None
+    target_loss: float | None = None
+    max_steps: int | None = None
+    max_time_s: float | None = None
+    eval_every: int = DEFAULT_EVAL_EVERY
+    steps: int | None = None
+    warmup_steps: int | None = None
+
+    @classmethod
+    def from_spec(cls, spec: RunSpec) -> Options:
+        o = dict(spec.options)
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in o.items() if k in known})
+
+    @property
+    def straggler_rank(self) -> int | None:
+        """The slowed worker: the last rank (never rank 0, which hosts the parameter server,
+        unless it is the only worker)."""
+        return self.workers - 1 if self.straggler_delay_s > 0 else None
+
+    @property
+    def lockstep(self) -> bool:
+        return self.strategy in LOCKSTEP
+
+    @property
+    def pushes_per_batch(self) -> int:
+        """Parameter-server pushes that together consume one global mini-batch."""
+        return self.workers if self.strategy == "async" else self.groups
+
+    def group_of(self, rank: int) -> int:
+        return rank // (self.workers // self.groups)
+
+    def group_ranks(self, group: int) -> list[int]:
+        size = self.workers // self.groups
+        return list(range(group * size, (group + 1) * size))
+
+
+def default_groups(workers: int) -> int:
+    """Mixed-asynchronous default: groups of two workers (one group when there are two)."""
+    if workers == 1:
+        return 1
+    if workers % 2:
+        raise UsageError(f"--workers {workers} is odd: give --groups for the mixed strategy")
+    return workers // 2
+
+
+def default_threads(workers_on_node: int, physical_cores: int) -> int:
+    """Threads per worker so that the workers of one node do not fight for cores."""
+    return max(1, physical_cores // max(1, workers_on_node))
+
+
+def local_batch(batch_size: int, o: Options) -> int:
+    """Samples one worker processes per step."""
+    if o.strategy == "pipeline":
+        return batch_size  # every stage sees the whole batch, in micro-batches
+    return batch_size // o.workers
+
+
+def make_spec(
+    network: str,
+    *,
+    strategy: str,
+    workers: int,
+    size: str | None = None,
+    batch_size: int | None = None,
+    threads: int = 1,
+    groups: int | None = None,
+    micro_batches: int | None = None,
+    straggler_delay_s: float = 0.0,
+    nodes: int = 1,
+    lr: float | None = None,
+    data: str | None = None,
+    target_accuracy: float | None = None,
+    target_loss: float | None = None,
+    max_steps: int | None = None,
+    max_time_s: float | None = None,
+    eval_every: int | None = None,
+    steps: int | None = None,
+    warmup_steps: int | None = None,
+    params: dict[str, Any] | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    repeat: int = 0,
+    measurement: Measurement | None = None,
+) -> RunSpec:
+    """A validated ``kind="parallel"`` RunSpec. Bad input raises UsageError (one line).
+
+    ``batch_size`` is the global mini-batch: split across the workers for data parallelism,
+    into ``micro_batches`` for the pipeline. ``threads`` is per worker.
+    """
+    if strategy not in STRATEGIES:
+        raise UsageError(f"unknown strategy '{strategy}' (known: {', '.join(STRATEGIES)})")
+    if workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {workers}")
+    if nodes < 1 or workers % nodes:
+        raise UsageError(f"--workers {workers} cannot be spread evenly over --nnodes {nodes}")
+    if threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads}")
+    wl, size, _ = workloads.resolve(network, size, params)
+    batch = batch_size or wl.default_batch
+    if batch < 1:
+        raise UsageError(f"--batch-size must be at least 1, got {batch}")
+    opts: dict[str, Any] = {"strategy": strategy, "workers": workers}
+    if strategy == "mixed":
+        g = groups if groups is not None else default_groups(workers)
+        if g < 1 or workers % g:
+            raise UsageError(f"--groups {g} does not divide --workers {workers}")
+        opts["groups"] = g
+    elif groups not in (None, 1):
+        raise UsageError(f"--groups applies to the mixed strategy only (got --strategy {strategy})")
+    if strategy == "pipeline":
+        m = micro_batches if micro_batches is not None else min(batch, 4 * workers)
+        if m < 1 or batch % m:
+            raise UsageError(f"--micro-batches {m} does not divide the batch size {batch}")
+        opts["micro_batches"] = m
+    else:
+        if micro_batches not in (None, 1):
+            raise UsageError("--micro-batches applies to the pipeline strategy only")
+        if batch % workers:
+            raise UsageError(f"the global batch {batch} does not split evenly over {workers} "
+                             "workers; choose a multiple of --workers")
+    if straggler_delay_s < 0 or not math.isfinite(straggler_delay_s):
+        raise UsageError(f"--straggler-delay must be a non-negative number of seconds, "
+                         f"got {straggler_delay_s}")
+    if straggler_delay_s:
+        opts["straggler_delay_s"] = float(straggler_delay_s)
+    if nodes > 1:
+        opts["nodes"] = nodes
+    opts["lr"] = float(lr if lr is not None else DEFAULT_LR)
+    if opts["lr"] <= 0:
+        raise UsageError(f"--lr must be positive, got {lr}")
+    if data is None:
+        if target_accuracy is not None or target_loss is not None:
+            raise UsageError("a training target needs real data: add --data digits or mnist1d")
+        if max_steps is not None or max_time_s is not None:
+            raise UsageError("--max-steps/--max-time bound a training run: add --data")
+    else:
+        if data not in DATASETS:
+            raise UsageError(f"unknown data set '{data}' (known: {', '.join(DATASETS)})")
+        if target_accuracy is not None and not 0 < target_accuracy <= 1:
+            raise UsageError(f"--target-accuracy must be in (0, 1], got {target_accuracy}")
+        if target_loss is not None and target_loss <= 0:
+            raise UsageError(f"--target-loss must be positive, got {target_loss}")
+        if max_steps is None and max_time_s is None:
+            max_steps = 2000  # a bound, so that a target never reached cannot run forever
+        opts["data"] = data
+        for k, v in (("target_accuracy", target_accuracy), ("target_loss", target_loss),
+                     ("max_steps", max_steps), ("max_time_s", max_time_s)):
+            if v is not None:
+                if v <= 0:
+                    raise UsageError(f"--{k.replace('_s', '').replace('_', '-')} must be positive")
+                opts[k] = v
+        opts["eval_every"] = eval_every or DEFAULT_EVAL_EVERY
+    for k, v in (("steps", steps), ("warmup_steps", warmup_steps)):
+        if v is not None:
+            if v < (1 if k == "steps" else 0):
+                raise UsageError(f"--{k.replace('_', '-')} must be at least "
+                                 f"{1 if k == 'steps' else 0}, got {v}")
+            opts[k] = v
+    return RunSpec(kind="parallel", network=wl.name, size=size, framework="torch",
+                   variant="eager", device=device, threads=threads, batch_size=batch,
+                   params=dict(params or {}), seed=seed, repeat=repeat,
+                   measurement=measurement or Measurement(), options=opts)
+
+
+def describe(spec: RunSpec) -> str:
+    """Short label: 'fcn5[tiny] sync x2 b64' (+ groups, micro-batches, straggler, data)."""
+    o = Options.from_spec(spec)
+    size = "" if spec.size in ("full", "") else f"[{spec.size}]"
+    parts = [f"{spec.network}{size}", f"{o.strategy} x{o.workers}"]
+    if o.strategy == "mixed":
+        parts.append(f"g{o.groups}")
+    if o.strategy == "pipeline":
+        parts.append(f"mb{o.micro_batches}")
+    parts.append(f"b{spec.batch_size}")
+    parts.append(f"t{spec.threads}")
+    if o.nodes > 1:
+        parts.append(f"{o.nodes} nodes")
+    if o.straggler_delay_s:
+        parts.append(f"straggler +{o.straggler_delay_s:g}s")
+    if o.data:
+        parts.append(f"{o.data}")
+    return " ".join(parts)
