@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from dlperf import __version__, units
 from dlperf.errors import UsageError
-from dlperf.runner import Interrupted, Listener
+from dlperf.runner import Interrupted, Listener, peak_threads
 from dlperf.spec import Measurement, RunResult, RunSpec
 
 out = Console(highlight=False)
@@ -184,8 +184,10 @@ def print_run(row, db) -> None:
     out.print(f"  samples/s            {row.samples_per_s:.4g}")
     if row.achieved_flops:
         peak = row._metric("peak_flops")
+        pt = peak_threads(s.threads)
+        over = f" (all CPUs; {s.threads} threads oversubscribe them)" if pt < s.threads else ""
         share = (f" = {units.percent(row.peak_share)} of the {units.flops(peak, '/s')} matmul peak"
-                 f" at {s.threads} thread{'s' if s.threads > 1 else ''}") if peak else ""
+                 f" at {pt} thread{'s' if pt > 1 else ''}{over}") if peak else ""
         out.print(f"  achieved             {units.flops(row.achieved_flops, '/s')} "
                   f"({units.flops(row.flops_per_step)}/step){share}")
     out.print(f"  peak memory          {units.nbytes(row.peak_rss_bytes)} resident"
@@ -361,6 +363,7 @@ def cmd_env(a: argparse.Namespace) -> int:
                               if gpus else "none"))
     out.print(f"  system   {m['os']}, Python {m['python']}")
     threads = threads_arg(a.threads) if a.threads else _env_threads()
+    threads = sorted({peak_threads(t) for t in threads})  # past the CPUs: the all-CPU peak
     with Store(a.db) as store:
         runner = Runner(store, peak_size=a.peak_size)
         peaks, software = {}, {}

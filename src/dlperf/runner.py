@@ -10,12 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from dlperf.environment import usable_cpus
 from dlperf.launch import run_isolated
 from dlperf.spec import Measurement, RunResult, RunSpec
 from dlperf.store import Store
 
 # The peak probe: a few large matmuls, timed like any other step.
 PEAK_MEASUREMENT = Measurement(min_time_s=2.0, min_steps=3, warmup_min_steps=1, warmup_max_steps=3)
+
+
+def peak_threads(threads: int) -> int:
+    """The thread count whose peak bounds a run: more threads than CPUs cannot compute
+    faster than all the CPUs (and timing a large matmul oversubscribed takes minutes)."""
+    return min(threads, len(usable_cpus()))
 
 
 class Interrupted(Exception):
@@ -67,7 +74,7 @@ class Runner:
 
     def run(self, spec: RunSpec) -> RunResult:
         """Measure one spec (and the peak it needs), store and return the result."""
-        peak = self.ensure_peak(spec.threads, spec.device) if spec.kind == "step" else None
+        peak = self.ensure_peak(peak_threads(spec.threads), spec.device) if spec.kind == "step" else None
         result = run_isolated(
             spec,
             timeout_s=self.timeout_s,

@@ -40,6 +40,7 @@ def init_uniform_fan_in(module: nn.Module) -> None:
         elif isinstance(m, nn.BatchNorm2d):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
+            m.reset_running_stats()
         elif isinstance(m, nn.Embedding):
             nn.init.uniform_(m.weight, -0.1, 0.1)
         elif isinstance(m, nn.LSTM | nn.RNN):
@@ -159,12 +160,15 @@ BUILDERS: dict[type, Callable[[Any], nn.Module]] = {
 
 
 def build_model(cfg: Any) -> nn.Module:
+    """The network on the current default device (``with device:``), initialised once."""
     try:
         builder = BUILDERS[type(cfg)]
     except KeyError:
         raise UnsupportedError(f"torch backend cannot build {type(cfg).__name__}") from None
-    model = builder(cfg)
-    init_uniform_fan_in(model)
+    with torch.device("meta"):  # shapes only: skip PyTorch's own initialisation pass
+        model = builder(cfg)
+    model = model.to_empty(device=torch.get_default_device())
+    init_uniform_fan_in(model)  # sets every parameter and buffer
     if isinstance(model, LSTMLanguageModel):
         model.freeze_hidden_bias()
     return model
@@ -237,8 +241,10 @@ def import_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
 
 # ----------------------------------------------------------------------------- trainer
 class TorchTrainer(Trainer):
-    def __init__(self, model: nn.Module, x, y, variant: str, device: torch.device):
+    def __init__(self, model: nn.Module, x, y, variant: str, device: torch.device,
+                 config: Any = None):
         self.model = model
+        self.config = config
         self.x, self.y = x, y
         self.device = device
         self.batch_size = x.shape[0]
@@ -269,18 +275,11 @@ class TorchTrainer(Trainer):
         return float(self._last_loss.detach()) if self._last_loss is not None else float("nan")
 
     def flops_per_step(self) -> float:
-        """Counted by FlopCounterMode over one eager forward + backward (weights untouched).
-
-        oneDNN's fused LSTM kernel is opaque to the counter, so the count runs with oneDNN
-        off: the same matrix products, expressed as the mm calls the counter sees.
-        """
-        self.opt.zero_grad(set_to_none=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # oneDNN's TF32 notice when toggling the flag
-            with torch.backends.mkldnn.flags(enabled=False), FlopCounterMode(display=False) as c:
-                self._loss(self.model).backward()
-        self.opt.zero_grad(set_to_none=True)
-        return float(c.get_total_flops())
+        """FlopCounterMode over one forward + backward of the same network on the meta
+        device (shapes only: no compute, no change to the weights)."""
+        if self.config is not None and self.device.type != "meta":
+            return count_flops(self.config, self.batch_size)
+        return _count(self.model, self.x, self.y)
 
     def get_weights(self) -> dict[str, np.ndarray]:
         return export_weights(self.model)
@@ -325,7 +324,7 @@ def build_trainer(config: Any, batch_size: int, variant: str, device: torch.devi
     if factory is not None:
         return factory(config, batch_size, variant, device, seed)
     model, x, y = build_parts(config, batch_size, device, seed)
-    return TorchTrainer(model, x, y, variant, device)
+    return TorchTrainer(model, x, y, variant, device, config)
 
 
 def build_parts(config: Any, batch_size: int, device: torch.device, seed: int = 0):
@@ -343,6 +342,21 @@ def count_flops(config: Any, batch_size: int) -> float:
     """Training-step FLOPs from PyTorch's counter, on the meta device: shapes only, so a
     full-size network costs no memory and almost no time."""
     return build_trainer(config, batch_size, "eager", torch.device("meta")).flops_per_step()
+
+
+def _count(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """FLOPs of cross_entropy(model(x), y).backward() by PyTorch's FlopCounterMode.
+
+    oneDNN's fused LSTM kernel is opaque to the counter, so the count runs with oneDNN
+    off: the same matrix products, expressed as the mm calls the counter sees.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # oneDNN's TF32 notice when toggling the flag
+        with torch.backends.mkldnn.flags(enabled=False), FlopCounterMode(display=False) as c:
+            out = model(x)
+            F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
+    model.zero_grad(set_to_none=True)
+    return float(c.get_total_flops())
 
 
 class TorchBackend(Backend):
