@@ -48,7 +48,7 @@ class Measurement(_Frozen):
     min_time_s: float = Field(2.0, gt=0, description="time the timed steps for at least this long")
     min_steps: int = Field(5, ge=1)
     max_steps: int = Field(1000, ge=1)
-    warmup_min_steps: int = Field(2, ge=1)
+    warmup_min_steps: int = Field(1, ge=1, description="steps always discarded (cold start)")
     warmup_max_steps: int = Field(50, ge=1)
     warmup_max_time_s: float = Field(30.0, gt=0)
     settle_tolerance: float = Field(0.05, gt=0, description="relative change that counts as settled")

@@ -1,10 +1,13 @@
 """Warm-up until step times settle, then time steps one by one with a monotonic clock.
 
-As pyperf does: the first steps (allocation, autotuning, compilation) are not trusted;
-warm-up ends when two consecutive steps agree within ``settle_tolerance``, or when the
-warm-up budget runs out (then the result says it did not settle). The timed phase runs
-at least ``min_steps`` and at least ``min_time_s`` of steps. Every step is followed by a
-device sync, so a step's time is the time until its work is done.
+The first ``warmup_min_steps`` steps (allocation, kernel selection, compilation) are always
+discarded. After them, the steady state starts at the first pair of consecutive steps that
+agree within ``settle_tolerance``; that pair is the start of the timed sample, as in the
+steady-state method of Georges, Buytaert and Eeckhout ("Statistically rigorous Java
+performance evaluation", OOPSLA 2007). If no pair agrees within the warm-up budget, the
+timed sample starts after the budget and the result says it did not settle. The sample
+runs to at least ``min_steps`` steps and ``min_time_s`` seconds. Every step is followed by
+a device sync, so a step's time is the time until its work is done.
 """
 
 from __future__ import annotations
@@ -46,32 +49,35 @@ def measure(
 ) -> Timing:
     """Warm up, then time. ``on_step(phase, seconds)`` is called after every step so a
     parent can keep partial results if this process is killed."""
-    t = Timing()
     notify = on_step or (lambda phase, s: None)
-    w_start = time.perf_counter()
-    while True:
-        s = _timed(step, sync)
-        t.warmup_s.append(s)
-        notify("warmup", s)
-        n = len(t.warmup_s)
-        if n >= max(2, m.warmup_min_steps):
-            a, b = t.warmup_s[-2], t.warmup_s[-1]
-            if abs(a - b) <= m.settle_tolerance * min(a, b):
-                t.settled = True
-                break
-        if n >= m.warmup_max_steps or time.perf_counter() - w_start >= m.warmup_max_time_s:
-            break
+    times: list[float] = []
+    cpu: list[float] = []
 
-    # Calibrate the number of timed steps from the settled step time.
-    est = min(t.warmup_s[-2:])
+    def one(phase: str) -> None:
+        c0 = time.process_time()
+        times.append(_timed(step, sync))
+        cpu.append(time.process_time() - c0)
+        notify(phase, times[-1])
+
+    start, settled = None, False
+    w_start = time.perf_counter()
+    while start is None:
+        one("warmup")
+        n = len(times)
+        if n > m.warmup_min_steps:
+            a, b = times[-2], times[-1]
+            if n - 2 >= m.warmup_min_steps and abs(a - b) <= m.settle_tolerance * min(a, b):
+                start, settled = n - 2, True
+            elif n >= m.warmup_max_steps or time.perf_counter() - w_start >= m.warmup_max_time_s:
+                start = n  # budget spent: time from here on, flagged as not settled
+
+    # Calibrate the number of timed steps from the steady step time.
+    est = min(times[-2:])
     n_steps = max(m.min_steps, math.ceil(m.min_time_s / est) if est > 0 else m.min_steps)
     n_steps = min(n_steps, m.max_steps)
-
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    for _ in range(n_steps):
-        s = _timed(step, sync)
-        t.steps_s.append(s)
-        notify("step", s)
-    t.cpu_s = time.process_time() - cpu0
-    t.wall_s = time.perf_counter() - wall0
+    while len(times) - start < n_steps:
+        one("step")
+    t = Timing(warmup_s=times[:start], steps_s=times[start:], settled=settled)
+    t.cpu_s = sum(cpu[start:])
+    t.wall_s = sum(t.steps_s)
     return t

@@ -1,0 +1,64 @@
+"""The warm-up and timing policy, on scripted step times (no clock involved)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.measure import stats, timing
+from dlperf.spec import Measurement
+
+
+def scripted(monkeypatch, times):
+    it = iter(times)
+    monkeypatch.setattr(timing, "_timed", lambda step, sync: next(it))
+
+
+def test_cold_steps_are_discarded_and_the_steady_pair_starts_the_sample(monkeypatch):
+    scripted(monkeypatch, [3.0, 1.5, 1.02, 1.0, 1.01, 0.99, 1.0])
+    t = timing.measure(lambda: None, lambda: None,
+                       Measurement(min_steps=4, min_time_s=0.1, settle_tolerance=0.05))
+    assert t.warmup_s == [3.0, 1.5]  # the cold step, and a step that disagreed with the next
+    assert t.steps_s == [1.02, 1.0, 1.01, 0.99]
+    assert t.settled
+
+
+def test_the_first_steps_are_always_discarded(monkeypatch):
+    # the first two agree, but warmup_min_steps=2 discards both anyway
+    scripted(monkeypatch, [1.0, 1.0, 1.0, 1.0, 1.0])
+    t = timing.measure(lambda: None, lambda: None,
+                       Measurement(warmup_min_steps=2, min_steps=3, min_time_s=0.1))
+    assert len(t.warmup_s) == 2 and len(t.steps_s) == 3 and t.settled
+
+
+def test_unsettled_warmup_is_flagged_and_timing_starts_after_the_budget(monkeypatch):
+    scripted(monkeypatch, [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0])
+    t = timing.measure(lambda: None, lambda: None,
+                       Measurement(warmup_max_steps=4, min_steps=3, min_time_s=0.1))
+    assert not t.settled
+    assert t.warmup_s == [1.0, 2.0, 1.0, 2.0]
+    assert t.steps_s == [1.0, 2.0, 1.0]
+
+
+def test_min_time_calibrates_the_number_of_steps(monkeypatch):
+    scripted(monkeypatch, [0.5] + [0.1] * 100)
+    t = timing.measure(lambda: None, lambda: None, Measurement(min_steps=3, min_time_s=2.0))
+    assert len(t.steps_s) == 20  # 2 s / 0.1 s
+    assert t.wall_s == pytest.approx(2.0)
+
+
+def test_progress_callback_sees_every_step(monkeypatch):
+    scripted(monkeypatch, [2.0, 1.0, 1.0, 1.0])
+    seen = []
+    timing.measure(lambda: None, lambda: None, Measurement(min_steps=3, min_time_s=0.1),
+                   on_step=lambda phase, s: seen.append(phase))
+    assert seen == ["warmup", "warmup", "warmup", "step"]
+
+
+def test_summary_statistics():
+    s = stats.summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert s.median == 3.0 and s.min == 1.0 and s.max == 100.0
+    assert s.mad == 1.0  # |x - 3| = 2, 1, 0, 1, 97 -> median 1
+    assert s.iqr == pytest.approx(2.0)  # 4 - 2
+    assert s.robust_cv == pytest.approx(1.4826 / 3)
+    assert stats.instability_warning(0.01) is None
+    assert "--min-time" in stats.instability_warning(0.2)
