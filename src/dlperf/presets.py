@@ -10,7 +10,7 @@ DLBENCH_NETWORKS = ("fcn5", "fcn8", "alexnet", "resnet50", "lstm32", "lstm64")
 
 #: Quick: the DLBench table at threads 1, 2, 4 in a few minutes on two cores. Fewer timed
 #: steps and a shorter warm-up budget; still one fresh process per configuration.
-QUICK_MEASUREMENT = Measurement(min_time_s=1.0, min_steps=3, warmup_max_steps=6,
+QUICK_MEASUREMENT = Measurement(min_time_s=1.0, min_steps=2, warmup_max_steps=6,
                                 warmup_max_time_s=10.0)
 FULL_MEASUREMENT = Measurement(min_time_s=3.0, min_steps=5)
 
