@@ -134,9 +134,10 @@ def test_report_is_rendered_from_the_store_alone(db, tmp_path, capsys):
     csv_text = (out / "dlbench.csv").read_text()
     assert "fcn5,torch/eager,64,1.25,0.75" in csv_text
     assert (out / "thread_scaling.png").stat().st_size > 1000
+    assert (out / "dlbench_table.png").stat().st_size > 1000
     assert (out / "batch_size.png").stat().st_size > 1000  # fcn5 at 64 and 128
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 2
+    assert html.count("data:image/png;base64,") == 3
     raw = json.loads((out / "results.json").read_text())
     assert len(raw["results"]) == 5 and raw["environments"]
     assert "1.25" in capsys.readouterr().out  # the table is printed too

@@ -23,7 +23,8 @@ from dlperf.errors import UsageError
 from dlperf.runner import Interrupted, Listener, peak_threads
 from dlperf.spec import Measurement, RunResult, RunSpec
 
-out = Console(highlight=False)
+# Wide when writing to a file or a pipe (rich would assume 80 columns and squeeze tables).
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 # Extra subcommands registered by other parts of dlperf: name -> (add_parser, handler).
 COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], argparse.ArgumentParser],

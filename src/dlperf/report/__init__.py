@@ -68,6 +68,7 @@ def dlbench_section(store: Store, out: Path, filters: Filters) -> Section | None
     if not rows:
         return None
     imgs = [p for p in (
+        plots.table_bars(rows, out / "dlbench_table.png"),
         plots.batch_size_curves(rows, out / "batch_size.png"),
         plots.thread_scaling(rows, out / "thread_scaling.png", environment.physical_cores()),
     ) if p]

@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
 from dlperf import workloads  # noqa: E402
 from dlperf.report.analysis import Row  # noqa: E402
@@ -25,6 +26,18 @@ def grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
     for a in flat[n:]:
         a.set_visible(False)
     return fig, flat[:n]
+
+
+def _plain_log_axes(ax: plt.Axes, xs: list[int]) -> None:
+    """Log-log axes labelled with plain numbers (1, 2, 4; 0.5, 2) instead of powers."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(sorted(set(xs)))
+    ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(ticker.FormatStrFormatter("%g"))
+    ax.tick_params(axis="y", which="minor", labelsize=7)
 
 
 def _name(r: Row) -> str:
@@ -51,8 +64,7 @@ def batch_size_curves(rows: list[Row], path: Path) -> Path | None:
         for label, pts in by_label.items():
             pts.sort()
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        _plain_log_axes(ax, [p[0] for pts in by_label.values() for p in pts])
         ax.set_title(net)
         ax.set_xlabel("mini-batch size")
         ax.set_ylabel("time per mini-batch (s)")
@@ -87,13 +99,42 @@ def thread_scaling(rows: list[Row], path: Path, physical_cores: int | None = Non
                         label=f"{label} ideal")
         if physical_cores:
             ax.axvline(physical_cores, color="grey", ls=":", label=f"{physical_cores} cores")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        _plain_log_axes(ax, [p[0] for pts in by_label.values() for p in pts])
         ax.set_title(net)
         ax.set_xlabel("CPU threads")
         ax.set_ylabel("time per mini-batch (s)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def table_bars(rows: list[Row], path: Path) -> Path | None:
+    """The DLBench table as grouped bars: one group per network, one bar per framework and
+    CPU thread count (and GPU), time per mini-batch on a log scale; failures are absent."""
+    cells: dict[str, dict[str, float]] = defaultdict(dict)
+    for r in sort_rows(rows):
+        if (r.spec.kind == "step" and r.measured
+                and r.spec.batch_size == workloads.get(r.spec.network).default_batch):
+            cells[_name(r)][f"{r.framework_label}, {_device(r)}"] = r.median_s
+    if not cells:
+        return None
+    labels = list(dict.fromkeys(k for c in cells.values() for k in c))
+    width = 0.8 / len(labels)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(cells) * max(1, len(labels) / 3)), 4.2))
+    for i, label in enumerate(labels):
+        xs = [j + i * width for j, c in enumerate(cells.values()) if label in c]
+        ys = [c[label] for c in cells.values() if label in c]
+        ax.bar(xs, ys, width, label=label)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cells))], list(cells))
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    ax.set_ylabel("time per mini-batch (s)")
+    ax.set_title("Time per mini-batch at DLBench's default batch sizes")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=max(1, len(labels) // 6))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

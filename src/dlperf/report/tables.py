@@ -92,8 +92,8 @@ def dlbench_table(rows: list[Row], *, batch: str = "default") -> Table:
 
 def detail_table(rows: list[Row], title: str = "Measurements") -> Table:
     """Every configuration with its dispersion, throughput, FLOP rate and memory."""
-    headers = ["network", "framework", "device", "batch", "time/batch", "+- MAD", "CV",
-               "samples/s", "GFLOP/s", "% peak", "peak mem", "threads in force", "procs"]
+    headers = ["network", "framework", "device", "batch", "time/batch", "+-MAD", "CV",
+               "samples/s", "GFLOP/s", "%peak", "memory", "threads", "procs"]
     out, values, notes = [], [], []
     for r in sort_rows(rows):
         dev = f"cpu x{r.spec.threads}" if r.spec.device == "cpu" else r.spec.device
