@@ -30,7 +30,8 @@ HERE = Path(__file__).resolve().parent
 
 def handwritten(framework: str, network: str, threads: int, batch: int, steps: int,
                 warmup: int, variant: str | None = None) -> dict:
-    cmd = [sys.executable, str(HERE / "handwritten" / f"{framework}_loop.py"), "--network",
+    script = {"torch": "torch_loop.py", "tensorflow": "tf_loop.py", "jax": "jax_loop.py"}
+    cmd = [sys.executable, str(HERE / "handwritten" / script[framework]), "--network",
            network, "--threads", str(threads), "--batch-size", str(batch), "--steps",
            str(steps), "--warmup", str(warmup)]
     if variant:
