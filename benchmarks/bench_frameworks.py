@@ -32,13 +32,18 @@ def main() -> None:
         for fw in frameworks:
             variant = backends.info(fw).default_variant
             ours, theirs = [], []
-            for _ in range(a.rounds):
-                d = dlperf_run(fw, net, a.threads, batch, a.min_time)
-                h = handwritten(fw, net, a.threads, batch, steps=max(5, d["steps"]),
-                                warmup=max(3, d["warmup"]))
+            for i in range(a.rounds):
+                # ABBA order, so that neither side always runs first on a drifting machine
+                if i % 2 == 0:
+                    d = dlperf_run(fw, net, a.threads, batch, a.min_time)
+                h = handwritten(fw, net, a.threads, batch, steps=6, warmup=3)
+                if i % 2 == 1:
+                    d = dlperf_run(fw, net, a.threads, batch, a.min_time)
                 ours.append(d["median_s"])
                 theirs.append(h["median_s"])
-            ratio = statistics.median(ours) / statistics.median(theirs)
+            # the median of the paired per-round ratios: each pair ran back to back, so
+            # the drift of a shared machine cancels within a pair
+            ratio = statistics.median(o / t for o, t in zip(ours, theirs, strict=True))
             ok = "PASS" if 0.95 <= ratio <= 1.05 else "FAIL"
             print(f"{net:8} {fw}/{variant:6} dlperf {statistics.median(ours):.4f} s  "
                   f"hand-written {statistics.median(theirs):.4f} s  ratio {ratio:.3f}  {ok}"

@@ -122,7 +122,9 @@ def main() -> None:
               f"hand-written {h['median_s']:.4f} s, ratio {d['median_s'] / h['median_s']:.3f}",
               flush=True)
     pk_after = peak(a.threads)
-    ratio = statistics.median(ours) / statistics.median(theirs)
+    # the median of the paired per-round ratios: each pair ran back to back, so the drift
+    # of a shared machine cancels within a pair
+    ratio = statistics.median(o / t for o, t in zip(ours, theirs, strict=True))
     flops = d["flops"]
     eff = flops / statistics.median(ours) / pk
     cv = statistics.stdev(ours) / statistics.fmean(ours)
