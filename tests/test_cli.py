@@ -79,29 +79,32 @@ def test_run_prints_every_measure(db):
 
 @pytest.mark.slow
 def test_ctrl_c_keeps_what_was_measured_and_resume_finishes(db):
-    args = ["sweep", "--networks", "fcn5", "--size", "tiny", "--batch-size", "1,2,3,4",
-            "--min-time", "0.1", "--db", str(db)]
+    # six configurations of at least half a second each (plus a worker start each): the
+    # interrupt, sent as soon as the first result is stored, always lands mid-sweep
+    args = ["sweep", "--networks", "fcn5", "--size", "tiny", "--batch-size", "1,2,3,4,5,6",
+            "--min-time", "0.5", "--db", str(db)]
     proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
-    while time.time() < deadline:
-        time.sleep(0.5)
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
         if db.exists():
             with Store(db) as st:
                 if st.results(kind="step"):
                     break
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     with Store(db) as st:
         kept = len(st.results(kind="step"))
-    assert 1 <= kept < 4
+    assert 1 <= kept < 6
     p = dlperf(*args)
     assert p.returncode == 0, p.stderr
     assert f"{kept} already in" in p.stdout
     with Store(db) as st:
-        assert len(st.results(kind="step")) == 4
+        assert len(st.results(kind="step")) == 6
 
 
 def _result(network, threads, median=None, fail=None, batch=None, device="cpu"):

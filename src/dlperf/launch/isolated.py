@@ -109,9 +109,9 @@ def run_isolated(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: a kill takes its children too
         )
-        proc = psutil.Process(popen.pid)
         peak_rss, failure, seen = 0, None, 0
         try:
+            proc = psutil.Process(popen.pid)
             while popen.poll() is None:
                 time.sleep(POLL_S)
                 rss = tree_rss(proc)
