@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,7 +84,12 @@ def test_ctrl_c_keeps_what_was_measured_and_resume_finishes(db):
     # interrupt, sent as soon as the first result is stored, always lands mid-sweep
     args = ["sweep", "--networks", "fcn5", "--size", "tiny", "--batch-size", "1,2,3,4,5,6",
             "--min-time", "0.5", "--db", str(db)]
-    proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli", *args], stdout=subprocess.PIPE,
+    # started as a shell starts a command: SIGINT neither blocked nor ignored, whatever the
+    # test process (with the frameworks' threads loaded by earlier tests) has inherited
+    start = ("import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); "
+             "signal.signal(signal.SIGINT, signal.SIG_DFL); "
+             "os.execv(sys.executable, [sys.executable, '-m', 'dlperf.cli', *sys.argv[1:]])")
+    proc = subprocess.Popen([sys.executable, "-c", start, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
     while time.time() < deadline and proc.poll() is None:
@@ -93,9 +99,14 @@ def test_ctrl_c_keeps_what_was_measured_and_resume_finishes(db):
                 if st.results(kind="step"):
                     break
     assert proc.poll() is None, "the sweep ended before it could be interrupted"
+    try:  # the sweep's signal state, for the message should the interrupt not take
+        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+    except OSError:
+        status = []
+    sig_state = [line.strip() for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 130, (err, sig_state)
     assert "interrupted" in err and "Traceback" not in err
     with Store(db) as st:
         kept = len(st.results(kind="step"))
