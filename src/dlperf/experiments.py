@@ -356,11 +356,9 @@ def curves_plot(
 
 
 def _save(fig, path: Path) -> Path:
-    plt = _plt()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    from dlperf.report.plots import save  # matplotlib only when a plot is drawn
+
+    return save(fig, path)
 
 
 def hidden_plot(results: dict[str, RunResult], path: Path) -> Path | None:

@@ -26,7 +26,7 @@ from dlperf import units  # noqa: E402
 from dlperf.parallel.options import STRATEGIES, Options  # noqa: E402
 from dlperf.report import SECTIONS, Filters, Section  # noqa: E402
 from dlperf.report.analysis import Row, aggregate  # noqa: E402
-from dlperf.report.plots import grid  # noqa: E402
+from dlperf.report.plots import grid, save  # noqa: E402
 from dlperf.report.tables import Table  # noqa: E402
 from dlperf.store import Store  # noqa: E402
 
@@ -277,10 +277,7 @@ def scaling_plot(rows: list[Row], path: Path) -> Path | None:
             ax.set_title(f"{name}, batch {batch}")
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def comm_share_plot(rows: list[Row], path: Path) -> Path | None:
@@ -306,10 +303,7 @@ def comm_share_plot(rows: list[Row], path: Path) -> Path | None:
     ax.set_xlabel("share of the step")
     ax.set_xlim(0, 1)
     ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def target_plot(rows: list[Row], path: Path) -> Path | None:
@@ -341,10 +335,7 @@ def target_plot(rows: list[Row], path: Path) -> Path | None:
         ax.set_ylabel("held-out error rate")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def straggler_plot(rows: list[Row], path: Path) -> Path | None:
@@ -362,10 +353,7 @@ def straggler_plot(rows: list[Row], path: Path) -> Path | None:
     ax.set_yticks(range(len(pairs)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("time per mini-batch with a straggler / without")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 # ----------------------------------------------------------------------------- section

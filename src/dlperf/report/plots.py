@@ -28,6 +28,14 @@ def grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
     return fig, flat[:n]
 
 
+def save(fig: plt.Figure, path: Path) -> Path:
+    """Lay out, write as PNG and close (every dlperf plot ends here)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _plain_log_axes(ax: plt.Axes, xs: list[int]) -> None:
     """Log-log axes labelled with plain numbers (1, 2, 4; 0.5, 2) instead of powers."""
     ax.set_xscale("log", base=2)
@@ -70,10 +78,7 @@ def batch_size_curves(rows: list[Row], path: Path) -> Path | None:
         ax.set_ylabel("time per mini-batch (s)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def thread_scaling(rows: list[Row], path: Path, physical_cores: int | None = None) -> Path | None:
@@ -105,10 +110,7 @@ def thread_scaling(rows: list[Row], path: Path, physical_cores: int | None = Non
         ax.set_ylabel("time per mini-batch (s)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def table_bars(rows: list[Row], path: Path) -> Path | None:
@@ -135,7 +137,4 @@ def table_bars(rows: list[Row], path: Path) -> Path | None:
     ax.set_title("Time per mini-batch at DLBench's default batch sizes")
     ax.grid(True, axis="y", which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=max(1, len(labels) // 6))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
