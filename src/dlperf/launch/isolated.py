@@ -117,7 +117,7 @@ def run_isolated(
                 rss = tree_rss(proc)
                 peak_rss = max(peak_rss, rss)
                 if on_event is not None:
-                    seen = _forward_events(progress, seen, on_event)
+                    seen = forward_events(progress, seen, on_event)
                 if memory_limit_bytes and rss > memory_limit_bytes:
                     failure = ("oom", f"exceeded --memory-limit {gib(memory_limit_bytes)} "
                                       f"(resident {gib(rss)})")
@@ -148,7 +148,9 @@ def run_isolated(
         )
 
 
-def _forward_events(progress: Path, seen: int, on_event: Callable[[dict], None]) -> int:
+def forward_events(progress: Path, seen: int, on_event: Callable[[dict], None]) -> int:
+    """Pass each complete JSON line of ``progress`` after the first ``seen`` to
+    ``on_event``; returns the new count of lines read."""
     try:
         lines = progress.read_text().splitlines()
     except OSError:

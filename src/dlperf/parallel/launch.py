@@ -38,6 +38,7 @@ import psutil
 from dlperf.launch.isolated import (
     POLL_S,
     describe_exit,
+    forward_events,
     gib,
     last_meaningful_line,
     tree_rss,
@@ -426,23 +427,17 @@ def _failed(spec: RunSpec, o: Options, failure: tuple[str, str],
 
 
 def _forward(progress: Path, seen: int, on_event: Callable[[dict], None]) -> int:
-    try:
-        lines = progress.read_text().splitlines()
-    except OSError:
-        return seen
-    for line in lines[seen:]:
-        try:
-            ev = json.loads(line)
-        except json.JSONDecodeError:
-            return seen  # half-written; read it next time
-        seen += 1
+    """Rank 0's step and evaluation records, as the progress events of a single run."""
+
+    def translate(ev: dict) -> None:
         if ev.get("log") == "step":
             phase = "step" if ev["phase"] in ("timed", "train") else ev["phase"]
             on_event({"phase": phase, "s": ev["t1"] - ev["t0"], "i": ev["i"]})
         elif ev.get("log") == "eval":
             on_event({"phase": "train", "text": f"accuracy {ev['accuracy']:.3f} after "
                                                 f"{ev['train_s']:.1f} s"})
-    return seen
+
+    return forward_events(progress, seen, translate)
 
 
 def run_probe(nbytes: int, *, workers: int = 2, p2p_bytes: int | None = None,
