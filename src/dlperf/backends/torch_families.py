@@ -97,9 +97,13 @@ class FamilyTrainer(Trainer):
         return float(self._last) if self._last is not None else float("nan")
 
     def set_batch(self, x: Any, y: Any) -> None:
-        self.x = torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device)
+        self.x = self._input(x)
         self.y = torch.as_tensor(np.asarray(y), dtype=torch.long, device=self.device)
-        self.batch_size = len(self.x)
+        self.batch_size = len(self.y)
+
+    def _input(self, x: Any) -> Any:
+        """Host data (numpy arrays) as this family's input on the device."""
+        return torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device)
 
     def set_lr(self, lr: float) -> None:
         for opt in self.optimizers():
@@ -137,9 +141,9 @@ def _adam(mods: list[nn.Module], lr: float, betas=(0.9, 0.999)) -> torch.optim.A
     return torch.optim.Adam([p for m in mods for p in m.parameters()], lr=lr, betas=betas)
 
 
-# ----------------------------------------------------------------------------- classifiers
-class ClassifierTrainer(FamilyTrainer):
-    """Any classifier: softmax cross-entropy; SGD with momentum (or Adam)."""
+# ----------------------------------------------------------------------------- one network
+class SingleModelTrainer(FamilyTrainer):
+    """One network and one optimiser, updated by one backward pass of ``compute_loss``."""
 
     def __init__(
         self,
@@ -163,20 +167,27 @@ class ClassifierTrainer(FamilyTrainer):
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.opt]
 
+    def compute_loss(self) -> torch.Tensor:
+        raise NotImplementedError
+
     def step(self) -> torch.Tensor:
         self.opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(self.model(self.x), self.y)
+        loss = self.compute_loss()
         loss.backward()
         self.opt.step()
         self._last = loss.detach()
         return self._last
 
+
+class ClassifierTrainer(SingleModelTrainer):
+    """Any classifier: softmax cross-entropy; SGD with momentum (or Adam)."""
+
+    def compute_loss(self) -> torch.Tensor:
+        return F.cross_entropy(self.model(self.x), self.y)
+
     @torch.no_grad()
     def outputs(self, x: Any) -> dict[str, np.ndarray]:
         return {"logits": self.model(self._input(x)).cpu().numpy()}
-
-    def _input(self, x: Any) -> Any:
-        return torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device)
 
 
 def build_ffn(cfg: fam.FFNConfig) -> nn.Module:
@@ -261,43 +272,20 @@ class TreeTrainer(ClassifierTrainer):
     def _input(self, x: Any) -> TorchTrees:
         return TorchTrees(fam.pack_trees(x), self.device)
 
-    def set_batch(self, x: Any, y: Any) -> None:
-        self.x = self._input(x)
-        self.y = torch.as_tensor(np.asarray(y), dtype=torch.long, device=self.device)
-        self.batch_size = len(y)
-
 
 # ----------------------------------------------------------------------------- reconstruction
-class ReconstructionTrainer(FamilyTrainer):
+class ReconstructionTrainer(SingleModelTrainer):
     """Auto-encoder and deconvolutional net: mean squared reconstruction error, Adam."""
 
-    default_lr = 1e-3
-
     def __init__(self, cfg: Any, model: nn.Module, batch_size: int, device: torch.device):
-        self.model = model.to(device)
-        apply_init(self.model, cfg.init_scale)
-        self.opt = _adam([self.model], self.default_lr)
-        self.param_count = self._count_params([self.model])
-        super().__init__(cfg, batch_size, device)
+        super().__init__(cfg, model, batch_size, device, lr=1e-3, adam=True)
 
-    def modules(self) -> list[nn.Module]:
-        return [self.model]
-
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [self.opt]
-
-    def step(self) -> torch.Tensor:
-        self.opt.zero_grad(set_to_none=True)
-        loss = F.mse_loss(self.model(self.x), self.x)
-        loss.backward()
-        self.opt.step()
-        self._last = loss.detach()
-        return self._last
+    def compute_loss(self) -> torch.Tensor:
+        return F.mse_loss(self.model(self.x), self.x)
 
     @torch.no_grad()
     def outputs(self, x: Any) -> dict[str, np.ndarray]:
-        x = torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device)
-        return {"recon": self.model(x).cpu().numpy()}
+        return {"recon": self.model(self._input(x)).cpu().numpy()}
 
 
 def build_autoencoder(cfg: fam.AutoencoderConfig) -> nn.Module:
@@ -392,7 +380,7 @@ class RBMTrainer(FamilyTrainer):
 
     @torch.no_grad()
     def outputs(self, x: Any) -> dict[str, np.ndarray]:
-        v = torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device).flatten(1)
+        v = self._input(x).flatten(1)
         return {"recon": self.rbm.down(self.rbm.up(v)).reshape(len(v), *x.shape[1:]).cpu().numpy()}
 
 
@@ -464,7 +452,7 @@ class DBNTrainer(FamilyTrainer):
 
     @torch.no_grad()
     def outputs(self, x: Any) -> dict[str, np.ndarray]:
-        x = torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device)
+        x = self._input(x)
         return {"logits": self.model(x).cpu().numpy()}
 
 
@@ -495,36 +483,19 @@ def neg_elbo(
     return rec + kl
 
 
-class VAETrainer(FamilyTrainer):
-    default_lr = 1e-3
-
+class VAETrainer(SingleModelTrainer):
     def __init__(self, cfg: fam.VAEConfig, batch_size: int, device: torch.device):
-        self.model = VAE(cfg).to(device)
-        apply_init(self.model, cfg.init_scale)
-        self.opt = _adam([self.model], self.default_lr)
-        self.param_count = self._count_params([self.model])
-        super().__init__(cfg, batch_size, device)
+        super().__init__(cfg, VAE(cfg), batch_size, device, lr=1e-3, adam=True)
 
-    def modules(self) -> list[nn.Module]:
-        return [self.model]
-
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [self.opt]
-
-    def step(self) -> torch.Tensor:
-        self.opt.zero_grad(set_to_none=True)
+    def compute_loss(self) -> torch.Tensor:
         eps = torch.randn(len(self.x), self.cfg.latent, device=self.device)
         logits, mu, logvar = self.model(self.x, eps)
-        loss = neg_elbo(logits, self.x, mu, logvar).mean()
-        loss.backward()
-        self.opt.step()
-        self._last = loss.detach()
-        return self._last
+        return neg_elbo(logits, self.x, mu, logvar).mean()
 
     @torch.no_grad()
     def outputs(self, x: Any) -> dict[str, np.ndarray]:
         """Logits from one sample z per example with fixed noise, and q's parameters."""
-        x = torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device)
+        x = self._input(x)
         gen = torch.Generator().manual_seed(EVAL_SEED)
         eps = torch.randn(len(x), self.cfg.latent, generator=gen).to(self.device)
         logits, mu, logvar = self.model(x, eps)
