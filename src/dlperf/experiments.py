@@ -29,7 +29,7 @@ from dlperf import units, workloads
 from dlperf.errors import UsageError
 from dlperf.report import SECTIONS, Filters, Section
 from dlperf.report.analysis import aggregate
-from dlperf.report.tables import Table
+from dlperf.report.tables import Table, time_cell
 from dlperf.spec import Measurement, RunResult, RunSpec
 from dlperf.store import Store
 from dlperf.train import QUALITY
@@ -491,17 +491,10 @@ def families_table(store: Store, filters: Filters | None = None) -> Table | None
             wl.default_batch,
         ]
         for t in threads:
-            r = by_t.get(t)
-            if r is None:
-                line.append("")
-                vals.append(None)
-            elif r.measured:
-                line.append(units.seconds(r.median_s))
-                vals.append(r.median_s)
-            else:
-                notes.append(f"{net} [{size}] {t} threads: {r.failure}")
-                line.append(f"-[{len(notes)}]")
-                vals.append(None)
+            text, value = time_cell(by_t.get(t), notes, f"{net} [{size}] {t} threads",
+                                    units.seconds)
+            line.append(text)
+            vals.append(value)
         if len(threads) > 1:
             a, b = vals[5], vals[-1]
             line.append(f"{a / b:.2f}x" if a and b else "-")

@@ -42,6 +42,18 @@ def _column(row: Row) -> str:
     return f"{row.spec.threads}" if row.spec.device == "cpu" else "GPU"
 
 
+def time_cell(r: Row | None, notes: list[str], where: str,
+              fmt=lambda s: f"{s:.4g}") -> tuple[str, float | None]:
+    """A table cell of time per mini-batch and its value: blank when not run, the median
+    when measured, and for a failure '-[n]' with its reason appended to ``notes``."""
+    if r is None:
+        return "", None
+    if r.measured:
+        return fmt(r.median_s), r.median_s
+    notes.append(f"{where}: {r.failure}")
+    return f"-[{len(notes)}]", None
+
+
 def dlbench_table(rows: list[Row], *, batch: str = "default") -> Table:
     """DLBench's Table 4 layout: rows network x framework, columns CPU thread counts then
     GPU; each cell the median time per mini-batch in seconds at the network's DLBench
@@ -66,17 +78,10 @@ def dlbench_table(rows: list[Row], *, batch: str = "default") -> Table:
         name = net if size in ("full", "") else f"{net} [{size}]"
         line, vals = [name, f"{fw}/{var}", str(b)], [name, f"{fw}/{var}", b]
         for c in cols:
-            r = cells.get(c)
-            if r is None:
-                line.append("")
-                vals.append(None)
-            elif r.measured:
-                line.append(f"{r.median_s:.4g}")
-                vals.append(r.median_s)
-            else:
-                notes.append(f"{name} {fw}/{var} {c if c == 'GPU' else c + ' threads'}: {r.failure}")
-                line.append(f"-[{len(notes)}]")
-                vals.append(None)
+            text, value = time_cell(cells.get(c), notes,
+                                    f"{name} {fw}/{var} {c if c == 'GPU' else c + ' threads'}")
+            line.append(text)
+            vals.append(value)
         out_rows.append(line)
         values.append(vals)
     return Table(
