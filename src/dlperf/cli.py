@@ -37,14 +37,22 @@ class Parser(argparse.ArgumentParser):
 
 
 # ----------------------------------------------------------------------------- value parsing
-def int_list(text: str, what: str) -> list[int]:
+def _number_list(text: str, what: str, cast: Callable[[str], Any], kind: str) -> list[Any]:
     try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
+        vals = [cast(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise UsageError(f"{what}: '{text}' is not a comma-separated list of integers") from None
+        raise UsageError(f"{what}: '{text}' is not a comma-separated list of {kind}") from None
     if not vals:
         raise UsageError(f"{what}: empty list")
     return vals
+
+
+def int_list(text: str, what: str) -> list[int]:
+    return _number_list(text, what, int, "integers")
+
+
+def float_list(text: str, what: str) -> list[float]:
+    return _number_list(text, what, float, "numbers")
 
 
 def str_list(text: str | None) -> list[str] | None:

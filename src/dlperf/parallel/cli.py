@@ -94,22 +94,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-def _floats(text: str, what: str) -> list[float]:
-    try:
-        vals = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{what}: '{text}' is not a comma-separated list of numbers") from None
-    if not vals:
-        raise UsageError(f"{what}: empty list")
-    return vals
-
-
 def build_specs(a: argparse.Namespace) -> list[RunSpec]:
     from dlperf.environment import physical_cores
 
     strategies = cli.str_list(a.strategy) or []
     workers = cli.int_list(a.workers, "--workers")
-    delays = _floats(a.straggler_delay, "--straggler-delay")
+    delays = cli.float_list(a.straggler_delay, "--straggler-delay")
     if a.repeat < 1:
         raise UsageError(f"--repeat must be at least 1, got {a.repeat}")
     if a.nnodes < 1:
