@@ -22,6 +22,13 @@ def dlperf(*args: str, **kw) -> subprocess.CompletedProcess:
                           text=True, timeout=300, **kw)
 
 
+@pytest.mark.parametrize("command", ["train", "experiment", "parallel"])
+def test_module_entry_point_has_the_extension_commands(command):
+    p = dlperf(command, "--help")
+    assert p.returncode == 0, p.stderr
+    assert f"usage: dlperf {command}" in p.stdout
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

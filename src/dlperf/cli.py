@@ -537,4 +537,8 @@ def _load_extensions() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as 'python -m dlperf.cli': the subcommands of the extensions register with the
+    # module 'dlperf.cli', not with this '__main__' copy of it, so run that module's main
+    from dlperf import cli as _cli
+
+    sys.exit(_cli.main())
