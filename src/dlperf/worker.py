@@ -24,7 +24,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from dlperf.spec import Metrics, RunResult, RunSpec
 
@@ -160,10 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    code = main()
+def exit_without_teardown(code: int) -> NoReturn:
+    """Leave a worker whose results are written and closed at once: the interpreter's
+    teardown of the framework and its threads takes about a second per worker and
+    measures nothing."""
     sys.stdout.flush()
     sys.stderr.flush()
-    # The result is written and closed; skip the interpreter's teardown of the framework,
-    # which takes about a second per worker and measures nothing.
     os._exit(code)
+
+
+if __name__ == "__main__":
+    exit_without_teardown(main())
