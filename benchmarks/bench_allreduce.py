@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from dlperf import units  # noqa: E402
+from dlperf.launch.torchrun import run_parallel, run_probe  # noqa: E402
 from dlperf.parallel import make_spec  # noqa: E402
-from dlperf.parallel.launch import run_parallel, run_probe  # noqa: E402
 from dlperf.parallel.probe import ring_allreduce_estimate  # noqa: E402
 from dlperf.spec import Measurement  # noqa: E402
 

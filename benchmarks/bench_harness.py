@@ -9,6 +9,8 @@
    measures the efficiency again at a larger batch (``--explain-batch``, default 1024).
 3. Stability: the coefficient of variation of fcn5's median step time over the separate
    worker processes of (1). Target under 3%.
+4. Overhead of the parent: the CPU time the launcher spends watching a worker that uses
+   every core, against the watch loop it replaced (benchmarks/watch_overhead.py).
 
     python benchmarks/bench_harness.py [--rounds 5] [--threads 1] [--explain]
 """
@@ -108,6 +110,8 @@ def main() -> None:
                     help="also time fcn5's matrix products alone, at this batch size and at "
                     "--explain-batch, and dlperf's efficiency at --explain-batch")
     ap.add_argument("--explain-batch", type=int, default=1024)
+    ap.add_argument("--watch-rounds", type=int, default=2,
+                    help="rounds of the parent-overhead comparison (0: skip it)")
     a = ap.parse_args()
 
     print(f"fcn5, batch {a.batch_size}, {a.threads} thread(s), {a.rounds} rounds, "
@@ -169,6 +173,10 @@ def main() -> None:
               f"{rate2 / 1e9:.1f} GFLOP/s = {rate2 / pk2:.0%} of the peak measured right "
               f"after ({pk2 / 1e9:.1f} GFLOP/s), "
               f"{rate2 / gemm2:.0%} of its matrix products' own rate")
+    if a.watch_rounds:
+        print()
+        subprocess.run([sys.executable, str(HERE / "watch_overhead.py"), "--rounds",
+                        str(a.watch_rounds)], check=True)
 
 
 if __name__ == "__main__":

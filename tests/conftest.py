@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from dlperf.spec import Measurement
@@ -15,6 +17,15 @@ FAST = Measurement(min_time_s=0.05, min_steps=3, warmup_min_steps=2, warmup_max_
 def _isolated_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("DLPERF_DB", str(tmp_path / "default.db"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+@pytest.fixture(autouse=True)
+def _restore_affinity():
+    # tests that call the worker's execute() in-process pin this process; later workers
+    # would inherit the pinning
+    cpus = os.sched_getaffinity(0)
+    yield
+    os.sched_setaffinity(0, cpus)
 
 
 @pytest.fixture

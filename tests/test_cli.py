@@ -116,13 +116,17 @@ def test_ctrl_c_keeps_what_was_measured_and_resume_finishes(db):
     assert proc.returncode == 130, (err, sig_state)
     assert "interrupted" in err and "Traceback" not in err
     with Store(db) as st:
-        kept = len(st.results(kind="step"))
+        stored = st.results(kind="step")
+    kept = sum(r.ok for r in stored)
     assert 1 <= kept < 6
+    # the configuration in flight is stored as interrupted (test_worker checks its steps)
+    [flight] = [r for r in stored if not r.ok]
+    assert flight.failure.reason == "interrupted" and "was stored as interrupted" in err
     p = dlperf(*args)
     assert p.returncode == 0, p.stderr
-    assert f"{kept} already in" in p.stdout
+    assert f"{kept} already in" in p.stdout  # the interrupted one is measured again
     with Store(db) as st:
-        assert len(st.results(kind="step")) == 6
+        assert sum(r.ok for r in st.results(kind="step")) == 6
 
 
 def _result(network, threads, median=None, fail=None, batch=None, device="cpu"):

@@ -34,7 +34,7 @@ def spec_for(strategy: str, workers: int, **kw):
 
 
 def launch(spec, tmp_path, env=None, **kw) -> RunResult:
-    from dlperf.parallel.launch import run_parallel
+    from dlperf.launch.torchrun import run_parallel
 
     dump = tmp_path / "dump"
     dump.mkdir(exist_ok=True)
@@ -148,7 +148,7 @@ def test_pipeline_over_two_nodes_gives_the_unsplit_loss_and_gradients(tmp_path):
     machines would; the network is split over them (one stage each)."""
     import torch
 
-    from dlperf.parallel.launch import free_port, run_parallel
+    from dlperf.launch.torchrun import free_port, run_parallel
 
     spec = spec_for("pipeline", 2, nodes=2, micro_batches=4, steps=1, warmup_steps=0)
     endpoint, rid = f"127.0.0.1:{free_port()}", f"two-nodes-{uuid.uuid4().hex[:8]}"
@@ -224,7 +224,7 @@ def test_hung_worker_is_named_and_the_run_ends(tmp_path):
 
 @pytest.mark.slow
 def test_missing_node_ends_at_the_rendezvous_timeout():
-    from dlperf.parallel.launch import free_port, run_parallel
+    from dlperf.launch.torchrun import free_port, run_parallel
 
     r = run_parallel(spec_for("pipeline", 2, nodes=2), rdzv_endpoint=f"127.0.0.1:{free_port()}",
                      local_addr="127.0.0.1", rdzv_timeout_s=3, **TIMEOUTS)
@@ -421,7 +421,7 @@ Root Cause (first observed failure):
 def test_diagnosis_blames_the_killed_rank_not_its_victims(tmp_path):
     import json
 
-    from dlperf.parallel.launch import diagnose
+    from dlperf.launch.torchrun import diagnose
 
     (tmp_path / "error_rank0.json").write_text(json.dumps(
         {"rank": 0, "time": 1.0, "reason": "error", "message": "RuntimeError: Connection closed"}))

@@ -75,7 +75,8 @@ def sweep(
         todo = plan.pending(plan.expand(cfg), store, force=force, retry_failed=retry_failed)
         runner = Runner(store, timeout_s=cfg.timeout, memory_limit=cfg.memory_limit,
                         peak_size=cfg.peak_size, listener=listener or Listener())
-        return runner.run_all(todo)
+        return runner.run_all(todo, still_pending=None if force else (
+            lambda s: bool(plan.pending([s], store, retry_failed=retry_failed))))
 
 
 def load_config(source: str | Path | config.SweepConfig | dict[str, Any]) -> config.SweepConfig:

@@ -143,6 +143,15 @@ class ProgressListener(Listener):
             p.update(self.task, description=f"{escape(spec.label())}  "
                                             f"{escape(str(event.get('text', '')))}")
 
+    def skipped(self, spec: RunSpec, why: str) -> None:
+        p = self._bar()
+        p.advance(self.task)
+        p.console.print(f"  [dim]skip[/] {escape(spec.label()):50} {escape(why)}")
+
+    def waiting(self, spec: RunSpec, holder: str) -> None:
+        self._bar().update(self.task, description=f"{escape(spec.label())}  waiting for the "
+                                                  f"CPUs ({escape(holder)})")
+
     def done(self, result: RunResult) -> None:
         p = self._bar()
         p.advance(self.task)
@@ -503,7 +512,20 @@ def build_parser() -> Parser:
     return ap
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM (a kill, a 'timeout' command, a closing session) takes the Ctrl-C path: the
+    # workers are killed and the run in flight is stored as interrupted
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import os
+    import signal
+
+    from dlperf.errors import StoreWriteError
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate)
     _load_extensions()
     try:
         a = build_parser().parse_args(argv)
@@ -515,13 +537,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         # plain print: one line however wide the terminal
         print(f"dlperf: error: {e}", file=sys.stderr)
         return 2
+    except StoreWriteError as e:
+        print(f"dlperf: error: {e}", file=sys.stderr)
+        return 1
     except Interrupted as e:
-        print(f"dlperf: interrupted; {e.saved} results stored. Run the same command again "
-              "to continue where it stopped.", file=sys.stderr)
+        flight = (f"; {e.in_flight.spec.label()} was stored as interrupted"
+                  if e.in_flight else "")
+        print(f"dlperf: interrupted; {e.saved} results stored{flight}. Run the same command "
+              "again to continue where it stopped.", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
         print("dlperf: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a defect of dlperf: one line, the traceback on request
+        if os.environ.get("DLPERF_DEBUG"):
+            raise
+        print(f"dlperf: internal error: {type(e).__name__}: {e} (run with DLPERF_DEBUG=1 "
+              "for the traceback)", file=sys.stderr)
+        return 1
 
 
 def _load_extensions() -> None:

@@ -17,3 +17,9 @@ class MissingExtraError(UsageError):
         )
         self.framework = framework
         self.extra = extra
+
+
+class StoreWriteError(Exception):
+    """A measured result could not be written to the store (disk full, store locked). The
+    result is kept in a recovery file that the next command imports; the CLI prints one
+    line and exits with status 1."""

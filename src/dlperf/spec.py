@@ -165,6 +165,8 @@ class RunResult(_Frozen):
     started_at: float | None = None
     finished_at: float | None = None
     warnings: list[str] = Field(default_factory=list)
+    # CPU seconds the launcher spent watching this run (it shares the CPUs with it)
+    launcher_cpu_s: float | None = None
     # kind-specific payload: training curves, parallel-strategy breakdowns, ...
     extra: dict[str, Any] = Field(default_factory=dict)
 

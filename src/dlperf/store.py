@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import sqlite3
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -19,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from dlperf import environment
-from dlperf.errors import UsageError
-from dlperf.spec import RunResult
+from dlperf.errors import StoreWriteError, UsageError
+from dlperf.spec import RunResult, RunSpec
 
 SCHEMA_VERSION = 1
 
@@ -54,6 +56,13 @@ CREATE TABLE IF NOT EXISTS results (
     result TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS results_run ON results(run_id);
+CREATE TABLE IF NOT EXISTS claims (
+    run_id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    label TEXT NOT NULL,
+    claimed_at REAL NOT NULL
+);
 CREATE INDEX IF NOT EXISTS results_kind ON results(kind, network);
 """
 
@@ -79,6 +88,67 @@ class Store:
                 self._check_version()
         except (OSError, sqlite3.Error) as e:
             raise UsageError(f"cannot open results store {self.path}: {e}") from None
+        self.recovered = self._import_recovery()
+
+    # ------------------------------------------------------------------ recovery
+    @property
+    def recovery_path(self) -> Path:
+        """Where results that could not be written wait for the next command."""
+        return self.path.with_name(self.path.name + ".recovery.jsonl")
+
+    def _keep_for_recovery(self, result: RunResult) -> str:
+        line = result.model_dump_json() + "\n"
+        try:
+            with self.recovery_path.open("a") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+            return f"kept in {self.recovery_path}; the next dlperf command on this store imports it"
+        except OSError:
+            # nowhere on disk: the terminal is the last place the number can go
+            sys.stderr.write(line)
+            return "printed above as JSON (the recovery file could not be written either)"
+
+    def _import_recovery(self) -> int:
+        """Store what an earlier command could not, once; returns how many."""
+        try:
+            lines = self.recovery_path.read_text().splitlines()
+        except OSError:
+            return 0
+        results = []
+        for line in lines:
+            try:
+                results.append(RunResult.model_validate_json(line))
+            except ValueError:
+                continue  # a line cut off by the full disk
+        for r in results:
+            stored = self._db.execute("SELECT result FROM results WHERE run_id=?",
+                                      (r.spec.run_id,))
+            if all(json.loads(b).get("started_at") != r.started_at for (b,) in stored):
+                self._insert(r)
+        self.recovery_path.unlink(missing_ok=True)
+        return len(results)
+
+    # ------------------------------------------------------------------ claims
+    def claim(self, spec: RunSpec) -> str | None:
+        """Claim a run for this process before measuring it, so that two sweeps on one
+        store never measure the same run. Returns None when claimed, else who holds it. A
+        claim whose process is gone (on this host) is taken over."""
+        host, pid = platform.node(), os.getpid()
+        with self._tx() as db:
+            row = db.execute("SELECT host, pid, label FROM claims WHERE run_id=?",
+                             (spec.run_id,)).fetchone()
+            if row and (row[0], row[1]) != (host, pid) and not (
+                    row[0] == host and not _alive(row[1])):
+                return f"pid {row[1]} on {row[0]}"
+            db.execute("INSERT OR REPLACE INTO claims(run_id, host, pid, label, claimed_at) "
+                       "VALUES (?,?,?,?,?)", (spec.run_id, host, pid, spec.label(), time.time()))
+        return None
+
+    def release(self, spec: RunSpec) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM claims WHERE run_id=? AND host=? AND pid=?",
+                       (spec.run_id, platform.node(), os.getpid()))
 
     # ------------------------------------------------------------------ plumbing
     @contextmanager
@@ -125,7 +195,16 @@ class Store:
         return env_id
 
     def add(self, result: RunResult) -> RunResult:
-        """Store a result (with its environment) and return it with ``env_id`` set."""
+        """Store a result (with its environment) and return it with ``env_id`` set. If the
+        write fails, the result goes to the recovery file and StoreWriteError is raised."""
+        try:
+            return self._insert(result)
+        except (OSError, sqlite3.Error) as e:
+            where = self._keep_for_recovery(result)
+            raise StoreWriteError(f"cannot write to results store {self.path} ({e}); the "
+                                  f"result of {result.spec.label()} is {where}") from None
+
+    def _insert(self, result: RunResult) -> RunResult:
         env_id = result.env_id or self.put_environment(environment.record(result.software))
         result = result.model_copy(update={"env_id": env_id})
         s = result.spec
@@ -147,10 +226,12 @@ class Store:
 
     # ------------------------------------------------------------------ reading
     def done(self, run_ids: Iterable[str], *, include_failed: bool = True) -> set[str]:
-        """Which of these runs already have a stored result."""
+        """Which of these runs already have a stored result. A run that was interrupted
+        has none: the next sweep measures it again."""
         ids = list(run_ids)
         found: set[str] = set()
-        status = "" if include_failed else " AND status='ok'"
+        status = (" AND (status='ok' OR reason IS NOT 'interrupted')" if include_failed
+                  else " AND status='ok'")
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
             q = f"SELECT DISTINCT run_id FROM results WHERE run_id IN ({','.join('?' * len(chunk))}){status}"
@@ -201,3 +282,13 @@ class Store:
 
     def count(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

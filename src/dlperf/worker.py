@@ -57,11 +57,13 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def _inject_fault() -> None:
-    """For the tests of the parent's failure handling: DLPERF_WORKER_FAULT=segfault|hang
-    makes this worker die by SIGSEGV or hang after building, as a broken framework might."""
+    """For the tests of the parent's failure handling: DLPERF_WORKER_FAULT=segfault|kill|hang
+    makes this worker die by SIGSEGV or SIGKILL or hang after building, as a broken framework might."""
     fault = os.environ.get("DLPERF_WORKER_FAULT")
     if fault == "segfault":
         os.kill(os.getpid(), signal.SIGSEGV)
+    elif fault == "kill":  # killed by someone, not by the out-of-memory killer
+        os.kill(os.getpid(), signal.SIGKILL)
     elif fault == "hang":
         while True:
             time.sleep(1)
@@ -145,6 +147,9 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dlperf.launch.orphans import die_with_parent, parent_from_env
+
+    die_with_parent(parent_from_env())  # never outlive the launcher, even killed by SIGKILL
     argv = sys.argv[1:] if argv is None else argv
     spec_path, result_path, progress_path = (Path(a) for a in argv[:3])
     spec = RunSpec.model_validate_json(spec_path.read_text())

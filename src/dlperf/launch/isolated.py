@@ -1,14 +1,14 @@
 """Run one RunSpec in a fresh worker process, with a timeout and a memory limit.
 
-The parent watches the child: its exit status, its wall time against ``timeout_s`` and its
-resident memory (the whole process tree) against ``memory_limit_bytes``. Whatever
-happens, a RunResult comes back: the worker's own, or a failure built here (crash, oom,
-timeout) that keeps every step time the worker had already reported.
+The parent watches the child (``launch.watch``): its exit status, its wall time against
+``timeout_s`` and its resident memory (the whole process tree) against
+``memory_limit_bytes``. Whatever happens, a RunResult comes back: the worker's own, or a
+failure built here (crash, oom, timeout, interrupted) that keeps every step time the
+worker had already reported.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,13 +18,28 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
-
 from dlperf import backends
+from dlperf.launch.orphans import child_env
+from dlperf.launch.watch import (
+    Outcome,
+    ProgressReader,
+    describe_exit,
+    last_meaningful_line,
+    oom_kills,
+    watch,
+)
 from dlperf.spec import RunResult, RunSpec
 
-POLL_S = 0.05
 SRC_DIR = str(Path(__file__).resolve().parents[2])  # the directory holding 'dlperf'
+
+
+class LaunchInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM while a worker ran: the worker is gone, and ``result`` is the
+    configuration in flight, recorded as 'interrupted' with the steps it had streamed."""
+
+    def __init__(self, result: RunResult):
+        super().__init__("interrupted")
+        self.result = result
 
 
 def worker_env(spec: RunSpec) -> dict[str, str]:
@@ -32,54 +47,29 @@ def worker_env(spec: RunSpec) -> dict[str, str]:
     env.update(backends.info(spec.framework).thread_env(spec.threads))
     env["PYTHONPATH"] = SRC_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+    return child_env(env)
 
 
-def tree_rss(proc: psutil.Process) -> int:
-    total = 0
-    try:
-        for p in [proc, *proc.children(recursive=True)]:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                pass
-    except psutil.Error:
-        pass
-    return total
-
-
-def _kill_group(popen: subprocess.Popen) -> None:
-    try:
-        os.killpg(popen.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    popen.wait()
-
-
-def _partial(progress: Path) -> tuple[list[float], list[float]]:
-    warm, steps = [], []
-    try:
-        for line in progress.read_text().splitlines():
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the last line may be cut off by the kill
-            if ev.get("phase") == "warmup":
-                warm.append(ev["s"])
-            elif ev.get("phase") == "step":
-                steps.append(ev["s"])
-    except OSError:
-        pass
+def partial_steps(events: list[dict]) -> tuple[list[float], list[float]]:
+    """(warm-up times, timed step times) among a worker's progress events."""
+    warm = [e["s"] for e in events if e.get("phase") == "warmup"]
+    steps = [e["s"] for e in events if e.get("phase") == "step"]
     return warm, steps
 
 
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"worker killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"worker killed by signal {-code}"
-    return f"worker exited with status {code} without a result"
+def kill_reason(out: Outcome, oom_before: int | None, tail: str) -> tuple[str, str]:
+    """(reason, message) for a worker that died without a result. A SIGKILL is 'oom' only
+    when the kernel's OOM killer counted a kill meanwhile; an allocator that gave up says
+    so in the log; anything else is a crash with its signal or status."""
+    last = last_meaningful_line(tail)
+    message = describe_exit(out.returncode) + (f": {last}" if last else "")
+    after = oom_kills()
+    if out.returncode == -signal.SIGKILL and oom_before is not None and after is not None \
+            and after > oom_before:
+        return "oom", message + " (the kernel's out-of-memory killer)"
+    if "out of memory" in tail.lower() or "bad_alloc" in tail:
+        return "oom", message
+    return "crash", message
 
 
 def run_isolated(
@@ -91,8 +81,8 @@ def run_isolated(
 ) -> RunResult:
     """Measure ``spec`` in a child process; never raises for what happens in the child.
 
-    KeyboardInterrupt in the parent kills the child and propagates (nothing is recorded
-    for the interrupted configuration, so a resumed sweep runs it again).
+    Interrupted (KeyboardInterrupt, which the CLI also raises for SIGTERM), it kills the
+    child and raises ``LaunchInterrupted`` carrying the 'interrupted' result.
     """
     python = backends.info(spec.framework).python or sys.executable
     with tempfile.TemporaryDirectory(prefix="dlperf-") as tmp:
@@ -100,82 +90,46 @@ def run_isolated(
         spec_path, result_path, progress = d / "spec.json", d / "result.json", d / "progress.jsonl"
         spec_path.write_text(spec.model_dump_json())
         progress.touch()
+        reader, events = ProgressReader(progress), []
+
+        def forward(notify: bool = True) -> None:
+            new = reader.read()
+            events.extend(new)
+            if notify and on_event is not None:
+                for ev in new:
+                    on_event(ev)
+
         log = (d / "worker.log").open("w+b")
-        started = time.time()
+        started, oom_before = time.time(), oom_kills()
         popen = subprocess.Popen(
             [python, "-m", "dlperf.worker", str(spec_path), str(result_path), str(progress)],
-            env=worker_env(spec),
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            env=worker_env(spec), stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: a kill takes its children too
         )
-        peak_rss, failure, seen = 0, None, 0
+        interrupted = False
         try:
-            proc = psutil.Process(popen.pid)
-            while popen.poll() is None:
-                time.sleep(POLL_S)
-                rss = tree_rss(proc)
-                peak_rss = max(peak_rss, rss)
-                if on_event is not None:
-                    seen = forward_events(progress, seen, on_event)
-                if memory_limit_bytes and rss > memory_limit_bytes:
-                    failure = ("oom", f"exceeded --memory-limit {gib(memory_limit_bytes)} "
-                                      f"(resident {gib(rss)})")
-                    _kill_group(popen)
-                elif timeout_s and time.time() - started > timeout_s:
-                    failure = ("timeout", f"exceeded --timeout {timeout_s:g} s")
-                    _kill_group(popen)
-        except BaseException:
-            _kill_group(popen)
-            raise
+            out = watch(popen, timeout_s=timeout_s, memory_limit_bytes=memory_limit_bytes,
+                        check=lambda: forward())
+        except KeyboardInterrupt:
+            interrupted = True
+            out = Outcome(("interrupted", "interrupted by the user (Ctrl-C or SIGTERM) "
+                           "while running"), popen.returncode or 0)
         finally:
             log.seek(0)
             tail = log.read()[-4000:].decode(errors="replace")
             log.close()
-
-        if failure is None and result_path.exists():
-            return RunResult.model_validate_json(result_path.read_text())
-        warm, steps = _partial(progress)
-        if failure is None:
-            last = last_meaningful_line(tail)
-            failure = ("crash", describe_exit(popen.returncode) + (f": {last}" if last else ""))
-            if _looks_oom(popen.returncode, tail):
-                failure = ("oom", failure[1])
-        extra = {"worker_log_tail": tail[-1500:], "peak_rss_bytes": peak_rss}
-        return RunResult.failed(
+        forward(notify=False)  # the last lines, kept but not announced
+        if out.failure is None and result_path.exists():
+            result = RunResult.model_validate_json(result_path.read_text())
+            return result.model_copy(update={"launcher_cpu_s": out.cpu_s})
+        warm, steps = partial_steps(events)
+        failure = out.failure or kill_reason(out, oom_before, tail)
+        extra = {"worker_log_tail": tail[-1500:], "peak_rss_bytes": out.peak_rss}
+        result = RunResult.failed(
             spec, failure[0], failure[1], step_times_s=steps, warmup_times_s=warm,
             started_at=started, finished_at=time.time(), extra=extra,
+            launcher_cpu_s=out.cpu_s,
         )
-
-
-def forward_events(progress: Path, seen: int, on_event: Callable[[dict], None]) -> int:
-    """Pass each complete JSON line of ``progress`` after the first ``seen`` to
-    ``on_event``; returns the new count of lines read."""
-    try:
-        lines = progress.read_text().splitlines()
-    except OSError:
-        return seen
-    for line in lines[seen:]:
-        try:
-            on_event(json.loads(line))
-        except json.JSONDecodeError:
-            return seen  # half-written line; read it next time
-        seen += 1
-    return seen
-
-
-def last_meaningful_line(text: str) -> str:
-    for line in reversed(text.strip().splitlines()):
-        line = line.strip()
-        if line and not line.startswith(("WARNING", "I0000", "W0000")):
-            return line[:300]
-    return ""
-
-
-def _looks_oom(code: int, tail: str) -> bool:
-    # the kernel's OOM killer sends SIGKILL; allocators that give up print a message
-    return code == -signal.SIGKILL or "out of memory" in tail.lower() or "bad_alloc" in tail
-
-
-def gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
+        if interrupted:
+            raise LaunchInterrupted(result)
+        return result

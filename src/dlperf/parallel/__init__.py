@@ -9,7 +9,7 @@ asynchronous and mixed-asynchronous updates, each run for real under torchrun an
 - ``pipeline``: the network cut into stages by layer cost, GPipe micro-batches over
   send/recv (``pipeline.py``).
 
-``launch.run_parallel`` runs one RunSpec(kind="parallel") under torchrun with timeouts
+``dlperf.launch.torchrun.run_parallel`` runs one RunSpec(kind="parallel") under torchrun with timeouts
 and returns its RunResult; ``options.make_spec`` builds that spec. The launcher, the
 options, the analysis and the report import no framework; the strategies and the worker
 (the torchrun entry point) do.

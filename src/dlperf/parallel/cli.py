@@ -21,7 +21,6 @@ from rich.markup import escape
 from dlperf import cli, units
 from dlperf.errors import UsageError
 from dlperf.parallel.options import STRATEGIES, Options, default_threads, describe, make_spec
-from dlperf.runner import Interrupted
 from dlperf.spec import RunSpec
 
 
@@ -132,7 +131,7 @@ def build_specs(a: argparse.Namespace) -> list[RunSpec]:
 def cmd_parallel(a: argparse.Namespace) -> int:
     from dlperf import plan
     from dlperf.config import parse_bytes
-    from dlperf.parallel.launch import run_parallel
+    from dlperf.runner import Runner
     from dlperf.store import Store
 
     specs = build_specs(a)
@@ -148,31 +147,15 @@ def cmd_parallel(a: argparse.Namespace) -> int:
             for s in todo:
                 cli.out.print(f"  {escape(describe(s))}  (repeat {s.repeat})")
             return 0
-        saved = 0
-        results = []
-        try:
-            with cli.ProgressListener() as listener:
-                for i, spec in enumerate(todo):
-                    listener.start(spec, i, len(todo))
-                    r = run_parallel(
-                        spec, timeout_s=a.timeout or 1800.0,
-                        stall_timeout_s=a.stall_timeout or 300.0, memory_limit_bytes=memory,
-                        nnodes=a.nnodes, nproc_per_node=a.nproc_per_node,
-                        rdzv_endpoint=a.rdzv_endpoint, rdzv_id=a.rdzv_id,
-                        rdzv_backend=a.rdzv_backend, rdzv_timeout_s=a.rdzv_timeout,
-                        node_rank=a.node_rank, local_addr=a.local_addr,
-                        comm_timeout_s=a.comm_timeout,
-                        on_event=lambda ev, s=spec: listener.event(s, ev))
-                    if r is None:
-                        cli.out.print(f"  {escape(describe(spec))}: this machine's workers "
-                                      "finished; the machine that held rank 0 stores the result")
-                        continue
-                    r = store.add(r)
-                    saved += 1
-                    results.append(r)
-                    listener.done(r)
-        except KeyboardInterrupt:
-            raise Interrupted(saved) from None
+        runner = Runner(store, timeout_s=a.timeout or 1800.0, memory_limit=memory, torchrun=dict(
+            stall_timeout_s=a.stall_timeout or 300.0, nnodes=a.nnodes,
+            nproc_per_node=a.nproc_per_node, rdzv_endpoint=a.rdzv_endpoint,
+            rdzv_id=a.rdzv_id, rdzv_backend=a.rdzv_backend, rdzv_timeout_s=a.rdzv_timeout,
+            node_rank=a.node_rank, local_addr=a.local_addr, comm_timeout_s=a.comm_timeout))
+        with cli.ProgressListener() as listener:
+            runner.listener = listener
+            results = runner.run_all(todo, still_pending=None if a.force else (
+                lambda s: bool(plan.pending([s], store, retry_failed=a.retry_failed))))
         stored = [r for r in store.results(kind="parallel")
                   if r.spec.run_id in {s.run_id for s in specs}]
         everything = store.results(kind="parallel")

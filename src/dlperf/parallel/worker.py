@@ -289,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     import faulthandler
     import signal
 
+    from dlperf.launch.orphans import die_with_parent
+
+    die_with_parent()  # dies with torchrun, which dies with the driver
     argv = sys.argv[1:] if argv is None else argv
     spec_path, outdir = Path(argv[0]), Path(argv[1])
     rank = int(os.environ.get("RANK", "0"))

@@ -1,7 +1,8 @@
 """Launch a parallel run under torchrun and turn whatever happens into one RunResult.
 
-The command is ``python -m torch.distributed.run`` (so the current interpreter runs it),
-with torchrun's own c10d rendezvous: on one machine an endpoint on 127.0.0.1 at a free
+The command is ``python -m dlperf.launch.torchrun_main``: ``torch.distributed.run`` run by
+the current interpreter after arming the parent-death signal (``launch.orphans``), with
+torchrun's own c10d rendezvous: on one machine an endpoint on 127.0.0.1 at a free
 port; across machines the user's ``--rdzv-endpoint`` and ``--nnodes``. torchrun starts
 the workers (``dlperf.parallel.worker``), watches them and, when one fails, stops the
 others. This launcher watches torchrun in turn, in its own process group, with:
@@ -10,7 +11,9 @@ others. This launcher watches torchrun in turn, in its own process group, with:
   step for that long: a hang), after which every process of the run is killed and the
   ranks' phase boards name the rank that held the others up;
 - a rendezvous timeout, after which torchrun gives up on nodes that never arrive;
-- a memory limit over the whole process tree.
+- a memory limit over the whole process tree;
+
+all in the watch loop that the isolated launcher uses too (``launch.watch``).
 
 Whatever happens, the result is kept: rank 0's gathered reports when the run completed,
 else a failure naming the worker and the cause, carrying every step already logged.
@@ -35,14 +38,14 @@ from typing import Any
 
 import psutil
 
-from dlperf.launch.isolated import (
-    POLL_S,
+from dlperf.launch.isolated import LaunchInterrupted, worker_env
+from dlperf.launch.orphans import child_env
+from dlperf.launch.watch import (
+    ProgressReader,
     describe_exit,
-    forward_events,
-    gib,
     last_meaningful_line,
-    tree_rss,
-    worker_env,
+    oom_kills,
+    watch,
 )
 from dlperf.parallel import analysis, status
 from dlperf.parallel.options import Options
@@ -94,7 +97,7 @@ def torchrun_command(
     module: str = "dlperf.parallel.worker",
 ) -> list[str]:
     """The torchrun command line for one node of a run."""
-    cmd = [python or sys.executable, "-m", "torch.distributed.run",
+    cmd = [python or sys.executable, "-m", "dlperf.launch.torchrun_main",
            f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}",
            f"--rdzv-backend={rdzv_backend}", f"--rdzv-endpoint={rdzv_endpoint}",
            f"--rdzv-id={rdzv_id}", "--max-restarts=0", "--monitor-interval=0.2",
@@ -109,35 +112,11 @@ def torchrun_command(
 
 
 # ----------------------------------------------------------------------------- watching
-def _tree(proc: psutil.Process) -> list[psutil.Process]:
-    try:
-        return [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return [proc]
-
-
-def _kill_tree(popen: subprocess.Popen, known: set[int]) -> None:
-    """SIGKILL torchrun and every worker it started (torchrun puts each worker in a
-    session of its own, so a process-group kill would miss them)."""
-    procs = _tree(psutil.Process(popen.pid)) if popen.poll() is None else []
-    pids = {p.pid for p in procs} | known
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        os.killpg(popen.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    popen.wait()
-
-
-def _dump_stacks(torchrun: psutil.Process, wait_s: float = 1.0) -> None:
+def _dump_stacks(torchrun_pid: int, wait_s: float = 1.0) -> None:
     """Ask every worker (torchrun's children) for its threads' stacks before the kill: the
     worker registered faulthandler on SIGUSR1, and the stacks land in the kept log."""
     try:
-        workers = torchrun.children()
+        workers = psutil.Process(torchrun_pid).children()
     except psutil.Error:
         return
     for w in workers:
@@ -228,8 +207,11 @@ def _progress_text(rep: dict[str, Any] | None) -> str:
 
 
 def diagnose(outdir: Path, log: str, returncode: int, expected: list[int],
-             partial: dict[int, dict[str, Any]]) -> tuple[str, str]:
-    """(reason, message) for a torchrun that exited without a result."""
+             partial: dict[int, dict[str, Any]], *, oom_killed: bool = False
+             ) -> tuple[str, str]:
+    """(reason, message) for a torchrun that exited without a result. A rank killed by
+    SIGKILL is 'oom' only when ``oom_killed`` (the kernel counted an out-of-memory kill
+    during the run) or its log says it ran out of memory."""
     if "RendezvousTimeoutError" in log or "RendezvousClosedError" in log:
         return "timeout", "rendezvous: not every node joined within the rendezvous timeout"
     if "RendezvousConnectionError" in log or "RendezvousError" in log:
@@ -242,7 +224,8 @@ def diagnose(outdir: Path, log: str, returncode: int, expected: list[int],
     killed = sorted(r for r, c in codes.items() if c < 0 and c != -signal.SIGTERM)
     if killed:
         r = killed[0]
-        reason = "oom" if codes[r] == -signal.SIGKILL and _oom_killed(log) else "crash"
+        reason = "oom" if codes[r] == -signal.SIGKILL and (oom_killed or _oom_logged(log)) \
+            else "crash"
         msg = f"rank {r}: {describe_exit(codes[r]).replace('worker ', '')} " \
               f"{_progress_text(partial.get(r))}"
         others = [f"rank {o}: {errors[o]['message']}" for o in sorted(errors) if o != r]
@@ -259,7 +242,7 @@ def diagnose(outdir: Path, log: str, returncode: int, expected: list[int],
         f": {last}" if last else "")
 
 
-def _oom_killed(log: str) -> bool:
+def _oom_logged(log: str) -> bool:
     return "out of memory" in log.lower()
 
 
@@ -332,62 +315,61 @@ def _watch(spec: RunSpec, o: Options, cmd: list[str], env: dict[str, str], outdi
            ) -> RunResult | None:
     log_path = outdir / "torchrun.log"
     log = log_path.open("w+b")
-    started = time.time()
-    popen = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+    started, oom_before = time.time(), oom_kills()
+    popen = subprocess.Popen(cmd, env=child_env(env), stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)  # its own group: killed as one
-    proc = psutil.Process(popen.pid)
     progress = _Progress(outdir)
-    known: set[int] = set()
-    failure: tuple[str, str] | None = None
-    seen_events = 0
-    peak_rss = 0
+    forward = _Forward(outdir / "progress_rank0.jsonl", on_event)
+    expected = list(range(o.workers)) if meta["nnodes"] == 1 else None
+
+    def check() -> tuple[str, str] | None:
+        progress.poll()
+        forward()
+        now = time.time()
+        if timeout_s and now - started > timeout_s:
+            return ("timeout", f"exceeded --timeout {timeout_s:g} s; " + status.culprits(
+                status.read_all(outdir), expected, now))
+        if stall_timeout_s and now - progress.last_change > stall_timeout_s and (
+                boards := status.read_all(outdir)) and all(
+                s.kind != "i" for s in boards.values()):
+            # (start-up, importing torch on a busy machine, is left to --timeout)
+            return ("timeout", f"no progress for {stall_timeout_s:g} s (hung); "
+                    + status.culprits(boards, expected, now))
+        return None
+
+    interrupted = False
     try:
-        while popen.poll() is None:
-            time.sleep(POLL_S * 4)
-            known |= {p.pid for p in _tree(proc)}
-            rss = tree_rss(proc)
-            peak_rss = max(peak_rss, rss)
-            progress.poll()
-            if on_event is not None:
-                seen_events = _forward(outdir / "progress_rank0.jsonl", seen_events, on_event)
-            now = time.time()
-            expected = list(range(o.workers)) if meta["nnodes"] == 1 else None
-            if memory_limit_bytes and rss > memory_limit_bytes:
-                failure = ("oom", f"exceeded --memory-limit {gib(memory_limit_bytes)} "
-                                  f"(resident {gib(rss)} over all workers)")
-            elif timeout_s and now - started > timeout_s:
-                failure = ("timeout", f"exceeded --timeout {timeout_s:g} s; " + status.culprits(
-                    status.read_all(outdir), expected, now))
-            elif stall_timeout_s and now - progress.last_change > stall_timeout_s and (
-                    boards := status.read_all(outdir)) and all(
-                    s.kind != "i" for s in boards.values()):
-                # (start-up, importing torch on a busy machine, is left to --timeout)
-                failure = ("timeout", f"no progress for {stall_timeout_s:g} s (hung); "
-                           + status.culprits(boards, expected, now))
-            if failure:
-                _dump_stacks(proc)
-                _kill_tree(popen, known)
-                break
-    except BaseException:
-        _kill_tree(popen, known)
-        raise
+        out = watch(popen, memory_limit_bytes=memory_limit_bytes, check=check,
+                    before_kill=lambda pids: _dump_stacks(popen.pid), what=" over all workers")
+    except KeyboardInterrupt:
+        interrupted, out = True, None
     finally:
         log.seek(0)
         text = log.read().decode(errors="replace")
         log.close()
-    meta.update(started_at=started, finished_at=time.time(), peak_rss_tree_bytes=peak_rss)
+    meta.update(started_at=started, finished_at=time.time(),
+                peak_rss_tree_bytes=out.peak_rss if out else None,
+                launcher_cpu_s=out.cpu_s if out else None)
+    partial = read_progress(outdir)
+    if interrupted:
+        failure = ("interrupted", "interrupted by the user (Ctrl-C or SIGTERM) while running")
+        raise LaunchInterrupted(_failed(spec, o, failure, partial, text, meta, outdir))
     gathered = outdir / "all.json"
-    if failure is None and popen.returncode == 0:
+    if out.failure is None and out.returncode == 0:
         if gathered.exists():
             reports = json.loads(gathered.read_text())["reports"]
             return analysis.assemble(spec, reports, launcher=meta)
         if any(outdir.glob("result_rank*.json")):
             return None  # this node's workers finished; rank 0 (elsewhere) has the result
-    partial = read_progress(outdir)
-    if failure is None:
-        failure = diagnose(outdir, text, popen.returncode or 0,
-                           list(range(o.workers)), partial)
+    failure = out.failure or diagnose(outdir, text, out.returncode or 0,
+                                      list(range(o.workers)), partial,
+                                      oom_killed=_oom_rose(oom_before))
     return _failed(spec, o, failure, partial, text, meta, outdir)
+
+
+def _oom_rose(before: int | None) -> bool:
+    after = oom_kills()
+    return before is not None and after is not None and after > before
 
 
 def _failed(spec: RunSpec, o: Options, failure: tuple[str, str],
@@ -426,18 +408,22 @@ def _failed(spec: RunSpec, o: Options, failure: tuple[str, str],
                             finished_at=meta.get("finished_at"), extra=extra)
 
 
-def _forward(progress: Path, seen: int, on_event: Callable[[dict], None]) -> int:
-    """Rank 0's step and evaluation records, as the progress events of a single run."""
+class _Forward:
+    """Rank 0's new step and evaluation records, as the progress events of a single run."""
 
-    def translate(ev: dict) -> None:
-        if ev.get("log") == "step":
-            phase = "step" if ev["phase"] in ("timed", "train") else ev["phase"]
-            on_event({"phase": phase, "s": ev["t1"] - ev["t0"], "i": ev["i"]})
-        elif ev.get("log") == "eval":
-            on_event({"phase": "train", "text": f"accuracy {ev['accuracy']:.3f} after "
-                                                f"{ev['train_s']:.1f} s"})
+    def __init__(self, progress: Path, on_event: Callable[[dict], None] | None):
+        self.reader, self.on_event = ProgressReader(progress), on_event
 
-    return forward_events(progress, seen, translate)
+    def __call__(self) -> None:
+        if self.on_event is None:
+            return
+        for ev in self.reader.read():
+            if ev.get("log") == "step":
+                phase = "step" if ev["phase"] in ("timed", "train") else ev["phase"]
+                self.on_event({"phase": phase, "s": ev["t1"] - ev["t0"], "i": ev["i"]})
+            elif ev.get("log") == "eval":
+                self.on_event({"phase": "train", "text": f"accuracy {ev['accuracy']:.3f} "
+                                                         f"after {ev['train_s']:.1f} s"})
 
 
 def run_probe(nbytes: int, *, workers: int = 2, p2p_bytes: int | None = None,
@@ -462,14 +448,11 @@ def run_probe(nbytes: int, *, workers: int = 2, p2p_bytes: int | None = None,
                                rdzv_id=f"probe-{uuid.uuid4().hex[:8]}", local_addr="127.0.0.1",
                                module="dlperf.parallel.probe")
         with (d / "probe.log").open("w+b") as log:
-            popen = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-            known = {p.pid for p in _tree(psutil.Process(popen.pid))}
-            try:
-                popen.wait(timeout=timeout_s)
-            except BaseException:
-                _kill_tree(popen, known)
-                raise
+            popen = subprocess.Popen(cmd, env=child_env(env), stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+            out = watch(popen, timeout_s=timeout_s)
+            if out.failure:
+                raise RuntimeError(f"link probe: {out.failure[1]}")
             log.seek(0)
             text = log.read().decode(errors="replace")
         result = d / "probe.json"
