@@ -364,7 +364,7 @@ def _result(strategy: str, workers: int, median: float, threads: int, delay: flo
 
 
 def test_report_tables_compare_against_one_worker_and_without_a_straggler(db, tmp_path):
-    from dlperf.parallel import report
+    from dlperf.report import parallel as report
 
     results = [_result("sync", 1, 0.10, 2), _result("sync", 2, 0.08, 1),
                _result("sync", 2, 0.13, 1, delay=0.05), _result("async", 2, 0.05, 1),

@@ -1,4 +1,5 @@
-"""Errors a user can cause. The CLI prints each as one line and exits with status 2."""
+"""Errors a user can cause (the CLI prints each as one line and exits with status 2), and
+how a run's own exception is recognised as running out of memory."""
 
 
 class UsageError(Exception):
@@ -23,3 +24,16 @@ class StoreWriteError(Exception):
     """A measured result could not be written to the store (disk full, store locked). The
     result is kept in a recovery file that the next command imports; the CLI prints one
     line and exits with status 1."""
+
+
+_OOM_TEXT = ("out of memory", "can't allocate memory", "resource exhausted",
+             "resourceexhaustederror", "not enough memory", "bad_alloc")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for the ways the frameworks say an allocation failed (MemoryError, CUDA's and
+    oneDNN's 'out of memory', TensorFlow's ResourceExhaustedError, C++ bad_alloc)."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(s in text for s in _OOM_TEXT)

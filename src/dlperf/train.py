@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from dlperf import data, workloads
-from dlperf.errors import UsageError
+from dlperf.errors import UsageError, is_out_of_memory
 from dlperf.spec import Metrics, RunResult, RunSpec
 
 DATA_SEED = 0  # the train/held-out split is fixed; spec.seed varies init and batch order
@@ -264,12 +264,10 @@ def run_training(
     except UsageError as e:
         return RunResult.failed(spec, "error", str(e), finished_at=time.time(), **base)
     except Exception as e:
-        from dlperf.worker import _is_oom
-
         tb = traceback.format_exc(limit=3).strip().splitlines()[-1]
         msg = f"{type(e).__name__}: {e}".strip()[:500] or tb
         return RunResult.failed(
-            spec, "oom" if _is_oom(e) else "error", msg, finished_at=time.time(), **base
+            spec, "oom" if is_out_of_memory(e) else "error", msg, finished_at=time.time(), **base
         )
 
 

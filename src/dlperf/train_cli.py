@@ -205,7 +205,8 @@ def add_experiment(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def cmd_experiment(a: argparse.Namespace) -> int:
     from dlperf import experiments, plan
-    from dlperf.report.exporters import print_table, to_csv, to_markdown
+    from dlperf.report import experiments as report_experiments
+    from dlperf.report.exporters import EXPORTERS, print_table
     from dlperf.runner import Runner
     from dlperf.store import Store
 
@@ -234,14 +235,14 @@ def cmd_experiment(a: argparse.Namespace) -> int:
                 continue
             with ProgressListener() as listener:
                 Runner(store, timeout_s=a.timeout or 900.0, listener=listener).run_all(todo)
-            sec = experiments.section(name, store, out_dir)
+            sec = report_experiments.section(name, store, out_dir)
             if sec is None:
                 out.print(f"  nothing stored for {name}")
                 continue
             for t in sec.tables:
                 print_table(t, out)
-                (out_dir / f"{sec.name}.md").write_text(to_markdown(t))
-                (out_dir / f"{sec.name}.csv").write_text(to_csv(t))
+                for ex in EXPORTERS:
+                    (out_dir / f"{sec.name}.{ex.suffix}").write_text(ex.render(t))
             files = [f"{sec.name}.md", f"{sec.name}.csv", *(p.name for p in sec.images)]
             out.print(
                 f"wrote {', '.join(files)} in {out_dir}; 'dlperf report' puts every "

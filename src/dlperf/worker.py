@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from dlperf.errors import is_out_of_memory
 from dlperf.spec import Metrics, RunResult, RunSpec
 
 
@@ -46,14 +47,6 @@ def _current_rss() -> int:
     import psutil
 
     return psutil.Process().memory_info().rss
-
-
-def _is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, MemoryError):
-        return True
-    text = str(exc).lower()
-    return any(s in text for s in ("out of memory", "can't allocate memory", "resource exhausted",
-                                    "resourceexhaustederror", "not enough memory", "bad_alloc"))
 
 
 def _inject_fault() -> None:
@@ -116,7 +109,7 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
     except UnsupportedError as e:
         return RunResult.failed(spec, "unsupported", str(e), finished_at=time.time(), **base)
     except Exception as e:
-        reason = "oom" if _is_oom(e) else "error"
+        reason = "oom" if is_out_of_memory(e) else "error"
         tb = traceback.format_exc(limit=3).strip().splitlines()[-1]
         return RunResult.failed(spec, reason, f"{type(e).__name__}: {e}".strip()[:500] or tb,
                                 finished_at=time.time(), **base)

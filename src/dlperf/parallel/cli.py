@@ -167,7 +167,7 @@ def cmd_parallel(a: argparse.Namespace) -> int:
 
 
 def print_summary(results: list, everything: list) -> None:
-    from dlperf.parallel import report
+    from dlperf.report import parallel as report
     from dlperf.report.exporters import print_table
 
     rows = report.rows_from(results)

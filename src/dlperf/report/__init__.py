@@ -12,49 +12,15 @@ import html
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlperf import environment, workloads
 from dlperf.errors import UsageError
 from dlperf.report import exporters, plots
 from dlperf.report.analysis import Row, aggregate
-from dlperf.report.tables import Table, detail_table, dlbench_table
+from dlperf.report.base import Filters, Report, Section
+from dlperf.report.tables import detail_table, dlbench_table
 from dlperf.store import Store
-
-
-@dataclass
-class Section:
-    name: str  # file-name stem
-    title: str
-    tables: list[Table] = field(default_factory=list)
-    images: list[Path] = field(default_factory=list)
-    text: str = ""
-
-
-@dataclass
-class Report:
-    out_dir: Path
-    sections: list[Section]
-    files: list[Path]
-
-    @property
-    def html(self) -> Path:
-        return self.out_dir / "report.html"
-
-
-@dataclass(frozen=True)
-class Filters:
-    networks: tuple[str, ...] = ()
-    frameworks: tuple[str, ...] = ()
-    size: str | None = None
-
-    def where(self) -> dict:
-        return {
-            "network": list(self.networks) or None,
-            "framework": list(self.frameworks) or None,
-            "size": self.size,
-        }
 
 
 def step_rows(store: Store, filters: Filters = Filters()) -> list[Row]:
@@ -76,27 +42,14 @@ def dlbench_section(store: Store, out: Path, filters: Filters) -> Section | None
                    tables=[dlbench_table(rows), detail_table(rows)], images=imgs)
 
 
-#: Section builders, in report order. Other parts of dlperf append theirs.
-SECTIONS: list[Callable[[Store, Path, Filters], Section | None]] = [dlbench_section]
+def sections() -> list[Callable[[Store, Path, Filters], Section | None]]:
+    """Every section builder, in report order: add a section here."""
+    from dlperf.report import experiments, parallel
 
-
-#: Modules that append their section builders to SECTIONS when imported.
-SECTION_MODULES = ("dlperf.experiments", "dlperf.parallel.report")
-
-
-def _load_sections() -> None:
-    import importlib
-
-    for mod in SECTION_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod and not mod.startswith(f"{e.name}."):
-                raise
+    return [dlbench_section, *experiments.sections(), parallel.parallel_section]
 
 
 def render(store: Store, out_dir: str | Path, filters: Filters = Filters()) -> Report:
-    _load_sections()
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -105,20 +58,19 @@ def render(store: Store, out_dir: str | Path, filters: Filters = Filters()) -> R
         probe.unlink()
     except OSError as e:
         raise UsageError(f"cannot write the report to {out}: {e}") from None
-    sections = [s for build in SECTIONS if (s := build(store, out, filters))]
+    built = [s for build in sections() if (s := build(store, out, filters))]
     files: list[Path] = []
-    for sec in sections:
+    for sec in built:
         for i, t in enumerate(sec.tables):
             stem = sec.name if i == 0 else f"{sec.name}_{_slug(t.title)}"
-            for ext, fn in (("md", exporters.to_markdown), ("csv", exporters.to_csv),
-                            ("json", exporters.to_json)):
-                p = out / f"{stem}.{ext}"
-                p.write_text(fn(t))
+            for ex in exporters.EXPORTERS:
+                p = out / f"{stem}.{ex.suffix}"
+                p.write_text(ex.render(t))
                 files.append(p)
         files.extend(sec.images)
     files.append(write_raw_json(store, out / "results.json", filters))
-    files.append(_write_html(out, sections, store))
-    return Report(out, sections, files)
+    files.append(_write_html(out, built, store))
+    return Report(out, built, files)
 
 
 def _slug(text: str) -> str:

@@ -6,6 +6,8 @@ import csv
 import html
 import io
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -84,3 +86,20 @@ def to_html(t: Table) -> str:
     cap = f"<p class='caption'>{e(t.caption)}</p>" if t.caption else ""
     return (f"<h2>{e(t.title)}</h2>{cap}<table><thead><tr>{head}</tr></thead>"
             f"<tbody>{body}</tbody></table>" + (f"<ul class='notes'>{notes}</ul>" if notes else ""))
+
+
+@dataclass(frozen=True)
+class Exporter:
+    """One file format for a table. A new format is one function and one entry in
+    ``EXPORTERS``; ``dlperf report`` then writes it for every table of every section."""
+
+    suffix: str
+    render: Callable[[Table], str]
+
+
+#: the file formats written for each table (the HTML page embeds ``to_html`` of each)
+EXPORTERS: tuple[Exporter, ...] = (
+    Exporter("md", to_markdown),
+    Exporter("csv", to_csv),
+    Exporter("json", to_json),
+)

@@ -6,8 +6,6 @@ staleness, threads against physical cores), time to a target on real data, and t
 straggler effect. Plots: scaling against workers (time per mini-batch, speed-up,
 efficiency), the communication share, held-out error against training time (the guide's
 "time until the destined error rate"), and the slowdown one slow worker causes.
-
-Importing this module appends ``parallel_section`` to ``dlperf.report.SECTIONS``.
 """
 
 from __future__ import annotations
@@ -24,8 +22,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from dlperf import units  # noqa: E402
 from dlperf.parallel.options import STRATEGIES, Options  # noqa: E402
-from dlperf.report import SECTIONS, Filters, Section  # noqa: E402
 from dlperf.report.analysis import Row, aggregate  # noqa: E402
+from dlperf.report.base import Filters, Section  # noqa: E402
 from dlperf.report.plots import grid, save  # noqa: E402
 from dlperf.report.tables import Table  # noqa: E402
 from dlperf.store import Store  # noqa: E402
@@ -384,7 +382,3 @@ def parallel_section(store: Store, out: Path, filters: Filters) -> Section | Non
                  "than physical cores (the workers competed for cores).")
     return Section("parallel", "Parallel training: strategies, scaling, communication",
                    tables=tables, images=images, text=text)
-
-
-if parallel_section not in SECTIONS:
-    SECTIONS.append(parallel_section)
