@@ -1,7 +1,8 @@
 """FLOPs per training step from PyTorch's counter, cached on disk.
 
-Counting runs on the meta device (shapes only), but still takes a second or two per
-network; the cache keeps ``dlperf networks`` fast. Keyed by torch version and the exact
+Counting runs on the meta device (shapes only), in a process of its own
+(``dlperf.backends.count_flops``: the command line never loads torch), and still takes a
+second or two per network; the cache keeps ``dlperf networks`` fast. Keyed by torch version and the exact
 network configuration, so a changed definition is counted again.
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -28,20 +31,13 @@ def counted_flops(names: list[str]) -> dict[str, float]:
     except (OSError, ValueError):
         cache = {}
     version = metadata.version("torch")
-    out, dirty = {}, False
+    keys = {}
     for name in names:
         wl = workloads.get(name)
-        cfg = wl.config()
-        key = f"torch {version}|{cfg!r}|{wl.default_batch}"
-        if key not in cache:
-            from dlperf.backends.torch_backend import count_flops
-
-            try:
-                cache[key] = count_flops(cfg, wl.default_batch)
-            except Exception:  # a network the counter cannot trace: show the closed form
-                continue
-            dirty = True
-        out[name] = cache[key]
+        keys[name] = f"torch {version}|{wl.config()!r}|{wl.default_batch}"
+    missing = [n for n in names if keys[n] not in cache]
+    dirty = bool(missing) and _count(missing, keys, cache)
+    out = {n: cache[keys[n]] for n in names if keys[n] in cache}
     if dirty:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -49,3 +45,19 @@ def counted_flops(names: list[str]) -> dict[str, float]:
         except OSError:
             pass
     return out
+
+
+def _count(names: list[str], keys: dict[str, str], cache: dict[str, float]) -> bool:
+    """Count ``names`` in a child process into ``cache``; False if it could not run."""
+    from dlperf.launch.isolated import SRC_DIR
+
+    env = {**os.environ, "PYTHONPATH": SRC_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    try:
+        p = subprocess.run([sys.executable, "-m", "dlperf.backends.count_flops", *names],
+                           capture_output=True, text=True, env=env, timeout=600, check=True)
+        counted = json.loads(p.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return False
+    for name, flops in counted.items():
+        cache[keys[name]] = flops
+    return bool(counted)

@@ -298,31 +298,14 @@ class TorchTrainer(Trainer):
         return None
 
 
-#: Config types whose training step is not "classifier + cross-entropy + SGD" (the guide's
-#: families: RBM, VAE, GAN, ...) register a factory here:
-#: (config, batch_size, variant, device, seed) -> Trainer.
-TRAINER_FACTORIES: dict[type, Callable[..., Trainer]] = {}
-EXTENSION_MODULES = ("dlperf.backends.torch_families",)
-
-
-def _load_extensions() -> None:
-    import importlib
-
-    for mod in EXTENSION_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
-
-
 def build_trainer(config: Any, batch_size: int, variant: str, device: torch.device,
                   seed: int = 0) -> Trainer:
-    if type(config) not in BUILDERS and type(config) not in TRAINER_FACTORIES:
-        _load_extensions()
-    factory = TRAINER_FACTORIES.get(type(config))
-    if factory is not None:
-        return factory(config, batch_size, variant, device, seed)
+    if type(config) not in BUILDERS:
+        # the guide's families (RBM, VAE, GAN, ...): their own models and training steps
+        from dlperf.backends.torch_families import TRAINER_FACTORIES
+
+        if type(config) in TRAINER_FACTORIES:
+            return TRAINER_FACTORIES[type(config)](config, batch_size, variant, device, seed)
     model, x, y = build_parts(config, batch_size, device, seed)
     return TorchTrainer(model, x, y, variant, device, config)
 

@@ -1,7 +1,7 @@
 """PyTorch models and trainers for the guide's families (``dlperf.workloads.families``).
 
-Imported on demand by ``torch_backend.build_trainer``; registers one factory per config
-type in ``TRAINER_FACTORIES``. Every trainer runs on its synthetic batch (time per
+Imported on demand by ``torch_backend.build_trainer``, which looks a family's config type
+up in ``TRAINER_FACTORIES``. Every trainer runs on its synthetic batch (time per
 mini-batch, ``dlperf run``) or on real batches given by ``set_batch`` (``dlperf train``),
 and offers, besides the ``Trainer`` interface, what the training loop of
 ``dlperf.train`` needs: ``default_lr``, ``set_lr``, ``outputs(x)`` (numpy arrays from
@@ -30,7 +30,6 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from dlperf.backends.base import Trainer, UnsupportedError
-from dlperf.backends.torch_backend import TRAINER_FACTORIES
 from dlperf.workloads import families as fam
 
 EVAL_SEED = 12345  # fixed noise for evaluating the VAE and the GAN: a deterministic measure
@@ -597,8 +596,8 @@ def _factory(make: Callable[[Any, int, torch.device], Trainer]) -> Callable[...,
     return factory
 
 
-TRAINER_FACTORIES.update(
-    {
+#: config type -> (config, batch_size, variant, device, seed) -> Trainer
+TRAINER_FACTORIES: dict[type, Callable[..., Trainer]] = {
         fam.FFNConfig: _factory(lambda c, b, d: ClassifierTrainer(c, build_ffn(c), b, d, lr=0.1)),
         fam.CNNConfig: _factory(lambda c, b, d: ClassifierTrainer(c, build_cnn(c), b, d, lr=0.05)),
         fam.RNNConfig: _factory(
@@ -616,5 +615,4 @@ TRAINER_FACTORIES.update(
         fam.DBNConfig: _factory(DBNTrainer),
         fam.VAEConfig: _factory(VAETrainer),
         fam.GANConfig: _factory(GANTrainer),
-    }
-)
+}
