@@ -3,11 +3,13 @@ Pure arithmetic, no framework; every test runs in milliseconds."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from dlperf import workloads
+from dlperf.cli import main
 from dlperf.errors import UsageError
 from dlperf.perfmodel import Calibration, Device, Efficiency, data_parallel_scaling, predict
 from dlperf.perfmodel import catalogue as cat
@@ -361,3 +363,36 @@ def test_pipeline_needs_a_chain_of_at_least_as_many_layers(network, size, stages
         return
     with pytest.raises(UsageError, match=message):
         predict(network, **kw)
+
+
+# ----------------------------------------------------------------------------- commands
+def test_dlperf_predict_prints_and_dumps_json(capsys):
+    args = ["predict", "-n", "alexnet", "-d", "v100", "-b", "64", "-s", "sync", "--devices",
+            "4", "--layers"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "predicted" in text and "communication" in text and "conv1" in text
+    assert main([*args, "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)
+    assert p["strategy"] == "sync" and p["links"] == {"intra": "nvlink2"}
+    assert sum(p["breakdown"].values()) == pytest.approx(p["time_s"])
+
+
+def test_dlperf_devices_lists_the_catalogue_with_sources(capsys):
+    assert main(["devices"]) == 0
+    assert "h100-sxm" in capsys.readouterr().out
+    assert main(["devices", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {d["name"] for d in data["devices"]} == set(cat.devices())
+    assert all(d["source"] for d in data["devices"] + data["links"] + data["storage"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-n", "gpt2", "-d", "local"], "need its calibration"),
+    (["-n", "gpt2", "-d", "v100", "-s", "hogwild"], "unknown strategy"),
+    (["-n", "gpt2", "-d", "v100", "--param", "heads=5"], "not divisible by heads"),
+])
+def test_dlperf_predict_bad_input(capsys, args, message):
+    assert main(["predict", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dlperf: error: ") and message in err and err.count("\n") == 1
