@@ -178,8 +178,9 @@ def _check(batch: Any, precision: str, devices: int, nodes: int, strategy: str,
 class _Context:
     """The validated inputs every strategy shares, and the per-device step."""
 
-    def __init__(self, wl, size, cfg, batch, dev, precision, cal, devices, nodes, collective,
-                 straggler_s, link, inter_link):
+    def __init__(self, wl: workloads.Workload, size: str, cfg: Any, batch: int, dev: Device,
+                 precision: str, cal: Calibration, devices: int, nodes: int, collective: str,
+                 straggler_s: float, link: str | None, inter_link: str | None):
         self.wl, self.size, self.cfg, self.batch = wl, size, cfg, batch
         self.dev, self.precision, self.cal = dev, precision, cal
         self.devices, self.nodes, self.per_node = devices, nodes, devices // nodes
@@ -197,7 +198,7 @@ class _Context:
         name = self._link_names[0] or self.dev.peer_link or self.dev.host_link
         if name is None:
             raise UsageError(f"device '{self.dev.name}' has no default link between devices; "
-                             "give one (e.g. eth100)")
+                             "give one (--link, e.g. eth100)")
         self.links["intra"] = name
         return catalogue.link(name)
 
@@ -205,7 +206,7 @@ class _Context:
         name = self._link_names[1]
         if name is None:
             raise UsageError(f"{self.nodes} nodes need a link between them "
-                             "(inter_link, e.g. ib-hdr or eth100)")
+                             "(--inter-link, e.g. ib-hdr or eth100)")
         self.links["inter"] = name
         return catalogue.link(name)
 
