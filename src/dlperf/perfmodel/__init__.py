@@ -13,7 +13,8 @@ peaks of catalogued devices and links, with efficiency factors from public measu
 
 from dlperf.perfmodel.calibration import Calibration, Efficiency
 from dlperf.perfmodel.catalogue import Device, Link, Storage
-from dlperf.perfmodel.predict import Breakdown, LayerTime, Prediction, predict
+from dlperf.perfmodel.predict import predict
+from dlperf.perfmodel.result import Breakdown, LayerTime, Prediction
 from dlperf.perfmodel.scaling import ScalingPoint, data_parallel_scaling
 
 __all__ = [

@@ -7,7 +7,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from dlperf.perfmodel import formulas as f
-from dlperf.perfmodel.predict import Prediction, predict
+from dlperf.perfmodel.predict import predict
+from dlperf.perfmodel.result import Prediction
 
 
 class ScalingPoint(BaseModel):
