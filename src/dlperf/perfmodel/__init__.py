@@ -7,8 +7,8 @@ peaks of catalogued devices and links, with efficiency factors from public measu
 - ``costs``: FLOPs and bytes per layer; ``compute``: the roofline time of each layer
 - ``formulas``: roofline, all-reduce (ring, tree, hierarchical), parameter server,
   pipeline bubble, stragglers, speed-up
-- ``calibration``: efficiency factors; ``predict``: time per mini-batch by strategy;
-  ``scaling``: data-parallel speed-up over 1..N devices
+- ``calibration``: efficiency factors; ``predict``: time per mini-batch by strategy,
+  returning ``result.Prediction``; ``scaling``: data-parallel speed-up over 1..N devices
 """
 
 from dlperf.perfmodel.calibration import Calibration, Efficiency
