@@ -27,7 +27,7 @@ def add_calc(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     t = calc.add_parser("transfer", help="refresh device memory over a shared link (the "
                         "guide's arithmetic), and what it leaves out")
     t.add_argument("--link", default="pcie4x16", help="a link of the catalogue (default "
-                   "pcie4x16; see the perfmodel links)")
+                   "pcie4x16; see dlperf devices)")
     t.add_argument("--device", help="a catalogue device: its memory (unless "
                    "--device-memory) and its own link (default: the guide's gtx1080)")
     t.add_argument("--device-memory", help="memory refreshed per device, e.g. 8GB "
