@@ -561,7 +561,7 @@ def _load_extensions() -> None:
     """Subcommands that live beside their logic (train, parallel, ...) register here."""
     import importlib
 
-    for mod in ("dlperf.train_cli", "dlperf.parallel.cli"):
+    for mod in ("dlperf.train_cli", "dlperf.calc_cli", "dlperf.predict_cli", "dlperf.parallel.cli"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as e:

@@ -8,8 +8,9 @@ from dlperf.errors import UsageError
 from dlperf.workloads.base import Layer, Workload
 from dlperf.workloads.dlbench import DLBENCH
 from dlperf.workloads.families import FAMILIES
+from dlperf.workloads.transformer import MODERN
 
-WORKLOADS: dict[str, Workload] = {**DLBENCH, **FAMILIES}
+WORKLOADS: dict[str, Workload] = {**DLBENCH, **FAMILIES, **MODERN}
 
 
 def register(workload: Workload) -> None:

@@ -1,0 +1,32 @@
+"""The analytical performance model, in the spirit of Paleo (Qi, Sparks, Talwalkar, ICLR
+2017): per-layer FLOPs and bytes from the neutral workload definitions, against the
+peaks of catalogued devices and links, with efficiency factors from public measurements
+(later: from this machine's calibration). Imports no framework.
+
+- ``catalogue``: devices, links, storage (data files with a source for every figure)
+- ``costs``: FLOPs and bytes per layer; ``compute``: the roofline time of each layer
+- ``formulas``: roofline, all-reduce (ring, tree, hierarchical), parameter server,
+  pipeline bubble, stragglers, speed-up
+- ``calibration``: efficiency factors; ``predict``: time per mini-batch by strategy,
+  returning ``result.Prediction``; ``scaling``: data-parallel speed-up over 1..N devices
+"""
+
+from dlperf.perfmodel.calibration import Calibration, Efficiency
+from dlperf.perfmodel.catalogue import Device, Link, Storage
+from dlperf.perfmodel.predict import predict
+from dlperf.perfmodel.result import Breakdown, LayerTime, Prediction
+from dlperf.perfmodel.scaling import ScalingPoint, data_parallel_scaling
+
+__all__ = [
+    "Breakdown",
+    "Calibration",
+    "Device",
+    "Efficiency",
+    "LayerTime",
+    "Link",
+    "Prediction",
+    "ScalingPoint",
+    "Storage",
+    "data_parallel_scaling",
+    "predict",
+]

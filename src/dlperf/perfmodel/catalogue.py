@@ -1,0 +1,169 @@
+"""The catalogue of devices, links and storage: data files, validated on load.
+
+The shipped files live in ``perfmodel/data/`` (every figure with its source). A user adds
+or replaces devices in one TOML file, ``$DLPERF_DEVICES``, else
+``$XDG_CONFIG_HOME/dlperf/devices.toml`` (``~/.config/dlperf/devices.toml``): an entry
+there replaces the shipped entry of the same name whole. A bad entry is one
+``UsageError`` line naming the file, the entry and the field.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dlperf.errors import UsageError
+
+#: Precisions the model knows, with the bytes of one element.
+PRECISIONS: dict[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    description: str
+    source: str = Field(min_length=1)  # where every figure of the entry comes from
+
+
+class Device(_Entry):
+    """A processing unit: peak rates from its datasheet (or, later, from calibration)."""
+
+    kind: Literal["gpu", "cpu"]
+    fp32_tflops: float = Field(gt=0)
+    tf32_tflops: float | None = Field(default=None, gt=0)
+    fp16_tflops: float | None = Field(default=None, gt=0)
+    bf16_tflops: float | None = Field(default=None, gt=0)
+    memory_gbps: float = Field(gt=0)
+    memory_gb: float = Field(gt=0)
+    host_link: str | None = None  # to the host (PCIe), a links.toml name
+    peer_link: str | None = None  # between devices of one node (NVLink), a links.toml name
+
+    def peak_flops(self, precision: str) -> float:
+        """Peak FLOP/s at a precision. TF32 where the device has none runs as fp32 (the
+        frameworks' TF32 switch has no effect there); fp16/bf16 without a figure are
+        refused rather than guessed."""
+        if precision not in PRECISIONS:
+            raise UsageError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
+        tflops = getattr(self, f"{precision}_tflops")
+        if tflops is None and precision == "tf32":
+            tflops = self.fp32_tflops
+        if tflops is None:
+            raise UsageError(
+                f"device '{self.name}' has no {precision} rate in the catalogue "
+                f"(it has no fast {precision} path); use fp32 or add the figure in your catalogue"
+            )
+        return tflops * 1e12
+
+
+class Link(_Entry):
+    kind: Literal["pcie", "nvlink", "ethernet", "infiniband", "other"]
+    gbps: float = Field(gt=0)  # GB/s in one direction
+    latency_us: float = Field(ge=0)
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.gbps * 1e9
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
+class Storage(_Entry):
+    read_gbps: float = Field(gt=0)
+
+
+def _read(text: str, origin: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{origin}: not valid TOML: {e}") from None
+
+
+def _parse(raw: dict, model: type[_Entry], origin: str) -> dict[str, _Entry]:
+    out = {}
+    for name, fields in raw.items():
+        if not isinstance(fields, dict):
+            raise UsageError(f"{origin}: '{name}' must be a table ([{name}]) of fields")
+        try:
+            out[name] = model(name=name, **fields)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "entry"
+            raise UsageError(f"{origin}: entry '{name}': {where}: {err['msg']}") from None
+        except TypeError as e:  # e.g. a field named 'name' given twice
+            raise UsageError(f"{origin}: entry '{name}': {e}") from None
+    return out
+
+
+def _shipped(filename: str, model: type[_Entry]) -> dict:
+    text = resources.files("dlperf.perfmodel").joinpath("data", filename).read_text()
+    return _parse(_read(text, filename), model, filename)
+
+
+def user_catalogue_path() -> Path | None:
+    """The user's device file: $DLPERF_DEVICES (must exist), else the XDG config one
+    (used only when present)."""
+    env = os.environ.get("DLPERF_DEVICES")
+    if env:
+        path = Path(env).expanduser()
+        if not path.is_file():
+            raise UsageError(f"DLPERF_DEVICES={env}: no such file")
+        return path
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    path = base / "dlperf" / "devices.toml"
+    return path if path.is_file() else None
+
+
+def links() -> dict[str, Link]:
+    return _shipped("links.toml", Link)
+
+
+def storage() -> dict[str, Storage]:
+    return _shipped("storage.toml", Storage)
+
+
+def devices() -> dict[str, Device]:
+    """The shipped devices with the user's file merged over them; every link a device
+    names must exist."""
+    out = _shipped("devices.toml", Device)
+    path = user_catalogue_path()
+    if path is not None:
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+        out.update(_parse(_read(text, str(path)), Device, str(path)))
+    known = links()
+    for d in out.values():
+        for link in (d.host_link, d.peer_link):
+            if link is not None and link not in known:
+                raise UsageError(
+                    f"device '{d.name}': unknown link '{link}' (known: {', '.join(known)})"
+                )
+    return out
+
+
+def _get(kind: str, table: dict, name: str):
+    try:
+        return table[name]
+    except KeyError:
+        raise UsageError(f"unknown {kind} '{name}' (known: {', '.join(table)})") from None
+
+
+def device(name: str) -> Device:
+    return _get("device", devices(), name)
+
+
+def link(name: str) -> Link:
+    return _get("link", links(), name)
+
+
+def storage_entry(name: str) -> Storage:
+    return _get("storage", storage(), name)

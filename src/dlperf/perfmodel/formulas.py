@@ -1,0 +1,130 @@
+"""The model's formulas, one short function each, with its source.
+
+Units: seconds, bytes, FLOP, bytes/s, FLOP/s. ``latency`` is the cost of one message
+step (alpha), ``bandwidth`` the rate in one direction (1/beta), the alpha-beta model of
+Hockney (1994), "The communication challenge for MPP: Intel Paragon and Meiko CS-2".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def roofline_time(
+    flops: float, nbytes: float, peak_flops: float, bandwidth: float, overhead: float = 0.0
+) -> float:
+    """max(flops / peak, bytes / bandwidth) + a fixed per-kernel overhead.
+
+    Williams, Waterman, Patterson (2009), "Roofline: an insightful visual performance
+    model for multicore architectures", CACM 52(4): a kernel runs at the lower of the
+    compute roof and bandwidth x arithmetic intensity. ``peak_flops`` and ``bandwidth``
+    are the attainable rates (datasheet peak x efficiency); the overhead is the fixed
+    cost of launching a kernel through a framework, which the roofline leaves out."""
+    return max(flops / peak_flops, nbytes / bandwidth) + overhead
+
+
+def p2p_time(nbytes: float, bandwidth: float, latency: float) -> float:
+    """One message: latency + bytes / bandwidth (Hockney 1994)."""
+    return latency + nbytes / bandwidth
+
+
+def ring_allreduce_time(nbytes: float, p: int, bandwidth: float, latency: float) -> float:
+    """2(p-1)/p x bytes / bandwidth + 2(p-1) x latency.
+
+    A reduce-scatter then an all-gather around a ring, each p-1 steps of bytes/p:
+    Patarasuk & Yuan (2009), "Bandwidth optimal all-reduce algorithms for clusters of
+    workstations", JPDC 69(2); Thakur, Rabenseifner, Gropp (2005), "Optimization of
+    collective communication operations in MPICH", IJHPCA 19(1)."""
+    if p <= 1:
+        return 0.0
+    return 2 * (p - 1) / p * nbytes / bandwidth + 2 * (p - 1) * latency
+
+
+def tree_allreduce_time(nbytes: float, p: int, bandwidth: float, latency: float) -> float:
+    """2 ceil(log2 p) x (latency + bytes / bandwidth).
+
+    A binomial-tree reduce to one root, then a binomial-tree broadcast, each ceil(log2 p)
+    steps carrying the whole message: Thakur et al. (2005), sec. 4; Paleo's
+    TreeAllReduce (Qi et al. 2017). Fewer latency terms than a ring, more bytes."""
+    if p <= 1:
+        return 0.0
+    return 2 * math.ceil(math.log2(p)) * (latency + nbytes / bandwidth)
+
+
+def hierarchical_allreduce_time(
+    nbytes: float,
+    per_node: int,
+    nodes: int,
+    intra_bandwidth: float,
+    intra_latency: float,
+    inter_bandwidth: float,
+    inter_latency: float,
+) -> float:
+    """Reduce-scatter inside each node, ring all-reduce between nodes, all-gather inside.
+
+    The three phases of Goyal et al. (2017), "Accurate, large minibatch SGD: training
+    ImageNet in 1 hour", sec. 4 (intra-server reduce, inter-server all-reduce,
+    intra-server broadcast), with ring phases (Patarasuk & Yuan 2009). Each node's
+    devices send their 1/per_node shards through the node's one network link, so the
+    inter-node phase moves the whole message over ``inter_bandwidth`` (the node's)."""
+    k = per_node
+    intra = (k - 1) / k * nbytes / intra_bandwidth + (k - 1) * intra_latency if k > 1 else 0.0
+    inter = ring_allreduce_time(nbytes, nodes, inter_bandwidth, inter_latency)
+    return 2 * intra + inter
+
+
+def parameter_server_time(
+    nbytes: float,
+    workers: int,
+    bandwidth: float,
+    latency: float,
+    server_bandwidth: float,
+) -> float:
+    """Each worker pushes its gradient and pulls the weights (2 messages of ``nbytes``);
+    the server's link carries every worker's push and pull, so it needs
+    workers x 2 x bytes / server_bandwidth. The slower of the two bounds a round.
+
+    Li et al. (2014), "Scaling distributed machine learning with the parameter server",
+    OSDI; the shared-link bound as in Paleo's OneToAll scheme (Qi et al. 2017)."""
+    own = 2 * p2p_time(nbytes, bandwidth, latency)
+    shared = workers * 2 * nbytes / server_bandwidth
+    return max(own, shared)
+
+
+def pipeline_bubble_fraction(stages: int, micro_batches: int) -> float:
+    """(p-1) / (m+p-1): the idle share of a GPipe schedule with p equal stages and m
+    micro-batches. Huang et al. (2019), "GPipe: efficient training of giant neural
+    networks using pipeline parallelism", NeurIPS, sec. 2.2."""
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+def pipeline_time(stage_time: float, stages: int, micro_batches: int) -> float:
+    """(m+p-1) x the slowest stage's time per micro-batch: every micro-batch passes every
+    stage, and the last leaves p-1 slots after the first could (Huang et al. 2019)."""
+    return (micro_batches + stages - 1) * stage_time
+
+
+def sync_step_time(worker_times: Sequence[float]) -> float:
+    """A synchronous step waits for the slowest worker: max over workers.
+
+    Chen, Pan, Monga, Bengio, Jozefowicz (2016), "Revisiting distributed synchronous
+    SGD", sec. 2: stragglers set the pace of synchronous training."""
+    return max(worker_times)
+
+
+def async_step_time(worker_times: Sequence[float]) -> float:
+    """Asynchronous workers never wait: together they make sum(1/t_i) steps per second,
+    so one step of each (one global mini-batch) takes n / sum(1/t_i), the harmonic mean.
+    Dean et al. (2012), "Large scale distributed deep networks" (Downpour SGD), NeurIPS."""
+    return len(worker_times) / sum(1 / t for t in worker_times)
+
+
+def speedup(time_one: float, time_n: float) -> float:
+    """T(1) / T(n) for the same global mini-batch (strong scaling)."""
+    return time_one / time_n
+
+
+def efficiency(time_one: float, time_n: float, n: int) -> float:
+    """Speed-up per device: T(1) / (n x T(n)); 1 is perfect scaling."""
+    return speedup(time_one, time_n) / n

@@ -1,0 +1,331 @@
+"""predict(): time per mini-batch of a workload on catalogue hardware, for a strategy.
+
+The batch is the global mini-batch, as in ``dlperf parallel``: data-parallel strategies
+split it evenly over the devices, the pipeline cuts it into micro-batches. Nothing here
+is fitted to a measured time: rates come from the catalogue, efficiencies from
+``Calibration``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dlperf import workloads
+from dlperf.errors import UsageError
+from dlperf.perfmodel import catalogue
+from dlperf.perfmodel import formulas as f
+from dlperf.perfmodel.calibration import Calibration
+from dlperf.perfmodel.catalogue import PRECISIONS, Device, Link
+from dlperf.perfmodel.compute import LayerTiming, layer_timing
+from dlperf.perfmodel.costs import activation_bytes, layer_costs
+from dlperf.perfmodel.result import Breakdown, LayerTime, Prediction
+from dlperf.workloads.base import Layer
+
+STRATEGIES = ("single", "sync", "async", "mixed", "pipeline")
+COLLECTIVES = ("ring", "tree")
+#: names that mean "this machine": its rates must come from calibration, not a datasheet
+LOCAL_NAMES = ("local", "this-machine")
+#: families whose step is not one forward and one backward pass through a chain of layers
+NOT_A_CHAIN = {
+    "gan": "a GAN trains two networks in turn",
+    "recursive": "a recursive net composes over a tree, not a chain of layers",
+    "rbm": "an RBM trains by contrastive divergence, not backpropagation through layers",
+}
+INPUT_NOTE = "input pipeline: not modelled yet (0 s); the data-flow model will add it"
+
+
+def resolve_device(device: str | Device) -> Device:
+    """A catalogue name or a ready Device (e.g. one filled from calibration)."""
+    if isinstance(device, Device):
+        return device
+    if device in LOCAL_NAMES:
+        raise UsageError(
+            "predictions for this machine need its calibration (its measured matmul and "
+            "bandwidth rates), which dlperf does not have yet; choose a catalogue device "
+            "(dlperf devices)"
+        )
+    return catalogue.device(device)
+
+
+def predict(
+    network: str,
+    *,
+    device: str | Device,
+    size: str | None = None,
+    batch_size: int | None = None,
+    precision: str = "fp32",
+    devices: int = 1,
+    nodes: int = 1,
+    strategy: str = "single",
+    link: str | None = None,
+    inter_link: str | None = None,
+    collective: str = "ring",
+    groups: int | None = None,
+    micro_batches: int | None = None,
+    straggler_s: float = 0.0,
+    params: dict[str, Any] | None = None,
+    calibration: Calibration | None = None,
+) -> Prediction:
+    """Time per mini-batch of ``network`` on ``devices`` x ``device`` (spread evenly over
+    ``nodes``) with ``strategy``. ``link`` joins devices in a node (default: the device's
+    peer link, else its host link), ``inter_link`` joins nodes. ``straggler_s`` slows one
+    worker by that much per step. Bad input raises UsageError (one line)."""
+    cal = calibration or Calibration()
+    wl, size, cfg = workloads.resolve(network, size, params)
+    batch = wl.default_batch if batch_size is None else batch_size
+    dev = resolve_device(device)
+    _check(batch, precision, devices, nodes, strategy, collective, straggler_s)
+    dev.peak_flops(precision)  # refuses a precision the device has no rate for
+    ctx = _Context(wl, size, cfg, batch, dev, precision, cal, devices, nodes, collective,
+                   straggler_s, link, inter_link)
+    if strategy == "pipeline":
+        return _pipeline(ctx, micro_batches, groups)
+    if micro_batches not in (None, 1):
+        raise UsageError("micro_batches applies to the pipeline strategy only")
+    if strategy != "mixed" and groups not in (None, 1):
+        raise UsageError(f"groups applies to the mixed strategy only (got strategy {strategy})")
+    if batch % devices:
+        raise UsageError(f"the global batch {batch} does not split evenly over {devices} "
+                         "devices; choose a multiple of the device count")
+    return _data_parallel(ctx, strategy, groups)
+
+
+def _check(batch: Any, precision: str, devices: int, nodes: int, strategy: str,
+           collective: str, straggler_s: float) -> None:
+    if not isinstance(batch, int) or batch < 1:
+        raise UsageError(f"batch size must be a positive integer, got {batch!r}")
+    if precision not in PRECISIONS:
+        raise UsageError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
+    if strategy not in STRATEGIES:
+        raise UsageError(f"unknown strategy '{strategy}' (known: {', '.join(STRATEGIES)})")
+    if collective not in COLLECTIVES:
+        raise UsageError(f"unknown collective '{collective}' (known: {', '.join(COLLECTIVES)})")
+    if devices < 1 or nodes < 1 or devices % nodes:
+        raise UsageError(f"{devices} devices cannot be spread evenly over {nodes} nodes")
+    if strategy == "single" and devices > 1:
+        raise UsageError(f"strategy single runs on one device, got {devices} "
+                         "(choose sync, async, mixed or pipeline)")
+    if collective == "tree" and nodes > 1:
+        raise UsageError("the tree all-reduce is modelled within one node; across nodes the "
+                         "model uses the hierarchical ring")
+    if not straggler_s >= 0 or math.isinf(straggler_s):
+        raise UsageError(f"straggler delay must be a non-negative number of seconds, "
+                         f"got {straggler_s}")
+
+
+class _Context:
+    """The validated inputs every strategy shares, and the per-device step."""
+
+    def __init__(self, wl: workloads.Workload, size: str, cfg: Any, batch: int, dev: Device,
+                 precision: str, cal: Calibration, devices: int, nodes: int, collective: str,
+                 straggler_s: float, link: str | None, inter_link: str | None):
+        self.wl, self.size, self.cfg, self.batch = wl, size, cfg, batch
+        self.dev, self.precision, self.cal = dev, precision, cal
+        self.devices, self.nodes, self.per_node = devices, nodes, devices // nodes
+        self.collective, self.straggler = collective, straggler_s
+        self.layers: list[Layer] = cfg.layers()
+        self.elem = PRECISIONS[precision]
+        self.grad_bytes = sum(layer.params for layer in self.layers) * self.elem
+        self.links: dict[str, str] = {}
+        self._link_names = (link, inter_link)
+        self.notes = [INPUT_NOTE]
+        if precision == "tf32" and dev.tf32_tflops is None:
+            self.notes.append(f"{dev.name} has no TF32 units: tf32 runs as fp32")
+
+    def intra(self) -> Link:
+        name = self._link_names[0] or self.dev.peer_link or self.dev.host_link
+        if name is None:
+            raise UsageError(f"device '{self.dev.name}' has no default link between devices; "
+                             "give one (--link, e.g. eth100)")
+        self.links["intra"] = name
+        return catalogue.link(name)
+
+    def inter(self) -> Link:
+        name = self._link_names[1]
+        if name is None:
+            raise UsageError(f"{self.nodes} nodes need a link between them "
+                             "(--inter-link, e.g. ib-hdr or eth100)")
+        self.links["inter"] = name
+        return catalogue.link(name)
+
+    def server_link(self) -> Link:
+        """Workers reach the parameter server over the network when there are nodes."""
+        return self.inter() if self.nodes > 1 else self.intra()
+
+    def bw(self, link: Link) -> float:
+        return link.bytes_per_s * self.cal.link
+
+    def timings(self, batch: float) -> list[LayerTiming]:
+        eff = self.cal.for_device(self.dev)
+        costs = layer_costs(self.layers, self.cfg.input_shape(), batch, self.elem)
+        return [layer_timing(c, self.dev, self.precision, eff) for c in costs]
+
+    def allreduce(self, nbytes: float, p: int) -> float:
+        """Gradients averaged over ``p`` devices of one node (ring or tree)."""
+        if p <= 1:
+            return 0.0
+        link = self.intra()
+        fn = f.ring_allreduce_time if self.collective == "ring" else f.tree_allreduce_time
+        return fn(nbytes, p, self.bw(link), link.latency_s)
+
+    def memory_note(self, memory_bytes: float) -> None:
+        if memory_bytes > self.dev.memory_gb * 1e9:
+            self.notes.append(
+                f"needs about {memory_bytes / 1e9:.3g} GB per device, more than the "
+                f"{self.dev.memory_gb:g} GB of {self.dev.name}: it would not fit"
+            )
+
+    def result(self, strategy: str, time_s: float, breakdown: Breakdown,
+               layers: list[LayerTime], memory_bytes: float, **extra: Any) -> Prediction:
+        self.memory_note(memory_bytes)
+        return Prediction(
+            network=self.wl.name, size=self.size, batch_size=self.batch, device=self.dev.name,
+            precision=self.precision, strategy=strategy, devices=self.devices,
+            nodes=self.nodes, links=self.links, time_s=time_s, breakdown=breakdown,
+            layers=layers, flops_per_step=float(self.batch * sum(
+                layer.train_flops() for layer in self.layers)),
+            memory_bytes=memory_bytes, notes=self.notes, calibration=self._calibration(),
+            **extra,
+        )
+
+    def _calibration(self) -> str:
+        eff = self.cal.for_device(self.dev)
+        return f"{self.dev.name}: {eff.source}; links: {self.cal.link_source}"
+
+
+def _totals(timings: list[LayerTiming], repeat: float = 1.0) -> tuple[float, float, float]:
+    """(compute, memory, overhead) seconds, the passes repeated ``repeat`` times (micro-
+    batches) and the update once."""
+    compute = sum(t.compute_s for t in timings) * repeat
+    memory = sum(t.memory_s for t in timings) * repeat + sum(t.update_s for t in timings)
+    overhead = sum(t.overhead_s for t in timings) * repeat
+    return compute, memory, overhead
+
+
+def _layer_times(timings: list[LayerTiming], repeat: float = 1.0) -> list[LayerTime]:
+    return [
+        LayerTime(name=t.name, op=t.op, bound=t.bound, time_s=t.passes_s * repeat + t.update_s,
+                  flops=t.flops * repeat, bytes=t.bytes * repeat)
+        for t in timings
+    ]
+
+
+def _memory(layers: list[Layer], batch: float, elem: int) -> float:
+    """Weights and gradients (plain SGD keeps no other state) and the kept activations."""
+    return 2 * sum(layer.params for layer in layers) * elem + activation_bytes(layers, batch, elem)
+
+
+def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Prediction:
+    p = ctx.devices
+    local = ctx.batch // p
+    timings = ctx.timings(local)
+    compute, memory, overhead = _totals(timings)
+    step = compute + memory + overhead
+    g_bytes = ctx.grad_bytes
+    extra: dict[str, Any] = {}
+    if strategy in ("single", "sync"):
+        if p == 1:
+            comm = 0.0
+        elif ctx.nodes == 1:
+            comm = ctx.allreduce(g_bytes, p)
+        else:
+            inter = ctx.inter()
+            intra = ctx.intra() if ctx.per_node > 1 else inter  # one per node: no intra phase
+            comm = f.hierarchical_allreduce_time(
+                g_bytes, ctx.per_node, ctx.nodes, ctx.bw(intra), intra.latency_s,
+                ctx.bw(inter), inter.latency_s)
+        if p > 1:
+            ctx.notes.append("the all-reduce does not overlap the backward pass here (DDP "
+                             "overlaps them): communication is an upper bound")
+        waits = f.sync_step_time([step] * (p - 1) + [step + ctx.straggler]) - step
+        time = step + comm + waits
+        return ctx.result(strategy, time, Breakdown(
+            compute_s=compute, memory_s=memory, overhead_s=overhead, communication_s=comm,
+            bubble_s=0.0, straggler_s=waits), _layer_times(timings),
+            _memory(ctx.layers, local, ctx.elem))
+    # async: every device is its own group; mixed: groups synchronous inside
+    g = p if strategy == "async" else (groups if groups is not None else _default_groups(p))
+    if g < 1 or p % g:
+        raise UsageError(f"groups {g} does not divide the {p} devices")
+    k = p // g
+    if ctx.nodes > 1 and ctx.per_node % k:
+        raise UsageError(f"a group of {k} devices must sit inside one node of {ctx.per_node}")
+    group_comm = 0.0
+    if k > 1:
+        group_comm = ctx.allreduce(g_bytes, k)
+        intra = ctx.intra()  # the leader broadcasts the pulled weights to its group
+        group_comm += f.p2p_time(g_bytes, ctx.bw(intra), intra.latency_s)
+    own = shared = 0.0
+    if p > 1:  # one worker applies its own updates: no server traffic
+        server = ctx.server_link()
+        own = 2 * f.p2p_time(g_bytes, ctx.bw(server), server.latency_s)
+        shared = f.parameter_server_time(g_bytes, g, ctx.bw(server), server.latency_s,
+                                         ctx.bw(server))
+    base = step + group_comm + own
+    t_async = f.async_step_time([base] * (g - 1) + [base + ctx.straggler])
+    time = max(t_async, shared)  # the server's shared link may set the pace
+    lost = time - max(base, shared)  # what the slow worker costs beyond that
+    if strategy == "mixed":
+        extra["groups"] = g
+    return ctx.result(strategy, time, Breakdown(
+        compute_s=compute, memory_s=memory, overhead_s=overhead,
+        communication_s=time - step - lost, bubble_s=0.0, straggler_s=lost),
+        _layer_times(timings), _memory(ctx.layers, local, ctx.elem), **extra)
+
+
+def _default_groups(devices: int) -> int:
+    """Groups of two devices, as ``dlperf parallel`` defaults (one group of one or two)."""
+    if devices <= 2:
+        return 1
+    if devices % 2:
+        raise UsageError(f"{devices} devices is odd: give the number of groups for mixed")
+    return devices // 2
+
+
+def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> Prediction:
+    from dlperf.parallel.partition import split_by_cost  # framework-free, shared with parallel
+
+    p, batch = ctx.devices, ctx.batch
+    if groups not in (None, 1):
+        raise UsageError("groups applies to the mixed strategy only (got strategy pipeline)")
+    why = NOT_A_CHAIN.get(ctx.wl.family) or (
+        NOT_A_CHAIN["rbm"] if any(layer.op == "rbm" for layer in ctx.layers) else None)
+    if why:
+        raise UsageError(f"network '{ctx.wl.name}' cannot be pipelined: {why}")
+    if len(ctx.layers) < p:
+        raise UsageError(f"more pipeline stages ({p}) than layers ({len(ctx.layers)}) "
+                         f"in '{ctx.wl.name}'")
+    m = micro_batches if micro_batches is not None else min(batch, 4 * p)
+    if m < 1 or batch % m:
+        raise UsageError(f"micro_batches {m} does not divide the batch size {batch}")
+    mb = batch / m
+    timings = ctx.timings(mb)
+    stages = split_by_cost([t.passes_s for t in timings], p)
+    stage_times, comms, updates = [], [], []
+    out_elems = 0
+    for s, idx in enumerate(stages):
+        for i in idx:
+            out_elems = ctx.layers[i].out_elems or out_elems
+        comm = 0.0
+        if s < p - 1:  # activations forward and their gradients back, per micro-batch
+            crosses = ctx.nodes > 1 and (s + 1) % ctx.per_node == 0
+            link = ctx.inter() if crosses else ctx.intra()
+            comm = 2 * f.p2p_time(out_elems * mb * ctx.elem, ctx.bw(link), link.latency_s)
+        comms.append(comm)
+        stage_times.append(sum(timings[i].passes_s for i in idx) + comm)
+        updates.append(sum(timings[i].update_s for i in idx))
+    slow = max(range(p), key=stage_times.__getitem__)
+    t_stage = stage_times[slow]
+    compute, memory, overhead = _totals([timings[i] for i in stages[slow]], repeat=m)
+    memory += max(updates) - sum(timings[i].update_s for i in stages[slow])
+    bubble = (p - 1) * t_stage
+    time = f.pipeline_time(t_stage, p, m) + max(updates) + ctx.straggler
+    if p > 1:
+        ctx.notes.append(f"GPipe schedule, {m} micro-batches of {mb:g}: ideal idle share "
+                         f"{f.pipeline_bubble_fraction(p, m):.1%} with equal stages")
+    mem = max(_memory([ctx.layers[i] for i in idx], batch, ctx.elem) for idx in stages)
+    return ctx.result("pipeline", time, Breakdown(
+        compute_s=compute, memory_s=memory, overhead_s=overhead,
+        communication_s=m * comms[slow], bubble_s=bubble, straggler_s=ctx.straggler),
+        _layer_times(timings, repeat=m), mem, micro_batches=m)

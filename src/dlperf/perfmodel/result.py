@@ -1,0 +1,67 @@
+"""What predict() returns: the predicted time, its breakdown and per-layer times."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+
+class Breakdown(BaseModel):
+    """Where the predicted time goes; the terms add up to ``Prediction.time_s``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    compute_s: float  # passes limited by FLOP/s: matrix products, convolutions
+    memory_s: float  # passes limited by bandwidth: elementwise, normalisation, pooling, update
+    overhead_s: float  # fixed cost of every kernel launch
+    communication_s: float  # gradients, weights or activations between devices
+    bubble_s: float  # pipeline fill and drain
+    straggler_s: float  # waiting for (or losing throughput to) the slow worker
+    input_s: float = 0.0  # the input pipeline (not modelled yet)
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.model_dump().values())
+
+
+class LayerTime(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    op: str
+    bound: Literal["compute", "memory"]
+    time_s: float
+    flops: float
+    bytes: float
+
+
+class Prediction(BaseModel):
+    """A predicted time per mini-batch with its breakdown, per-layer times (of one device,
+    or of the whole pipeline) and the assumptions that shaped it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    network: str
+    size: str
+    batch_size: int
+    device: str
+    precision: str
+    strategy: str
+    devices: int
+    nodes: int
+    groups: int | None = None
+    micro_batches: int | None = None
+    links: dict[str, str]
+    time_s: float
+    breakdown: Breakdown
+    layers: list[LayerTime]
+    flops_per_step: float
+    memory_bytes: float  # per device: weights, gradients and kept activations
+    notes: list[str]
+    calibration: str
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def samples_per_s(self) -> float:
+        return self.batch_size / self.time_s

@@ -1,0 +1,398 @@
+"""The analytical performance model: catalogue, per-layer bytes, formulas, predict().
+Pure arithmetic, no framework; every test runs in milliseconds."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from dlperf import workloads
+from dlperf.cli import main
+from dlperf.errors import UsageError
+from dlperf.perfmodel import Calibration, Device, Efficiency, data_parallel_scaling, predict
+from dlperf.perfmodel import catalogue as cat
+from dlperf.perfmodel import formulas as f
+from dlperf.perfmodel.costs import layer_cost, layer_costs
+from dlperf.workloads.base import Layer, dense
+
+
+@pytest.fixture(autouse=True)
+def _no_user_catalogue(tmp_path, monkeypatch):
+    """Never read the developer's own device file."""
+    monkeypatch.delenv("DLPERF_DEVICES", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+# ----------------------------------------------------------------------------- catalogue
+def test_catalogue_has_the_named_hardware_each_with_a_source():
+    devices, links, storage = cat.devices(), cat.links(), cat.storage()
+    for name in ("k80", "gtx980", "gtx1080", "p100", "v100", "a100-40gb", "a100-80gb",
+                 "h100-pcie", "h100-sxm", "h200", "l4", "l40s", "xeon-8280", "xeon-8380",
+                 "epyc-7763", "epyc-9654"):
+        assert name in devices
+    for name in ("pcie3x16", "pcie4x16", "pcie5x16", "nvlink2", "nvlink3", "nvlink4", "eth10",
+                 "eth25", "eth100", "ib-edr", "ib-hdr", "ib-ndr"):
+        assert name in links
+    assert {"nvme", "raid0-nvme5", "sata-ssd", "hdd"} <= set(storage)
+    for entry in [*devices.values(), *links.values(), *storage.values()]:
+        assert "https://" in entry.source or "the guide" in entry.source, entry.name
+
+
+@pytest.mark.parametrize("name, gt_per_s", [("pcie3x16", 8e9), ("pcie4x16", 16e9),
+                                            ("pcie5x16", 32e9)])
+def test_pcie_rate_is_lanes_times_transfer_rate_after_128b130b_encoding(name, gt_per_s):
+    per_direction = gt_per_s * 16 * 128 / 130 / 8 / 1e9  # GB/s
+    assert cat.link(name).gbps == pytest.approx(per_direction, rel=1e-3)
+
+
+def test_gtx1080_sits_on_pcie3_and_a100_pairs_talk_over_nvlink3():
+    assert cat.device("gtx1080").host_link == "pcie3x16"
+    assert cat.device("a100-40gb").peer_link == "nvlink3"
+
+
+def test_peak_per_precision():
+    v100 = cat.device("v100")
+    assert v100.peak_flops("tf32") == v100.peak_flops("fp32")  # no TF32 units: runs as fp32
+    assert v100.peak_flops("fp16") == 125e12
+    with pytest.raises(UsageError, match="no bf16 rate"):
+        v100.peak_flops("bf16")
+    with pytest.raises(UsageError, match="unknown precision 'fp8'"):
+        v100.peak_flops("fp8")
+
+
+def test_user_catalogue_adds_and_replaces_devices(tmp_path, monkeypatch):
+    path = tmp_path / "mine.toml"
+    path.write_text(
+        '[my-gpu]\nkind = "gpu"\ndescription = "a card"\nfp32_tflops = 10\n'
+        'memory_gbps = 500\nmemory_gb = 16\nhost_link = "pcie4x16"\nsource = "my bench"\n'
+        '[v100]\nkind = "gpu"\ndescription = "a slower V100"\nfp32_tflops = 1\n'
+        'memory_gbps = 100\nmemory_gb = 16\nsource = "my bench"\n'
+    )
+    monkeypatch.setenv("DLPERF_DEVICES", str(path))
+    assert cat.device("my-gpu").fp32_tflops == 10
+    v100 = cat.device("v100")
+    assert v100.fp32_tflops == 1 and v100.fp16_tflops is None  # replaced whole
+    assert "a100-40gb" in cat.devices()
+
+
+def test_user_catalogue_from_the_config_directory(tmp_path):
+    path = tmp_path / "config" / "dlperf" / "devices.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text('[x]\nkind = "cpu"\ndescription = "d"\nfp32_tflops = 1\n'
+                    'memory_gbps = 10\nmemory_gb = 8\nsource = "s"\n')
+    assert "x" in cat.devices()
+
+
+@pytest.mark.parametrize("entry, message", [
+    ('fp32_tflops = -1\nmemory_gbps = 1\nmemory_gb = 1\nsource = "s"',
+     "entry 'bad': fp32_tflops: Input should be greater than 0"),
+    ('fp32_tflops = 1\nmemory_gbps = 1\nmemory_gb = 1',
+     "entry 'bad': source: Field required"),
+    ('fp32_tflops = 1\nmemory_gbps = 1\nmemory_gb = 1\nsource = "s"\npeak = 3',
+     "entry 'bad': peak: Extra inputs are not permitted"),
+    ('fp32_tflops = 1\nmemory_gbps = 1\nmemory_gb = 1\nsource = "s"\nhost_link = "usb"',
+     "device 'bad': unknown link 'usb'"),
+    ('fp32_tflops = "fast"\nmemory_gbps = 1\nmemory_gb = 1\nsource = "s"',
+     "entry 'bad': fp32_tflops: Input should be a valid number"),
+])
+def test_bad_user_entry_is_one_clear_line(tmp_path, monkeypatch, entry, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(f'[bad]\nkind = "gpu"\ndescription = "d"\n{entry}\n')
+    monkeypatch.setenv("DLPERF_DEVICES", str(path))
+    with pytest.raises(UsageError) as e:
+        cat.devices()
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_or_broken_user_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLPERF_DEVICES", str(tmp_path / "none.toml"))
+    with pytest.raises(UsageError, match="no such file"):
+        cat.devices()
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[a\n")
+    monkeypatch.setenv("DLPERF_DEVICES", str(broken))
+    with pytest.raises(UsageError, match="not valid TOML"):
+        cat.devices()
+
+
+def test_unknown_names():
+    with pytest.raises(UsageError, match="unknown device 'tpu'"):
+        cat.device("tpu")
+    with pytest.raises(UsageError, match="unknown link 'usb3'"):
+        cat.link("usb3")
+
+
+# ----------------------------------------------------------------------------- bytes
+def test_dense_layer_bytes_closed_form():
+    """Dense 3 -> 4 with bias (P = 3*4 + 4 = 16), batch 2, fp32 (4 bytes):
+    forward  = W 16 + X 3*2 + Y 4*2                              = 30 elements
+    backward = dY 8 + saved X 6 + W 16 (for dX) + dX 6 + dW 16    = 52 elements
+    update   = SGD reads w and g, writes w: 3 * 16                 = 48 elements"""
+    c = layer_cost(dense("fc", 3, 4), in_elems=3, batch=2, elem_bytes=4)
+    assert (c.fwd_bytes, c.bwd_bytes, c.update_bytes) == (30 * 4, 52 * 4, 48 * 4)
+    # forward 2*3*4 per sample, 2 samples; backward = weight and input gradients, as much each
+    assert (c.fwd_flops, c.bwd_flops) == (2 * 3 * 4 * 2, 2 * (2 * 3 * 4 * 2))
+    assert c.kernels == 4  # forward, dW, dX, update
+
+
+def test_first_layer_writes_no_input_gradient():
+    """Fed by data: backward = dY 8 + saved X 6 + dW 16 = 30 elements, no weight read."""
+    c = layer_cost(dense("fc", 3, 4, first=True), in_elems=3, batch=2, elem_bytes=4)
+    assert c.bwd_bytes == 30 * 4
+    assert c.bwd_flops == 2 * 3 * 4 * 2  # the weight gradient only
+
+
+def test_elementwise_and_embedding_bytes():
+    relu = layer_cost(Layer("relu", "act", out_elems=5), in_elems=5, batch=2, elem_bytes=2)
+    # forward: read 10, write 10; backward: dY 10, saved X 10, dX 10
+    assert (relu.fwd_bytes, relu.bwd_bytes, relu.update_bytes) == (40, 60, 0)
+    emb = layer_cost(Layer("emb", "embedding", params=1000 * 8, out_elems=4 * 8,
+                           input_grad=False), in_elems=4, batch=2, elem_bytes=4)
+    # reads only the 2 x 4 gathered rows of 8, not the 1000-row table
+    assert emb.fwd_bytes == (64 + 8 + 64) * 4
+
+
+@pytest.mark.parametrize("name", list(workloads.WORKLOADS))
+def test_layer_flops_add_up_to_the_counted_training_flops(name):
+    """The model's FLOPs are the workload's (which the backend tests check against each
+    framework's own counter): forward + backward over all layers."""
+    wl = workloads.get(name)
+    cfg = wl.config("tiny")
+    costs = layer_costs(cfg.layers(), cfg.input_shape(), 3, 4)
+    assert sum(c.flops for c in costs) == wl.train_flops(3, "tiny")
+    assert all(c.bytes >= 0 for c in costs)
+
+
+# ----------------------------------------------------------------------------- formulas
+def test_roofline_takes_the_slower_roof_plus_overhead():
+    assert f.roofline_time(100, 1, peak_flops=10, bandwidth=10) == 10
+    assert f.roofline_time(1, 100, peak_flops=10, bandwidth=10, overhead=0.5) == 10.5
+
+
+def test_ring_allreduce():
+    assert f.ring_allreduce_time(1e9, 1, 1e9, 1.0) == 0
+    # 4 devices: 2 * 3/4 of the message, 6 latency steps
+    assert f.ring_allreduce_time(1e9, 4, 1e9, 0.01) == pytest.approx(1.5 + 0.06)
+    # the bandwidth term tends to 2 x bytes / bandwidth, whatever the device count
+    assert f.ring_allreduce_time(1e9, 1024, 1e9, 0) == pytest.approx(2, rel=1e-3)
+
+
+def test_tree_allreduce_has_log2_steps():
+    assert f.tree_allreduce_time(10, 8, 10, 0.5) == 2 * 3 * (0.5 + 1)
+    assert f.tree_allreduce_time(10, 5, 10, 0.5) == 2 * 3 * (0.5 + 1)  # ceil(log2 5) = 3
+    # fewer latency terms than a ring: it wins for tiny messages on many devices
+    assert f.tree_allreduce_time(8, 64, 1e9, 1e-5) < f.ring_allreduce_time(8, 64, 1e9, 1e-5)
+
+
+def test_hierarchical_allreduce_reduces_to_rings():
+    ring = f.ring_allreduce_time(1e9, 8, 1e9, 1e-5)
+    assert f.hierarchical_allreduce_time(1e9, 8, 1, 1e9, 1e-5, 1.0, 1.0) == pytest.approx(ring)
+    assert f.hierarchical_allreduce_time(1e9, 1, 8, 1.0, 1.0, 1e9, 1e-5) == pytest.approx(ring)
+    # 2 nodes of 4: intra reduce-scatter and all-gather (3/4 each) + inter ring (2 x 1/2)
+    t = f.hierarchical_allreduce_time(1e9, 4, 2, 2e9, 0, 1e9, 0)
+    assert t == pytest.approx(2 * 0.75 * 0.5 + 1.0)
+
+
+def test_parameter_server_shared_link():
+    own = 2 * (1e-3 + 1.0)  # push + pull of 1 GB at 1 GB/s
+    assert f.parameter_server_time(1e9, 1, 1e9, 1e-3, 1e9) == pytest.approx(own)
+    # 8 workers share the server's link: 8 pushes and 8 pulls
+    assert f.parameter_server_time(1e9, 8, 1e9, 1e-3, 1e9) == pytest.approx(16)
+
+
+def test_pipeline_bubble():
+    assert f.pipeline_bubble_fraction(4, 12) == pytest.approx(3 / 15)
+    assert f.pipeline_bubble_fraction(1, 5) == 0
+    t = f.pipeline_time(1.0, 4, 12)
+    assert (t - 12 * 1.0) / t == pytest.approx(f.pipeline_bubble_fraction(4, 12))
+
+
+def test_stragglers_sync_waits_async_does_not():
+    times = [1.0, 1.0, 1.0, 2.0]
+    assert f.sync_step_time(times) == 2.0
+    assert f.async_step_time(times) == pytest.approx(4 / 3.5)
+    assert f.async_step_time([1.0] * 4) == pytest.approx(1.0)
+
+
+def test_speedup_and_efficiency():
+    assert f.speedup(8.0, 2.0) == 4.0
+    assert f.efficiency(8.0, 2.0, 8) == 0.5
+
+
+# ----------------------------------------------------------------------------- predict
+ALL = [
+    dict(strategy="single"),
+    dict(strategy="sync", devices=4),
+    dict(strategy="sync", devices=8, nodes=2, inter_link="ib-hdr"),
+    dict(strategy="sync", devices=4, collective="tree"),
+    dict(strategy="async", devices=4),
+    dict(strategy="async", devices=4, nodes=2, inter_link="eth10"),
+    dict(strategy="mixed", devices=4),
+    dict(strategy="mixed", devices=8, groups=2, straggler_s=0.01),
+    dict(strategy="pipeline", devices=4),
+    dict(strategy="pipeline", devices=4, nodes=2, inter_link="ib-hdr", micro_batches=8),
+]
+
+
+@pytest.mark.parametrize("kw", ALL, ids=lambda kw: "-".join(str(v) for v in kw.values()))
+def test_breakdown_adds_up_to_the_time(kw):
+    p = predict("alexnet", device="a100-40gb", batch_size=32, **kw)
+    b = p.breakdown
+    assert b.total_s == pytest.approx(p.time_s)
+    assert min(b.model_dump().values()) >= 0
+    assert b.input_s == 0 and any("input pipeline" in n for n in p.notes)
+    assert p.samples_per_s == pytest.approx(32 / p.time_s)
+    assert p.flops_per_step == workloads.get("alexnet").train_flops(32)
+
+
+def test_faster_matmuls_shrink_compute_only():
+    base = predict("fcn5", device="gtx1080", batch_size=1024)
+    fast = predict("fcn5", device="gtx1080", batch_size=1024, calibration=Calibration(
+        gpu=Efficiency(matmul=0.4, memory=0.8, overhead_s=6e-6, source="test")))
+    assert fast.breakdown.compute_s == pytest.approx(2 * base.breakdown.compute_s)
+    assert fast.breakdown.memory_s == pytest.approx(base.breakdown.memory_s)
+
+
+def test_layers_are_bound_by_what_limits_them():
+    p = predict("fcn5", device="v100", batch_size=4096)
+    bound = {layer.name: layer.bound for layer in p.layers}
+    assert bound["fc2"] == "compute" and bound["sigmoid1"] == "memory"
+    # compute-bound: the FLOPs at the attainable peak, nothing else but launches
+    fc2 = next(layer for layer in p.layers if layer.name == "fc2")
+    update = 3 * (2048 * 2048 + 2048) * 4 / (900e9 * 0.8)
+    assert fc2.time_s == pytest.approx(fc2.flops / (15.7e12 * 0.8) + update + 4 * 6e-6)
+
+
+def test_sync_allreduce_is_the_ring_of_the_gradients():
+    """8 A100s over NVLink 3: 2 x 7/8 x gradient bytes / (300 GB/s x 0.8) + 14 x 3.4 us."""
+    p = predict("resnet50", device="a100-40gb", batch_size=64, strategy="sync", devices=8)
+    grad = 25_557_032 * 4
+    ring = 2 * 7 / 8 * grad / (300e9 * 0.8) + 14 * 3.4e-6
+    assert p.breakdown.communication_s == pytest.approx(ring)
+    assert p.links == {"intra": "nvlink3"}
+    one = predict("resnet50", device="a100-40gb", batch_size=8)
+    assert p.breakdown.compute_s == pytest.approx(one.breakdown.compute_s)  # 64 / 8 each
+
+
+def test_straggler_costs_sync_its_whole_delay_and_async_a_share():
+    kw = dict(device="v100", batch_size=64, devices=4)
+    sync0 = predict("alexnet", strategy="sync", **kw)
+    sync1 = predict("alexnet", strategy="sync", straggler_s=0.1, **kw)
+    assert sync1.time_s - sync0.time_s == pytest.approx(0.1)
+    async0 = predict("alexnet", strategy="async", **kw)
+    async1 = predict("alexnet", strategy="async", straggler_s=0.1, **kw)
+    assert 0 < async1.time_s - async0.time_s < 0.1
+    assert async1.breakdown.straggler_s == pytest.approx(async1.time_s - async0.time_s)
+
+
+def test_async_on_a_slow_link_is_bound_by_the_servers_link():
+    p = predict("fcn5", device="v100", batch_size=64, strategy="async", devices=8,
+                nodes=8, inter_link="eth10")
+    grad = workloads.get("fcn5").param_count() * 4
+    assert p.time_s == pytest.approx(8 * 2 * grad / (1.25e9 * 0.8))
+
+
+def test_pipeline_bubble_shrinks_with_more_micro_batches():
+    kw = dict(device="v100", batch_size=64, strategy="pipeline", devices=4)
+    few = predict("fcn8", micro_batches=4, **kw)
+    many = predict("fcn8", micro_batches=32, **kw)
+    assert many.breakdown.bubble_s / many.time_s < few.breakdown.bubble_s / few.time_s
+    one = predict("fcn8", device="v100", batch_size=64, strategy="pipeline", devices=1,
+                  micro_batches=1)
+    assert one.breakdown.bubble_s == 0 and one.breakdown.communication_s == 0
+
+
+def test_a_custom_device_object_predicts_like_its_catalogue_twin():
+    a100 = cat.device("a100-40gb")
+    mine = Device(**{**a100.model_dump(), "name": "measured", "source": "calibration"})
+    assert predict("alexnet", device=mine).time_s == predict("alexnet", device="a100-40gb").time_s
+
+
+def test_notes_for_tf32_fallback_and_memory_that_does_not_fit():
+    p = predict("resnet50", device="v100", precision="tf32")
+    assert any("runs as fp32" in n for n in p.notes)
+    big = predict("gpt2", size="xl", device="gtx980", batch_size=8)
+    assert any("would not fit" in n for n in big.notes)
+    assert big.memory_bytes > 4e9
+
+
+def test_scaling_over_devices():
+    points = data_parallel_scaling("resnet50", 8, device="v100", batch_size=64)
+    assert [pt.devices for pt in points] == [1, 2, 4, 8]
+    assert points[0].speedup == 1.0
+    for pt in points[1:]:
+        assert 1 < pt.speedup < pt.devices
+        assert pt.efficiency == pytest.approx(pt.speedup / pt.devices)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(device="tpu"), "unknown device 'tpu'"),
+    (dict(device="local"), "need its calibration"),
+    (dict(device="gtx1080", precision="fp16"), "no fp16 rate"),
+    (dict(device="v100", strategy="sync", devices=2, link="usb"), "unknown link 'usb'"),
+    (dict(device="v100", strategy="hogwild"), "unknown strategy 'hogwild'"),
+    (dict(device="v100", devices=2), "strategy single runs on one device"),
+    (dict(device="v100", strategy="sync", devices=4, nodes=2), "need a link between them"),
+    (dict(device="v100", strategy="sync", devices=4, nodes=3), "spread evenly"),
+    (dict(device="xeon-8280", strategy="sync", devices=2), "no default link"),
+    (dict(device="v100", strategy="sync", devices=3, batch_size=16), "does not split evenly"),
+    (dict(device="v100", strategy="mixed", devices=4, groups=3), "groups 3 does not divide"),
+    (dict(device="v100", strategy="sync", devices=2, groups=2), "mixed strategy only"),
+    (dict(device="v100", strategy="pipeline", devices=2, micro_batches=5), "does not divide"),
+    (dict(device="v100", strategy="sync", devices=2, straggler_s=-1), "straggler"),
+    (dict(device="v100", batch_size=0), "batch size must be a positive integer"),
+])
+def test_bad_input_is_one_usage_error(kw, message):
+    with pytest.raises(UsageError, match=message) as e:
+        predict("alexnet", **kw)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("network, size, stages, message", [
+    ("ffn", "tiny", 5, "more pipeline stages \\(5\\) than layers \\(4\\)"),
+    ("gan", "tiny", 2, "cannot be pipelined: a GAN"),
+    ("rbm", "tiny", 2, "cannot be pipelined: an RBM"),
+    ("dbn", "tiny", 2, None),  # fine-tuning is a chain of layers
+])
+def test_pipeline_needs_a_chain_of_at_least_as_many_layers(network, size, stages, message):
+    kw = dict(size=size, device="v100", batch_size=16, strategy="pipeline", devices=stages)
+    if message is None:
+        assert math.isfinite(predict(network, **kw).time_s)
+        return
+    with pytest.raises(UsageError, match=message):
+        predict(network, **kw)
+
+
+# ----------------------------------------------------------------------------- commands
+def test_dlperf_predict_prints_and_dumps_json(capsys):
+    args = ["predict", "-n", "alexnet", "-d", "v100", "-b", "64", "-s", "sync", "--devices",
+            "4", "--layers"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "predicted" in text and "communication" in text and "conv1" in text
+    assert main([*args, "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)
+    assert p["strategy"] == "sync" and p["links"] == {"intra": "nvlink2"}
+    assert sum(p["breakdown"].values()) == pytest.approx(p["time_s"])
+
+
+def test_dlperf_devices_lists_the_catalogue_with_sources(capsys):
+    assert main(["devices"]) == 0
+    assert "h100-sxm" in capsys.readouterr().out
+    assert main(["devices", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {d["name"] for d in data["devices"]} == set(cat.devices())
+    assert all(d["source"] for d in data["devices"] + data["links"] + data["storage"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-n", "gpt2", "-d", "local"], "need its calibration"),
+    (["-n", "gpt2", "-d", "v100", "-s", "hogwild"], "unknown strategy"),
+    (["-n", "gpt2", "-d", "v100", "--param", "heads=5"], "not divisible by heads"),
+])
+def test_dlperf_predict_bad_input(capsys, args, message):
+    assert main(["predict", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dlperf: error: ") and message in err and err.count("\n") == 1
