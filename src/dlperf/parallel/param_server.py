@@ -172,10 +172,10 @@ class ServerTraining:
         for the evaluation).
 
         Rank 0 does not stop here: like every worker (every group's leader in mixed), it
-        learns the decision from the flag its next push or pull returns, the one point in
-        a step where the stop is decided and then broadcast to the group. Leaving here
-        would strand rank 0's group-mates in their next all-reduce: they were told to go
-        on by the broadcast that ended this step.
+        reads the flag from its next push or pull, the one point in a step where a worker
+        learns to stop (a mixed leader then broadcasts it to its group with the weights).
+        Leaving here would strand rank 0's group-mates in their next all-reduce: the
+        broadcast that ended this step told them to go on.
         """
         srv, o, b = self.server, self.ctx.opts, self.ctx.spec.batch_size
         assert srv is not None
