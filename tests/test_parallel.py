@@ -1,9 +1,12 @@
 """Parallel strategies on torch.distributed, on CPU with gloo over loopback.
 
 Correctness against the single-process network, exactly-once updates of the parameter
-server, a two-"node" rendezvous on one machine, failures that end as records (never a hang),
-the command, the report; and the framework-free pieces (cost split, breakdown, culprits).
-Every launched run uses the tiny FCN-5 and a few steps: the cost is torchrun's start-up.
+server, a straggler under sync and async, training to a target with every strategy (all
+ranks stopping together), a two-"node" rendezvous on one machine, failures that end as
+records (never a hang), the command, the report; and the framework-free pieces (cost
+split, breakdown, culprits). Every launched run uses the tiny FCN-5 and a few steps, or a
+small shallow network that reaches its target in a few dozen: the cost is torchrun's
+start-up.
 """
 
 from __future__ import annotations
@@ -29,7 +32,16 @@ def spec_for(strategy: str, workers: int, **kw):
     kw.setdefault("batch_size", 16)
     kw.setdefault("steps", 3)
     kw.setdefault("warmup_steps", 1)
-    return make_spec("fcn5", size="tiny", strategy=strategy, workers=workers,
+    kw.setdefault("measurement", FAST)
+    return make_spec("fcn5", size="tiny", strategy=strategy, workers=workers, **kw)
+
+
+def train_spec(strategy: str, workers: int, **kw):
+    """Training to a target on real data, sized to take seconds: a shallow ReLU network
+    reaches 80% held-out accuracy on digits in a few dozen mini-batches at this lr (the
+    budget is a bound, so that a run that stops learning fails rather than runs on)."""
+    return make_spec("ffn", size="small", strategy=strategy, workers=workers, batch_size=32,
+                     data="digits", target_accuracy=0.8, lr=0.5, max_steps=400,
                      measurement=FAST, **kw)
 
 
@@ -99,47 +111,107 @@ def test_sync_two_workers_equal_one_worker_on_the_global_batch(tmp_path, db):
         assert stored.ok and stored.spec.config_id == r.spec.config_id
 
 
+#: the straggler's delay per step: large against the tiny network's step (a few ms), so that
+#: the relations below hold with wide margins on a busy machine
+DELAY = 0.05
+
+
 @pytest.mark.slow
-def test_parameter_server_applies_every_push_exactly_once(tmp_path):
+def test_a_straggler_holds_up_every_synchronous_worker(tmp_path):
+    r = launch(spec_for("sync", 2, steps=5, straggler_delay_s=DELAY), tmp_path)
+    assert r.ok, r.failure
+    fast, slow = r.extra["per_rank"]  # rank 1 is the straggler
+    assert fast["steps"] == slow["steps"] == 5  # lockstep: the same steps, whatever the pace
+    # the straggler's own step less its delay is a step without a straggler; the fast
+    # worker's step exceeds that by about the delay, most of it spent waiting in the
+    # all-reduce for the straggler's gradients (the straggler itself hardly waits)
+    added = fast["median_step_s"] - (slow["median_step_s"] - DELAY)
+    assert 0.7 * DELAY < added < 1.5 * DELAY, (fast, slow)
+    assert 0.5 * DELAY < fast["per_step_s"]["wait"] < 1.5 * DELAY, fast
+    assert slow["per_step_s"]["wait"] < 0.3 * DELAY, slow
+    assert r.metrics.median_s > DELAY  # the time per mini-batch carries the delay
+
+
+@pytest.mark.slow
+def test_async_workers_do_not_wait_for_a_straggler_and_every_push_is_applied_once(tmp_path):
+    """Two asynchronous workers, the second slowed by DELAY a step, both running freely in
+    a common window of about half a second (the free-running timing, no fixed step count)."""
     import torch
 
-    r = launch(spec_for("async", 2, steps=4, warmup_steps=0), tmp_path)
+    slow_window = FAST.model_copy(update={"min_time_s": 0.5})
+    r = launch(spec_for("async", 2, steps=None, warmup_steps=2, straggler_delay_s=DELAY,
+                        measurement=slow_window), tmp_path)
     assert r.ok, r.failure
+    fast, slow = r.extra["per_rank"]
+    # nobody waits: in the same window the fast worker pushes several times as often, and
+    # its step stays a small fraction of the delay that every straggler step carries (the
+    # straggler's own step less its delay is no baseline here: it is mostly its RPCs)
+    assert slow["steps"] >= 1 and fast["steps"] >= 2 * slow["steps"], (fast, slow)
+    assert slow["median_step_s"] > DELAY
+    assert fast["median_step_s"] < 0.3 * DELAY, (fast, slow)
+    assert fast["per_step_s"]["wait"] < 0.2 * DELAY, fast
+    # the straggler's gradients were computed while the fast worker kept pushing: they
+    # missed updates (its pull happened at least DELAY before its push)
     server = load(tmp_path, "server", 0)
+    late = [row[3] for row in server["log"] if row[1] == 1 and row[4] == "timed"]
+    assert late and max(late) >= 1, late
+    assert r.extra["staleness"]["max"] >= 1
+    assert sum(r.extra["staleness"]["histogram"].values()) == r.extra["staleness"]["count"]
+    # exactly once, with the two workers' pushes interleaved and of different counts
     pushed = [load(tmp_path, "pushed", k) for k in (0, 1)]
     applied = sorted((row[1], row[2]) for row in server["log"])
-    assert applied == [(w, s) for w in (0, 1) for s in range(4)]  # each push once
+    assert applied == [(w, s) for w in (0, 1) for s in range(pushed[w]["pushes"])]
     assert server["duplicates"] == 0
-    assert sum(p["pushes"] for p in pushed) == len(applied) == r.extra["ps"]["applied"] == 8
+    assert sum(p["pushes"] for p in pushed) == len(applied) == r.extra["ps"]["applied"]
     # plain SGD: whatever the order, the weights end at w0 - lr * (sum of all pushes)
     expect = server["w0"].double() - server["lr"] * (pushed[0]["sum"] + pushed[1]["sum"])
     torch.testing.assert_close(server["w"].double(), expect, atol=1e-5, rtol=1e-5)
-    st = r.extra["staleness"]
-    assert st["count"] == 8 and st["max"] >= 0
-    assert sum(st["histogram"].values()) == 8
     # the remote worker's time went to pulls and pushes over RPC
-    kinds = r.extra["per_rank"][1]["comm_by_kind_s"]
-    assert {"push", "pull"} <= set(kinds)
+    assert {"push", "pull"} <= set(slow["comm_by_kind_s"])
 
 
 @pytest.mark.slow
-def test_mixed_groups_all_reduce_inside_and_push_between(tmp_path):
+def test_mixed_groups_all_reduce_inside_push_between_and_stop_together(tmp_path):
+    """Four workers in two groups trained to a target. Rank 0 evaluates the server's weights
+    while its group-mate and the other group train on; every rank of a group must leave
+    after the same step (one that left early would strand its group-mates in their next
+    all-reduce until the stall timeout), and the run records the target reached."""
     import torch
 
-    r = launch(spec_for("mixed", 4, groups=2, steps=3, warmup_steps=0), tmp_path)
+    r = launch(train_spec("mixed", 4, groups=2), tmp_path, stall_timeout_s=20)
     assert r.ok, r.failure
     e = r.extra
     assert e["groups"] == 2
+    tr = e["training"]
+    assert tr["reached"] and tr["final"]["accuracy"] >= 0.8 and tr["time_to_target_s"] > 0
+    steps = [p["steps"] for p in e["per_rank"]]
+    assert steps[0] == steps[1] and steps[2] == steps[3], steps
     server = load(tmp_path, "server", 0)
-    # one push per group step, from the leaders (ranks 0 and 2), each exactly once
-    assert sorted((row[1], row[2]) for row in server["log"]) == [
-        (w, s) for w in (0, 2) for s in range(3)]
     pushed = [load(tmp_path, "pushed", k) for k in (0, 2)]
+    # one push per group step, from the leaders (ranks 0 and 2), each exactly once
+    assert [p["pushes"] for p in pushed] == [steps[0], steps[2]]
+    assert sorted((row[1], row[2]) for row in server["log"]) == [
+        (w, s) for w, p in zip((0, 2), pushed, strict=True) for s in range(p["pushes"])]
     expect = server["w0"].double() - server["lr"] * (pushed[0]["sum"] + pushed[1]["sum"])
     torch.testing.assert_close(server["w"].double(), expect, atol=1e-5, rtol=1e-5)
     assert {"allreduce", "bcast", "push", "pull"} <= set(e["breakdown"]["comm_by_kind_s"])
     assert [p["role"] for p in e["per_rank"]] == ["server+leader", "worker", "leader", "worker"]
-    assert e["staleness"]["count"] == 6
+    assert e["staleness"]["count"] == steps[0] + steps[2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy, kw", [("sync", {}), ("pipeline", {"micro_batches": 2})])
+def test_trains_to_the_target_and_stops_there(strategy, kw, tmp_path):
+    """(async: the command test below; mixed: the test above)"""
+    r = launch(train_spec(strategy, 2, **kw), tmp_path, stall_timeout_s=20)
+    assert r.ok, r.failure
+    tr = r.extra["training"]
+    assert tr["reached"] and tr["final"]["accuracy"] >= 0.8
+    # it stopped at the first evaluation that reached the target, well inside the budget
+    assert 0 < tr["time_to_target_s"] == tr["curve"][-1]["train_s"]
+    assert all(c["accuracy"] < 0.8 for c in tr["curve"][:-1])
+    assert tr["steps_to_target"] < 400
+    assert len({p["steps"] for p in r.extra["per_rank"]}) == 1  # lockstep: every step
 
 
 @pytest.mark.slow

@@ -165,16 +165,24 @@ class ServerTraining:
         self._next_eval = ctx.opts.eval_every * ctx.spec.batch_size
         self._eval_s = 0.0
 
-    def after_step(self, train_start: float) -> bool:
+    def after_step(self, train_start: float) -> None:
         """Rank 0 in a time-to-target run: evaluate the server's weights when another
-        ``eval_every`` mini-batches have been applied; stop at the target or the budget.
-        The other workers keep training meanwhile (they do not wait for the evaluation)."""
+        ``eval_every`` mini-batches have been applied; at the target or the budget, raise
+        the server's stop flag. The other workers keep training meanwhile (they do not wait
+        for the evaluation).
+
+        Rank 0 does not stop here: like every worker (every group's leader in mixed), it
+        reads the flag from its next push or pull, the one point in a step where a worker
+        learns to stop (a mixed leader then broadcasts it to its group with the weights).
+        Leaving here would strand rank 0's group-mates in their next all-reduce: the
+        broadcast that ended this step told them to go on.
+        """
         srv, o, b = self.server, self.ctx.opts, self.ctx.spec.batch_size
         assert srv is not None
         elapsed = time.time() - train_start
         over = budget_spent(o, srv.samples, b, elapsed)
         if srv.samples < self._next_eval and not over:
-            return False
+            return
         e0 = time.time()
         w, version, samples, t_snap = srv.snapshot()
         if self._eval_model is None:
@@ -189,7 +197,6 @@ class ServerTraining:
         self._next_eval = (samples // (o.eval_every * b) + 1) * o.eval_every * b
         if stop:
             srv.stop = True
-        return stop
 
     def _finish_server(self, pushes: int, pushed_sum: torch.Tensor | None) -> dict[str, Any]:
         self.ctx.status.set("m", "RPC shutdown (waiting for every worker to finish)")

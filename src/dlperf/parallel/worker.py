@@ -168,14 +168,16 @@ def train(strat: Any, ctx: Any) -> dict[str, Any]:
                               "eval_s": eval_s, "train_s": train_s})
             stop = bool(ctx.bcast([stop_flag], src=strat.evaluator)[0])
     else:
+        # the step itself says when to stop: its leader read the server's flag and told its
+        # group, so every rank of a group leaves after the same step (the evaluator's
+        # decision reaches the server first, and rank 0 like any worker at its next push)
         while True:
             rec = _run_step(strat, ctx, i, "train")
             i += 1
-            stop = rec["stop"]
-            if ctx.rank == strat.evaluator:
-                stop = strat.after_step(start) or stop
-            if stop:
+            if rec["stop"]:
                 break
+            if ctx.rank == strat.evaluator:
+                strat.after_step(start)
     return {"start": start, "steps": i}
 
 
