@@ -27,6 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from dlperf.errors import is_out_of_memory
 from dlperf.parallel.options import Options
 from dlperf.parallel.status import StatusBoard
 from dlperf.spec import RunSpec
@@ -42,11 +43,6 @@ def rank_cpus(local_rank: int, threads: int) -> list[int]:
     cpus = usable_cpus()
     start = (local_rank * threads) % len(cpus)
     return sorted({cpus[(start + k) % len(cpus)] for k in range(min(threads, len(cpus)))})
-
-
-def _is_oom(e: BaseException) -> bool:
-    text = str(e).lower()
-    return isinstance(e, MemoryError) or "out of memory" in text or "bad_alloc" in text
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -318,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         from dlperf.backends.base import UnsupportedError
 
         reason = ("unsupported" if isinstance(e, UnsupportedError)
-                  else "oom" if _is_oom(e) else "error")
+                  else "oom" if is_out_of_memory(e) else "error")
         _write_json(outdir / f"error_rank{rank}.json", {
             "rank": rank, "time": time.time(), "reason": reason,
             "message": f"{type(e).__name__}: {e}".strip()[:500],
