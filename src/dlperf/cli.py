@@ -264,9 +264,12 @@ def run_sweep(cfg, a: argparse.Namespace, title: str) -> int:
             return 0
     with ProgressListener() as listener:
         api.sweep(cfg, db=a.db, force=a.force, retry_failed=a.retry_failed, listener=listener)
+    from dlperf.environment import machine_id
+
+    ids = {s.config_id for s in specs}
     with Store(a.db) as store:
         rows = [r for r in step_rows(store, Filters(tuple(cfg.networks), tuple(cfg.frameworks)))
-                if r.spec.config_id in {s.config_id for s in specs}]
+                if r.spec.config_id in ids and r.machine_id == machine_id()]
     from dlperf.report.exporters import print_table
 
     print_table(detail_table(rows, title=f"{title}: results"), out)
