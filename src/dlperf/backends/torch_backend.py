@@ -176,7 +176,8 @@ def build_model(cfg: Any) -> nn.Module:
 
 
 def synthetic_batch(cfg: Any, batch: int, device: torch.device, gen: torch.Generator):
-    """Inputs and integer targets, generated on the device before timing."""
+    """Inputs and integer targets, generated on the host by a seeded CPU generator (the
+    same batch on every device) and copied to the device before timing."""
     if isinstance(cfg, LSTMLMConfig):
         x = torch.randint(0, cfg.vocab, (batch, cfg.seq_len), generator=gen).to(device)
         y = torch.randint(0, cfg.vocab, (batch, cfg.seq_len), generator=gen).to(device)
