@@ -502,7 +502,7 @@ PRECISION_HELP = ("fp32 (default; TF32 off), tf32 (GPU only), bf16 or fp16 (the 
 
 
 def peak_size(text: str) -> int:
-    v = positive_int(text)
+    v = _number(text, int, "an integer")
     if v < 16:
         raise argparse.ArgumentTypeError(f"must be at least 16, got '{text}'")
     return v
