@@ -56,6 +56,69 @@ def test_bad_input_is_one_line_and_status_2(args, message, capsys):
     assert "Traceback" not in captured.err + captured.out
 
 
+RUN = ["run", "--network", "fcn5", "--size", "tiny"]
+SWEEP = ["sweep", "--networks", "fcn5", "--size", "tiny"]
+TRAIN = ["train", "--network", "ffn", "--size", "tiny"]
+PARALLEL = ["parallel", "--network", "fcn5", "--size", "tiny", "--strategy", "sync"]
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (RUN + ["--min-time", "nan"], "--min-time"),
+        (RUN + ["--min-time", "inf"], "--min-time"),
+        (RUN + ["--min-time", "0"], "--min-time"),
+        (RUN + ["--min-steps", "0"], "--min-steps"),
+        (RUN + ["--min-steps", "5000"], "--min-steps"),  # above the most timed steps
+        (RUN + ["--warmup-time", "-1"], "--warmup-time"),
+        (RUN + ["--timeout", "0"], "--timeout"),
+        (RUN + ["--timeout", "nan"], "--timeout"),
+        (RUN + ["--repeat", "0"], "--repeat"),
+        (RUN + ["--seed", "-1"], "--seed"),
+        (RUN + ["--threads", "x"], "--threads"),
+        (RUN + ["--param", "hidden=nan"], "--param hidden"),
+        (RUN + ["--precision", "fp8"], "--precision"),
+        (SWEEP + ["--repeat", "0"], "--repeat"),
+        (SWEEP + ["--timeout", "inf"], "--timeout"),
+        (SWEEP + ["--min-time", "nan"], "--min-time"),
+        (SWEEP + ["--precision", "fp32,fp8"], "--precision"),
+        (["reproduce", "dlbench", "--timeout", "0"], "--timeout"),
+        (["reproduce", "dlbench", "--warmup-time", "nan"], "--warmup-time"),
+        (["env", "--peak-size", "0"], "--peak-size"),
+        (TRAIN + ["--max-time", "nan"], "--max-time"),
+        (TRAIN + ["--max-epochs", "inf"], "--max-epochs"),
+        (TRAIN + ["--lr", "0"], "--lr"),
+        (TRAIN + ["--eval-every", "0"], "--eval-every"),
+        (TRAIN + ["--timeout", "0"], "--timeout"),
+        (TRAIN + ["--target", "nan"], "--target"),
+        (TRAIN + ["--option", "lr=inf"], "--option lr"),
+        (["experiment", "families", "--max-time", "0"], "--max-time"),
+        (["experiment", "families", "--timeout", "nan"], "--timeout"),
+        (["experiment", "families", "--threads", "0"], "--threads"),
+        (PARALLEL + ["--timeout", "0"], "--timeout"),
+        (PARALLEL + ["--stall-timeout", "inf"], "--stall-timeout"),
+        (PARALLEL + ["--lr", "nan"], "--lr"),
+        (PARALLEL + ["--target-loss", "nan"], "--target-loss"),
+        (PARALLEL + ["--eval-every", "0"], "--eval-every"),
+        (PARALLEL + ["--straggler-delay", "nan"], "--straggler-delay"),
+        (PARALLEL + ["--min-time", "inf"], "--min-time"),
+        (PARALLEL + ["--warmup-steps", "-1"], "--warmup-steps"),
+    ],
+)
+def test_bad_numbers_name_a_real_flag(args, flag, capsys):
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dlperf: error:"), captured.err
+    assert flag in lines[0]
+    assert "Traceback" not in captured.err + captured.out
+    # the flag named is one the command has
+    from dlperf import cli
+
+    sub = cli.build_parser()._subparsers._group_actions[0].choices[args[0]]
+    assert flag.split()[0] in sub._option_string_actions
+
+
 def test_bad_sweep_file_through_the_command(tmp_path, capsys):
     f = tmp_path / "s.toml"
     f.write_text("[sweep]\nnetworks = 'fcn5'\nthreads = [1, 'two']\n")
@@ -153,11 +216,12 @@ def test_report_is_rendered_from_the_store_alone(db, tmp_path, capsys):
     out = tmp_path / "rep"
     assert main(["report", "--db", str(db), "--out", str(out)]) == 0
     md = (out / "dlbench.md").read_text()
-    assert "| fcn5 | torch/eager | 64 | 1.25 | 0.75 |" in md
-    assert "| alexnet | torch/eager | 16 | 2.5 | -[1] |" in md
+    assert "| fcn5 | torch/eager | 64 | default | 1.25 | 0.75 |" in md
+    assert "| alexnet | torch/eager | 16 | default | 2.5 | -[1] |" in md
     assert "[1] alexnet torch/eager 2 threads: timeout: exceeded --timeout 5 s" in md
+    assert "settings default: min-time 2 s, min-steps 5" in md  # what measured the numbers
     csv_text = (out / "dlbench.csv").read_text()
-    assert "fcn5,torch/eager,64,1.25,0.75" in csv_text
+    assert "fcn5,torch/eager,64,default,1.25,0.75" in csv_text
     assert (out / "thread_scaling.png").stat().st_size > 1000
     assert (out / "dlbench_table.png").stat().st_size > 1000
     assert (out / "batch_size.png").stat().st_size > 1000  # fcn5 at 64 and 128

@@ -45,6 +45,20 @@ def test_batch_sweep_and_flag_override(tmp_path):
         ('[sweep]\nnetworks = ["fcn5"]\nframeworks = ["caffe"]\n', "unknown framework 'caffe'"),
         ('[sweep]\nnetworks = ["fcn5"]\nmemory_limit = "lots"\n', "bad memory size"),
         ('[sweeps]\nnetworks = ["fcn5"]\n', "unknown table [sweeps]"),
+        # TOML has nan and inf literals: no number of dlperf's takes them
+        ('[sweep]\nnetworks = ["fcn5"]\ntimeout = nan\n', "timeout"),
+        ('[sweep]\nnetworks = ["fcn5"]\ntimeout = inf\n', "timeout"),
+        ('[sweep]\nnetworks = ["fcn5"]\ntimeout = 0\n', "timeout"),
+        ('[sweep]\nnetworks = ["fcn5"]\nmemory_limit = inf\n', "bad memory size"),
+        ('[sweep]\nnetworks = ["fcn5"]\nseed = -1\n', "seed"),
+        ('[sweep]\nnetworks = ["ffn"]\nparams = {init_scale = nan}\n', "init_scale"),
+        ('[sweep]\nnetworks = ["fcn5"]\nprecisions = ["fp8"]\n', "precisions"),
+        ('[sweep]\nnetworks = ["fcn5"]\n[measurement]\nmin_time_s = nan\n', "min_time_s"),
+        ('[sweep]\nnetworks = ["fcn5"]\n[measurement]\nwarmup_max_time_s = inf\n',
+         "warmup_max_time_s"),
+        ('[sweep]\nnetworks = ["fcn5"]\n[measurement]\nmin_steps = 0\n', "min_steps"),
+        ('[sweep]\nnetworks = ["fcn5"]\n[measurement]\nmin_steps = 20\nmax_steps = 10\n',
+         "min_steps (20) is above max_steps (10)"),
     ],
 )
 def test_bad_sweep_files_give_one_line_errors(tmp_path, text, message):
@@ -84,3 +98,12 @@ def test_variants_all_and_unknown():
     assert [s.variant for s in plan.expand(cfg)] == ["eager", "compile"]
     with pytest.raises(UsageError, match="no variant"):
         plan.expand(config.build(networks=["fcn5"], variants=["xla"]))
+
+
+def test_precisions_are_an_axis_of_the_sweep(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('[sweep]\nnetworks = ["fcn5"]\ndevices = ["gpu"]\nprecisions = ["fp32", "bf16"]\n')
+    specs = plan.expand(config.load_sweep_file(f))
+    assert [s.precision for s in specs] == ["fp32", "bf16"]
+    assert specs[0].config_id != specs[1].config_id
+    assert [s.precision for s in plan.expand(config.build(networks=["fcn5"]))] == ["fp32"]

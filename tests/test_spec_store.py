@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing as mp
 import sqlite3
 
 import pytest
 
+from dlperf import environment
+from dlperf import store as store_module
 from dlperf.errors import UsageError
+from dlperf.migrate import GPU_PRECISION_WARNING
+from dlperf.presets import FULL_MEASUREMENT, QUICK_MEASUREMENT
+from dlperf.report.analysis import aggregate
 from dlperf.spec import Measurement, Metrics, RunResult, RunSpec
 from dlperf.store import Store
 
@@ -23,8 +30,11 @@ def test_spec_round_trip_and_ids():
     back = RunSpec.model_validate_json(s.model_dump_json())
     assert back == s
     assert back.run_id == s.run_id
-    # measurement settings refine a number; they do not change what is measured
-    assert s.model_copy(update={"measurement": Measurement(min_time_s=9)}).config_id == s.config_id
+    # the measurement settings and the precision are part of what is measured
+    assert s.model_copy(update={"measurement": Measurement(min_time_s=9)}).config_id != s.config_id
+    assert s.model_copy(update={"precision": "bf16"}).config_id != s.config_id
+    assert s.precision == "fp32" and "bf16" not in s.label()
+    assert s.model_copy(update={"precision": "bf16"}).label().endswith(" bf16")
     # repetitions share the configuration, not the run
     r1 = s.model_copy(update={"repeat": 1})
     assert r1.config_id == s.config_id and r1.run_id != s.run_id
@@ -91,3 +101,85 @@ def test_two_writers_at_once_lose_nothing(db):
     with Store(db) as st:
         assert st.count() == 80
         assert len({r.spec.run_id for r in st.results(kind="step")}) == 80
+
+
+def test_resume_and_reads_keep_machines_apart(db):
+    spec = RunSpec(network="fcn5", batch_size=64)
+    here = _ok(spec, 1.0)
+    elsewhere = _ok(spec, 3.0).model_copy(update={"machine_id": "another-machine"})
+    with Store(db) as st:
+        st.add(elsewhere)  # imported from another machine: not measured here
+        assert st.done([spec.run_id]) == set()
+        assert st.done([spec.run_id], machine_id="another-machine") == {spec.run_id}
+        st.add(here)
+        assert st.done([spec.run_id]) == {spec.run_id}
+        latest = st.results(kind="step")  # newest row per run *and* machine
+        assert sorted(r.metrics.median_s for r in latest) == [1.0, 3.0]
+        assert {r.machine_id for r in latest} == {"another-machine", environment.machine_id()}
+
+
+# The version-1 rule: a config_id hashed these RunSpec fields only, and results carried no
+# precision and no machine (the row's machine_id column had it).
+_V1_IDENTITY = ("kind", "network", "size", "framework", "variant", "device", "threads",
+                "batch_size", "params", "seed")
+
+
+def _v1_row(db: sqlite3.Connection, spec: dict, machine: str, median: float | None) -> None:
+    ident = {k: spec[k] for k in _V1_IDENTITY}
+    config_id = hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    run_id = f"{config_id}-r{spec['repeat']}"
+    ok = median is not None
+    result = {"schema_version": 1, "spec": spec, "status": "ok" if ok else "failed",
+              "failure": None if ok else {"reason": "timeout", "message": "too slow"},
+              "metrics": None if not ok else {
+                  "steps": 3, "median_s": median, "mean_s": median, "std_s": 0.0,
+                  "min_s": median, "max_s": median, "mad_s": 0.0, "iqr_s": 0.0, "cv": 0.0,
+                  "samples_per_s": 1.0},
+              "step_times_s": [median] * 3 if ok else [], "warnings": []}
+    db.execute(
+        "INSERT INTO results(run_id, config_id, kind, network, size, framework, variant, device,"
+        " threads, batch_size, repeat, status, reason, median_s, env_id, machine_id, created_at,"
+        " result) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (run_id, config_id, spec["kind"], spec["network"], spec["size"], spec["framework"],
+         spec["variant"], spec["device"], spec["threads"], spec["batch_size"], spec["repeat"],
+         result["status"], None if ok else "timeout", median, None, machine, 0.0,
+         json.dumps(result)))
+
+
+def test_a_version_1_store_is_upgraded_keeping_every_row(db):
+    con = sqlite3.connect(db)
+    con.executescript(store_module._SCHEMA)
+    con.execute("INSERT INTO meta(key, value) VALUES ('schema_version', '1')")
+    base = {"kind": "step", "network": "fcn5", "size": "tiny", "framework": "torch",
+            "variant": "eager", "device": "cpu", "threads": 1, "batch_size": 8, "params": {},
+            "seed": 0, "repeat": 0, "options": {}}
+    quick, full = QUICK_MEASUREMENT.model_dump(), FULL_MEASUREMENT.model_dump()
+    here = environment.machine_id()
+    _v1_row(con, {**base, "measurement": quick}, here, 1.0)
+    _v1_row(con, {**base, "measurement": full}, here, 2.0)  # same v1 ids as the quick row
+    _v1_row(con, {**base, "threads": 2, "measurement": full}, here, None)
+    _v1_row(con, {**base, "device": "gpu", "measurement": full}, here, 0.1)
+    con.commit()
+    con.close()
+
+    with Store(db) as st:
+        assert st.count() == 4
+        version = st._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        assert version == (str(store_module.SCHEMA_VERSION),)
+        results = st.results(kind="step")
+        assert len(results) == 4  # the quick and the full row no longer share a run
+        for r in results:
+            assert r.spec.precision == "fp32" and r.machine_id == here
+            row = st._db.execute("SELECT run_id, config_id FROM results WHERE median_s IS ? AND "
+                                 "threads=? AND device=?", (r.metrics.median_s if r.ok else None,
+                                                            r.spec.threads, r.spec.device))
+            assert row.fetchone() == (r.spec.run_id, r.spec.config_id)
+        q = RunSpec(**{**base, "measurement": QUICK_MEASUREMENT})
+        f = RunSpec(**{**base, "measurement": FULL_MEASUREMENT})
+        assert st.done([q.run_id, f.run_id]) == {q.run_id, f.run_id}
+        rows = aggregate(results)
+        assert sorted(r.median_s or 0.0 for r in rows) == [0.0, 0.1, 1.0, 2.0]
+        gpu = next(r for r in results if r.spec.device == "gpu")
+        assert GPU_PRECISION_WARNING in gpu.warnings
+    with Store(db) as st:  # opening again changes nothing
+        assert [r.spec.run_id for r in st.results(kind="step")] == [r.spec.run_id for r in results]

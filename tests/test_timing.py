@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlperf.measure import stats, timing
+from dlperf.presets import QUICK_MEASUREMENT
 from dlperf.spec import Measurement
 
 
@@ -13,21 +14,23 @@ def scripted(monkeypatch, times):
     monkeypatch.setattr(timing, "_timed", lambda step, sync: next(it))
 
 
-def test_cold_steps_are_discarded_and_the_steady_pair_starts_the_sample(monkeypatch):
-    scripted(monkeypatch, [3.0, 1.5, 1.02, 1.0, 1.01, 0.99, 1.0])
+def test_cold_steps_are_discarded_and_the_sample_starts_after_the_steady_pair(monkeypatch):
+    scripted(monkeypatch, [3.0, 1.5, 1.02, 1.0, 1.01, 0.99, 1.0, 1.03])
     t = timing.measure(lambda: None, lambda: None,
                        Measurement(min_steps=4, min_time_s=0.1, settle_tolerance=0.05))
-    assert t.warmup_s == [3.0, 1.5]  # the cold step, and a step that disagreed with the next
-    assert t.steps_s == [1.02, 1.0, 1.01, 0.99]
+    # the cold step, a step that disagreed with the next, and the pair that agreed
+    assert t.warmup_s == [3.0, 1.5, 1.02, 1.0]
+    assert t.steps_s == [1.01, 0.99, 1.0, 1.03]
     assert t.settled
 
 
 def test_the_first_steps_are_always_discarded(monkeypatch):
-    # the first two agree, but warmup_min_steps=2 discards both anyway
-    scripted(monkeypatch, [1.0, 1.0, 1.0, 1.0, 1.0])
+    # the first two agree, but warmup_min_steps=2 discards both anyway; the next two
+    # settle, and the sample follows them
+    scripted(monkeypatch, [1.0] * 7)
     t = timing.measure(lambda: None, lambda: None,
                        Measurement(warmup_min_steps=2, min_steps=3, min_time_s=0.1))
-    assert len(t.warmup_s) == 2 and len(t.steps_s) == 3 and t.settled
+    assert len(t.warmup_s) == 4 and len(t.steps_s) == 3 and t.settled
 
 
 def test_unsettled_warmup_is_flagged_and_timing_starts_after_the_budget(monkeypatch):
@@ -42,16 +45,33 @@ def test_unsettled_warmup_is_flagged_and_timing_starts_after_the_budget(monkeypa
 def test_min_time_calibrates_the_number_of_steps(monkeypatch):
     scripted(monkeypatch, [0.5] + [0.1] * 100)
     t = timing.measure(lambda: None, lambda: None, Measurement(min_steps=3, min_time_s=2.0))
+    assert len(t.warmup_s) == 3  # the cold step and the settling pair
     assert len(t.steps_s) == 20  # 2 s / 0.1 s
     assert t.wall_s == pytest.approx(2.0)
 
 
 def test_progress_callback_sees_every_step(monkeypatch):
-    scripted(monkeypatch, [2.0, 1.0, 1.0, 1.0])
+    scripted(monkeypatch, [2.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     seen = []
     timing.measure(lambda: None, lambda: None, Measurement(min_steps=3, min_time_s=0.1),
                    on_step=lambda phase, s: seen.append(phase))
-    assert seen == ["warmup", "warmup", "warmup", "step"]
+    assert seen == ["warmup"] * 3 + ["step"] * 3
+
+
+def test_a_quick_sample_never_contains_the_settling_pair(monkeypatch):
+    # the pair after the cold step agrees exactly; the steps after it do not
+    scripted(monkeypatch, [5.0, 1.0, 1.0, 1.0, 1.5])
+    t = timing.measure(lambda: None, lambda: None, QUICK_MEASUREMENT)
+    assert t.warmup_s == [5.0, 1.0, 1.0]
+    assert t.steps_s == [1.0, 1.5]
+
+
+def test_quick_mode_can_warn_of_an_unstable_measurement(monkeypatch):
+    # with the settling pair as the sample, the spread was 0 by construction and the
+    # warning could never fire, however much the steps after it varied
+    scripted(monkeypatch, [5.0, 1.0, 1.0, 1.0, 1.5])
+    t = timing.measure(lambda: None, lambda: None, QUICK_MEASUREMENT)
+    assert stats.instability_warning(stats.summarize(t.steps_s).robust_cv) is not None
 
 
 def test_summary_statistics():

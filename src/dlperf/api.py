@@ -26,6 +26,7 @@ def run(
     framework: str = "torch",
     variant: str | None = None,
     device: str = "cpu",
+    precision: str = "fp32",
     threads: int = 1,
     batch_size: int | None = None,
     size: str | None = None,
@@ -46,7 +47,8 @@ def run(
     wl = workloads.get(network)
     cfg = config.build(
         networks=[network], frameworks=[framework], variants=[variant or "default"],
-        devices=[device], threads=[threads], batch_sizes=[wl.default_batch if batch_size is None else batch_size],
+        devices=[device], precisions=[precision], threads=[threads],
+        batch_sizes=[wl.default_batch if batch_size is None else batch_size],
         size=size, params=params or {}, repeat=repeat, seed=seed, timeout=timeout_s,
         memory_limit=memory_limit, measurement=measurement or Measurement(),
     )

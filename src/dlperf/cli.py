@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -21,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from dlperf import __version__, units
 from dlperf.errors import UsageError
 from dlperf.runner import Interrupted, Listener, peak_threads
-from dlperf.spec import Measurement, RunResult, RunSpec
+from dlperf.spec import PRECISIONS, Measurement, RunResult, RunSpec
 
 # Wide when writing to a file or a pipe (rich would assume 80 columns and squeeze tables).
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -37,6 +39,55 @@ class Parser(argparse.ArgumentParser):
 
 
 # ----------------------------------------------------------------------------- value parsing
+# argparse types: a bad value becomes "argument --FLAG: <message>", one line, status 2.
+def _number(text: str, cast: Callable[[str], Any], kind: str) -> Any:
+    try:
+        v = cast(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not {kind}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a finite number")
+    return v
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0 (seconds, rates, budgets)."""
+    v = _number(text, float, "a number")
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got '{text}'")
+    return v
+
+
+def nonneg_float(text: str) -> float:
+    v = _number(text, float, "a number")
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got '{text}'")
+    return v
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1 (counts: threads, steps, processes)."""
+    v = _number(text, int, "an integer")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got '{text}'")
+    return v
+
+
+def nonneg_int(text: str) -> int:
+    v = _number(text, int, "an integer")
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got '{text}'")
+    return v
+
+
+def seed_int(text: str) -> int:
+    """A random seed every framework accepts (NumPy's legacy seed is below 2**32)."""
+    v = nonneg_int(text)
+    if v >= 2**31:
+        raise argparse.ArgumentTypeError(f"must be below 2**31, got '{text}'")
+    return v
+
+
 def _number_list(text: str, what: str, cast: Callable[[str], Any], kind: str) -> list[Any]:
     try:
         vals = [cast(v) for v in text.split(",") if v.strip()]
@@ -59,25 +110,28 @@ def str_list(text: str | None) -> list[str] | None:
     return [v.strip() for v in text.split(",") if v.strip()] if text else None
 
 
-def parse_params(items: Sequence[str] | None) -> dict[str, Any]:
+def parse_params(items: Sequence[str] | None, flag: str = "--param") -> dict[str, Any]:
     """--param hidden=512 --param init_scale=0.1 -> {'hidden': 512, 'init_scale': 0.1}"""
     params: dict[str, Any] = {}
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise UsageError(f"--param expects NAME=VALUE, got '{item}'")
-        params[key.strip()] = _scalar(value.strip())
+            raise UsageError(f"{flag} expects NAME=VALUE, got '{item}'")
+        params[key.strip()] = _scalar(value.strip(), f"{flag} {key.strip()}")
     return params
 
 
-def _scalar(v: str) -> int | float | bool | str:
+def _scalar(v: str, what: str = "value") -> int | float | bool | str:
     if v.lower() in ("true", "false"):
         return v.lower() == "true"
     for cast in (int, float):
         try:
-            return cast(v)
+            x = cast(v)
         except ValueError:
-            pass
+            continue
+        if not math.isfinite(x):  # 'nan', 'inf': no network or option takes them
+            raise UsageError(f"{what}: '{v}' is not a finite number")
+        return x
     return v
 
 
@@ -89,6 +143,14 @@ def threads_arg(text: str) -> list[int]:
     vals = int_list(text, "--threads")
     if any(v < 1 for v in vals):
         raise UsageError(f"--threads: thread counts must be at least 1, got '{text}'")
+    return vals
+
+
+def precision_arg(text: str | None) -> list[str] | None:
+    vals = str_list(text)
+    for v in vals or ():
+        if v not in PRECISIONS:
+            raise UsageError(f"--precision: unknown precision '{v}' (known: {', '.join(PRECISIONS)})")
     return vals
 
 
@@ -171,9 +233,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     m = measurement_from(a)
     with ProgressListener() as listener:
         row = api.run(a.network, framework=a.framework, variant=a.variant, device=a.device,
-                      threads=a.threads, batch_size=a.batch_size, size=a.size,
-                      params=parse_params(a.param), repeat=a.repeat, seed=a.seed,
-                      measurement=m, timeout_s=a.timeout or 1800.0,
+                      precision=a.precision, threads=a.threads, batch_size=a.batch_size,
+                      size=a.size, params=parse_params(a.param), repeat=a.repeat, seed=a.seed,
+                      measurement=m, timeout_s=1800.0 if a.timeout is None else a.timeout,
                       memory_limit=a.memory_limit, db=a.db, listener=listener)
     if a.json:
         print(json.dumps([r.model_dump() for r in row.results], default=str))
@@ -218,19 +280,25 @@ def print_run(row, db) -> None:
     out.print(f"  stored in {db or default_path()}", style="dim")
 
 
+#: The flag (argparse dest, spelling) that sets each Measurement field.
+MEASUREMENT_FLAGS = {"min_time_s": ("min_time", "--min-time"),
+                     "min_steps": ("min_steps", "--min-steps"),
+                     "warmup_max_time_s": ("warmup_time", "--warmup-time")}
+
+
 def measurement_from(a: argparse.Namespace, base: Measurement | None = None) -> Measurement:
-    m = base or Measurement()
-    upd = {}
-    if getattr(a, "min_time", None) is not None:
-        upd["min_time_s"] = a.min_time
-    if getattr(a, "warmup_time", None) is not None:
-        upd["warmup_max_time_s"] = a.warmup_time
-    if getattr(a, "min_steps", None) is not None:
-        upd["min_steps"] = a.min_steps
-    for k, v in upd.items():
-        if v <= 0:
-            raise UsageError(f"--{k.replace('_s', '').replace('_', '-')} must be positive")
-    return m.model_copy(update=upd)
+    """``base`` (default: Measurement()) with the timing flags that were given, validated
+    as a whole (e.g. --min-steps above max_steps is refused); errors name the flags."""
+    upd = {field: getattr(a, dest) for field, (dest, _) in MEASUREMENT_FLAGS.items()
+           if getattr(a, dest, None) is not None}
+    try:
+        return Measurement.model_validate({**(base or Measurement()).model_dump(), **upd})
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = err["loc"][0] if err["loc"] else None
+        flags = ([MEASUREMENT_FLAGS[field][1]] if field in MEASUREMENT_FLAGS
+                 else [MEASUREMENT_FLAGS[f][1] for f in upd]) or ["the measurement settings"]
+        raise UsageError(f"{'/'.join(flags)}: {err['msg'].removeprefix('Value error, ')}") from None
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
@@ -239,6 +307,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     overrides: dict[str, Any] = dict(
         networks=str_list(a.networks), frameworks=str_list(a.frameworks),
         variants=str_list(a.variants), devices=str_list(a.devices),
+        precisions=precision_arg(a.precision),
         threads=threads_arg(a.threads) if a.threads else None,
         batch_sizes=batch_arg(a.batch_size), size=a.size,
         params=parse_params(a.param) or None, repeat=a.repeat, timeout=a.timeout,
@@ -273,9 +342,12 @@ def run_sweep(cfg, a: argparse.Namespace, title: str) -> int:
             return 0
     with ProgressListener() as listener:
         api.sweep(cfg, db=a.db, force=a.force, retry_failed=a.retry_failed, listener=listener)
+    from dlperf.environment import machine_id
+
+    ids = {s.config_id for s in specs}
     with Store(a.db) as store:
         rows = [r for r in step_rows(store, Filters(tuple(cfg.networks), tuple(cfg.frameworks)))
-                if r.spec.config_id in {s.config_id for s in specs}]
+                if r.spec.config_id in ids and r.machine_id == machine_id()]
     from dlperf.report.exporters import print_table
 
     print_table(detail_table(rows, title=f"{title}: results"), out)
@@ -296,6 +368,8 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
                               size=a.size, timeout=a.timeout, memory_limit=a.memory_limit)
     started = time.time()
     for name, cfg in configs:
+        # timing flags given alongside change the preset's settings (shown as 'custom')
+        cfg = cfg.model_copy(update={"measurement": measurement_from(a, cfg.measurement)})
         run_sweep(cfg, a, title=name)
     out_dir = Path(a.out)
     with Store(a.db) as store:
@@ -419,14 +493,28 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _limits(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout", type=float, help="seconds per worker process before it is "
-                   "killed and recorded as a timeout (default 1800)")
+    p.add_argument("--timeout", type=positive_float, help="seconds (above 0) per worker process "
+                   "before it is killed and recorded as a timeout (default 1800)")
     p.add_argument("--memory-limit", help="resident memory per worker, e.g. 8GiB; over it the "
                    "worker is killed and recorded as out of memory")
-    p.add_argument("--min-time", type=float, help="time the timed steps for at least this many "
-                   "seconds (default 2)")
-    p.add_argument("--min-steps", type=int, help="at least this many timed steps (default 5)")
-    p.add_argument("--warmup-time", type=float, help="warm-up budget in seconds (default 30)")
+    p.add_argument("--min-time", type=positive_float, help="time the timed steps for at least "
+                   "this many seconds (default 2; part of each result's identity, as are the "
+                   "other timing settings)")
+    p.add_argument("--min-steps", type=positive_int, help="at least this many timed steps "
+                   "(default 5)")
+    p.add_argument("--warmup-time", type=positive_float, help="warm-up budget in seconds "
+                   "(default 30)")
+
+
+PRECISION_HELP = ("fp32 (default; TF32 off), tf32 (GPU only), bf16 or fp16 (the framework's "
+                  "mixed precision, fp16 with loss scaling)")
+
+
+def peak_size(text: str) -> int:
+    v = _number(text, int, "an integer")
+    if v < 16:
+        raise argparse.ArgumentTypeError(f"must be at least 16, got '{text}'")
+    return v
 
 
 def _sweep_flags(p: argparse.ArgumentParser) -> None:
@@ -446,12 +534,14 @@ def build_parser() -> Parser:
     p.add_argument("--framework", "-f", default="torch")
     p.add_argument("--variant", help="e.g. eager|compile (torch), graph|xla (tensorflow), jit (jax)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
-    p.add_argument("--threads", "-t", type=int, default=1)
-    p.add_argument("--batch-size", "-b", type=int, help="default: the network's DLBench default")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS, help=PRECISION_HELP)
+    p.add_argument("--threads", "-t", type=positive_int, default=1)
+    p.add_argument("--batch-size", "-b", type=positive_int,
+                   help="default: the network's DLBench default")
     p.add_argument("--size", help="network size (full, tiny; small, large for the guide's families)")
     p.add_argument("--param", action="append", metavar="NAME=VALUE", help="network parameter")
-    p.add_argument("--repeat", type=int, default=1, help="worker processes (default 1)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=positive_int, default=1, help="worker processes (default 1)")
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     _limits(p)
     _common(p)
@@ -463,11 +553,12 @@ def build_parser() -> Parser:
     p.add_argument("--frameworks", help="comma-separated (default torch)")
     p.add_argument("--variants", help="comma-separated, 'default' or 'all'")
     p.add_argument("--devices", help="cpu,gpu")
+    p.add_argument("--precision", help="comma-separated: " + PRECISION_HELP)
     p.add_argument("--threads", help="comma-separated or 'auto'")
     p.add_argument("--batch-size", help="comma-separated, 'default' or 'sweep'")
     p.add_argument("--size")
     p.add_argument("--param", action="append", metavar="NAME=VALUE")
-    p.add_argument("--repeat", type=int)
+    p.add_argument("--repeat", type=positive_int)
     _limits(p)
     _sweep_flags(p)
     _common(p)
@@ -503,7 +594,8 @@ def build_parser() -> Parser:
     p = sub.add_parser("env", help="the machine, the software and the measured matmul peak")
     p.add_argument("--threads", help="thread counts for the peak (default 1, 2, 4, ... past the CPUs)")
     p.add_argument("--remeasure", action="store_true", help="measure the peak again")
-    p.add_argument("--peak-size", type=int, default=4096, help="matmul side (default 4096)")
+    p.add_argument("--peak-size", type=peak_size, default=4096,
+                   help="matmul side, at least 16 (default 4096)")
     _common(p)
     p.set_defaults(func=cmd_env)
 

@@ -7,14 +7,15 @@ A sweep file looks like this (every key optional but ``networks``)::
     frameworks = ["torch", "jax"]
     variants = ["default"]          # or "all", or names such as "eager", "compile"
     devices = ["cpu"]
+    precisions = ["fp32"]           # fp32, tf32 (GPU only), bf16, fp16
     threads = [1, 2, 4]             # or "auto": 1, 2, 4, ... past the logical CPUs
     batch_sizes = "default"         # "default" (DLBench's), "sweep" (DLBench's sweep) or a list
     size = "full"                   # "tiny" for a fast smoke test
     repeat = 3                      # separate worker processes per configuration
-    timeout = 1800                  # seconds per worker
+    timeout = 1800                  # seconds per worker (> 0)
     memory_limit = "16GiB"
 
-    [measurement]
+    [measurement]                   # dlperf.spec.Measurement; part of each result's identity
     min_time_s = 2.0
 
 Everything wrong is reported as one line naming the file and the key.
@@ -22,6 +23,7 @@ Everything wrong is reported as one line naming the file and the key.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -32,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dlperf import backends, workloads
 from dlperf.errors import UsageError
-from dlperf.spec import Device, Measurement
+from dlperf.spec import Device, Measurement, Precision
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
           "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
@@ -42,6 +44,8 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb"
 def parse_bytes(text: str | int | float) -> int:
     """'8GiB' -> 8589934592; '512MB' -> 512000000; a plain number is bytes."""
     if isinstance(text, int | float):
+        if not math.isfinite(text):
+            raise UsageError(f"bad memory size '{text}' (examples: 512MiB, 8GiB, 2GB)")
         value = int(text)
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
@@ -72,13 +76,14 @@ class SweepConfig(BaseModel):
     frameworks: list[str] = Field(default_factory=lambda: ["torch"], min_length=1)
     variants: list[str] = Field(default_factory=lambda: ["default"], min_length=1)
     devices: list[Device] = Field(default_factory=lambda: ["cpu"], min_length=1)
+    precisions: list[Precision] = Field(default_factory=lambda: ["fp32"], min_length=1)
     threads: list[int] = Field(default_factory=lambda: [1], min_length=1)
     batch_sizes: list[int] | Literal["default", "sweep"] = "default"
     size: str | None = None
     params: dict[str, float | int | str | bool] = Field(default_factory=dict)
     repeat: int = Field(1, ge=1)
-    seed: int = 0
-    timeout: float = Field(1800.0, gt=0)
+    seed: int = Field(0, ge=0, lt=2**31)  # NumPy's legacy seed, which Keras sets, is < 2**32
+    timeout: float = Field(1800.0, gt=0, allow_inf_nan=False)
     memory_limit: int | None = None
     peak_size: int = Field(4096, ge=16, description="side of the matmul that measures the peak")
     measurement: Measurement = Field(default_factory=Measurement)
@@ -95,6 +100,14 @@ class SweepConfig(BaseModel):
     def _batches(cls, v):
         if isinstance(v, list) and any(b < 1 for b in v):
             raise ValueError("batch sizes must be at least 1")
+        return v
+
+    @field_validator("params")
+    @classmethod
+    def _params(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for k, x in v.items():
+            if isinstance(x, float) and not math.isfinite(x):
+                raise ValueError(f"parameter {k} must be a finite number, got {x}")
         return v
 
     @field_validator("memory_limit", mode="before")

@@ -11,7 +11,8 @@ from dlperf.store import Store
 
 
 def expand(cfg: SweepConfig) -> list[RunSpec]:
-    """Every (network, framework, variant, device, threads, batch, repeat) of the sweep.
+    """Every (network, framework, variant, device, precision, threads, batch, repeat) of
+    the sweep.
 
     The order runs all repetition 0s first, so an interrupted sweep already has one number
     for every configuration before it spends time on the second.
@@ -21,8 +22,9 @@ def expand(cfg: SweepConfig) -> list[RunSpec]:
         for network in cfg.networks:
             wl, size, _ = workloads.resolve(network, cfg.size, cfg.params)
             for framework in cfg.frameworks:
-                for variant, device, threads, batch in itertools.product(
-                    cfg.variants_for(framework), cfg.devices, cfg.threads, cfg.batches_for(network)
+                for variant, device, precision, threads, batch in itertools.product(
+                    cfg.variants_for(framework), cfg.devices, cfg.precisions, cfg.threads,
+                    cfg.batches_for(network),
                 ):
                     specs.append(
                         RunSpec(
@@ -36,6 +38,7 @@ def expand(cfg: SweepConfig) -> list[RunSpec]:
                             batch_size=batch,
                             params=dict(cfg.params),
                             seed=cfg.seed,
+                            precision=precision,
                             repeat=repeat,
                             measurement=cfg.measurement,
                         )

@@ -14,16 +14,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: RunSpec.precision; measurement settings and precision in the ids
 
 Kind = Literal["step", "peak", "train", "parallel"]
 Device = Literal["cpu", "gpu"]
+#: Numeric precision of a run. fp32: IEEE single precision, TF32 and reduced-precision
+#: reductions off; tf32: fp32 storage with TF32 matrix products (NVIDIA Ampere and later);
+#: bf16, fp16: the framework's mixed precision (fp16 with loss scaling).
+Precision = Literal["fp32", "tf32", "bf16", "fp16"]
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
 # 'budget': a time-to-target run whose step or time budget ended before the target
 FailureReason = Literal["crash", "oom", "timeout", "unsupported", "error", "interrupted", "budget"]
 
-# Fields of RunSpec that make up a configuration's identity. Measurement-precision
-# settings (min_time, warm-up budget) are deliberately not part of it: changing them
-# refines a number, it does not measure something else.
+# Fields of RunSpec that make up a configuration's identity. The measurement settings are
+# part of it: a quick number (1 s of steps after a short warm-up) and a full one are
+# different measurements, and resuming one sweep must never count the other's results.
+# The machine is not a RunSpec field: the store keys every row by the machine it ran on.
 _IDENTITY = (
     "kind",
     "network",
@@ -35,6 +41,8 @@ _IDENTITY = (
     "batch_size",
     "params",
     "seed",
+    "precision",
+    "measurement",
 )
 
 
@@ -43,15 +51,26 @@ class _Frozen(BaseModel):
 
 
 class Measurement(_Frozen):
-    """How long to warm up and how long to time; none of this is part of a run's identity."""
+    """How long to warm up and how long to time; part of a run's identity."""
 
-    min_time_s: float = Field(2.0, gt=0, description="time the timed steps for at least this long")
+    min_time_s: float = Field(2.0, gt=0, allow_inf_nan=False,
+                              description="time the timed steps for at least this long")
     min_steps: int = Field(5, ge=1)
     max_steps: int = Field(1000, ge=1)
     warmup_min_steps: int = Field(1, ge=1, description="steps always discarded (cold start)")
     warmup_max_steps: int = Field(50, ge=1)
-    warmup_max_time_s: float = Field(30.0, gt=0)
-    settle_tolerance: float = Field(0.05, gt=0, description="relative change that counts as settled")
+    warmup_max_time_s: float = Field(30.0, gt=0, allow_inf_nan=False)
+    settle_tolerance: float = Field(0.05, gt=0, allow_inf_nan=False,
+                                    description="relative change that counts as settled")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Measurement:
+        if self.min_steps > self.max_steps:
+            raise ValueError(f"min_steps ({self.min_steps}) is above max_steps ({self.max_steps})")
+        if self.warmup_min_steps > self.warmup_max_steps:
+            raise ValueError(f"warmup_min_steps ({self.warmup_min_steps}) is above "
+                             f"warmup_max_steps ({self.warmup_max_steps})")
+        return self
 
 
 class RunSpec(_Frozen):
@@ -71,6 +90,7 @@ class RunSpec(_Frozen):
     batch_size: int = Field(1, ge=1)
     params: dict[str, float | int | str | bool] = Field(default_factory=dict)
     seed: int = 0
+    precision: Precision = "fp32"
     repeat: int = Field(0, ge=0)
     measurement: Measurement = Field(default_factory=Measurement)
     # kind-specific settings (e.g. a training target); part of the identity through params
@@ -92,6 +112,7 @@ class RunSpec(_Frozen):
 
     def identity(self) -> dict[str, Any]:
         ident = {k: getattr(self, k) for k in _IDENTITY}
+        ident["measurement"] = self.measurement.model_dump()
         if self.options:
             ident["options"] = self.options
         return ident
@@ -108,15 +129,18 @@ class RunSpec(_Frozen):
         return f"{self.config_id}-r{self.repeat}"
 
     def label(self) -> str:
-        """Short human label: 'fcn5 torch/eager cpu x2 b64'; for a parallel run
-        'fcn5 sync x2 b64 t1' (strategy, workers, global batch, threads per worker)."""
+        """Short human label: 'fcn5 torch/eager cpu x2 b64' ('... gpu b64 bf16' when the
+        precision is not fp32); for a parallel run 'fcn5 sync x2 b64 t1' (strategy,
+        workers, global batch, threads per worker). The measurement settings are not in
+        the label: tables show them in a column of their own."""
         if self.kind == "parallel":
             from dlperf.parallel.options import describe
 
             return describe(self)
         size = "" if self.size in ("full", "") else f"[{self.size}]"
         dev = f"cpu x{self.threads}" if self.device == "cpu" else self.device
-        return f"{self.network}{size} {self.framework}/{self.variant} {dev} b{self.batch_size}"
+        prec = "" if self.precision == "fp32" else f" {self.precision}"
+        return f"{self.network}{size} {self.framework}/{self.variant} {dev} b{self.batch_size}{prec}"
 
 
 class Failure(_Frozen):
@@ -158,10 +182,15 @@ class RunResult(_Frozen):
     step_times_s: list[float] = Field(default_factory=list)
     warmup_times_s: list[float] = Field(default_factory=list)
     threads_in_force: int | None = None
+    # the framework's precision settings as read back after applying spec.precision
+    precision_in_force: dict[str, Any] = Field(default_factory=dict)
     cpus: list[int] = Field(default_factory=list)
     param_count: int | None = None
     software: dict[str, Any] = Field(default_factory=dict)
     env_id: str | None = None
+    # the machine it ran on (dlperf.environment.machine_id); part of the result's identity:
+    # the store, resume and reports never mix results of different machines
+    machine_id: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
     warnings: list[str] = Field(default_factory=list)

@@ -1,8 +1,10 @@
 """The results store: one SQLite file holding every RunResult, failures included, and the
 environment each ran in.
 
-Rows are never updated or deleted: re-measuring (``--force``) adds a row, and readers take
-the newest row of each run. Every result is committed as soon as it arrives, in WAL mode
+Rows are never updated or deleted (a schema upgrade, ``dlperf.migrate``, rewrites ids
+only): re-measuring (``--force``) adds a row, and readers take the newest row of each run
+on each machine. A run's identity is its ``run_id`` (configuration, precision and
+measurement settings) together with the ``machine_id`` it ran on. Every result is committed as soon as it arrives, in WAL mode
 with a generous busy timeout, so a sweep killed at any point loses nothing it reported and
 two sweeps can write to one store at once.
 """
@@ -20,11 +22,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dlperf import environment
+from dlperf import environment, migrate
 from dlperf.errors import StoreWriteError, UsageError
 from dlperf.spec import RunResult, RunSpec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: ids include the measurement settings and the precision
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -167,7 +169,14 @@ class Store:
             self._db.execute(
                 "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
-        elif int(row[0]) != SCHEMA_VERSION:
+            return
+        version = int(row[0])
+        if version < SCHEMA_VERSION and all(v in migrate.STEPS for v in range(version, SCHEMA_VERSION)):
+            for v in range(version, SCHEMA_VERSION):
+                migrate.STEPS[v](self._db)
+            self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                             (str(SCHEMA_VERSION),))
+        elif version != SCHEMA_VERSION:
             raise UsageError(
                 f"results store {self.path} has schema version {row[0]}, this dlperf reads "
                 f"{SCHEMA_VERSION}; use another --db"
@@ -195,8 +204,9 @@ class Store:
         return env_id
 
     def add(self, result: RunResult) -> RunResult:
-        """Store a result (with its environment) and return it with ``env_id`` set. If the
-        write fails, the result goes to the recovery file and StoreWriteError is raised."""
+        """Store a result (with its environment) and return it with ``env_id`` and
+        ``machine_id`` set (a result without a machine ran on this one). If the write
+        fails, the result goes to the recovery file and StoreWriteError is raised."""
         try:
             return self._insert(result)
         except (OSError, sqlite3.Error) as e:
@@ -206,7 +216,8 @@ class Store:
 
     def _insert(self, result: RunResult) -> RunResult:
         env_id = result.env_id or self.put_environment(environment.record(result.software))
-        result = result.model_copy(update={"env_id": env_id})
+        machine = result.machine_id or environment.machine_id()
+        result = result.model_copy(update={"env_id": env_id, "machine_id": machine})
         s = result.spec
         with self._tx() as db:
             db.execute(
@@ -219,28 +230,33 @@ class Store:
                     s.device, s.threads, s.batch_size, s.repeat, result.status,
                     result.failure.reason if result.failure else None,
                     result.metrics.median_s if result.metrics else None,
-                    env_id, environment.machine_id(), time.time(), result.model_dump_json(),
+                    env_id, machine, time.time(), result.model_dump_json(),
                 ),
             )
         return result
 
     # ------------------------------------------------------------------ reading
-    def done(self, run_ids: Iterable[str], *, include_failed: bool = True) -> set[str]:
-        """Which of these runs already have a stored result. A run that was interrupted
-        has none: the next sweep measures it again."""
+    def done(self, run_ids: Iterable[str], *, include_failed: bool = True,
+             machine_id: str | None = None) -> set[str]:
+        """Which of these runs already have a stored result on this machine (or on
+        ``machine_id``): a result imported from another machine does not count, and a run
+        that was interrupted has none (the next sweep measures it again)."""
         ids = list(run_ids)
         found: set[str] = set()
         status = (" AND (status='ok' OR reason IS NOT 'interrupted')" if include_failed
                   else " AND status='ok'")
+        machine = machine_id or environment.machine_id()
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
-            q = f"SELECT DISTINCT run_id FROM results WHERE run_id IN ({','.join('?' * len(chunk))}){status}"
-            found.update(r[0] for r in self._db.execute(q, chunk))
+            q = (f"SELECT DISTINCT run_id FROM results WHERE machine_id = ? AND "
+                 f"run_id IN ({','.join('?' * len(chunk))}){status}")
+            found.update(r[0] for r in self._db.execute(q, [machine, *chunk]))
         return found
 
     def results(self, *, kind: str | None = "step", latest: bool = True, **where: Any) -> list[RunResult]:
-        """Stored results, newest row per run unless ``latest=False``. ``where`` filters on
-        the indexed columns (network, framework, device, threads, batch_size, status, ...)."""
+        """Stored results, newest row per run and machine unless ``latest=False``. ``where``
+        filters on the indexed columns (network, framework, device, threads, batch_size,
+        status, machine_id, ...)."""
         clauses, args = [], []
         if kind is not None:
             clauses.append("kind = ?")
@@ -254,15 +270,16 @@ class Store:
             else:
                 clauses.append(f"{k} = ?")
                 args.append(v)
-        sql = "SELECT result FROM results"
+        sql = "SELECT result, machine_id FROM results"
         if latest:
-            sql += " WHERE id IN (SELECT MAX(id) FROM results GROUP BY run_id)"
+            sql += " WHERE id IN (SELECT MAX(id) FROM results GROUP BY run_id, machine_id)"
             if clauses:
                 sql += " AND " + " AND ".join(clauses)
         elif clauses:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY id"
-        return [RunResult.model_validate_json(r[0]) for r in self._db.execute(sql, args)]
+        return [_with_machine(RunResult.model_validate_json(text), machine)
+                for text, machine in self._db.execute(sql, args)]
 
     def environment(self, env_id: str) -> dict[str, Any] | None:
         row = self._db.execute("SELECT record FROM environments WHERE env_id=?", (env_id,)).fetchone()
@@ -292,3 +309,10 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _with_machine(result: RunResult, machine_id: str | None) -> RunResult:
+    """Rows stored before results carried their machine have it in their column only."""
+    if result.machine_id or not machine_id:
+        return result
+    return result.model_copy(update={"machine_id": machine_id})

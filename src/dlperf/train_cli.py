@@ -30,30 +30,32 @@ def add_train(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="quality to reach on held-out data (default: the "
         "family's; 'none' trains the whole budget)",
     )
-    p.add_argument("--max-steps", type=int, help="step budget (default 20000)")
-    p.add_argument("--max-time", type=float, help="training-time budget in s (default 60)")
-    p.add_argument("--max-epochs", type=float, help="epoch budget")
-    p.add_argument("--eval-every", type=int, help="steps between evaluations")
-    p.add_argument("--lr", type=float, help="learning rate (default: the family's)")
+    p.add_argument("--max-steps", type=cli.positive_int, help="step budget (default 20000)")
+    p.add_argument("--max-time", type=cli.positive_float,
+                   help="training-time budget in s (default 60)")
+    p.add_argument("--max-epochs", type=cli.positive_float, help="epoch budget")
+    p.add_argument("--eval-every", type=cli.positive_int, help="steps between evaluations")
+    p.add_argument("--lr", type=cli.positive_float, help="learning rate (default: the family's)")
     p.add_argument(
         "--option",
         action="append",
         metavar="NAME=VALUE",
         help="other training option, e.g. pretrain_epochs=0 (dbn)",
     )
-    p.add_argument("--batch-size", "-b", type=int, help="default: the family's (32)")
-    p.add_argument("--threads", "-t", type=int, default=1)
+    p.add_argument("--batch-size", "-b", type=cli.positive_int, help="default: the family's (32)")
+    p.add_argument("--threads", "-t", type=cli.positive_int, default=1)
     p.add_argument(
         "--param",
         action="append",
         metavar="NAME=VALUE",
         help="network parameter: hidden, depth, init_scale, k, ...",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=cli.seed_int, default=0)
     p.add_argument(
         "--timeout",
-        type=float,
-        help="seconds before the worker is killed (default: the time budget plus 300)",
+        type=cli.positive_float,
+        help="seconds (above 0) before the worker is killed (default: twice the time "
+        "budget plus 300)",
     )
     cli._common(p)
     return p
@@ -69,7 +71,7 @@ def train_spec(a: argparse.Namespace) -> RunSpec:
             f"network '{a.network}' has no training target; train takes the "
             "guide's families (see 'dlperf networks --group guide')"
         )
-    options = dict(parse_params(a.option))
+    options = dict(parse_params(a.option, "--option"))
     for flag, key in (
         ("target", "target"),
         ("max_steps", "max_steps"),
@@ -80,7 +82,7 @@ def train_spec(a: argparse.Namespace) -> RunSpec:
     ):
         v = getattr(a, flag)
         if v is not None:
-            options[key] = cli._scalar(v) if isinstance(v, str) else v
+            options[key] = cli._scalar(v, f"--{flag.replace('_', '-')}") if isinstance(v, str) else v
     check_options(wl.name, options)
     if a.threads < 1:
         raise UsageError("--threads must be at least 1")
@@ -186,13 +188,15 @@ def add_experiment(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument(
         "--threads",
         "-t",
-        type=int,
+        type=cli.positive_int,
         default=1,
         help="threads of the training runs (the families table always measures 1 and 2)",
     )
-    p.add_argument("--max-time", type=float, help="training-time budget per run, in s")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, help="seconds per worker (default 900)")
+    p.add_argument("--max-time", type=cli.positive_float,
+                   help="training-time budget per run, in s")
+    p.add_argument("--seed", type=cli.seed_int, default=0)
+    p.add_argument("--timeout", type=cli.positive_float,
+                   help="seconds (above 0) per worker (default 900)")
     p.add_argument(
         "--out",
         default="dlperf-report",

@@ -78,6 +78,12 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
                                 started_at=started, finished_at=time.time())
 
     base = dict(cpus=cpus, threads_in_force=in_force, software=software, started_at=started)
+    from dlperf.backends.base import UnsupportedError
+
+    try:  # before anything is built: TF32 flags and mixed-precision policies act at build
+        base["precision_in_force"] = backend.set_precision(spec.precision, spec.device)
+    except UnsupportedError as e:
+        return RunResult.failed(spec, "unsupported", str(e), finished_at=time.time(), **base)
     if spec.kind == "train":
         from dlperf.train import run_training
 
@@ -85,7 +91,6 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
     if spec.kind not in ("step", "peak"):
         return RunResult.failed(spec, "unsupported", f"worker cannot run kind '{spec.kind}'", **base)
 
-    from dlperf.backends.base import UnsupportedError
     from dlperf.measure.stats import instability_warning, summarize
     from dlperf.measure.timing import measure
 

@@ -110,14 +110,33 @@ class BackendInfo:
         return env
 
 
+#: Why tf32 never runs on a CPU.
+NO_TF32_ON_CPU = ("tf32 is a GPU format (NVIDIA Ampere and later tensor cores); CPUs have "
+                  "no TF32 arithmetic: use --precision fp32 (or bf16)")
+
+
 class Backend(ABC):
     """A framework's implementation. Subclasses live in modules that import the framework."""
 
     name: str
+    #: the precision that set_precision applied; build() reads it
+    precision: str = "fp32"
 
     @abstractmethod
     def set_threads(self, threads: int) -> int:
         """Apply the thread count before the first op; return the count now in force."""
+
+    def set_precision(self, precision: str, device: str) -> dict[str, Any]:
+        """Apply the numeric precision (dlperf.spec.Precision) before anything is built and
+        return the framework's settings read back, which the result records. fp32 turns
+        TF32 and reduced-precision reductions off; tf32 turns them on; bf16 and fp16 make
+        build() use the framework's mixed precision. A precision this backend cannot run
+        on this device raises UnsupportedError with the reason. This default runs fp32
+        only."""
+        if precision != "fp32":
+            raise UnsupportedError(f"the {self.name} backend runs fp32 only")
+        self.precision = precision
+        return {}
 
     @abstractmethod
     def software(self) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import numpy as np
 import optax
 from jax.extend import core as jax_core
 
-from dlperf.backends.base import Backend, Trainer, UnsupportedError
+from dlperf.backends.base import NO_TF32_ON_CPU, Backend, Trainer, UnsupportedError
 from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
 
 LEARNING_RATE = 0.01
@@ -532,6 +532,20 @@ class JaxBackend(Backend):
 
     def has_gpu(self) -> bool:
         return bool(_gpus())
+
+    def set_precision(self, precision: str, device: str) -> dict[str, Any]:
+        """fp32: jax_default_matmul_precision 'highest' (XLA's default on a GPU lets fp32
+        products run in TF32); tf32: 'tensorfloat32'. bf16/fp16 are unsupported: dlperf's
+        Flax networks have no mixed-precision form (it needs a dtype on every module)."""
+        if precision in ("bf16", "fp16"):
+            raise UnsupportedError(f"{precision} is not built for the jax backend: dlperf's "
+                                   "Flax networks run fp32 (or tf32 on a GPU) only")
+        if precision == "tf32" and device == "cpu":
+            raise UnsupportedError(NO_TF32_ON_CPU)
+        jax.config.update("jax_default_matmul_precision",
+                          "tensorfloat32" if precision == "tf32" else "highest")
+        self.precision = precision
+        return {"jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
 
     def build(self, workload: str, config: Any, batch_size: int, variant: str, device: str,
               seed: int) -> JaxTrainer:

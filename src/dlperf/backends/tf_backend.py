@@ -26,12 +26,15 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import deprecation
 
-from dlperf.backends.base import Backend, Trainer, UnsupportedError
+from dlperf.backends.base import NO_TF32_ON_CPU, Backend, Trainer, UnsupportedError
 from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
 
 LEARNING_RATE = 0.01
 BN_EPSILON = 1e-5  # PyTorch's default; Keras' own default is 1e-3
 BN_MOMENTUM = 0.9  # PyTorch's momentum=0.1 in Keras' convention (running stats only)
+
+#: Keras mixed-precision policies: fp32 weights, bf16/fp16 compute
+POLICIES = {"fp32": "float32", "tf32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 #: op types whose FLOPs are matrix products or convolutions: what the analytic count counts
 MATMUL_CONV_OPS = frozenset({
@@ -315,20 +318,24 @@ def profile_flops(graph: tf.Graph) -> dict[str, int]:
 
 # ----------------------------------------------------------------------------- trainer
 def _xent(logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-    """Mean softmax cross-entropy over the batch (and time steps)."""
+    """Mean softmax cross-entropy over the batch (and time steps), in fp32 whatever the
+    compute dtype (the mixed-precision guide's advice for the softmax)."""
     return tf.reduce_mean(
-        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=tf.cast(logits, tf.float32))
     )
 
 
 def make_train_step(model: keras.Model, opt: keras.optimizers.Optimizer, jit: bool) -> Any:
-    """One forward + backward + SGD update as a tf.function (XLA-compiled if ``jit``)."""
+    """One forward + backward + SGD update as a tf.function (XLA-compiled if ``jit``).
+    The gradient is taken of ``opt.scale_loss(loss)``: the loss itself, except under a
+    LossScaleOptimizer (fp16), whose apply_gradients unscales it again."""
     variables = model.trainable_variables
 
     def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             loss = _xent(model(x, training=True), y)
-        grads = tape.gradient(loss, variables)
+            scaled = opt.scale_loss(loss)  # inside the tape, which must record the scaling
+        grads = tape.gradient(scaled, variables)
         opt.apply_gradients(zip(grads, variables, strict=True))
         return loss
 
@@ -344,6 +351,8 @@ class TFTrainer(Trainer):
         self.batch_size = int(x.shape[0])
         self.param_count = trainable_params(model)
         self.opt = keras.optimizers.SGD(learning_rate=LEARNING_RATE)
+        if keras.mixed_precision.global_policy().name == "mixed_float16":
+            self.opt = keras.mixed_precision.LossScaleOptimizer(self.opt)
         self.opt.build(model.trainable_variables)  # its state exists before tracing
         self._jit = variant == "xla"
         self._step = make_train_step(model, self.opt, self._jit)
@@ -452,6 +461,23 @@ class TensorFlowBackend(Backend):
 
     def has_gpu(self) -> bool:
         return bool(tf.config.list_physical_devices("GPU"))
+
+    def set_precision(self, precision: str, device: str) -> dict[str, Any]:
+        """fp32: TensorFloat-32 execution off (TensorFlow turns it on by default on Ampere
+        and later GPUs); tf32: on. bf16/fp16: the Keras mixed-precision policy
+        (mixed_bfloat16, mixed_float16: fp32 weights, reduced-precision compute), fp16 with
+        a LossScaleOptimizer; TF32 off. The CPU has no TF32."""
+        if precision == "tf32" and device == "cpu":
+            raise UnsupportedError(NO_TF32_ON_CPU)
+        tf.config.experimental.enable_tensor_float_32_execution(precision == "tf32")
+        keras.mixed_precision.set_global_policy(POLICIES[precision])
+        self.precision = precision
+        return {
+            "tensor_float_32_execution":
+                tf.config.experimental.tensor_float_32_execution_enabled(),
+            "keras_policy": keras.mixed_precision.global_policy().name,
+            "loss_scale": precision == "fp16",
+        }
 
     def build(self, workload: str, config: Any, batch_size: int, variant: str, device: str,
               seed: int) -> TFTrainer:

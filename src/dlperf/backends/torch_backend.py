@@ -7,6 +7,7 @@ same distribution. FLOPs come from ``torch.utils.flop_counter.FlopCounterMode``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections import OrderedDict
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from dlperf.backends.base import Backend, Trainer, UnsupportedError
+from dlperf.backends.base import NO_TF32_ON_CPU, Backend, Trainer, UnsupportedError
 from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
 
 LEARNING_RATE = 0.01
@@ -175,7 +176,8 @@ def build_model(cfg: Any) -> nn.Module:
 
 
 def synthetic_batch(cfg: Any, batch: int, device: torch.device, gen: torch.Generator):
-    """Inputs and integer targets, generated on the device before timing."""
+    """Inputs and integer targets, generated on the host by a seeded CPU generator (the
+    same batch on every device) and copied to the device before timing."""
     if isinstance(cfg, LSTMLMConfig):
         x = torch.randint(0, cfg.vocab, (batch, cfg.seq_len), generator=gen).to(device)
         y = torch.randint(0, cfg.vocab, (batch, cfg.seq_len), generator=gen).to(device)
@@ -240,9 +242,14 @@ def import_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
 
 
 # ----------------------------------------------------------------------------- trainer
+#: Mixed precisions: the autocast dtype; fp16 also scales the loss (GradScaler) so that
+#: small gradients do not flush to zero in fp16.
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 class TorchTrainer(Trainer):
     def __init__(self, model: nn.Module, x, y, variant: str, device: torch.device,
-                 config: Any = None):
+                 config: Any = None, precision: str = "fp32"):
         self.model = model
         self.config = config
         self.x, self.y = x, y
@@ -254,16 +261,26 @@ class TorchTrainer(Trainer):
         )
         self._forward = torch.compile(model) if variant == "compile" else model
         self._last_loss: torch.Tensor | None = None
+        dtype = AUTOCAST.get(precision)
+        self._autocast = ((lambda: torch.autocast(device.type, dtype=dtype)) if dtype
+                          else contextlib.nullcontext)
+        self._scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
     def _loss(self, forward: Callable) -> torch.Tensor:
-        out = forward(self.x)
-        return F.cross_entropy(out.reshape(-1, out.shape[-1]), self.y.reshape(-1))
+        with self._autocast():  # forward and loss only, as torch.autocast documents
+            out = forward(self.x)
+            return F.cross_entropy(out.reshape(-1, out.shape[-1]), self.y.reshape(-1))
 
     def step(self) -> torch.Tensor:
         self.opt.zero_grad(set_to_none=True)
         loss = self._loss(self._forward)
-        loss.backward()
-        self.opt.step()
+        if self._scaler is None:
+            loss.backward()
+            self.opt.step()
+        else:
+            self._scaler.scale(loss).backward()
+            self._scaler.step(self.opt)  # unscales; skips the update on inf/nan gradients
+            self._scaler.update()
         self._last_loss = loss
         return loss
 
@@ -299,15 +316,18 @@ class TorchTrainer(Trainer):
 
 
 def build_trainer(config: Any, batch_size: int, variant: str, device: torch.device,
-                  seed: int = 0) -> Trainer:
+                  seed: int = 0, precision: str = "fp32") -> Trainer:
     if type(config) not in BUILDERS:
         # the guide's families (RBM, VAE, GAN, ...): their own models and training steps
         from dlperf.backends.torch_families import TRAINER_FACTORIES
 
         if type(config) in TRAINER_FACTORIES:
+            if precision in AUTOCAST:
+                raise UnsupportedError(f"{precision} mixed precision is built for the DLBench "
+                                       "networks only; the guide's families run fp32 or tf32")
             return TRAINER_FACTORIES[type(config)](config, batch_size, variant, device, seed)
     model, x, y = build_parts(config, batch_size, device, seed)
-    return TorchTrainer(model, x, y, variant, device, config)
+    return TorchTrainer(model, x, y, variant, device, config, precision)
 
 
 def build_parts(config: Any, batch_size: int, device: torch.device, seed: int = 0):
@@ -370,11 +390,39 @@ class TorchBackend(Backend):
     def has_gpu(self) -> bool:
         return torch.cuda.is_available()
 
+    def set_precision(self, precision: str, device: str) -> dict[str, Any]:
+        """fp32: TF32 off for matrix products and cuDNN convolutions, no reduced-precision
+        reductions in fp16/bf16 products, float32 matmul precision 'highest'. tf32: TF32
+        on. bf16/fp16: fp32 weights, torch.autocast over forward and loss (fp16 with a
+        GradScaler); TF32 stays off for what autocast leaves in fp32. The CPU has no TF32;
+        bf16 and fp16 run there through CPU autocast."""
+        if precision == "tf32" and device == "cpu":
+            raise UnsupportedError(NO_TF32_ON_CPU)
+        tf32, reduced = precision == "tf32", precision != "fp32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = reduced
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = reduced
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        self.precision = precision
+        return {
+            "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+            "cuda.matmul.allow_fp16_reduced_precision_reduction":
+                torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+            "cuda.matmul.allow_bf16_reduced_precision_reduction":
+                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "autocast": str(AUTOCAST[precision]) if precision in AUTOCAST else None,
+            "grad_scaler": precision == "fp16",
+        }
+
     def build(self, workload, config, batch_size, variant, device, seed) -> Trainer:
         if device == "gpu" and not torch.cuda.is_available():
             raise UnsupportedError("no CUDA GPU visible to torch")
         return build_trainer(config, batch_size, variant,
-                             torch.device("cuda" if device == "gpu" else "cpu"), seed)
+                             torch.device("cuda" if device == "gpu" else "cpu"), seed,
+                             self.precision)
 
     def matmul(self, n: int, device: str) -> Trainer:
         if device == "gpu" and not torch.cuda.is_available():

@@ -1,13 +1,16 @@
 """Warm-up until step times settle, then time steps one by one with a monotonic clock.
 
 The first ``warmup_min_steps`` steps (allocation, kernel selection, compilation) are always
-discarded. After them, the steady state starts at the first pair of consecutive steps that
-agree within ``settle_tolerance``; that pair is the start of the timed sample, as in the
-steady-state method of Georges, Buytaert and Eeckhout ("Statistically rigorous Java
-performance evaluation", OOPSLA 2007). If no pair agrees within the warm-up budget, the
-timed sample starts after the budget and the result says it did not settle. The sample
-runs to at least ``min_steps`` steps and ``min_time_s`` seconds. Every step is followed by
-a device sync, so a step's time is the time until its work is done.
+discarded. After them, the steady state is reached at the first pair of consecutive steps
+that agree within ``settle_tolerance`` (the steady-state method of Georges, Buytaert and
+Eeckhout, "Statistically rigorous Java performance evaluation", OOPSLA 2007). The timed
+sample starts after that pair, never with it: the pair was chosen because its two times
+agree, so in a short sample (``reproduce --quick`` times 2 steps) it would be most of the
+sample, its spread biased low and the instability warning unable to fire. If no pair
+agrees within the warm-up budget, the timed sample starts after the budget and the result
+says it did not settle. The sample runs to at least ``min_steps`` steps and ``min_time_s``
+seconds. Every step is followed by a device sync, so a step's time is the time until its
+work is done.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def measure(
         if n > m.warmup_min_steps:
             a, b = times[-2], times[-1]
             if n - 2 >= m.warmup_min_steps and abs(a - b) <= m.settle_tolerance * min(a, b):
-                start, settled = n - 2, True
+                start, settled = n, True  # the settling pair stays in the warm-up
             elif n >= m.warmup_max_steps or time.perf_counter() - w_start >= m.warmup_max_time_s:
                 start = n  # budget spent: time from here on, flagged as not settled
 

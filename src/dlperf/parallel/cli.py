@@ -37,51 +37,51 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help=f"{'|'.join(STRATEGIES)}, or several comma-separated")
     p.add_argument("--workers", "-w", default="2", help="worker counts, comma-separated "
                    "(default 2); 1 is the baseline for speed-up")
-    p.add_argument("--groups", type=int, help="mixed: groups of workers (default: pairs)")
-    p.add_argument("--micro-batches", type=int, help="pipeline: micro-batches per step "
+    p.add_argument("--groups", type=cli.positive_int, help="mixed: groups of workers (default: pairs)")
+    p.add_argument("--micro-batches", type=cli.positive_int, help="pipeline: micro-batches per step "
                    "(default 4 per stage, at most the batch)")
-    p.add_argument("--batch-size", "-b", type=int, help="global mini-batch (default: the "
+    p.add_argument("--batch-size", "-b", type=cli.positive_int, help="global mini-batch (default: the "
                    "network's DLBench default)")
-    p.add_argument("--threads", "-t", type=int, help="threads per worker (default: physical "
+    p.add_argument("--threads", "-t", type=cli.positive_int, help="threads per worker (default: physical "
                    "cores / the largest --workers on a machine, so that workers do not share "
                    "cores)")
     p.add_argument("--straggler-delay", default="0", help="seconds added to the last worker's "
                    "compute every step; comma-separated to compare (e.g. 0,0.05)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeat", type=int, default=1, help="runs of each configuration")
+    p.add_argument("--seed", type=cli.seed_int, default=0)
+    p.add_argument("--repeat", type=cli.positive_int, default=1, help="runs of each configuration")
     g = p.add_argument_group("time to target (real data)")
     g.add_argument("--data", help="digits or mnist1d: train on real data to a target")
-    g.add_argument("--target-accuracy", type=float, help="held-out accuracy to reach")
-    g.add_argument("--target-loss", type=float, help="held-out loss to reach")
-    g.add_argument("--lr", type=float, help="SGD learning rate (default 0.01)")
-    g.add_argument("--max-steps", type=int, help="budget in global mini-batches (default 2000)")
-    g.add_argument("--max-time", type=float, help="budget in seconds of training")
-    g.add_argument("--eval-every", type=int, help="mini-batches between evaluations (default 10)")
+    g.add_argument("--target-accuracy", type=cli.positive_float, help="held-out accuracy to reach")
+    g.add_argument("--target-loss", type=cli.positive_float, help="held-out loss to reach")
+    g.add_argument("--lr", type=cli.positive_float, help="SGD learning rate (default 0.01)")
+    g.add_argument("--max-steps", type=cli.positive_int, help="budget in global mini-batches (default 2000)")
+    g.add_argument("--max-time", type=cli.positive_float, help="budget in seconds of training")
+    g.add_argument("--eval-every", type=cli.positive_int, help="mini-batches between evaluations (default 10)")
     g = p.add_argument_group("timing")
-    g.add_argument("--steps", type=int, help="timed steps (default: calibrated by --min-time)")
-    g.add_argument("--warmup-steps", type=int, help="warm-up steps (default: until settled)")
-    g.add_argument("--min-time", type=float, help="time at least this many seconds (default 2)")
-    g.add_argument("--min-steps", type=int, help="at least this many timed steps (default 5)")
-    g.add_argument("--warmup-time", type=float, help="warm-up budget in seconds (default 30)")
+    g.add_argument("--steps", type=cli.positive_int, help="timed steps (default: calibrated by --min-time)")
+    g.add_argument("--warmup-steps", type=cli.nonneg_int, help="warm-up steps (default: until settled)")
+    g.add_argument("--min-time", type=cli.positive_float, help="time at least this many seconds (default 2)")
+    g.add_argument("--min-steps", type=cli.positive_int, help="at least this many timed steps (default 5)")
+    g.add_argument("--warmup-time", type=cli.positive_float, help="warm-up budget in seconds (default 30)")
     g = p.add_argument_group("torchrun (several machines)")
-    g.add_argument("--nnodes", type=int, default=1, help="machines (default 1)")
-    g.add_argument("--nproc-per-node", type=int, help="workers per machine (default: "
+    g.add_argument("--nnodes", type=cli.positive_int, default=1, help="machines (default 1)")
+    g.add_argument("--nproc-per-node", type=cli.positive_int, help="workers per machine (default: "
                    "workers / nnodes)")
     g.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous (default: 127.0.0.1 "
                    "and a free port, one machine)")
     g.add_argument("--rdzv-id", help="rendezvous id (default: the configuration's run id, the "
                    "same on every machine)")
     g.add_argument("--rdzv-backend", default="c10d", help="torchrun rendezvous backend")
-    g.add_argument("--rdzv-timeout", type=float, default=120.0, help="seconds to wait for "
+    g.add_argument("--rdzv-timeout", type=cli.positive_float, default=120.0, help="seconds to wait for "
                    "every machine to join (default 120)")
-    g.add_argument("--node-rank", type=int, help="this machine's rank (static rendezvous)")
+    g.add_argument("--node-rank", type=cli.nonneg_int, help="this machine's rank (static rendezvous)")
     g.add_argument("--local-addr", help="this machine's address for the other machines")
     g = p.add_argument_group("limits")
-    g.add_argument("--timeout", type=float, help="seconds for a whole run (default 1800)")
-    g.add_argument("--stall-timeout", type=float, help="seconds without any worker making "
+    g.add_argument("--timeout", type=cli.positive_float, help="seconds for a whole run (default 1800)")
+    g.add_argument("--stall-timeout", type=cli.positive_float, help="seconds without any worker making "
                    "progress before the run counts as hung (default 300)")
-    g.add_argument("--comm-timeout", type=float, help="seconds a collective or RPC may block "
+    g.add_argument("--comm-timeout", type=cli.positive_float, help="seconds a collective or RPC may block "
                    "(default: min(300, --timeout))")
     g.add_argument("--memory-limit", help="resident memory of all workers together, e.g. 8GiB")
     p.add_argument("--force", action="store_true", help="re-measure what the store already has")

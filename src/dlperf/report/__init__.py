@@ -38,8 +38,23 @@ def dlbench_section(store: Store, out: Path, filters: Filters) -> Section | None
         plots.batch_size_curves(rows, out / "batch_size.png"),
         plots.thread_scaling(rows, out / "thread_scaling.png", environment.physical_cores()),
     ) if p]
+    machines = machine_names(store, rows)
     return Section("dlbench", "DLBench: time per mini-batch",
-                   tables=[dlbench_table(rows), detail_table(rows)], images=imgs)
+                   tables=[dlbench_table(rows, machines=machines),
+                           detail_table(rows, machines=machines)], images=imgs)
+
+
+def machine_names(store: Store, rows: list[Row]) -> dict[str, str]:
+    """Machine id -> 'CPU model, N cores, M GiB' from the environments the rows ran in."""
+    names: dict[str, str] = {}
+    for row in rows:
+        r = row.results[0]
+        if row.machine_id and row.machine_id not in names and r.env_id:
+            m = (store.environment(r.env_id) or {}).get("machine")
+            if m:
+                names[row.machine_id] = (f"{m.get('cpu_model')}, {m.get('physical_cores')} "
+                                         f"cores, {m.get('memory_bytes', 0) / 2**30:.0f} GiB")
+    return names
 
 
 def sections() -> list[Callable[[Store, Path, Filters], Section | None]]:

@@ -1,5 +1,9 @@
 """From stored RunResults to one row per configuration: repetitions combined, failures kept.
 
+A configuration is a RunSpec's ``config_id`` (which includes its precision and its
+measurement settings) on one machine: results of different machines or settings are
+never combined, and ``settings_names`` labels the settings so that tables show them.
+
 A configuration measured in several worker processes is summarised by the median of the
 per-process medians (robust to one disturbed process) and by the spread between
 processes (coefficient of variation of those medians); within-process spread is the
@@ -12,13 +16,14 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dlperf.spec import RunResult, RunSpec
+from dlperf.spec import Measurement, RunResult, RunSpec
 
 
 @dataclass
 class Row:
     spec: RunSpec  # repetition 0's spec (or the first seen)
     results: list[RunResult] = field(default_factory=list)
+    machine_id: str | None = None  # the machine every result of the row ran on
 
     @property
     def ok(self) -> list[RunResult]:
@@ -129,19 +134,46 @@ class Row:
 
     @property
     def framework_label(self) -> str:
-        return f"{self.spec.framework}/{self.spec.variant}"
+        """'torch/eager', with the precision when it is not fp32: 'torch/eager bf16'."""
+        prec = "" if self.spec.precision == "fp32" else f" {self.spec.precision}"
+        return f"{self.spec.framework}/{self.spec.variant}{prec}"
 
 
-def config_key(spec: RunSpec) -> str:
-    return spec.config_id
+def config_key(result: RunResult) -> tuple[str | None, str]:
+    """What makes results repetitions of one configuration: the machine and the config_id."""
+    return result.machine_id, result.spec.config_id
 
 
 def aggregate(results: Iterable[RunResult]) -> list[Row]:
-    """One Row per configuration, in the order configurations were first stored."""
-    rows: dict[str, Row] = {}
+    """One Row per configuration and machine, in the order they were first stored."""
+    rows: dict[tuple[str | None, str], Row] = {}
     for r in results:
-        key = config_key(r.spec)
+        key = config_key(r)
         if key not in rows:
-            rows[key] = Row(spec=r.spec.model_copy(update={"repeat": 0}))
+            rows[key] = Row(spec=r.spec.model_copy(update={"repeat": 0}), machine_id=r.machine_id)
         rows[key].results.append(r)
     return list(rows.values())
+
+
+def settings_names(rows: Iterable[Row]) -> dict[Measurement, str]:
+    """A name for every measurement setting among the rows: 'quick', 'full', 'default'
+    (dlperf.presets.NAMED_SETTINGS), 'custom', or 'custom1', 'custom2', ... when several
+    unnamed settings occur."""
+    from dlperf.presets import settings_name
+
+    seen = list(dict.fromkeys(r.spec.measurement for r in rows))
+    custom = [m for m in seen if settings_name(m) == "custom"]
+    names = {}
+    for m in seen:
+        name = settings_name(m)
+        if name == "custom" and len(custom) > 1:
+            name = f"custom{custom.index(m) + 1}"
+        names[m] = name
+    return names
+
+
+def settings_notes(names: dict[Measurement, str]) -> list[str]:
+    """One footnote per measurement setting: its name and what it is."""
+    from dlperf.presets import describe_settings
+
+    return [f"settings {name}: {describe_settings(m)}" for m, name in names.items()]

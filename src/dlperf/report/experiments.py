@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dlperf import units
+from dlperf import environment, units
 from dlperf.experiments import EXPERIMENTS, FAMILY_EXPERIMENT, GAN_NOTE, NAMES, arm_results
-from dlperf.report.analysis import aggregate
+from dlperf.report.analysis import aggregate, settings_names, settings_notes
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table, time_cell
 from dlperf.spec import RunResult
@@ -236,23 +236,29 @@ def train_section(name: str, store: Store, out: Path, filters: Filters) -> Secti
 
 
 def families_table(store: Store, filters: Filters | None = None) -> Table | None:
-    """Experiment 5: time per mini-batch of every family and size, by thread count."""
+    """Experiment 5: time per mini-batch of every family and size, by thread count, fp32
+    on this machine; a family measured with several settings has a line per setting."""
     filters = filters or Filters()
     names = [n for n in FAMILIES if not filters.networks or n in filters.networks]
     rows = [
         r
-        for r in aggregate(store.results(kind="step", network=names, framework="torch"))
+        for r in aggregate(store.results(kind="step", network=names, framework="torch",
+                                         machine_id=environment.machine_id()))
         if r.spec.size in ("small", "large")
         and r.spec.device == "cpu"
+        and r.spec.precision == "fp32"
         and r.spec.batch_size == FAMILIES[r.spec.network].default_batch
         and not r.spec.params
     ]
     if not rows:
         return None
     threads = sorted({r.spec.threads for r in rows})
-    cells: dict[tuple[str, str], dict[int, Any]] = {}
+    settings = settings_names(rows)
+    several = len(set(settings.values())) > 1
+    cells: dict[tuple[str, str, str], dict[int, Any]] = {}
     for r in rows:
-        cells.setdefault((r.spec.network, r.spec.size), {})[r.spec.threads] = r
+        key = (r.spec.network, r.spec.size, settings[r.spec.measurement] if several else "")
+        cells.setdefault(key, {})[r.spec.threads] = r
     headers = [
         "family",
         "size",
@@ -265,11 +271,11 @@ def families_table(store: Store, filters: Filters | None = None) -> Table | None
         headers.append(f"speed-up {threads[-1]}/{threads[0]}")
     out, values, notes = [], [], []
     order = {n: i for i, n in enumerate(FAMILIES)}
-    for (net, size), by_t in sorted(
-        cells.items(), key=lambda kv: (order[kv[0][0]], kv[0][1] != "small")
+    for (net, size, setting), by_t in sorted(
+        cells.items(), key=lambda kv: (order[kv[0][0]], kv[0][1] != "small", kv[0][2])
     ):
         wl = FAMILIES[net]
-        label = f"{net}*" if net == "gan" else net
+        label = (f"{net}*" if net == "gan" else net) + (f" ({setting})" if setting else "")
         line = [
             label,
             size,
@@ -300,7 +306,8 @@ def families_table(store: Store, filters: Filters | None = None) -> Table | None
         headers=headers,
         rows=out,
         values=values,
-        footnotes=[f"* {GAN_NOTE}"] + [f"[{i}] {n}" for i, n in enumerate(notes, 1)],
+        footnotes=[f"* {GAN_NOTE}"] + [f"[{i}] {n}" for i, n in enumerate(notes, 1)]
+        + settings_notes(settings),
         caption="PyTorch eager on the CPU, synthetic data of the real data's shapes, "
         "default batch; median over the timed steps. One step is forward, "
         "backward and update; for the RBM one CD-k update, for the DBN one "

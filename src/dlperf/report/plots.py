@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from dlperf import workloads  # noqa: E402
-from dlperf.report.analysis import Row  # noqa: E402
-from dlperf.report.tables import sort_rows  # noqa: E402
+from dlperf.report.analysis import Row, settings_names  # noqa: E402
+from dlperf.report.tables import machine_label, sort_rows  # noqa: E402
 
 
 def grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
@@ -56,13 +56,28 @@ def _device(r: Row) -> str:
     return f"{r.spec.threads} thr" if r.spec.device == "cpu" else r.spec.device
 
 
+def _provenance(rows: list[Row]):
+    """A label suffix naming the settings and the machine where the rows differ in them,
+    so that rows of different settings or machines never join one curve or bar."""
+    names = settings_names(rows)
+    several_machines = len({r.machine_id for r in rows}) > 1
+
+    def suffix(r: Row) -> str:
+        parts = [names[r.spec.measurement]] if len(set(names.values())) > 1 else []
+        parts += [machine_label(r.machine_id)] if several_machines else []
+        return f" ({', '.join(parts)})" if parts else ""
+
+    return suffix
+
+
 def batch_size_curves(rows: list[Row], path: Path) -> Path | None:
     """DLBench Fig. 1: time per mini-batch against mini-batch size, one panel per network,
     one curve per framework/variant and device."""
     curves: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    suffix = _provenance(rows)
     for r in sort_rows(rows):
         if r.spec.kind == "step" and r.measured:
-            curves[_name(r)][f"{r.framework_label}, {_device(r)}"].append(
+            curves[_name(r)][f"{r.framework_label}, {_device(r)}{suffix(r)}"].append(
                 (r.spec.batch_size, r.median_s))
     curves = {n: c for n, c in curves.items() if any(len(p) > 1 for p in c.values())}
     if not curves:
@@ -85,10 +100,11 @@ def thread_scaling(rows: list[Row], path: Path, physical_cores: int | None = Non
     """Time per mini-batch against CPU threads at the DLBench default batch size, with
     ideal scaling (time at 1 thread / threads) dashed."""
     curves: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    suffix = _provenance(rows)
     for r in sort_rows(rows):
         if (r.spec.kind == "step" and r.measured and r.spec.device == "cpu"
                 and r.spec.batch_size == workloads.get(r.spec.network).default_batch):
-            curves[_name(r)][r.framework_label].append((r.spec.threads, r.median_s))
+            curves[_name(r)][f"{r.framework_label}{suffix(r)}"].append((r.spec.threads, r.median_s))
     curves = {n: c for n, c in curves.items() if any(len(p) > 1 for p in c.values())}
     if not curves:
         return None
@@ -117,10 +133,11 @@ def table_bars(rows: list[Row], path: Path) -> Path | None:
     """The DLBench table as grouped bars: one group per network, one bar per framework and
     CPU thread count (and GPU), time per mini-batch on a log scale; failures are absent."""
     cells: dict[str, dict[str, float]] = defaultdict(dict)
+    suffix = _provenance(rows)
     for r in sort_rows(rows):
         if (r.spec.kind == "step" and r.measured
                 and r.spec.batch_size == workloads.get(r.spec.network).default_batch):
-            cells[_name(r)][f"{r.framework_label}, {_device(r)}"] = r.median_s
+            cells[_name(r)][f"{r.framework_label}, {_device(r)}{suffix(r)}"] = r.median_s
     if not cells:
         return None
     labels = list(dict.fromkeys(k for c in cells.values() for k in c))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from dlperf import units, workloads
 from dlperf.backends import BACKENDS
-from dlperf.report.analysis import Row
+from dlperf.report.analysis import Row, settings_names, settings_notes
 
 
 @dataclass
@@ -35,7 +35,34 @@ def _framework_order(fw: str, variant: str) -> tuple[int, int]:
 def sort_rows(rows: list[Row]) -> list[Row]:
     return sorted(rows, key=lambda r: (
         _network_order(r.spec.network), r.spec.size, _framework_order(r.spec.framework, r.spec.variant),
-        r.spec.device, r.spec.threads, r.spec.batch_size))
+        r.spec.device, r.spec.threads, r.spec.batch_size, r.spec.precision, r.machine_id or ""))
+
+
+def machine_label(machine_id: str | None) -> str:
+    """The short form of a machine id that tables show."""
+    return (machine_id or "unknown")[:8]
+
+
+class Provenance:
+    """The 'settings' (and, for rows of several machines, 'machine') cells of a table and
+    the footnotes that explain them: every number says what measured it."""
+
+    def __init__(self, rows: list[Row], machines: dict[str, str] | None = None):
+        self.names = settings_names(rows)
+        ids = list(dict.fromkeys(r.machine_id for r in rows))
+        self.several_machines = len(ids) > 1
+        self.notes = settings_notes(self.names)
+        if self.several_machines:
+            self.notes += [f"machine {machine_label(m)}: {(machines or {}).get(m or '', 'unknown')}"
+                           for m in ids]
+
+    @property
+    def headers(self) -> list[str]:
+        return ["settings"] + (["machine"] if self.several_machines else [])
+
+    def cells(self, r: Row) -> list[str]:
+        return [self.names[r.spec.measurement]] + (
+            [machine_label(r.machine_id)] if self.several_machines else [])
 
 
 def _column(row: Row) -> str:
@@ -54,10 +81,12 @@ def time_cell(r: Row | None, notes: list[str], where: str,
     return f"-[{len(notes)}]", None
 
 
-def dlbench_table(rows: list[Row], *, batch: str = "default") -> Table:
-    """DLBench's Table 4 layout: rows network x framework, columns CPU thread counts then
-    GPU; each cell the median time per mini-batch in seconds at the network's DLBench
-    default batch size. A configuration that failed shows '-' with a footnote."""
+def dlbench_table(rows: list[Row], *, batch: str = "default",
+                  machines: dict[str, str] | None = None) -> Table:
+    """DLBench's Table 4 layout: rows network x framework (x precision, settings and
+    machine), columns CPU thread counts then GPU; each cell the median time per mini-batch
+    in seconds at the network's DLBench default batch size. A configuration that failed
+    shows '-' with a footnote. ``machines`` describes each machine id for the footnotes."""
     chosen = [
         r for r in rows
         if r.spec.kind == "step"
@@ -66,20 +95,24 @@ def dlbench_table(rows: list[Row], *, batch: str = "default") -> Table:
     threads = sorted({r.spec.threads for r in chosen if r.spec.device == "cpu"})
     has_gpu = any(r.spec.device == "gpu" for r in chosen)
     cols = [str(t) for t in threads] + (["GPU"] if has_gpu else [])
-    headers = ["network", "framework", "batch"] + [
+    prov = Provenance(chosen, machines)
+    headers = ["network", "framework", "batch", *prov.headers] + [
         f"{c} thread{'s' if c != '1' else ''}" if c != "GPU" else "GPU" for c in cols
     ]
     grouped: dict[tuple, dict[str, Row]] = {}
     for r in sort_rows(chosen):
-        key = (r.spec.network, r.spec.size, r.spec.framework, r.spec.variant, r.spec.batch_size)
+        # one table row per everything but the column: a cell never holds two measurements
+        key = (r.spec.network, r.spec.size, r.framework_label, r.spec.batch_size,
+               r.spec.measurement, r.machine_id)
         grouped.setdefault(key, {})[_column(r)] = r
     out_rows, values, notes = [], [], []
-    for (net, size, fw, var, b), cells in grouped.items():
+    for (net, size, fw, b, *_), cells in grouped.items():
         name = net if size in ("full", "") else f"{net} [{size}]"
-        line, vals = [name, f"{fw}/{var}", str(b)], [name, f"{fw}/{var}", b]
+        provenance = prov.cells(next(iter(cells.values())))
+        line, vals = [name, fw, str(b), *provenance], [name, fw, b, *provenance]
         for c in cols:
             text, value = time_cell(cells.get(c), notes,
-                                    f"{name} {fw}/{var} {c if c == 'GPU' else c + ' threads'}")
+                                    f"{name} {fw} {c if c == 'GPU' else c + ' threads'}")
             line.append(text)
             vals.append(value)
         out_rows.append(line)
@@ -89,25 +122,29 @@ def dlbench_table(rows: list[Row], *, batch: str = "default") -> Table:
         headers=headers,
         rows=out_rows,
         values=values,
-        footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)],
+        footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)] + prov.notes,
         caption="Median over timed steps and worker processes; forward + backward + update; "
         "'-' marks a configuration that did not complete (reason in the footnote).",
     )
 
 
-def detail_table(rows: list[Row], title: str = "Measurements") -> Table:
-    """Every configuration with its dispersion, throughput, FLOP rate and memory."""
-    headers = ["network", "framework", "device", "batch", "time/batch", "+-MAD", "CV",
-               "samples/s", "GFLOP/s", "%peak", "memory", "threads", "procs"]
+def detail_table(rows: list[Row], title: str = "Measurements",
+                 machines: dict[str, str] | None = None) -> Table:
+    """Every configuration with its dispersion, throughput, FLOP rate and memory, and the
+    settings (and machine) that measured it."""
+    prov = Provenance(rows, machines)
+    headers = ["network", "framework", "device", "batch", *prov.headers, "time/batch", "+-MAD",
+               "CV", "samples/s", "GFLOP/s", "%peak", "memory", "threads", "procs"]
+    n_head = 4 + len(prov.headers)
     out, values, notes = [], [], []
     for r in sort_rows(rows):
         dev = f"cpu x{r.spec.threads}" if r.spec.device == "cpu" else r.spec.device
         name = r.spec.network if r.spec.size in ("full", "") else f"{r.spec.network} [{r.spec.size}]"
-        head = [name, r.framework_label, dev, str(r.spec.batch_size)]
+        head = [name, r.framework_label, dev, str(r.spec.batch_size), *prov.cells(r)]
         if not r.measured:
             notes.append(f"{name} {r.framework_label} {dev} b{r.spec.batch_size}: {r.failure}")
-            out.append(head + [f"-[{len(notes)}]"] + [""] * (len(headers) - 5))
-            values.append([*head, None] + [None] * (len(headers) - 5))
+            out.append(head + [f"-[{len(notes)}]"] + [""] * (len(headers) - n_head - 1))
+            values.append([*head, None] + [None] * (len(headers) - n_head - 1))
             continue
         cv = r.within_cv
         out.append(head + [
@@ -119,4 +156,4 @@ def detail_table(rows: list[Row], title: str = "Measurements") -> Table:
         values.append([*head, r.median_s, r.mad_s, cv, r.samples_per_s, r.achieved_flops,
                        r.peak_share, r.peak_rss_bytes, r.threads_in_force, r.processes])
     return Table(title=title, headers=headers, rows=out, values=values,
-                 footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)])
+                 footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)] + prov.notes)

@@ -1,0 +1,53 @@
+"""Tables never mix results of different settings, precisions or machines, and say which
+settings measured each number."""
+
+from __future__ import annotations
+
+from dlperf.presets import FULL_MEASUREMENT, QUICK_MEASUREMENT
+from dlperf.report.analysis import aggregate
+from dlperf.report.tables import detail_table, dlbench_table
+from dlperf.spec import Measurement, Metrics, RunResult, RunSpec
+
+
+def _ok(spec: RunSpec, median: float, machine: str = "1111aaaa2222bbbb") -> RunResult:
+    m = Metrics(steps=3, median_s=median, mean_s=median, std_s=0.0, min_s=median, max_s=median,
+                mad_s=0.0, iqr_s=0.0, cv=0.0, samples_per_s=spec.batch_size / median)
+    return RunResult(spec=spec, status="ok", metrics=m, step_times_s=[median] * 3,
+                     machine_id=machine)
+
+
+FCN5 = RunSpec(network="fcn5", batch_size=64, threads=1)
+
+
+def test_quick_and_full_numbers_are_separate_lines_named_by_their_settings():
+    quick = FCN5.model_copy(update={"measurement": QUICK_MEASUREMENT})
+    full = FCN5.model_copy(update={"measurement": FULL_MEASUREMENT})
+    rows = aggregate([_ok(quick, 1.0), _ok(full, 2.0), _ok(full.model_copy(update={"repeat": 1}), 4.0)])
+    assert len(rows) == 2 and sorted(r.median_s for r in rows) == [1.0, 3.0]
+    t = dlbench_table(rows)
+    col = t.headers.index("settings")
+    assert sorted((line[col], line[-1]) for line in t.rows) == [("full", "3"), ("quick", "1")]
+    assert any(n.startswith("settings quick: min-time 1 s") for n in t.footnotes)
+    assert "machine" not in t.headers  # one machine: no column for it
+    d = detail_table(rows)
+    assert sorted(line[d.headers.index("settings")] for line in d.rows) == ["full", "quick"]
+
+
+def test_unnamed_settings_are_numbered_and_described():
+    a = FCN5.model_copy(update={"measurement": Measurement(min_time_s=0.5)})
+    b = FCN5.model_copy(update={"measurement": Measurement(min_time_s=0.7)})
+    t = detail_table(aggregate([_ok(a, 1.0), _ok(b, 1.1)]))
+    assert sorted(line[t.headers.index("settings")] for line in t.rows) == ["custom1", "custom2"]
+    assert any("custom2: min-time 0.7 s" in n for n in t.footnotes)
+
+
+def test_machines_and_precisions_are_never_combined():
+    a, b = "1111aaaa2222bbbb", "3333cccc4444dddd"  # machine ids as environment.machine_id()
+    rows = aggregate([_ok(FCN5, 1.0, a), _ok(FCN5, 5.0, b),
+                      _ok(FCN5.model_copy(update={"precision": "bf16"}), 0.5, a)])
+    assert sorted(r.median_s for r in rows) == [0.5, 1.0, 5.0]
+    t = dlbench_table(rows, machines={b: "a described machine"})
+    cells = {(line[1], line[t.headers.index("machine")]): line[-1] for line in t.rows}
+    assert cells == {("torch/eager", "1111aaaa"): "1", ("torch/eager", "3333cccc"): "5",
+                     ("torch/eager bf16", "1111aaaa"): "0.5"}
+    assert "machine 3333cccc: a described machine" in t.footnotes
