@@ -96,9 +96,18 @@ class Row:
 
     @property
     def peak_share(self) -> float | None:
+        """Achieved FLOP/s over the peak stored with the results, never above 1: a result
+        stored by an older dlperf may lie above its peak (``over_peak`` says so)."""
         peak = self._metric("peak_flops")
         a = self.achieved_flops
-        return a / peak if a and peak else None
+        return min(a / peak, 1.0) if a and peak else None
+
+    @property
+    def over_peak(self) -> bool:
+        """True when the achieved rate lies above the peak stored with the results."""
+        peak = self._metric("peak_flops")
+        a = self.achieved_flops
+        return bool(a and peak and a > peak)
 
     @property
     def peak_rss_bytes(self) -> float | None:
@@ -120,6 +129,11 @@ class Row:
         for r in self.ok:
             for w in r.warnings:
                 seen.setdefault(w, None)
+        if self.over_peak:
+            seen.setdefault(
+                f"achieved {self.achieved_flops / 1e9:.1f} GFLOP/s is above the peak stored with "
+                f"this result ({self._metric('peak_flops') / 1e9:.1f} GFLOP/s); its share is shown "
+                "as 100%", None)
         cv = self.between_cv
         if cv is not None and cv > 0.05:
             seen.setdefault(
