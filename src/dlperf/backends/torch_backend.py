@@ -415,6 +415,7 @@ class MatmulProbe(Trainer):
 
     def __init__(self, n: int, device: torch.device):
         self.device = device
+        torch.backends.cuda.matmul.allow_tf32 = False  # an fp32 peak, not a TF32 one
         self.a = torch.randn(n, n, device=device)
         self.b = torch.randn(n, n, device=device)
         self.out = torch.empty(n, n, device=device)  # reused: no page faults in the loop
@@ -441,6 +442,7 @@ class ConvProbe(Trainer):
 
     def __init__(self, n: int, device: torch.device):
         self.device = device
+        torch.backends.cudnn.allow_tf32 = False  # cuDNN's default would be TF32 on a GPU
         b, c, hw = conv_probe_shape(n)
         self.x = torch.randn(b, c, hw, hw, device=device).contiguous(
             memory_format=torch.channels_last)
