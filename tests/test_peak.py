@@ -135,11 +135,21 @@ def test_a_raised_peak_goes_stale_with_its_framework_version():
     assert peak.lookup([raised], [], newer)[0] == []
 
 
-def test_no_table_shows_a_share_above_100_percent():
+def test_no_table_or_export_shows_a_share_above_100_percent(db, tmp_path):
+    import json
+
+    from dlperf.report import write_raw_json
+
     # a result stored by an older dlperf, with a peak below its own rate
     r = _run_result(120e9, framework="torch")
     r = r.model_copy(update={"metrics": r.metrics.model_copy(update={"peak_flops": 95e9,
                                                                      "peak_share": 120 / 95})})
+    with Store(db) as st:
+        st.add(r)
+        [exported] = json.loads(write_raw_json(st, tmp_path / "r.json").read_text())["results"]
+    assert exported["metrics"]["peak_share"] == 1.0
+    assert exported["metrics"]["achieved_flops"] == 120e9
+    assert any("above the peak" in w for w in exported["warnings"])
     [row] = aggregate([r])
     assert row.peak_share == 1.0 and row.over_peak
     assert any("above the peak" in w for w in row.warnings)
