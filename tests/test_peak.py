@@ -121,6 +121,18 @@ def test_a_run_above_the_peak_raises_it_and_says_so(db):
         assert not slower.warnings
 
 
+def test_a_run_above_the_theoretical_peak_does_not_raise_it(db):
+    low = peak.Peak.of([_ok(s, 50e9) for s in _specs()], 1, "cpu", theoretical_flops=100e9)
+    with Store(db) as st:
+        result = Runner(st).with_share(_run_result(120e9), low)
+        assert st.peak_results(1, "cpu") == []  # nothing stored: later runs keep 50 GFLOP/s
+    assert result.metrics.peak_flops == 50e9 and result.metrics.peak_share == 1.0
+    [warning] = result.warnings
+    assert "theoretical peak" in warning and "not raised" in warning
+    [row] = aggregate([result])
+    assert row.peak_share == 1.0 and row.over_peak
+
+
 def peak_packages() -> dict[str, str]:
     from dlperf import environment
 

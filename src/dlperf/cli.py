@@ -228,8 +228,8 @@ def peak_lines(row, db) -> list[str]:
         theory = units.flops(pk.theoretical_flops, "/s")
         share += (f"; {units.percent(achieved / pk.theoretical_flops)} of the theoretical {theory}"
                   if achieved <= pk.theoretical_flops else
-                  f"; above the theoretical {theory}: the clock or the cores in use differ "
-                  "from what dlperf read")
+                  f"; above the theoretical {theory}: the clock, the cores in use or the "
+                  "FLOP count differ from what dlperf assumes")
     elif pk.device == "cpu":
         share += f"; theoretical peak {pk.theoretical}"
     with Store(db) as store:

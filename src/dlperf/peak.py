@@ -217,6 +217,15 @@ def raised_warning(achieved: float, before: KernelRate, peak: Peak) -> str:
             "peak there is raised to this run's rate, so its share is 100%")
 
 
+def impossible_warning(achieved: float, peak: Peak, cpu_util: float | None) -> str:
+    """The warning of a run faster than the CPU's theoretical peak: it does not raise it."""
+    busy = f"; the CPU was busy {cpu_util:.2f} cores" if cpu_util is not None else ""
+    return (f"achieved {units.flops(achieved, '/s')} is above this CPU's theoretical peak at "
+            f"{_threads(peak.threads)} ({units.flops(peak.theoretical_flops, '/s')}){busy}: the "
+            "FLOP count or the threads really in force are off, so the peak is not raised and "
+            "the share is shown as 100%")
+
+
 def _threads(n: int) -> str:
     return f"{n} thread{'s' if n != 1 else ''}"
 

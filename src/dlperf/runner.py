@@ -89,22 +89,28 @@ class Runner:
             memory_limit_bytes=self.memory_limit,
             on_event=lambda ev: self.listener.event(spec, ev),
         )
-        if pk and pk.best and result.ok and result.metrics and result.metrics.achieved_flops:
+        if pk and result.ok:
             result = self.with_share(result, pk)
         return self.store.add(result)
 
     def with_share(self, result: RunResult, pk: peak.Peak) -> RunResult:
         """``result`` with its share of the peak and the peak's provenance. A run faster
-        than the peak raises it (stored, so later runs use it too) and says so."""
-        achieved = result.metrics.achieved_flops  # type: ignore[union-attr]
-        warnings = list(result.warnings)
-        best = pk.best
+        than the peak raises it (stored, so later runs use it too) and says so; unless it
+        is faster than the CPU's theoretical peak too: then its FLOP count or its thread
+        count is off, and it must not lower every later run's share."""
+        m = result.metrics
+        if m is None or not m.achieved_flops or not pk.flops:
+            return result
+        achieved, warnings, best = m.achieved_flops, list(result.warnings), pk.best
         if best and best.flops and achieved > best.flops:
-            row = self.store.add(peak.raised_result(result, pk, environment.packages()))
-            warnings.append(peak.raised_warning(achieved, best, pk))
-            pk = pk.raised(peak.KernelRate.of([row]))
-        metrics = result.metrics.model_copy(  # type: ignore[union-attr]
-            update={"peak_flops": pk.flops, "peak_share": achieved / pk.flops})
+            if pk.theoretical_flops and achieved > pk.theoretical_flops:
+                warnings.append(peak.impossible_warning(achieved, pk, m.cpu_util))
+            else:
+                row = self.store.add(peak.raised_result(result, pk, environment.packages()))
+                warnings.append(peak.raised_warning(achieved, best, pk))
+                pk = pk.raised(peak.KernelRate.of([row]))
+        metrics = m.model_copy(update={"peak_flops": pk.flops,
+                                       "peak_share": min(achieved / pk.flops, 1.0)})
         return result.model_copy(update={"metrics": metrics, "warnings": warnings,
                                          "extra": {**result.extra, "peak": pk.to_dict()}})
 
