@@ -5,14 +5,15 @@ under what TensorFlow reaches on the same cores), so the peak is the best of sev
 kernels across the installed frameworks (``KERNELS``), each timed in its own worker like
 any other run (kind 'peak'; the spec's network names the kernel, its framework the
 library), in ``REPEATS`` separate processes, and every kernel's rate is kept so that each
-library's own best can be shown.
-A training run that goes faster than every kernel raises the peak to its own rate (a row of
-kernel ``RAISED``), so that no share of peak is ever above 100%.
+library's own best can be shown. A training run that goes faster than every kernel raises
+the peak to its own rate (a row of kernel ``RAISED``), so that no share of peak is ever
+above 100%.
 
 A stored kernel rate is reused while it is fresh: same machine, thread count, device and
-size, same kernel shape, same versions of the library's packages. The last three are in the
-spec's options and so in its identity: a stale rate has another ``run_id`` and is simply not
-found (``lookup``), and the kernel is measured again. Imports no framework.
+size, same kernel shape, same versions of the library's packages. All but the machine are
+part of the spec's identity (shape and versions through its options), so a stale rate has
+another ``run_id`` and is simply not found (``lookup``), and the kernel is measured again;
+the store keeps each row's machine. Imports no framework.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def kernel_shape(kernel: str, size: int) -> str:
     """The operands of a kernel of this size, as stored with its rate."""
     if kernel == "conv":
         b, c, hw = conv_probe_shape(size)
-        return f"{b}x{c}x{hw}x{hw} (NCHW) * {c}x{c}x3x3, stride 1, pad 1"
+        return f"{b}x{c}x{hw}x{hw} (N, C, H, W) * {c}x{c}x3x3, stride 1, pad 1"
     return f"{size}x{size} @ {size}x{size}"
 
 
