@@ -63,7 +63,7 @@ def dlperf_run(framework: str, network: str, threads: int, batch: int, min_time:
 
 def peak(threads: int) -> peakmod.Peak:
     """dlperf's peak, measured now: every kernel of every installed library, each in its
-    processes, as ``dlperf run`` measures it (nothing is taken from a store)."""
+    worker, as ``dlperf run`` measures it (nothing is taken from a store)."""
     specs = peakmod.kernel_specs(threads, "cpu", peakmod.DEFAULT_SIZE, environment.packages())
     theory = environment.theoretical_peak(threads)
     return peakmod.Peak.of([run_isolated(s, timeout_s=600) for s in specs], threads, "cpu",
@@ -74,8 +74,8 @@ def print_peak(pks: list[peakmod.Peak]) -> None:
     """Which kernel won in each round, every kernel's median rate over the rounds, and the
     theoretical peak."""
     winners = [p.best.source for p in pks if p.best]
-    print(f"peak provenance ({len(pks)} rounds, size {peakmod.DEFAULT_SIZE}, best of "
-          f"{peakmod.REPEATS} processes per kernel):")
+    print(f"peak provenance ({len(pks)} rounds, size {peakmod.DEFAULT_SIZE}; each kernel's "
+          f"rate the best of its {peakmod.ROUNDS} timing rounds):")
     for source in dict.fromkeys(k.source for p in pks for k in p.rates):
         rates = [k.flops for p in pks for k in p.rates if k.source == source and k.flops]
         if not rates:

@@ -38,7 +38,7 @@ def _specs(size=256, packages=PACKAGES, threads=1, kernels=TORCH):
 # ----------------------------------------------------------------------------- staleness
 def test_fresh_kernel_rates_are_reused():
     wanted = _specs()
-    assert len(wanted) == len(TORCH) * peak.REPEATS
+    assert [(s.framework, s.network) for s in wanted] == list(TORCH)
     found, missing = peak.lookup([_ok(s, 50e9) for s in wanted], wanted, PACKAGES)
     assert missing == [] and len(found) == len(wanted)
 
@@ -59,8 +59,8 @@ def test_stale_kernel_rates_are_measured_again(change):
     assert found == [] and missing == wanted
 
 
-def test_only_the_missing_processes_are_measured_and_failures_count_but_interrupts_do_not():
-    wanted = _specs()
+def test_only_the_missing_kernels_are_measured_and_failures_count_but_interrupts_do_not():
+    wanted = _specs(kernels=(*TORCH, ("jax", "matmul")))
     failed = RunResult.failed(wanted[1], "unsupported", "no conv here")
     interrupted = RunResult.failed(wanted[2], "interrupted", "Ctrl-C")
     found, missing = peak.lookup([_ok(wanted[0], 50e9), failed, interrupted], wanted, PACKAGES)
@@ -72,7 +72,7 @@ def test_a_peak_row_of_the_previous_dlperf_is_not_reused():
     # one 4096 torch matmul, no shape or versions recorded: which library measured it?
     old = _ok(RunSpec(kind="peak", network="matmul", batch_size=4096, measurement=FAST), 95e9)
     found, missing = peak.lookup([old], _specs(size=4096), PACKAGES)
-    assert found == [] and len(missing) == len(TORCH) * peak.REPEATS
+    assert found == [] and len(missing) == len(TORCH)
 
 
 def test_store_peak_rows_are_per_machine_and_thread_count(db, monkeypatch):
@@ -88,11 +88,16 @@ def test_store_peak_rows_are_per_machine_and_thread_count(db, monkeypatch):
     assert [r.spec.run_id for r in rows] == [_specs(threads=1)[0].run_id]
 
 
-def test_kernel_rate_is_the_best_of_its_processes():
-    wanted = _specs(kernels=(("torch", "matmul"),))
-    pk = peak.Peak.of([_ok(wanted[0], 40e9), _ok(wanted[1], 50e9)], 1, "cpu")
-    [rate] = pk.rates
-    assert rate.flops == 50e9 and sorted(rate.process_flops) == [40e9, 50e9]
+def test_kernel_rate_is_its_best_rounds_median():
+    [spec] = _specs(kernels=(("torch", "matmul"),))
+    # nine steps of 1 GFLOP: a disturbed first round, then two quiet ones
+    steps = [0.05, 0.04, 0.05, 0.02, 0.021, 0.02, 0.025, 0.024, 0.026]
+    r = _ok(spec, 1e9 / 0.024).model_copy(update={"step_times_s": steps})
+    [rate] = peak.Peak.of([r], 1, "cpu").rates
+    assert rate.round_flops == pytest.approx((1e9 / 0.05, 1e9 / 0.02, 1e9 / 0.025))
+    assert rate.flops == pytest.approx(1e9 / 0.02)
+    # fewer steps than rounds: one round per step
+    assert peak.round_rates(1e9, [0.5, 0.25]) == [2e9, 4e9]
 
 
 # ----------------------------------------------------------------------------- raising
@@ -281,16 +286,16 @@ def test_torch_conv_probe_counts_the_flops_torch_counts():
 
 @pytest.mark.slow
 def test_ensure_peak_measures_each_kernel_once_then_reuses_it(db):
-    # one kernel (the conv, through the worker) keeps it to a few torch processes
+    # one kernel (the conv, through the worker) keeps it to two torch processes
     with Store(db) as st:
         runner = Runner(st, timeout_s=120, peak_size=64, peak_measurement=FAST,
                         peak_kernels=(("torch", "conv"),))
         first = runner.ensure_peak(1)
         n = len(st.results(kind="peak"))
-        assert n == peak.REPEATS
+        assert n == 1
         [rate] = first.rates
-        assert rate.source == "torch conv" and len(rate.process_flops) == peak.REPEATS
-        assert first.flops == rate.flops == max(rate.process_flops) > 0
+        assert rate.source == "torch conv" and len(rate.round_flops) == peak.ROUNDS
+        assert first.flops == rate.flops == max(rate.round_flops) > 0
         assert first.theoretical  # a number or the reason it is unknown
         again = runner.ensure_peak(1)
         assert len(st.results(kind="peak")) == n and again.flops == first.flops

@@ -421,8 +421,8 @@ def cmd_env(a: argparse.Namespace) -> int:
     for k in ("blas", "cpu_capability", "mkldnn", "cuda"):
         if k in software:
             out.print(f"  {'torch ' + k:14} {software[k]}")
-    out.print(f"[bold]fp32 peak[/]: the best of each library's kernels (size {a.peak_size}; median "
-              "of timed steps, one worker each), and the theoretical peak")
+    out.print(f"[bold]fp32 peak[/]: the best of the libraries' kernels (size {a.peak_size}; one "
+              "worker each, its best round's median step, GFLOP/s), and the theoretical peak")
     for t, pk in peaks.items():
         print_peak("GPU" if t == "gpu" else f"{t} thread{'s' if t != 1 else ''}", pk)
     return 0
@@ -434,8 +434,8 @@ def print_peak(label: str, pk) -> None:
                                           if best else "no kernel ran"))
     for k in pk.rates:
         rate = units.flops(k.flops, "/s") if k.flops else f"- ({k.failure})"
-        each = (f"best of {', '.join(f'{f / 1e9:.1f}' for f in k.process_flops)}"
-                if len(k.process_flops) > 1 else "")
+        each = (f"rounds {', '.join(f'{f / 1e9:.1f}' for f in k.round_flops)}"
+                if len(k.round_flops) > 1 else "")
         versions = ", ".join(f"{p} {v}" for p, v in k.versions.items())
         mark = "  <- best" if k is best else ""
         out.print(f"    {escape(k.source):24} {escape(rate):14} {each:22} {escape(versions)}{mark}")

@@ -4,8 +4,8 @@ One library's matrix product is not the machine's limit (PyTorch's MKL matmul ca
 under what TensorFlow reaches on the same cores), so the peak is the best of several large
 kernels across the installed frameworks (``KERNELS``), each timed in its own worker like
 any other run (kind 'peak'; the spec's network names the kernel, its framework the
-library), in ``REPEATS`` separate processes, and every kernel's rate is kept so that each
-library's own best can be shown. A training run that goes faster than every kernel raises
+library), its timed steps taken as ``ROUNDS`` consecutive rounds, and every kernel's rate
+is kept so that each library's own best can be shown. A training run that goes faster than every kernel raises
 the peak to its own rate (a row of kernel ``RAISED``), so that no share of peak is ever
 above 100%.
 
@@ -18,6 +18,7 @@ the store keeps each row's machine. Imports no framework.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -39,15 +40,17 @@ RAISED = "raised"
 #: Matmul side (and conv size, ``conv_probe_shape``): large enough for every BLAS to reach
 #: its steady rate on a CPU, small enough that the four kernels cost seconds per thread count.
 DEFAULT_SIZE = 2048
-#: Each kernel process: warm-up until two steps agree, then the median of at least 5 steps
-#: and 0.5 s.
-MEASUREMENT = Measurement(min_time_s=0.5, min_steps=5, warmup_min_steps=2, warmup_max_steps=10,
+#: Each kernel: one worker process, warmed up until two steps agree, then at least 9 steps
+#: and 1 s timed.
+MEASUREMENT = Measurement(min_time_s=1.0, min_steps=9, warmup_min_steps=2, warmup_max_steps=10,
                           warmup_max_time_s=5.0)
-#: Processes per kernel. A kernel's rate is the best of its processes' medians: interference
-#: from the rest of the machine only ever slows a kernel down, so the fastest undisturbed
-#: process is the closest to what the machine can do (the reasoning of Python's ``timeit``,
-#: which reports the minimum of its repeats). Two, not more: each costs a framework start.
-REPEATS = 2
+#: The timed steps of a kernel, in order, form this many rounds; the kernel's rate is the best
+#: round's median. Interference from the rest of the machine only ever slows a kernel down,
+#: so the fastest undisturbed round is the closest to what the machine can do (the reasoning
+#: of Python's ``timeit``, which reports the best of its repeats). Rounds, not processes:
+#: each process costs a framework start (seconds for TensorFlow), and the peak must stay
+#: cheap enough to measure before a sweep.
+ROUNDS = 3
 #: The packages whose versions decide a library's kernel rates.
 PACKAGES = {"torch": ("torch",), "tensorflow": ("tensorflow", "tensorflow-cpu"),
             "jax": ("jax", "jaxlib")}
@@ -71,30 +74,36 @@ def kernel_shape(kernel: str, size: int) -> str:
 
 def kernel_specs(threads: int, device: str, size: int, packages: Mapping[str, str],
                  measurement: Measurement = MEASUREMENT,
-                 kernels: Sequence[tuple[str, str]] = KERNELS,
-                 repeats: int = REPEATS) -> list[RunSpec]:
-    """``repeats`` specs per kernel of an installed framework, shape and versions in their
-    options; repetition by repetition, so that a passing disturbance of the machine does not
-    hit every process of one kernel."""
+                 kernels: Sequence[tuple[str, str]] = KERNELS) -> list[RunSpec]:
+    """One spec per kernel of an installed framework; shape and versions in its options."""
     return [
         RunSpec(kind="peak", network=kernel, framework=fw, device=device, threads=threads,
-                batch_size=size, measurement=measurement, repeat=repeat,
+                batch_size=size, measurement=measurement,
                 options={"shape": kernel_shape(kernel, size), "versions": versions(fw, packages)})
-        for repeat in range(repeats)
         for fw, kernel in kernels
         if backends.installed(fw)
     ]
 
 
+def round_rates(flops: float, steps_s: Sequence[float], rounds: int = ROUNDS) -> list[float]:
+    """FLOP/s of each of ``rounds`` consecutive rounds of timed steps (each its median);
+    fewer rounds when there are fewer steps."""
+    n = len(steps_s)
+    k = max(1, min(rounds, n))
+    bounds = [round(i * n / k) for i in range(k + 1)]
+    return [flops / statistics.median(steps_s[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)
+            if b > a]
+
+
 def lookup(stored: Sequence[RunResult], wanted: Sequence[RunSpec],
            packages: Mapping[str, str]) -> tuple[list[RunResult], list[RunSpec]]:
-    """Split the wanted kernel processes into stored results still fresh and specs to measure.
+    """Split the wanted kernels into stored results still fresh and specs to measure.
 
     ``stored``: the peak rows of this machine, thread count and device, oldest first. A
-    kernel process is fresh when a stored row has its ``run_id`` (kernel, framework, size,
-    shape, versions, threads, device, repetition): the newest such row counts, a failure
-    too (a kernel that cannot run here is not retried before its library changes), except
-    an interrupted one. A raised peak stays while its framework's versions are installed.
+    kernel is fresh when a stored row has its ``run_id`` (kernel, framework, size, shape,
+    versions, threads, device): the newest such row counts, a failure too (a kernel that
+    cannot run here is not retried before its library changes), except an interrupted one.
+    A raised peak stays while its framework's versions are installed.
     """
     newest: dict[str, RunResult] = {}
     for r in stored:
@@ -107,27 +116,36 @@ def lookup(stored: Sequence[RunResult], wanted: Sequence[RunSpec],
     return found + raised, missing
 
 
+def _rates(r: RunResult) -> list[float]:
+    m = r.metrics
+    if not (r.ok and m and m.achieved_flops):
+        return []
+    if r.spec.network == RAISED or not (m.flops_per_step and r.step_times_s):
+        return [m.achieved_flops]
+    return round_rates(m.flops_per_step, r.step_times_s)
+
+
 @dataclass(frozen=True)
 class KernelRate:
     """One kernel's measured rate (or why it has none), with its provenance."""
 
     framework: str
     kernel: str  # 'matmul', 'conv', or RAISED
-    flops: float | None  # the best of the processes' rates
+    flops: float | None  # the best round's rate
     size: int
     shape: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     measured_at: float | None = None
     failure: str | None = None
     raised_by: str | None = None  # the label of the run that raised the peak
-    process_flops: tuple[float, ...] = ()  # each process's rate (median of its steps)
+    round_flops: tuple[float, ...] = ()  # each round's rate (the median of its steps)
 
     @classmethod
     def of(cls, results: Sequence[RunResult]) -> KernelRate:
-        """The rate of one kernel from its processes (results of one configuration)."""
+        """The rate of one kernel from its results (one per worker process, normally one);
+        a raised peak's rate is the raising run's."""
         r = results[-1]
-        rates = tuple(x.metrics.achieved_flops for x in results
-                      if x.ok and x.metrics and x.metrics.achieved_flops)
+        rates = tuple(rate for x in results for rate in _rates(x))
         failed = next((x.failure for x in reversed(results) if x.failure), None)
         return cls(
             framework=r.spec.framework, kernel=r.spec.network,
@@ -136,7 +154,7 @@ class KernelRate:
             versions=dict(r.spec.options.get("versions", {})),
             measured_at=max((x.finished_at or 0.0 for x in results), default=None) or None,
             failure=None if rates else (f"{failed.reason}: {failed.message}" if failed else "no rate"),
-            raised_by=r.spec.options.get("by"), process_flops=rates,
+            raised_by=r.spec.options.get("by"), round_flops=rates,
         )
 
     @property
@@ -182,15 +200,15 @@ class Peak:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Peak:
         return cls(threads=d["threads"], device=d["device"],
-                   rates=tuple(KernelRate(**{**k, "process_flops": tuple(k.get("process_flops", ()))})
+                   rates=tuple(KernelRate(**{**k, "round_flops": tuple(k.get("round_flops", ()))})
                                for k in d.get("rates", ())),
                    theoretical_flops=d.get("theoretical_flops"), theoretical=d.get("theoretical", ""))
 
     @classmethod
     def of(cls, results: Sequence[RunResult], threads: int, device: str,
            theoretical_flops: float | None = None, theoretical: str = "") -> Peak:
-        """The peak from stored and new peak rows: one rate per kernel (its processes
-        combined) and one per raised peak."""
+        """The peak from stored and new peak rows: one rate per kernel and one per raised
+        peak."""
         groups: dict[str, list[RunResult]] = {}
         for r in results:
             groups.setdefault(r.spec.config_id, []).append(r)
