@@ -59,13 +59,16 @@ def test_stale_kernel_rates_are_measured_again(change):
     assert found == [] and missing == wanted
 
 
-def test_only_the_missing_kernels_are_measured_and_failures_count_but_interrupts_do_not():
-    wanted = _specs(kernels=(*TORCH, ("jax", "matmul")))
-    failed = RunResult.failed(wanted[1], "unsupported", "no conv here")
+def test_failures_that_recur_count_as_measured_and_failures_of_the_moment_do_not():
+    wanted = _specs(kernels=(*TORCH, ("jax", "matmul"), ("tensorflow", "matmul")))
+    unsupported = RunResult.failed(wanted[1], "unsupported", "no conv here")
     interrupted = RunResult.failed(wanted[2], "interrupted", "Ctrl-C")
-    found, missing = peak.lookup([_ok(wanted[0], 50e9), failed, interrupted], wanted, PACKAGES)
-    assert [r.spec.run_id for r in found] == [wanted[0].run_id, wanted[1].run_id]
-    assert missing == wanted[2:]
+    timeout = RunResult.failed(wanted[3], "timeout", "exceeded --timeout")
+    stored = [_ok(wanted[0], 50e9), unsupported, _ok(wanted[2], 50e9), interrupted, timeout]
+    found, missing = peak.lookup(stored, wanted, PACKAGES)
+    # an interrupted re-measure leaves the older rate; a timed-out kernel is tried again
+    assert found == [stored[0], unsupported, stored[2]]
+    assert missing == [wanted[3]]
 
 
 def test_a_peak_row_of_the_previous_dlperf_is_not_reused():

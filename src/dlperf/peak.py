@@ -95,19 +95,24 @@ def round_rates(flops: float, steps_s: Sequence[float], rounds: int = ROUNDS) ->
             if b > a]
 
 
+#: Failures that say nothing about the kernel: measured again next time.
+_TRANSIENT = frozenset({"interrupted", "timeout", "oom"})
+
+
 def lookup(stored: Sequence[RunResult], wanted: Sequence[RunSpec],
            packages: Mapping[str, str]) -> tuple[list[RunResult], list[RunSpec]]:
     """Split the wanted kernels into stored results still fresh and specs to measure.
 
     ``stored``: the peak rows of this machine, thread count and device, oldest first. A
     kernel is fresh when a stored row has its ``run_id`` (kernel, framework, size, shape,
-    versions, threads, device): the newest such row counts, a failure too (a kernel that
-    cannot run here is not retried before its library changes), except an interrupted one.
+    versions, threads, device): the newest such row counts, and so does a failure that
+    will happen again (a kernel that cannot run or crashes here is not retried before its
+    library changes), but not one of the moment (interrupted, timed out, out of memory).
     A raised peak stays while its framework's versions are installed.
     """
     newest: dict[str, RunResult] = {}
     for r in stored:
-        if r.failure is None or r.failure.reason != "interrupted":
+        if r.failure is None or r.failure.reason not in _TRANSIENT:
             newest[r.spec.run_id] = r
     found = [newest[s.run_id] for s in wanted if s.run_id in newest]
     missing = [s for s in wanted if s.run_id not in newest]

@@ -189,9 +189,9 @@ class Store:
 
     def peak_results(self, threads: int, device: str = "cpu") -> list[RunResult]:
         """Every stored peak row (kernel rates, raised peaks, failures) of this machine at
-        this thread count and device, newest row per run, oldest first; ``dlperf.peak.lookup``
-        decides which are still fresh."""
-        return self.results(kind="peak", threads=threads, device=device,
+        this thread count and device, oldest first; ``dlperf.peak.lookup`` decides which are
+        still fresh."""
+        return self.results(kind="peak", latest=False, threads=threads, device=device,
                             machine_id=environment.machine_id())
 
     def count(self) -> int:
