@@ -271,6 +271,19 @@ def test_limit_message_never_shows_a_share_above_100_percent():
     assert _percents(msg) and max(_percents(msg)) <= 100.0
 
 
+def test_the_same_configuration_on_other_frameworks_comes_from_the_store(db):
+    torch_run = _run_result(50e9, framework="torch")
+    with Store(db) as st:
+        st.add(torch_run)
+        st.add(_run_result(130e9, framework="tensorflow"))
+        st.add(_run_result(90e9, framework="jax"))
+        other_batch = _run_result(200e9, framework="jax")
+        st.add(other_batch.model_copy(update={"spec": other_batch.spec.model_copy(
+            update={"batch_size": 128})}))
+        others = peak.other_framework_rates(st, torch_run.spec)
+    assert others == {"tensorflow/graph": pytest.approx(130e9), "jax/jit": pytest.approx(90e9)}
+
+
 # ----------------------------------------------------------------------------- probes
 def test_torch_conv_probe_counts_the_flops_torch_counts():
     from torch.utils.flop_counter import FlopCounterMode
