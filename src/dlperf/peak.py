@@ -285,7 +285,7 @@ def limit_message(label: str, network: str, framework: str, achieved: float, pea
                      "is part of the limit")
     parts = [text]
     if others:
-        parts.append("the same configuration on " + ", on ".join(
+        parts.append("The same configuration on " + ", on ".join(
             f"{fw} reaches {_pct(rate, best.flops)}" + (" (faster than the peak used here)"
                                                         if rate > best.flops else "")
             for fw, rate in others.items()))
