@@ -102,7 +102,7 @@ def test_resume_runs_only_what_is_missing(db):
                        measurement=FAST, peak_size=256)
     specs = plan.expand(cfg)
     with Store(db) as st:
-        runner = Runner(st, timeout_s=120, peak_size=256)
+        runner = Runner(st, timeout_s=120, peak_size=256, peak_measurement=FAST)
         calls = iter(range(100))
         # stop after one configuration, as a kill between runs would
         runner.run_all(specs, stop=lambda: next(calls) >= 1)
