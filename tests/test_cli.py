@@ -141,7 +141,8 @@ def test_run_prints_every_measure(db):
                "2", "--min-time", "0.1", "--db", str(db), env={**os.environ, "COLUMNS": "200"})
     assert p.returncode == 0, p.stderr
     for text in ("time per mini-batch", "MAD", "IQR", "CV", "samples/s", "FLOP/s",
-                 "matmul peak at 2 threads", "peak memory", "threads in force     2"):
+                 "best measured rate at 2 threads", "limit", "peak memory",
+                 "threads in force     2"):
         assert text in p.stdout, (text, p.stdout)
     with Store(db) as st:
         [r] = st.results(kind="step")

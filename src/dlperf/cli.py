@@ -263,13 +263,10 @@ def print_run(row, db) -> None:
         out.print(f"  between processes    CV {units.percent(row.between_cv)} of the per-process medians")
     out.print(f"  samples/s            {row.samples_per_s:.4g}")
     if row.achieved_flops:
-        peak = row._metric("peak_flops")
-        pt = peak_threads(s.threads)
-        over = f" (all CPUs; {s.threads} threads oversubscribe them)" if pt < s.threads else ""
-        share = (f" = {units.percent(row.peak_share)} of the {units.flops(peak, '/s')} matmul peak"
-                 f" at {pt} thread{'s' if pt > 1 else ''}{over}") if peak else ""
         out.print(f"  achieved             {units.flops(row.achieved_flops, '/s')} "
-                  f"({units.flops(row.flops_per_step)}/step){share}")
+                  f"({units.flops(row.flops_per_step)}/step)")
+        for line in peak_lines(row, db):
+            out.print(escape(line))
     out.print(f"  peak memory          {units.nbytes(row.peak_rss_bytes)} resident"
               f" (model, data and activations {units.nbytes(m.model_rss_bytes)})"
               + (f"; device {units.nbytes(m.device_peak_bytes)}" if m.device_peak_bytes else ""))
@@ -284,6 +281,38 @@ def print_run(row, db) -> None:
 MEASUREMENT_FLAGS = {"min_time_s": ("min_time", "--min-time"),
                      "min_steps": ("min_steps", "--min-steps"),
                      "warmup_max_time_s": ("warmup_time", "--warmup-time")}
+
+
+def peak_lines(row, db) -> list[str]:
+    """The share of peak of a measured row, against the best measured rate and the
+    theoretical one, and what limits it (``dlperf.peak.limit_message``)."""
+    from dlperf import peak
+    from dlperf.store import Store
+
+    prov = next((r.extra["peak"] for r in reversed(row.ok) if "peak" in r.extra), None)
+    if prov is None:
+        return []
+    pk, s, achieved = peak.Peak.from_dict(prov), row.spec, row.achieved_flops
+    best = pk.best
+    if best is None or not best.flops:
+        return []
+    where = f"{pk.threads} thread{'s' if pk.threads != 1 else ''}" if pk.device == "cpu" else "GPU"
+    if pk.device == "cpu" and pk.threads < s.threads:
+        where += f" (all CPUs; {s.threads} threads oversubscribe them)"
+    share = (f"  share of peak        {units.percent(row.peak_share)} of {units.flops(best.flops, '/s')},"
+             f" this machine's best measured rate at {where} ({best.source})")
+    if pk.theoretical_flops:
+        theory = units.flops(pk.theoretical_flops, "/s")
+        share += (f"; {units.percent(achieved / pk.theoretical_flops)} of the theoretical {theory}"
+                  if achieved <= pk.theoretical_flops else
+                  f"; above the theoretical {theory}: the clock, the cores in use or the "
+                  "FLOP count differ from what dlperf assumes")
+    elif pk.device == "cpu":
+        share += f"; theoretical peak {pk.theoretical}"
+    with Store(db) as store:
+        others = peak.other_framework_rates(store, s)
+    limit = peak.limit_message(s.label(), s.network, s.framework, achieved, pk, others)
+    return [share, f"  limit                {limit}"]
 
 
 def measurement_from(a: argparse.Namespace, base: Measurement | None = None) -> Measurement:
@@ -456,16 +485,18 @@ def cmd_env(a: argparse.Namespace) -> int:
     out.print(f"  system   {m['os']}, Python {m['python']}")
     threads = threads_arg(a.threads) if a.threads else _env_threads()
     threads = sorted({peak_threads(t) for t in threads})  # past the CPUs: the all-CPU peak
+    if a.peak_size < 16:
+        raise UsageError(f"--peak-size must be at least 16 (got {a.peak_size})")
     with Store(a.db) as store:
         runner = Runner(store, peak_size=a.peak_size)
-        peaks, software = {}, {}
+        peaks = {}
         with ProgressListener() as listener:
             runner.listener = listener
             for t in threads:
                 peaks[t] = runner.ensure_peak(t, "cpu", remeasure=a.remeasure)
             if gpus:
                 peaks["gpu"] = runner.ensure_peak(1, "gpu", remeasure=a.remeasure)
-        latest = store.results(kind="peak", threads=threads[0], status="ok")
+        latest = store.results(kind="peak", threads=threads[0], framework="torch", status="ok")
         software = latest[-1].software if latest else {}
     out.print("[bold]software[/]")
     for k, v in environment.packages().items():
@@ -473,11 +504,26 @@ def cmd_env(a: argparse.Namespace) -> int:
     for k in ("blas", "cpu_capability", "mkldnn", "cuda"):
         if k in software:
             out.print(f"  {'torch ' + k:14} {software[k]}")
-    out.print(f"[bold]fp32 matmul peak[/] ({a.peak_size}x{a.peak_size}, torch, median of timed runs)")
-    for t, f in peaks.items():
-        label = "GPU" if t == "gpu" else f"{t} thread{'s' if t != 1 else ''}"
-        out.print(f"  {label:12} {units.flops(f, '/s') if f else 'failed'}")
+    out.print(f"[bold]fp32 peak[/]: the best of the libraries' kernels (size {a.peak_size}; one "
+              "worker each, its best round's median step, GFLOP/s), and the theoretical peak")
+    for t, pk in peaks.items():
+        print_peak("GPU" if t == "gpu" else f"{t} thread{'s' if t != 1 else ''}", pk)
     return 0
+
+
+def print_peak(label: str, pk) -> None:
+    best = pk.best
+    out.print(f"  [bold]{label:12}[/] " + (f"{units.flops(best.flops, '/s')} ({escape(best.source)})"
+                                          if best else "no kernel ran"))
+    for k in pk.rates:
+        rate = units.flops(k.flops, "/s") if k.flops else f"- ({k.failure})"
+        each = (f"rounds {', '.join(f'{f / 1e9:.1f}' for f in k.round_flops)}"
+                if len(k.round_flops) > 1 else "")
+        versions = ", ".join(f"{p} {v}" for p, v in k.versions.items())
+        mark = "  <- best" if k is best else ""
+        out.print(f"    {escape(k.source):24} {escape(rate):14} {each:22} {escape(versions)}{mark}")
+    if pk.device == "cpu":
+        out.print(f"    {'theoretical':24} {escape(pk.theoretical)}")
 
 
 def _env_threads() -> list[int]:
@@ -591,11 +637,11 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_networks)
 
-    p = sub.add_parser("env", help="the machine, the software and the measured matmul peak")
+    p = sub.add_parser("env", help="the machine, the software and the measured fp32 peak")
     p.add_argument("--threads", help="thread counts for the peak (default 1, 2, 4, ... past the CPUs)")
-    p.add_argument("--remeasure", action="store_true", help="measure the peak again")
-    p.add_argument("--peak-size", type=peak_size, default=4096,
-                   help="matmul side, at least 16 (default 4096)")
+    p.add_argument("--remeasure", action="store_true", help="measure the peak kernels again")
+    p.add_argument("--peak-size", type=peak_size, default=2048,
+                   help="peak kernel size, at least 16: matmul side, conv batch x 64 (default 2048)")
     _common(p)
     p.set_defaults(func=cmd_env)
 

@@ -85,7 +85,7 @@ class SweepConfig(BaseModel):
     seed: int = Field(0, ge=0, lt=2**31)  # NumPy's legacy seed, which Keras sets, is < 2**32
     timeout: float = Field(1800.0, gt=0, allow_inf_nan=False)
     memory_limit: int | None = None
-    peak_size: int = Field(4096, ge=16, description="side of the matmul that measures the peak")
+    peak_size: int = Field(2048, ge=16, description="size of the peak kernels (matmul side)")
     measurement: Measurement = Field(default_factory=Measurement)
 
     @field_validator("threads")

@@ -22,6 +22,8 @@ from typing import Any
 
 import psutil
 
+from dlperf import cpu_peak
+
 # Flags worth showing: the vector extensions that decide a CPU's FLOP rate.
 _FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
 
@@ -143,3 +145,27 @@ def machine_id() -> str:
     m = dict(machine())
     m.pop("hostname", None)
     return hashlib.sha1(json.dumps(m, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def cores_for(threads: int) -> int:
+    """Physical cores under a worker with this many threads: a second thread on a core's
+    sibling CPU adds no FMA units."""
+    cores = set()
+    for c in cpus_for(threads):
+        topo = Path(f"/sys/devices/system/cpu/cpu{c}/topology")
+        try:
+            cores.add(((topo / "physical_package_id").read_text().strip(),
+                       (topo / "core_id").read_text().strip()))
+        except OSError:
+            cores.add(("0", str(c)))
+    return len(cores)
+
+
+def theoretical_peak(threads: int) -> cpu_peak.Theoretical:
+    """This CPU's theoretical fp32 peak on the cores a worker with ``threads`` threads runs
+    on (``dlperf.cpu_peak``, from /proc/cpuinfo and the cpufreq maximum in /sys)."""
+    try:
+        max_khz = int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text())
+    except (OSError, ValueError):
+        max_khz = None
+    return cpu_peak.theoretical_peak(_cpuinfo(), cores_for(threads), max_khz)

@@ -5,9 +5,11 @@ job for a parallel run (``launch.torchrun``). Each run is claimed in the store f
 sweeps on one store never measure the same run) and launched under the machine's
 measurement lock (two dlperf commands never time workers on the same cores at once).
 
-Before the first step-time run at a thread count, the machine's fp32 matmul peak at that
-thread count is measured (once per machine; it is kept in the store) so that each result
-can say what share of the peak it reached.
+Before the first step-time run at a thread count, the machine's fp32 peak at that thread
+count is measured: the best of several kernels across the installed frameworks
+(``dlperf.peak``), kept in the store and reused while the machine, the settings and the
+libraries' versions are the same, so that each result can say what share of the peak it
+reached. A run faster than every kernel raises the peak to its own rate.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlperf import environment, peak
 from dlperf.environment import usable_cpus
 from dlperf.launch import run_isolated
 from dlperf.launch.cpulock import cpus_held
@@ -23,8 +26,7 @@ from dlperf.launch.isolated import LaunchInterrupted
 from dlperf.spec import Measurement, RunResult, RunSpec
 from dlperf.store import Store
 
-# The peak probe: a few large matmuls, timed like any other step.
-PEAK_MEASUREMENT = Measurement(min_time_s=2.0, min_steps=3, warmup_min_steps=1, warmup_max_steps=3)
+PEAK_MEASUREMENT = peak.MEASUREMENT
 
 
 def peak_threads(threads: int) -> int:
@@ -58,24 +60,30 @@ class Runner:
     store: Store
     timeout_s: float = 1800.0
     memory_limit: int | None = None
-    peak_size: int = 4096
+    peak_size: int = peak.DEFAULT_SIZE
     peak_measurement: Measurement = PEAK_MEASUREMENT
+    peak_kernels: tuple[tuple[str, str], ...] = peak.KERNELS
     listener: Listener = field(default_factory=Listener)
     #: torchrun settings for kind 'parallel' (``launch.torchrun.run_parallel`` keywords)
     torchrun: dict[str, Any] = field(default_factory=dict)
 
-    def peak_spec(self, threads: int, device: str) -> RunSpec:
-        return RunSpec(kind="peak", network="matmul", framework="torch", variant="eager",
-                       device=device, threads=threads, batch_size=self.peak_size,
-                       measurement=self.peak_measurement)
+    def peak_specs(self, threads: int, device: str) -> list[RunSpec]:
+        return peak.kernel_specs(threads, device, self.peak_size, environment.packages(),
+                                 self.peak_measurement, self.peak_kernels)
 
-    def ensure_peak(self, threads: int, device: str = "cpu", *, remeasure: bool = False) -> float | None:
-        peak = None if remeasure else self.store.peak_flops(threads, device)
-        if peak is None:
-            result = self._run_and_store(self.peak_spec(threads, device))
-            if result.ok and result.metrics:
-                peak = result.metrics.achieved_flops
-        return peak
+    def ensure_peak(self, threads: int, device: str = "cpu", *, remeasure: bool = False) -> peak.Peak:
+        """The peak at this thread count: fresh stored kernel rates reused, the others (all
+        of them with ``remeasure``) measured now, one worker each."""
+        packages = environment.packages()
+        stored = self.store.peak_results(threads, device)
+        found, missing = peak.lookup(stored, self.peak_specs(threads, device), packages)
+        if remeasure:
+            found = [r for r in found if r.spec.network == peak.RAISED]
+            missing = self.peak_specs(threads, device)
+        found += [self._run_and_store(s) for s in missing]
+        theory = environment.theoretical_peak(threads) if device == "cpu" else None
+        return peak.Peak.of(found, threads, device, theory.flops if theory else None,
+                            theory.describe() if theory else "")
 
     def _launch(self, spec: RunSpec) -> RunResult | None:
         """Launch ``spec`` under the machine's measurement lock. Interrupted, the run in
@@ -89,8 +97,11 @@ class Runner:
                     return run_parallel(spec, timeout_s=self.timeout_s,
                                         memory_limit_bytes=self.memory_limit,
                                         on_event=on_event, **self.torchrun)
-                return run_isolated(spec, timeout_s=self.timeout_s,
-                                    memory_limit_bytes=self.memory_limit, on_event=on_event)
+                # a peak kernel needs tens of MB beside its framework: --memory-limit is for
+                # the workloads, and a framework killed under it would lose the machine's peak
+                return run_isolated(spec, timeout_s=self.timeout_s, on_event=on_event,
+                                    memory_limit_bytes=None if spec.kind == "peak"
+                                    else self.memory_limit)
             except LaunchInterrupted as e:
                 raise Interrupted(0, self.store.add(e.result)) from None
 
@@ -101,18 +112,35 @@ class Runner:
     def run(self, spec: RunSpec) -> RunResult | None:
         """Measure one spec (and the peak it needs), store and return the result. None for
         a parallel run whose rank 0 lived on another machine (that machine stores it)."""
-        # the peak is an fp32 matmul: a tf32, bf16 or fp16 run may well go past it
+        # the peak is fp32: a tf32, bf16 or fp16 run may well go past it
         fp32_step = spec.kind == "step" and spec.precision == "fp32"
-        peak = self.ensure_peak(peak_threads(spec.threads), spec.device) if fp32_step else None
+        pk = self.ensure_peak(peak_threads(spec.threads), spec.device) if fp32_step else None
         result = self._launch(spec)
         if result is None:
             return None
-        if peak and result.ok and result.metrics and result.metrics.achieved_flops:
-            metrics = result.metrics.model_copy(
-                update={"peak_flops": peak, "peak_share": result.metrics.achieved_flops / peak}
-            )
-            result = result.model_copy(update={"metrics": metrics})
+        if pk and result.ok:
+            result = self.with_share(result, pk)
         return self.store.add(result)
+    def with_share(self, result: RunResult, pk: peak.Peak) -> RunResult:
+        """``result`` with its share of the peak and the peak's provenance. A run faster
+        than the peak raises it (stored, so later runs use it too) and says so; unless it
+        is faster than the CPU's theoretical peak too: then its FLOP count or its thread
+        count is off, and it must not lower every later run's share."""
+        m = result.metrics
+        if m is None or not m.achieved_flops or not pk.flops:
+            return result
+        achieved, warnings, best = m.achieved_flops, list(result.warnings), pk.best
+        if best and best.flops and achieved > best.flops:
+            if pk.theoretical_flops and achieved > pk.theoretical_flops:
+                warnings.append(peak.impossible_warning(achieved, pk, m.cpu_util))
+            else:
+                row = self.store.add(peak.raised_result(result, pk, environment.packages()))
+                warnings.append(peak.raised_warning(achieved, best, pk))
+                pk = pk.raised(peak.KernelRate.of([row]))
+        metrics = m.model_copy(update={"peak_flops": pk.flops,
+                                       "peak_share": min(achieved / pk.flops, 1.0)})
+        return result.model_copy(update={"metrics": metrics, "warnings": warnings,
+                                         "extra": {**result.extra, "peak": pk.to_dict()}})
 
     def run_all(self, specs: Sequence[RunSpec], stop: Callable[[], bool] | None = None,
                 still_pending: Callable[[RunSpec], bool] | None = None) -> list[RunResult]:

@@ -285,17 +285,12 @@ class Store:
         row = self._db.execute("SELECT record FROM environments WHERE env_id=?", (env_id,)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def peak_flops(self, threads: int, device: str = "cpu") -> float | None:
-        """The newest matmul peak measured on this machine at this thread count."""
-        row = self._db.execute(
-            "SELECT result FROM results WHERE kind='peak' AND status='ok' AND threads=? AND"
-            " device=? AND machine_id=? ORDER BY id DESC LIMIT 1",
-            (threads, device, environment.machine_id()),
-        ).fetchone()
-        if not row:
-            return None
-        r = RunResult.model_validate_json(row[0])
-        return r.metrics.achieved_flops if r.metrics else None
+    def peak_results(self, threads: int, device: str = "cpu") -> list[RunResult]:
+        """Every stored peak row (kernel rates, raised peaks, failures) of this machine at
+        this thread count and device, oldest first; ``dlperf.peak.lookup`` decides which are
+        still fresh."""
+        return self.results(kind="peak", latest=False, threads=threads, device=device,
+                            machine_id=environment.machine_id())
 
     def count(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]

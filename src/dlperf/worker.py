@@ -98,7 +98,7 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
     try:
         rss_before = _current_rss()
         if spec.kind == "peak":
-            trainer = backend.matmul(spec.batch_size, spec.device)
+            trainer = backend.probe(spec.network, spec.batch_size, spec.device)
             flops = trainer.flops_per_step()
         else:
             from dlperf import workloads

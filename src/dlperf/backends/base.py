@@ -152,5 +152,32 @@ class Backend(ABC):
         """Build the network, optimizer (plain SGD) and synthetic data on the device."""
 
     def matmul(self, n: int, device: str) -> Trainer:
-        """An n x n fp32 matmul as a Trainer: its FLOP/s is the machine's peak."""
+        """An n x n fp32 matmul as a Trainer: one of the kernels whose best FLOP/s is the
+        machine's peak (``dlperf.peak``)."""
         raise UnsupportedError(f"{self.name} has no matmul probe")
+
+    def conv(self, n: int, device: str) -> Trainer:
+        """The fp32 convolution of ``conv_probe_shape(n)``, forward, as a Trainer."""
+        raise UnsupportedError(f"{self.name} has no conv probe")
+
+    def probe(self, kernel: str, n: int, device: str) -> Trainer:
+        """The peak kernel ``kernel`` ('matmul' or 'conv') of size ``n``."""
+        probes = {"matmul": self.matmul, "conv": self.conv}
+        if kernel not in probes:
+            raise UnsupportedError(f"no peak kernel '{kernel}' (known: {', '.join(probes)})")
+        return probes[kernel](n, device)
+
+
+def conv_probe_shape(n: int) -> tuple[int, int, int]:
+    """(batch, channels, height = width) of the conv probe of size ``n``: ResNet-50's
+    conv4_x 3x3 layer (256 -> 256 channels on a 14x14 map, stride 1, padding 1; He et al.,
+    "Deep Residual Learning for Image Recognition", 2016, Table 1), at batch n // 64, so
+    that at the default size 2048 (batch 32, 7.4 GFLOP) a step costs about as much as the
+    2048 x 2048 matmul's (17 GFLOP)."""
+    return max(1, n // 64), 256, 14
+
+
+def conv_probe_flops(n: int) -> float:
+    """2 x multiply-adds of the conv probe: batch x H x W x C_out x C_in x 3 x 3."""
+    b, c, hw = conv_probe_shape(n)
+    return 2.0 * b * hw * hw * c * c * 9

@@ -571,7 +571,8 @@ class MatmulProbe(Trainer):
             (rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)),
             device,
         )
-        self._mm = jax.jit(jnp.matmul)
+        # HIGHEST: full fp32 (XLA's default precision on a GPU would be TF32 or bf16)
+        self._mm = jax.jit(lambda a, b: jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST))
         self._out: jax.Array | None = None
         self.batch_size = n
         self.param_count = 0

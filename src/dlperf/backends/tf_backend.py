@@ -507,6 +507,8 @@ class MatmulProbe(Trainer):
 
     def __init__(self, n: int, device: str):
         self.device = device
+        # an fp32 peak: TensorFlow would run fp32 matmuls as TF32 on a recent GPU
+        tf.config.experimental.enable_tensor_float_32_execution(False)
         with tf.device(device):
             gen = tf.random.Generator.from_seed(0)
             self.a = gen.normal((n, n))

@@ -17,9 +17,10 @@ from pathlib import Path
 from dlperf import environment, workloads
 from dlperf.errors import UsageError
 from dlperf.report import exporters, plots
-from dlperf.report.analysis import Row, aggregate
+from dlperf.report.analysis import Row, aggregate, over_peak_note
 from dlperf.report.base import Filters, Report, Section
 from dlperf.report.tables import detail_table, dlbench_table
+from dlperf.spec import RunResult
 from dlperf.store import Store
 
 
@@ -122,9 +123,20 @@ def _write_html(out: Path, sections: list[Section], store: Store) -> Path:
     return p
 
 
+def capped_share(r: RunResult) -> RunResult:
+    """A result stored by an older dlperf may have a share of peak above 1: exported as 1,
+    with a warning saying so (the achieved and peak rates themselves are kept)."""
+    m = r.metrics
+    if m is None or m.peak_share is None or m.peak_share <= 1.0:
+        return r
+    note = over_peak_note(m.achieved_flops, m.peak_flops)
+    return r.model_copy(update={"metrics": m.model_copy(update={"peak_share": 1.0}),
+                                "warnings": [*r.warnings, note]})
+
+
 def write_raw_json(store: Store, path: Path, filters: Filters = Filters()) -> Path:
     """Every stored result (latest per run) as JSON, with the environments they ran in."""
-    results = store.results(kind=None, **filters.where())
+    results = [capped_share(r) for r in store.results(kind=None, **filters.where())]
     envs = {r.env_id: store.environment(r.env_id) for r in results if r.env_id}
     path.write_text(json.dumps({"results": [r.model_dump() for r in results],
                                 "environments": envs}, indent=1, default=str))

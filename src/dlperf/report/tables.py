@@ -147,10 +147,15 @@ def detail_table(rows: list[Row], title: str = "Measurements",
             values.append([*head, None] + [None] * (len(headers) - n_head - 1))
             continue
         cv = r.within_cv
+        share = units.percent(r.peak_share)
+        if r.over_peak:  # capped at 100%: say so rather than hide it
+            notes.append(f"{name} {r.framework_label} {dev} b{r.spec.batch_size}: achieved above "
+                         "the peak stored with it; shown as 100%")
+            share += f"[{len(notes)}]"
         out.append(head + [
             units.seconds(r.median_s), units.seconds(r.mad_s), units.percent(cv),
             f"{r.samples_per_s:.4g}", f"{r.achieved_flops / 1e9:.1f}" if r.achieved_flops else "-",
-            units.percent(r.peak_share), units.nbytes(r.peak_rss_bytes),
+            share, units.nbytes(r.peak_rss_bytes),
             str(r.threads_in_force or "-"), str(r.processes),
         ])
         values.append([*head, r.median_s, r.mad_s, cv, r.samples_per_s, r.achieved_flops,
