@@ -322,29 +322,32 @@ def _thread_cpu_ticks() -> dict[int, int]:
     return out
 
 
-def omp_threads_in_force(duration_s: float = 0.2) -> int:
+def omp_threads_in_force(busiest_s: float = 0.2, max_s: float = 3.0) -> int:
     """How many threads MXNet really computes an operator with, measured.
 
     MXNet has no call that reports its OpenMP team size (its engine threads set it from
     the environment when they start), so this runs a fully connected layer (a oneDNN
-    kernel, as in the networks) for ``duration_s`` and counts the threads that did a
-    share of the work: at least a quarter of the CPU time of the busiest one. The
+    kernel, as in the networks) until the busiest thread has used ``busiest_s`` of CPU
+    time (at most ``max_s`` of wall time, on a crowded machine) and counts the threads
+    that did a share of the work: at least a quarter of the busiest one's CPU time. The
     caller's own thread, which only queues the operators and waits, is not counted.
     """
     x = nd.random.normal(shape=(256, 1024))
     w = nd.random.normal(shape=(1024, 1024))
     nd.FullyConnected(x, w, no_bias=True, num_hidden=1024).wait_to_read()  # teams start
+    enough = busiest_s * os.sysconf("SC_CLK_TCK")
+    me = threading.get_native_id()
     before = _thread_cpu_ticks()
     t0 = time.perf_counter()
-    while time.perf_counter() - t0 < duration_s:
+    while True:
         for _ in range(4):
             out = nd.FullyConnected(x, w, no_bias=True, num_hidden=1024)
         out.wait_to_read()
-    after = _thread_cpu_ticks()
-    me = threading.get_native_id()
-    busy = [after[t] - before.get(t, 0) for t in after if t != me]
-    top = max(busy, default=0)
-    return max(1, sum(b >= max(1, top / 4) for b in busy))
+        after = _thread_cpu_ticks()
+        busy = [after[t] - before.get(t, 0) for t in after if t != me]
+        top = max(busy, default=0)
+        if top >= enough or time.perf_counter() - t0 > max_s:
+            return max(1, sum(b >= max(1, top / 4) for b in busy))
 
 
 class MXNetBackend(Backend):
