@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +77,9 @@ def check(name: str) -> dict[str, str]:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def create(name: str, *, force: bool = False, log=print) -> dict[str, str]:
+def create(
+    name: str, *, force: bool = False, log: Callable[[str], object] = print
+) -> dict[str, str]:
     """Make ``python(name)`` an interpreter with the environment's requirements; returns
     the versions it imports. Creates a virtual environment where none is (the default
     place, or the DIR of ``$DLPERF_<NAME>_PYTHON=DIR/bin/python``); an existing
