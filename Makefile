@@ -1,11 +1,12 @@
 # Two entry points, each doing all set-up itself on a fresh machine:
 #   make reproduce   create .venv, install dlperf with every framework, run the DLBench study (quick)
-#   make test        create .venv the same way, run the test suite
+#   make test        create .venv the same way, and MXNet's environment, run the test suite
+#   make mxnet       create MXNet's environment (dlperf setup mxnet; MXNet needs numpy<1.24)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: reproduce test lint bench install
+.PHONY: reproduce test lint bench install mxnet
 
 install: $(VENV)/.installed
 
@@ -18,7 +19,13 @@ $(VENV)/.installed: pyproject.toml
 reproduce: install
 	$(BIN)/dlperf reproduce dlbench --quick
 
+mxnet: install
+	$(BIN)/dlperf setup mxnet
+
+# MXNet's environment takes about half a minute to make; if it cannot be made, the suite
+# still runs and the MXNet tests skip, saying why (hence the '-').
 test: install
+	-$(BIN)/dlperf setup mxnet
 	$(BIN)/python -m pytest -q
 
 lint: install

@@ -3,7 +3,7 @@ hand-written training loop in the same framework (benchmarks/handwritten/*_loop.
 timed alternately in the same run. Target ratio 0.95 .. 1.05: the comparison then
 measures the frameworks, not dlperf. Prints the framework ranking for each network.
 
-    python benchmarks/bench_frameworks.py [--frameworks torch,tensorflow,jax]
+    python benchmarks/bench_frameworks.py [--frameworks torch,tensorflow,jax,mxnet]
         [--networks fcn5,alexnet] [--threads 1] [--rounds 3]
 """
 
@@ -19,13 +19,15 @@ from dlperf import backends, workloads
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--frameworks", default="torch,tensorflow,jax")
+    ap.add_argument("--frameworks", default="torch,tensorflow,jax,mxnet")
     ap.add_argument("--networks", default="fcn5,alexnet")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--min-time", type=float, default=6.0)
     a = ap.parse_args()
     frameworks = [f for f in a.frameworks.split(",") if backends.installed(f)]
+    for f in sorted(set(a.frameworks.split(",")) - set(frameworks)):
+        print(f"{f}: not installed, skipped")
     summary: dict[str, dict[str, float]] = {}
     for net in a.networks.split(","):
         batch = workloads.get(net).default_batch

@@ -36,15 +36,22 @@ HERE = Path(__file__).resolve().parent
 
 def handwritten(framework: str, network: str, threads: int, batch: int, steps: int,
                 warmup: int, variant: str | None = None) -> dict:
-    script = {"torch": "torch_loop.py", "tensorflow": "tf_loop.py", "jax": "jax_loop.py"}
-    cmd = [sys.executable, str(HERE / "handwritten" / script[framework]), "--network",
+    from dlperf import backends
+    from dlperf.launch.isolated import SRC_DIR
+
+    script = {"torch": "torch_loop.py", "tensorflow": "tf_loop.py", "jax": "jax_loop.py",
+              "mxnet": "mxnet_loop.py"}
+    # a framework in an environment of its own (MXNet) runs with that interpreter, and
+    # finds dlperf (for the layer sizes) on PYTHONPATH, as its workers do
+    python = backends.info(framework).python or sys.executable
+    cmd = [python, str(HERE / "handwritten" / script[framework]), "--network",
            network, "--threads", str(threads), "--batch-size", str(batch), "--steps",
            str(steps), "--warmup", str(warmup)]
     if variant:
         cmd += ["--variant", variant]
-    from dlperf import backends
-
     env = {**__import__("os").environ, **backends.info(framework).thread_env(threads)}
+    if backends.info(framework).python:
+        env["PYTHONPATH"] = SRC_DIR
     p = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(p.stdout.strip().splitlines()[-1])
 

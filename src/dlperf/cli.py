@@ -578,7 +578,8 @@ def build_parser() -> Parser:
     p = sub.add_parser("run", help="measure one configuration")
     p.add_argument("--network", "-n", required=True)
     p.add_argument("--framework", "-f", default="torch")
-    p.add_argument("--variant", help="e.g. eager|compile (torch), graph|xla (tensorflow), jit (jax)")
+    p.add_argument("--variant", help="e.g. eager|compile (torch), graph|xla (tensorflow), jit (jax), "
+                   "hybrid|imperative (mxnet)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     p.add_argument("--precision", default="fp32", choices=PRECISIONS, help=PRECISION_HELP)
     p.add_argument("--threads", "-t", type=positive_int, default=1)
@@ -699,7 +700,8 @@ def _load_extensions() -> None:
     """Subcommands that live beside their logic (train, parallel, ...) register here."""
     import importlib
 
-    for mod in ("dlperf.train_cli", "dlperf.calc_cli", "dlperf.predict_cli", "dlperf.parallel.cli"):
+    for mod in ("dlperf.train_cli", "dlperf.calc_cli", "dlperf.predict_cli", "dlperf.parallel.cli",
+                "dlperf.setup_cli"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as e:

@@ -12,10 +12,10 @@ class UsageError(Exception):
 class MissingExtraError(UsageError):
     """A framework's optional dependencies are not installed."""
 
-    def __init__(self, framework: str, extra: str):
-        super().__init__(
-            f"framework '{framework}' is not installed: pip install 'dlperf[{extra}]'"
-        )
+    def __init__(self, framework: str, extra: str, how: str | None = None):
+        # 'how': the command that installs it, for a framework not installed as an extra
+        how = how or f"pip install 'dlperf[{extra}]'"
+        super().__init__(f"framework '{framework}' is not installed: {how}")
         self.framework = framework
         self.extra = extra
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 
+from dlperf import envs
 from dlperf.backends.base import Backend, BackendInfo, Trainer, UnsupportedError
 from dlperf.errors import MissingExtraError, UsageError
 
@@ -42,6 +44,17 @@ BACKENDS: dict[str, BackendInfo] = {
             aliases=("flax",),
             description="JAX with Flax modules and Optax SGD, step under jax.jit",
         ),
+        BackendInfo(
+            name="mxnet",
+            module="dlperf.backends.mxnet_backend",
+            extra="mxnet",
+            variants=("hybrid", "imperative"),
+            default_variant="hybrid",
+            distributions=("mxnet",),
+            python=envs.python("mxnet"),  # needs numpy<1.24: an environment of its own
+            description="MXNet 1.9.1 Gluon, hybridize()d into one cached graph; "
+            "'imperative' runs op by op (its own environment: dlperf setup mxnet)",
+        ),
     )
 }
 
@@ -71,8 +84,8 @@ def resolve_variant(framework: str, variant: str | None) -> str:
 def installed(name: str) -> bool:
     """True when every distribution the backend needs is installed (checked without import)."""
     b = info(name)
-    if b.python:  # lives in another environment; the worker will tell
-        return True
+    if b.python:  # lives in an environment of its own: is its interpreter there?
+        return os.path.isfile(b.python) and os.access(b.python, os.X_OK)
     if b.name == "tensorflow":
         return any(_has_dist(d) for d in b.distributions)
     return all(_has_dist(d) for d in b.distributions)
@@ -89,7 +102,11 @@ def _has_dist(dist: str) -> bool:
 def require(name: str) -> BackendInfo:
     b = info(name)
     if not installed(b.name):
-        raise MissingExtraError(b.name, b.extra)
+        how = None
+        if b.name in envs.SEPARATE:  # an environment of its own, not an extra
+            how = (f"run 'dlperf setup {b.name}' (or set ${envs.SEPARATE[b.name].python_var} "
+                   "to an interpreter that has it)")
+        raise MissingExtraError(b.name, b.extra, how)
     return b
 
 

@@ -107,6 +107,12 @@ class BackendInfo:
             env["NPROC"] = n
         if self.name == "tensorflow":
             env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        if self.name == "mxnet":
+            # oneDNN's kernels take their OpenMP teams from OMP_NUM_THREADS, MXNet's own
+            # operators from MXNET_OMP_MAX_THREADS; one engine thread runs CPU operators
+            # (one inter-op thread, as in the others). Read when libmxnet loads.
+            env.update(MXNET_OMP_MAX_THREADS=n, MXNET_CPU_WORKER_NTHREADS="1",
+                       MXNET_CPU_PRIORITY_NTHREADS="1")
         return env
 
 
