@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dlperf import config, environment
+from dlperf import backends, config, environment
 from dlperf.config import SweepConfig
 from dlperf.spec import Measurement
 
@@ -13,6 +13,14 @@ DLBENCH_NETWORKS = ("fcn5", "fcn8", "alexnet", "resnet50", "lstm32", "lstm64")
 QUICK_MEASUREMENT = Measurement(min_time_s=1.0, min_steps=2, warmup_max_steps=6,
                                 warmup_max_time_s=10.0)
 FULL_MEASUREMENT = Measurement(min_time_s=3.0, min_steps=5)
+
+
+def resolve_frameworks(names: list[str]) -> list[str]:
+    """The frameworks a study runs: ``all`` stands for every registered framework that is
+    installed here, in the registry's order."""
+    if "all" not in names:
+        return names
+    return [b for b in backends.BACKENDS if backends.installed(b)]
 
 
 def dlbench(
@@ -28,7 +36,7 @@ def dlbench(
     """The DLBench table (every network x framework x thread count at DLBench's default
     batch sizes) and, in full mode, DLBench's batch-size sweep at as many threads as the
     machine has physical cores (the curves of its Fig. 1)."""
-    common = dict(networks=list(DLBENCH_NETWORKS), frameworks=frameworks,
+    common = dict(networks=list(DLBENCH_NETWORKS), frameworks=resolve_frameworks(frameworks),
                   variants=variants or ["default"], size=size, memory_limit=memory_limit)
     if quick:
         return [("dlbench table (quick)", config.build(
