@@ -31,7 +31,8 @@ HERE = Path(__file__).resolve().parent
 
 def handwritten(framework: str, network: str, threads: int, batch: int, steps: int,
                 warmup: int, variant: str | None = None) -> dict:
-    script = {"torch": "torch_loop.py", "tensorflow": "tf_loop.py", "jax": "jax_loop.py"}
+    script = {"torch": "torch_loop.py", "tensorflow": "tf_loop.py", "jax": "jax_loop.py",
+              "keras": "keras_loop.py"}
     cmd = [sys.executable, str(HERE / "handwritten" / script[framework]), "--network",
            network, "--threads", str(threads), "--batch-size", str(batch), "--steps",
            str(steps), "--warmup", str(warmup)]
@@ -39,7 +40,7 @@ def handwritten(framework: str, network: str, threads: int, batch: int, steps: i
         cmd += ["--variant", variant]
     from dlperf import backends
 
-    env = {**__import__("os").environ, **backends.info(framework).thread_env(threads)}
+    env = {**__import__("os").environ, **backends.info(framework).thread_env(threads, variant)}
     p = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(p.stdout.strip().splitlines()[-1])
 
