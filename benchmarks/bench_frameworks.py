@@ -1,9 +1,11 @@
 """Each framework's time per mini-batch as dlperf reports it, against a minimal
 hand-written training loop in the same framework (benchmarks/handwritten/*_loop.py),
 timed alternately in the same run. Target ratio 0.95 .. 1.05: the comparison then
-measures the frameworks, not dlperf. Prints the framework ranking for each network.
+measures the frameworks, not dlperf. Prints the framework ranking for each network, and
+for Keras (each of its installed backends) the cost of the Keras layer: dlperf's keras/X
+time over its X time at the same configuration, where X ran too.
 
-    python benchmarks/bench_frameworks.py [--frameworks torch,tensorflow,jax,mxnet]
+    python benchmarks/bench_frameworks.py [--frameworks torch,tensorflow,jax,keras,mxnet]
         [--networks fcn5,alexnet] [--threads 1] [--rounds 3]
 """
 
@@ -31,16 +33,18 @@ def main() -> None:
     summary: dict[str, dict[str, float]] = {}
     for net in a.networks.split(","):
         batch = workloads.get(net).default_batch
-        for fw in frameworks:
-            variant = backends.info(fw).default_variant
+        for fw, variant in [(f, v) for f in frameworks for v in variants(f)]:
+            # the Keras loop takes its backend as --variant; the others run their default
+            loop_variant = variant if fw == "keras" else None
             ours, theirs = [], []
             for i in range(a.rounds):
                 # ABBA order, so that neither side always runs first on a drifting machine
                 if i % 2 == 0:
-                    d = dlperf_run(fw, net, a.threads, batch, a.min_time)
-                h = handwritten(fw, net, a.threads, batch, steps=6, warmup=3)
+                    d = dlperf_run(fw, net, a.threads, batch, a.min_time, variant)
+                h = handwritten(fw, net, a.threads, batch, steps=6, warmup=3,
+                                variant=loop_variant)
                 if i % 2 == 1:
-                    d = dlperf_run(fw, net, a.threads, batch, a.min_time)
+                    d = dlperf_run(fw, net, a.threads, batch, a.min_time, variant)
                 ours.append(d["median_s"])
                 theirs.append(h["median_s"])
             # the median of the paired per-round ratios: each pair ran back to back, so
@@ -57,6 +61,19 @@ def main() -> None:
         ranking = sorted(times.items(), key=lambda kv: kv[1])
         fastest = ranking[0][1]
         print(f"{net}: " + "  <  ".join(f"{k} {v:.3f} s ({v / fastest:.2f}x)" for k, v in ranking))
+        for v in variants("keras") if "keras" in frameworks else ():
+            own = f"{v}/{backends.info(v).default_variant}"
+            if f"keras/{v}" in times and own in times:
+                print(f"  Keras over {v}: keras/{v} {times[f'keras/{v}']:.4f} s / {own} "
+                      f"{times[own]:.4f} s = {times[f'keras/{v}'] / times[own]:.3f}")
+
+
+def variants(fw: str) -> list[str]:
+    """Keras runs on each of its backends whose framework is installed; the others run
+    their default variant."""
+    if fw == "keras":
+        return [v for v in backends.info("keras").variants if backends.installed(v)]
+    return [backends.info(fw).default_variant]
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def handwritten(framework: str, network: str, threads: int, batch: int, steps: i
     from dlperf.launch.isolated import SRC_DIR
 
     script = {"torch": "torch_loop.py", "tensorflow": "tf_loop.py", "jax": "jax_loop.py",
-              "mxnet": "mxnet_loop.py"}
+              "mxnet": "mxnet_loop.py", "keras": "keras_loop.py"}
     # a framework in an environment of its own (MXNet) runs with that interpreter, and
     # finds dlperf (for the layer sizes) on PYTHONPATH, as its workers do
     python = backends.info(framework).python or sys.executable
@@ -49,7 +49,7 @@ def handwritten(framework: str, network: str, threads: int, batch: int, steps: i
            str(steps), "--warmup", str(warmup)]
     if variant:
         cmd += ["--variant", variant]
-    env = {**__import__("os").environ, **backends.info(framework).thread_env(threads)}
+    env = {**__import__("os").environ, **backends.info(framework).thread_env(threads, variant)}
     if backends.info(framework).python:
         env["PYTHONPATH"] = SRC_DIR
     p = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)

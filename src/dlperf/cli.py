@@ -390,7 +390,7 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
 
     if a.study != "dlbench":
         raise UsageError(f"unknown study '{a.study}' (known: dlbench)")
-    frameworks = str_list(a.frameworks) or ["torch"]
+    frameworks = presets.resolve_frameworks(str_list(a.frameworks) or ["torch"])
     variants = str_list(a.variants) or ["default"]
     configs = presets.dlbench(quick=a.quick, frameworks=frameworks, variants=variants,
                               threads=threads_arg(a.threads) if a.threads else None,
@@ -615,7 +615,7 @@ def build_parser() -> Parser:
     p.add_argument("study", help="dlbench")
     p.add_argument("--quick", action="store_true", help="threads 1,2,4, default batches, one "
                    "process each: a few minutes")
-    p.add_argument("--frameworks", help="comma-separated (default torch)")
+    p.add_argument("--frameworks", help="comma-separated, or 'all' installed (default torch)")
     p.add_argument("--variants", help="comma-separated, 'default' or 'all'")
     p.add_argument("--threads", help="override the thread counts")
     p.add_argument("--size", help="'tiny' for a smoke test of the whole pipeline")

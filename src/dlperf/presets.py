@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dlperf import config, environment
+from dlperf import backends, config, environment
 from dlperf.config import SweepConfig
 from dlperf.spec import Measurement
 
@@ -31,6 +31,14 @@ def describe_settings(m: Measurement) -> str:
             f"{m.warmup_max_time_s:g} s (warmup-time), settled within {m.settle_tolerance:.0%}")
 
 
+def resolve_frameworks(names: list[str]) -> list[str]:
+    """The frameworks a study runs: ``all`` stands for every registered framework that is
+    installed here, in the registry's order."""
+    if "all" not in names:
+        return names
+    return [b for b in backends.BACKENDS if backends.installed(b)]
+
+
 def dlbench(
     *,
     quick: bool,
@@ -44,7 +52,7 @@ def dlbench(
     """The DLBench table (every network x framework x thread count at DLBench's default
     batch sizes) and, in full mode, DLBench's batch-size sweep at as many threads as the
     machine has physical cores (the curves of its Fig. 1)."""
-    common = dict(networks=list(DLBENCH_NETWORKS), frameworks=frameworks,
+    common = dict(networks=list(DLBENCH_NETWORKS), frameworks=resolve_frameworks(frameworks),
                   variants=variants or ["default"], size=size, memory_limit=memory_limit)
     if quick:
         return [("dlbench table (quick)", config.build(

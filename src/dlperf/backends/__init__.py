@@ -55,6 +55,18 @@ BACKENDS: dict[str, BackendInfo] = {
             description="MXNet 1.9.1 Gluon, hybridize()d into one cached graph; "
             "'imperative' runs op by op (its own environment: dlperf setup mxnet)",
         ),
+        BackendInfo(
+            name="keras",
+            module="dlperf.backends.keras_backend",
+            extra="keras",
+            # the variant is the Keras backend; each also needs that framework's own dlperf
+            # extra (torch is always installed, hence the default), checked by the worker
+            variants=("torch", "jax", "tensorflow"),
+            default_variant="torch",
+            distributions=("keras",),
+            description="Keras 3 layers and model.train_on_batch on the Keras backend the "
+                        "variant names",
+        ),
     )
 }
 

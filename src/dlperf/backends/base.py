@@ -91,8 +91,12 @@ class BackendInfo:
     description: str = ""
     labels: dict[str, str] = field(default_factory=dict)
 
-    def thread_env(self, threads: int) -> dict[str, str]:
-        """Environment variables that must be set before the framework loads."""
+    def thread_env(self, threads: int, variant: str | None = None) -> dict[str, str]:
+        """Environment variables that must be set before the framework loads.
+
+        For Keras the variant names the Keras backend, which Keras reads from
+        KERAS_BACKEND once, at import; that framework's own settings follow it.
+        """
         n = str(threads)
         env = {
             "OMP_NUM_THREADS": n,
@@ -101,11 +105,15 @@ class BackendInfo:
             "TF_NUM_INTRAOP_THREADS": n,
             "TF_NUM_INTEROP_THREADS": "1",
         }
-        if self.name == "jax":
+        engine = self.name
+        if self.name == "keras":
+            engine = variant if variant in self.variants else self.default_variant
+            env["KERAS_BACKEND"] = engine
+        if engine == "jax":
             # XLA:CPU sizes its thread pool once, at start-up, from NPROC (else from the
             # CPU affinity); it has no flag for it (measured: docs/frameworks.md)
             env["NPROC"] = n
-        if self.name == "tensorflow":
+        if engine == "tensorflow":
             env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         if self.name == "mxnet":
             # oneDNN's kernels take their OpenMP teams from OMP_NUM_THREADS, MXNet's own

@@ -44,7 +44,7 @@ class LaunchInterrupted(KeyboardInterrupt):
 
 def worker_env(spec: RunSpec) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(backends.info(spec.framework).thread_env(spec.threads))
+    env.update(backends.info(spec.framework).thread_env(spec.threads, spec.variant))
     env["PYTHONPATH"] = SRC_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
     return child_env(env)
