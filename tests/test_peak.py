@@ -8,7 +8,7 @@ import re
 import pytest
 
 from dlperf import cpu_peak, peak
-from dlperf.report.analysis import aggregate
+from dlperf.report.analysis import aggregate, other_framework_rates
 from dlperf.report.tables import detail_table
 from dlperf.runner import Runner
 from dlperf.spec import Metrics, RunResult, RunSpec
@@ -281,7 +281,7 @@ def test_the_same_configuration_on_other_frameworks_comes_from_the_store(db):
         other_batch = _run_result(200e9, framework="jax")
         st.add(other_batch.model_copy(update={"spec": other_batch.spec.model_copy(
             update={"batch_size": 128})}))
-        others = peak.other_framework_rates(st, torch_run.spec)
+        others = other_framework_rates(st, torch_run.spec)
     assert others == {"tensorflow/graph": pytest.approx(130e9), "jax/jit": pytest.approx(90e9)}
 
 

@@ -287,6 +287,7 @@ def peak_lines(row, db) -> list[str]:
     """The share of peak of a measured row, against the best measured rate and the
     theoretical one, and what limits it (``dlperf.peak.limit_message``)."""
     from dlperf import peak
+    from dlperf.report.analysis import other_framework_rates
     from dlperf.store import Store
 
     prov = next((r.extra["peak"] for r in reversed(row.ok) if "peak" in r.extra), None)
@@ -310,7 +311,7 @@ def peak_lines(row, db) -> list[str]:
     elif pk.device == "cpu":
         share += f"; theoretical peak {pk.theoretical}"
     with Store(db) as store:
-        others = peak.other_framework_rates(store, s)
+        others = other_framework_rates(store, s)
     limit = peak.limit_message(s.label(), s.network, s.framework, achieved, pk, others)
     return [share, f"  limit                {limit}"]
 

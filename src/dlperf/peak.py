@@ -28,7 +28,7 @@ from dlperf.backends.base import conv_probe_shape
 from dlperf.spec import Measurement, RunResult, RunSpec
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    pass
 
 #: (framework, kernel): the peak kernels, each a probe of its backend (``Backend.probe``):
 #: PyTorch's matmul (MKL) and convolution (oneDNN), TensorFlow's and JAX/XLA's matmul.
@@ -290,17 +290,3 @@ def limit_message(label: str, network: str, framework: str, achieved: float, pea
                                                         if rate > best.flops else "")
             for fw, rate in others.items()))
     return ". ".join(parts) + "."
-
-
-def other_framework_rates(store: Store, spec: RunSpec) -> dict[str, float]:
-    """FLOP/s of the same configuration (network, size, params, threads, batch, device) on
-    this machine in other frameworks or variants, from the store: framework label -> rate."""
-    from dlperf.environment import machine_id
-    from dlperf.report.analysis import aggregate
-
-    rows = aggregate(store.results(kind="step", status="ok", network=spec.network, size=spec.size,
-                                   threads=spec.threads, batch_size=spec.batch_size,
-                                   device=spec.device, machine_id=machine_id()))
-    return {r.framework_label: r.achieved_flops for r in rows
-            if (r.spec.framework, r.spec.variant) != (spec.framework, spec.variant)
-            and r.spec.params == spec.params and r.achieved_flops}

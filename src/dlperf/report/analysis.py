@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from dlperf.spec import Measurement, RunResult, RunSpec
 
@@ -195,3 +196,16 @@ def settings_notes(names: dict[Measurement, str]) -> list[str]:
     from dlperf.presets import describe_settings
 
     return [f"settings {name}: {describe_settings(m)}" for m, name in names.items()]
+
+
+def other_framework_rates(store: Any, spec: RunSpec) -> dict[str, float]:
+    """FLOP/s of the same configuration (network, size, params, threads, batch, device) on
+    this machine in other frameworks or variants, from the store: framework label -> rate."""
+    from dlperf.environment import machine_id
+
+    rows = aggregate(store.results(kind="step", status="ok", network=spec.network, size=spec.size,
+                                   threads=spec.threads, batch_size=spec.batch_size,
+                                   device=spec.device, machine_id=machine_id()))
+    return {r.framework_label: r.achieved_flops for r in rows
+            if (r.spec.framework, r.spec.variant) != (spec.framework, spec.variant)
+            and r.spec.params == spec.params and r.achieved_flops}
