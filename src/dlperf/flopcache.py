@@ -49,9 +49,9 @@ def counted_flops(names: list[str]) -> dict[str, float]:
 
 def _count(names: list[str], keys: dict[str, str], cache: dict[str, float]) -> bool:
     """Count ``names`` in a child process into ``cache``; False if it could not run."""
-    from dlperf.launch.isolated import SRC_DIR
+    from dlperf.launch.isolated import with_src_path
 
-    env = {**os.environ, "PYTHONPATH": SRC_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = with_src_path(dict(os.environ))
     try:
         p = subprocess.run([sys.executable, "-m", "dlperf.backends.count_flops", *names],
                            capture_output=True, text=True, env=env, timeout=600, check=True)

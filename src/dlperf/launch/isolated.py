@@ -42,10 +42,16 @@ class LaunchInterrupted(KeyboardInterrupt):
         self.result = result
 
 
+def with_src_path(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this dlperf's source first on PYTHONPATH, so a child runs this code."""
+    rest = env.get("PYTHONPATH")
+    return {**env, "PYTHONPATH": SRC_DIR + (os.pathsep + rest if rest else "")}
+
+
 def worker_env(spec: RunSpec) -> dict[str, str]:
     env = dict(os.environ)
     env.update(backends.info(spec.framework).thread_env(spec.threads, spec.variant))
-    env["PYTHONPATH"] = SRC_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = with_src_path(env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return child_env(env)
 

@@ -431,11 +431,11 @@ def run_probe(nbytes: int, *, workers: int = 2, p2p_bytes: int | None = None,
     """Measure loopback bandwidth and an isolated all-reduce of ``nbytes`` under torchrun
     (``dlperf.parallel.probe``); raises RuntimeError with the log's end if it fails."""
     from dlperf import backends
-    from dlperf.launch.isolated import SRC_DIR
+    from dlperf.launch.isolated import with_src_path
 
     env = dict(os.environ)
     env.update(backends.info("torch").thread_env(threads))
-    env["PYTHONPATH"] = SRC_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = with_src_path(env)
     if lo := loopback_interface():
         env.setdefault("GLOO_SOCKET_IFNAME", lo)
     with tempfile.TemporaryDirectory(prefix="dlperf-probe-") as tmp:
