@@ -24,26 +24,27 @@ LAYERS: list[tuple[str, ...]] = [
      "dlperf.workloads", "dlperf.measure.stats", "dlperf.launch.orphans",
      "dlperf.launch.cpulock", "dlperf.launch.watch", "dlperf.parallel.status",
      "dlperf.parallel.partition", "dlperf.perfmodel", "dlperf.dataflow", "dlperf.cpu_peak",
-     "dlperf.envs"),
+     "dlperf.envs", "dlperf.reference"),
     # 1: what a run is
     ("dlperf.spec", "dlperf.kinds", "dlperf.backends.base", "dlperf.backends.__init__",
      "dlperf.measure.timing", "dlperf.parallel.options", "dlperf.training"),
     # 2: configuration, planning, storage
     ("dlperf.config", "dlperf.store", "dlperf.migrate", "dlperf.plan", "dlperf.presets",
-     "dlperf.peak"),
+     "dlperf.peak", "dlperf.store_import"),
     # 3: inside a worker process
     ("dlperf.backends", "dlperf.worker", "dlperf.train", "dlperf.parallel"),
     # 4: starting and watching workers
     ("dlperf.launch",),
     # 5: running specs and the experiments made of them
     ("dlperf.runner", "dlperf.experiments", "dlperf.flopcache"),
-    # 6: reading the store
-    ("dlperf.report",),
+    # 6: reading the store (advice reads the report's rows and the model)
+    ("dlperf.report", "dlperf.advice"),
     # 7: the Python API
     ("dlperf.api",),
     # 8: the command line
     ("dlperf.cli", "dlperf.train_cli", "dlperf.calc_cli", "dlperf.predict_cli",
-     "dlperf.setup_cli", "dlperf.parallel.cli", "dlperf.__init__", "dlperf.__main__"),
+     "dlperf.setup_cli", "dlperf.parallel.cli", "dlperf.import_cli", "dlperf.advise_cli",
+     "dlperf.__init__", "dlperf.__main__"),
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dlperf.presets import FULL_MEASUREMENT, QUICK_MEASUREMENT
 from dlperf.report.analysis import aggregate
+from dlperf.report.exporters import to_markdown
 from dlperf.report.tables import detail_table, dlbench_table
 from dlperf.spec import Measurement, Metrics, RunResult, RunSpec
 
@@ -47,7 +48,10 @@ def test_machines_and_precisions_are_never_combined():
                       _ok(FCN5.model_copy(update={"precision": "bf16"}), 0.5, a)])
     assert sorted(r.median_s for r in rows) == [0.5, 1.0, 5.0]
     t = dlbench_table(rows, machines={b: "a described machine"})
-    cells = {(line[1], line[t.headers.index("machine")]): line[-1] for line in t.rows}
-    assert cells == {("torch/eager", "1111aaaa"): "1", ("torch/eager", "3333cccc"): "5",
-                     ("torch/eager bf16", "1111aaaa"): "0.5"}
+    # one column group per machine, as DLBench laid out its desktop, server and GPU columns
+    assert [g for g, _ in t.groups] == ["", "1111aaaa", "a described machine [3333cccc]"]
+    assert "machine" not in t.headers and t.headers.count("1 thread") == 2
+    cells = {line[1]: line[-2:] for line in t.rows}
+    assert cells == {"torch/eager": ["1", "5"], "torch/eager bf16": ["0.5", ""]}
     assert "machine 3333cccc: a described machine" in t.footnotes
+    assert "| 1111aaaa: 1 thread | a described machine [3333cccc]: 1 thread |" in to_markdown(t)

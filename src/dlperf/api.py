@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf import backends, config, plan, workloads
-from dlperf.report import Filters, Report, render
+from dlperf.report import Filters, Predictor, Report, render
 from dlperf.report.analysis import Row, aggregate
 from dlperf.runner import Listener, Runner
 from dlperf.spec import Measurement, RunResult, RunSpec
@@ -90,10 +90,17 @@ def load_config(source: str | Path | config.SweepConfig | dict[str, Any]) -> con
 
 
 def report(*, db: str | Path | None = None, out: str | Path = "dlperf-report",
-           networks: list[str] | None = None, frameworks: list[str] | None = None) -> Report:
-    """Render every report section from the store into ``out`` (runs nothing)."""
+           networks: list[str] | None = None, frameworks: list[str] | None = None,
+           machines: str | None = None, predictor: Predictor | None = None) -> Report:
+    """Render every report section from the store into ``out`` (runs nothing).
+    ``machines``: 'all' (default), 'this' or machine ids, comma-separated; ``predictor``
+    adds the model's time beside every measured cell (``report.tables.Predictor``)."""
+    from dlperf.report.machines import resolve_machines
+
     with Store(db) as store:
-        return render(store, out, Filters(tuple(networks or ()), tuple(frameworks or ())))
+        return render(store, out, Filters(tuple(networks or ()), tuple(frameworks or ()),
+                                          machines=resolve_machines(store, machines)),
+                      predictor=predictor)
 
 
 def networks(group: str | None = None) -> list[dict[str, Any]]:

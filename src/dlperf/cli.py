@@ -427,7 +427,10 @@ def cmd_report(a: argparse.Namespace) -> int:
     from dlperf import api
 
     rep = api.report(db=a.db, out=a.out, networks=str_list(a.networks),
-                     frameworks=str_list(a.frameworks))
+                     frameworks=str_list(a.frameworks), machines=a.machines)
+    if a.html:  # the path alone, last, for 'xdg-open $(dlperf report --html)'
+        print(rep.html)
+        return 0
     print_report(rep)
     return 0
 
@@ -630,6 +633,11 @@ def build_parser() -> Parser:
     p.add_argument("--out", default="dlperf-report", help="folder (default dlperf-report)")
     p.add_argument("--networks")
     p.add_argument("--frameworks")
+    p.add_argument("--machines", default="all", help="all (default: every machine in the "
+                   "store, side by side), this, or machine ids (the 8-character form the "
+                   "tables show), comma-separated")
+    p.add_argument("--html", action="store_true", help="print only the path of the HTML "
+                   "report (report.html; report.md beside it)")
     _common(p)
     p.set_defaults(func=cmd_report)
 
@@ -702,7 +710,7 @@ def _load_extensions() -> None:
     import importlib
 
     for mod in ("dlperf.train_cli", "dlperf.calc_cli", "dlperf.predict_cli", "dlperf.parallel.cli",
-                "dlperf.setup_cli"):
+                "dlperf.setup_cli", "dlperf.import_cli", "dlperf.advise_cli"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as e:

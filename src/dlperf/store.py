@@ -235,6 +235,41 @@ class Store:
             )
         return result
 
+    def add_imported(self, environments: Iterable[tuple[str, str, str, float]],
+                     rows: Iterable[tuple[RunResult, float]]) -> list[bool]:
+        """Results measured elsewhere (``dlperf.store_import``), in one transaction: every
+        environment (env_id, machine_id, record JSON, created_at) not already here, and
+        every (result, created_at) whose run, machine and start time are not already here
+        (a result without a start time: whose whole JSON is not). Each result must carry
+        its machine_id and env_id; the stored time is the source's, so that readers still
+        take the newest measurement of a run. Existing rows are never touched. Returns,
+        per row, whether it was added."""
+        added = []
+        with self._tx() as db:
+            for env_id, mid, record, created in environments:
+                db.execute("INSERT OR IGNORE INTO environments(env_id, machine_id, record, "
+                           "created_at) VALUES (?, ?, ?, ?)", (env_id, mid, record, created))
+            for result, created in rows:
+                s = result.spec
+                have = db.execute("SELECT result FROM results WHERE run_id=? AND machine_id=?",
+                                  (s.run_id, result.machine_id)).fetchall()
+                text = result.model_dump_json()
+                if any(_same_run(json.loads(t), result, text) for (t,) in have):
+                    added.append(False)
+                    continue
+                db.execute(
+                    "INSERT INTO results(run_id, config_id, kind, network, size, framework,"
+                    " variant, device, threads, batch_size, repeat, status, reason, median_s,"
+                    " env_id, machine_id, created_at, result)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (s.run_id, s.config_id, s.kind, s.network, s.size, s.framework, s.variant,
+                     s.device, s.threads, s.batch_size, s.repeat, result.status,
+                     result.failure.reason if result.failure else None,
+                     result.metrics.median_s if result.metrics else None,
+                     result.env_id, result.machine_id, created, text))
+                added.append(True)
+        return added
+
     # ------------------------------------------------------------------ reading
     def done(self, run_ids: Iterable[str], *, include_failed: bool = True,
              machine_id: str | None = None) -> set[str]:
@@ -272,7 +307,12 @@ class Store:
                 args.append(v)
         sql = "SELECT result, machine_id FROM results"
         if latest:
-            sql += " WHERE id IN (SELECT MAX(id) FROM results GROUP BY run_id, machine_id)"
+            # the newest measurement of each run on each machine: by the time it was
+            # stored where it was measured (an imported row keeps its source's time, so an
+            # older import never hides a newer result), then by row order
+            sql += (" WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY"
+                    " run_id, machine_id ORDER BY created_at DESC, id DESC) AS n FROM results)"
+                    " WHERE n = 1)")
             if clauses:
                 sql += " AND " + " AND ".join(clauses)
         elif clauses:
@@ -304,6 +344,14 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _same_run(stored: dict[str, Any], result: RunResult, text: str) -> bool:
+    """Whether a stored row (its JSON) is this result: the same start time, or, for a
+    result that never started, the same JSON."""
+    if result.started_at is not None:
+        return stored.get("started_at") == result.started_at
+    return stored == json.loads(text)
 
 
 def _with_machine(result: RunResult, machine_id: str | None) -> RunResult:

@@ -216,6 +216,17 @@ def _memory(layers: list[Layer], batch: float, elem: int) -> float:
     return 2 * sum(layer.params for layer in layers) * elem + activation_bytes(layers, batch, elem)
 
 
+def training_memory(network: str, *, size: str | None = None, batch_size: int | None = None,
+                    precision: str = "fp32", params: dict[str, Any] | None = None) -> float:
+    """Bytes one device holds to train ``network`` at ``batch_size`` (``_memory``: weights,
+    gradients, kept activations), for a memory limit that is no catalogue device's."""
+    wl, _, cfg = workloads.resolve(network, size, params)
+    if precision not in PRECISIONS:
+        raise UsageError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
+    batch = wl.default_batch if batch_size is None else batch_size
+    return _memory(cfg.layers(), batch, PRECISIONS[precision])
+
+
 def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Prediction:
     p = ctx.devices
     local = ctx.batch // p

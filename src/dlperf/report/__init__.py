@@ -1,34 +1,33 @@
 """Reports: rendered from the store alone; nothing here runs a benchmark.
 
-A report is a list of sections; each section has tables and plots. ``render`` writes
-every section's tables as Markdown, CSV and JSON, its plots as PNG, and one HTML page
-holding them all, into one folder.
+A report is a list of sections (``sections()``, in report order); each section has
+tables and plots, and a section with no data is not built. ``render`` writes every
+section's tables as Markdown, CSV and JSON, its plots as PNG, and one self-contained
+HTML page and one Markdown file holding them all (``htmlpage``), into one folder.
 """
 
 from __future__ import annotations
 
-import base64
-import html
+import functools
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from dlperf import environment, workloads
 from dlperf.errors import UsageError
-from dlperf.report import exporters, plots
-from dlperf.report.analysis import Row, aggregate, over_peak_note
-from dlperf.report.base import Filters, Report, Section
-from dlperf.report.tables import detail_table, dlbench_table
+from dlperf.report import exporters, htmlpage, plots
+from dlperf.report.analysis import over_peak_note
+from dlperf.report.base import Filters, Report, Section, step_rows
+from dlperf.report.machines import machine_names
+from dlperf.report.tables import Predictor, detail_table, dlbench_table
 from dlperf.spec import RunResult
 from dlperf.store import Store
 
-
-def step_rows(store: Store, filters: Filters = Filters()) -> list[Row]:
-    return aggregate(store.results(kind="step", **filters.where()))
+__all__ = ["Filters", "Predictor", "Report", "Section", "render", "sections", "step_rows"]
 
 
-def dlbench_section(store: Store, out: Path, filters: Filters) -> Section | None:
+def dlbench_section(store: Store, out: Path, filters: Filters,
+                    predictor: Predictor | None = None) -> Section | None:
     # the DLBench networks only; the guide's families have their own section
     rows = [r for r in step_rows(store, filters)
             if (wl := workloads.WORKLOADS.get(r.spec.network)) and wl.group == "dlbench"]
@@ -37,35 +36,41 @@ def dlbench_section(store: Store, out: Path, filters: Filters) -> Section | None
     imgs = [p for p in (
         plots.table_bars(rows, out / "dlbench_table.png"),
         plots.batch_size_curves(rows, out / "batch_size.png"),
-        plots.thread_scaling(rows, out / "thread_scaling.png", environment.physical_cores()),
     ) if p]
-    machines = machine_names(store, rows)
+    machines = machine_names(store, [r.results[0] for r in rows])
     return Section("dlbench", "DLBench: time per mini-batch",
-                   tables=[dlbench_table(rows, machines=machines),
+                   tables=[dlbench_table(rows, machines=machines, predictor=predictor),
                            detail_table(rows, machines=machines)], images=imgs)
 
 
-def machine_names(store: Store, rows: list[Row]) -> dict[str, str]:
-    """Machine id -> 'CPU model, N cores, M GiB' from the environments the rows ran in."""
-    names: dict[str, str] = {}
-    for row in rows:
-        r = row.results[0]
-        if row.machine_id and row.machine_id not in names and r.env_id:
-            m = (store.environment(r.env_id) or {}).get("machine")
-            if m:
-                names[row.machine_id] = (f"{m.get('cpu_model')}, {m.get('physical_cores')} "
-                                         f"cores, {m.get('memory_bytes', 0) / 2**30:.0f} GiB")
-    return names
+def sections(predictor: Predictor | None = None) -> list[Callable[[Store, Path, Filters],
+                                                                   Section | None]]:
+    """Every section builder, in report order: add a section here. ``predictor`` (a
+    performance model, see ``tables.Predictor``) adds predicted times beside the measured
+    ones and a section comparing the two; without one neither appears."""
+    from dlperf.report import (
+        advice,
+        experiments,
+        failures,
+        machines,
+        parallel,
+        prediction,
+        reference,
+        threads,
+    )
+
+    return [machines.environment_section,
+            functools.partial(dlbench_section, predictor=predictor),
+            threads.thread_section, threads.ranking_section,
+            *experiments.sections(), parallel.parallel_section,
+            functools.partial(prediction.prediction_section, predictor=predictor),
+            reference.reference_section, advice.advice_section, failures.failures_section]
 
 
-def sections() -> list[Callable[[Store, Path, Filters], Section | None]]:
-    """Every section builder, in report order: add a section here."""
-    from dlperf.report import experiments, parallel
-
-    return [dlbench_section, *experiments.sections(), parallel.parallel_section]
-
-
-def render(store: Store, out_dir: str | Path, filters: Filters = Filters()) -> Report:
+def render(store: Store, out_dir: str | Path, filters: Filters = Filters(),
+           predictor: Predictor | None = None) -> Report:
+    """Every section with data, as tables (Markdown, CSV, JSON), plots (PNG), one
+    self-contained ``report.html`` and one ``report.md``, into ``out_dir``."""
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -74,7 +79,7 @@ def render(store: Store, out_dir: str | Path, filters: Filters = Filters()) -> R
         probe.unlink()
     except OSError as e:
         raise UsageError(f"cannot write the report to {out}: {e}") from None
-    built = [s for build in sections() if (s := build(store, out, filters))]
+    built = [s for build in sections(predictor) if (s := build(store, out, filters))]
     files: list[Path] = []
     for sec in built:
         for i, t in enumerate(sec.tables):
@@ -85,42 +90,17 @@ def render(store: Store, out_dir: str | Path, filters: Filters = Filters()) -> R
                 files.append(p)
         files.extend(sec.images)
     files.append(write_raw_json(store, out / "results.json", filters))
-    files.append(_write_html(out, built, store))
+    m = environment.machine()
+    subtitle = (f"This machine: {m['cpu_model']}, {m['physical_cores']} cores / "
+                f"{m['logical_cpus']} CPUs, {m['memory_bytes'] / 2**30:.0f} GiB; "
+                f"store {store.path}")
+    files.append(htmlpage.write_markdown(out, built, subtitle))
+    files.append(htmlpage.write_html(out, built, subtitle))
     return Report(out, built, files)
 
 
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")[:40]
-
-
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
-table{border-collapse:collapse;margin:1em 0;font-size:14px}
-td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
-td:first-child,td:nth-child(2),th{text-align:left}
-.caption,.notes{color:#555;font-size:13px} img{max-width:100%}"""
-
-
-def _write_html(out: Path, sections: list[Section], store: Store) -> Path:
-    e = html.escape
-    m = environment.machine()
-    env = (f"{m['cpu_model']}, {m['physical_cores']} cores / {m['logical_cpus']} CPUs, "
-           f"{m['memory_bytes'] / 2**30:.0f} GiB; store {store.path}")
-    parts = [f"<!doctype html><meta charset='utf-8'><title>dlperf report</title><style>{_CSS}</style>",
-             f"<h1>dlperf report</h1><p>{e(env)}<br>generated {time.strftime('%Y-%m-%d %H:%M')}</p>"]
-    if not sections:
-        parts.append("<p>The store holds no results yet: run <code>dlperf sweep</code> or "
-                     "<code>dlperf reproduce dlbench --quick</code>.</p>")
-    for sec in sections:
-        parts.append(f"<h1>{e(sec.title)}</h1>")
-        if sec.text:
-            parts.append(f"<p>{e(sec.text)}</p>")
-        parts += [exporters.to_html(t) for t in sec.tables]
-        for img in sec.images:
-            data = base64.b64encode(img.read_bytes()).decode()
-            parts.append(f"<p><img alt='{e(img.stem)}' src='data:image/png;base64,{data}'></p>")
-    p = out / "report.html"
-    p.write_text("\n".join(parts))
-    return p
 
 
 def capped_share(r: RunResult) -> RunResult:

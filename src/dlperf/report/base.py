@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlperf.report.analysis import Row, aggregate
 from dlperf.report.tables import Table
 
 
@@ -34,10 +35,19 @@ class Filters:
     networks: tuple[str, ...] = ()
     frameworks: tuple[str, ...] = ()
     size: str | None = None
+    # the machines whose results to show (full ids); empty: every machine in the store
+    machines: tuple[str, ...] = ()
 
     def where(self) -> dict:
         return {
             "network": list(self.networks) or None,
             "framework": list(self.frameworks) or None,
             "size": self.size,
+            "machine_id": list(self.machines) or None,
         }
+
+
+def step_rows(store, filters: Filters = Filters()) -> list[Row]:
+    """The stored DLBench-style step results the filters select, one Row per configuration
+    and machine."""
+    return aggregate(store.results(kind="step", **filters.where()))

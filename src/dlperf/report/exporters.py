@@ -20,7 +20,7 @@ def to_markdown(t: Table) -> str:
     lines = [f"### {t.title}", ""]
     if t.caption:
         lines += [t.caption, ""]
-    lines.append("| " + " | ".join(t.headers) + " |")
+    lines.append("| " + " | ".join(t.flat_headers()) + " |")
     lines.append("|" + "|".join("---" for _ in t.headers) + "|")
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in t.rows]
     if t.footnotes:
@@ -32,7 +32,7 @@ def to_csv(t: Table) -> str:
     """Raw numbers (seconds, FLOP/s, bytes) where there are numbers; the cell text otherwise."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(t.headers)
+    w.writerow(t.flat_headers())
     src = t.values or t.rows
     for vals, cells in zip(src, t.rows, strict=True):
         w.writerow([c if v is None else v for v, c in zip(vals, cells, strict=True)])
@@ -45,7 +45,7 @@ def to_json_obj(t: Table) -> dict[str, Any]:
     return {
         "title": t.title,
         "caption": t.caption,
-        "headers": t.headers,
+        "headers": t.flat_headers(),
         "rows": t.values or t.rows,
         "footnotes": t.footnotes,
     }
@@ -58,7 +58,7 @@ def to_json(t: Table) -> str:
 def to_rich(t: Table) -> RichTable:
     rt = RichTable(title=t.title, caption=t.caption or None, caption_justify="left",
                    title_justify="left")
-    for i, h in enumerate(t.headers):
+    for i, h in enumerate(t.flat_headers()):
         numeric = _numeric_column([row[i] for row in t.rows if i < len(row)])
         rt.add_column(h, justify="right" if numeric else "left", no_wrap=i < 2)
     for row in t.rows:
@@ -78,14 +78,31 @@ def print_table(t: Table, console: Console | None = None) -> None:
         console.print(n, style="dim", highlight=False, markup=False)
 
 
-def to_html(t: Table) -> str:
+def to_html(t: Table, table_id: str | None = None) -> str:
+    """A sortable HTML table (the page's script sorts on a click on a header): each cell
+    carries its raw number in ``data-v`` where it has one, so '934 ms' sorts below '1.2 s'."""
     e = html.escape
-    head = "".join(f"<th>{e(h)}</th>" for h in t.headers)
-    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in t.rows)
+    top = ""
+    if t.groups:
+        top = "<tr>" + "".join(f"<th colspan='{n}' class='group'>{e(g)}</th>"
+                               for g, n in t.groups) + "</tr>"
+    head = "".join(f"<th title='sort'>{e(h)}</th>" for h in t.headers)
+    vals = t.values if len(t.values) == len(t.rows) else [[] for _ in t.rows]
+    body = "".join("<tr>" + "".join(_td(c, vrow[i] if i < len(vrow) else None)
+                                    for i, c in enumerate(row)) + "</tr>"
+                   for row, vrow in zip(t.rows, vals, strict=True))
     notes = "".join(f"<li>{e(n)}</li>" for n in t.footnotes)
     cap = f"<p class='caption'>{e(t.caption)}</p>" if t.caption else ""
-    return (f"<h2>{e(t.title)}</h2>{cap}<table><thead><tr>{head}</tr></thead>"
-            f"<tbody>{body}</tbody></table>" + (f"<ul class='notes'>{notes}</ul>" if notes else ""))
+    ident = f" id='{e(table_id)}'" if table_id else ""
+    return (f"<h3>{e(t.title)}</h3>{cap}<table class='sortable'{ident}><thead>{top}<tr>{head}"
+            f"</tr></thead><tbody>{body}</tbody></table>"
+            + (f"<ul class='notes'>{notes}</ul>" if notes else ""))
+
+
+def _td(cell: str, value: object) -> str:
+    num = isinstance(value, int | float) and not isinstance(value, bool)
+    attr = f" data-v='{value!r}'" if num and value == value else ""  # NaN: no number
+    return f"<td{attr}>{html.escape(cell)}</td>"
 
 
 @dataclass(frozen=True)

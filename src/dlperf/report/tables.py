@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dlperf import units, workloads
 from dlperf.backends import BACKENDS
 from dlperf.report.analysis import Row, settings_names, settings_notes
+from dlperf.spec import RunSpec
+
+#: A performance model as the report uses it: the predicted time per mini-batch of a
+#: configuration and the model's validated relative error for that kind of configuration
+#: (None: not validated yet), or None when it cannot predict the configuration.
+Predictor = Callable[[RunSpec], tuple[float, float | None] | None]
 
 
 @dataclass
@@ -18,6 +25,18 @@ class Table:
     caption: str = ""
     # raw numbers behind the cells (for CSV/JSON): same shape as rows, None where no number
     values: list[list[float | str | None]] = field(default_factory=list)
+    # column groups over the headers, left to right: (label, number of columns); '' for
+    # columns under no group. HTML draws them as a header row of their own; the flat
+    # formats prefix each header with its group (``flat_headers``).
+    groups: list[tuple[str, int]] = field(default_factory=list)
+
+    def flat_headers(self) -> list[str]:
+        """Headers with their group's label in front ('m1 1 thread'), for formats that
+        have one header row."""
+        if not self.groups:
+            return list(self.headers)
+        labels = [g for g, n in self.groups for _ in range(n)]
+        return [f"{g}: {h}" if g else h for g, h in zip(labels, self.headers, strict=True)]
 
 
 def _network_order(name: str) -> int:
@@ -45,14 +64,16 @@ def machine_label(machine_id: str | None) -> str:
 
 class Provenance:
     """The 'settings' (and, for rows of several machines, 'machine') cells of a table and
-    the footnotes that explain them: every number says what measured it."""
+    the footnotes that explain them: every number says what measured it. A table that
+    lays machines out as column groups passes ``machine_column=False``."""
 
-    def __init__(self, rows: list[Row], machines: dict[str, str] | None = None):
+    def __init__(self, rows: list[Row], machines: dict[str, str] | None = None,
+                 machine_column: bool = True):
         self.names = settings_names(rows)
         ids = list(dict.fromkeys(r.machine_id for r in rows))
-        self.several_machines = len(ids) > 1
+        self.several_machines = len(ids) > 1 and machine_column
         self.notes = settings_notes(self.names)
-        if self.several_machines:
+        if len(ids) > 1:
             self.notes += [f"machine {machine_label(m)}: {(machines or {}).get(m or '', 'unknown')}"
                            for m in ids]
 
@@ -82,11 +103,15 @@ def time_cell(r: Row | None, notes: list[str], where: str,
 
 
 def dlbench_table(rows: list[Row], *, batch: str = "default",
-                  machines: dict[str, str] | None = None) -> Table:
-    """DLBench's Table 4 layout: rows network x framework (x precision, settings and
-    machine), columns CPU thread counts then GPU; each cell the median time per mini-batch
-    in seconds at the network's DLBench default batch size. A configuration that failed
-    shows '-' with a footnote. ``machines`` describes each machine id for the footnotes."""
+                  machines: dict[str, str] | None = None,
+                  predictor: Predictor | None = None) -> Table:
+    """DLBench's Table 4 layout: rows network x framework (x precision and settings),
+    columns CPU thread counts then GPU; each cell the median time per mini-batch in seconds
+    at the network's DLBench default batch size. A configuration that failed shows '-'
+    with a footnote. Rows of several machines are laid out as DLBench laid out its
+    desktop, server and GPU columns: one column group per machine (``machines`` names
+    them; the first machine seen comes first). With a ``predictor``, every cell gains a
+    'pred.' column beside it: the model's time for that configuration."""
     chosen = [
         r for r in rows
         if r.spec.kind == "step"
@@ -95,37 +120,63 @@ def dlbench_table(rows: list[Row], *, batch: str = "default",
     threads = sorted({r.spec.threads for r in chosen if r.spec.device == "cpu"})
     has_gpu = any(r.spec.device == "gpu" for r in chosen)
     cols = [str(t) for t in threads] + (["GPU"] if has_gpu else [])
-    prov = Provenance(chosen, machines)
-    headers = ["network", "framework", "batch", *prov.headers] + [
-        f"{c} thread{'s' if c != '1' else ''}" if c != "GPU" else "GPU" for c in cols
-    ]
-    grouped: dict[tuple, dict[str, Row]] = {}
+    mids = list(dict.fromkeys(r.machine_id for r in chosen))
+    grouped_layout = len(mids) > 1
+    prov = Provenance(chosen, machines, machine_column=False)
+    leaf = []
+    for c in cols:
+        name = "GPU" if c == "GPU" else f"{c} thread{'s' if c != '1' else ''}"
+        leaf += [name] + (["pred."] if predictor else [])
+    head = ["network", "framework", "batch", *prov.headers]
+    headers = head + leaf * len(mids)
+    groups = ([("", len(head))] + [(machine_group(m, machines), len(leaf)) for m in mids]
+              if grouped_layout else [])
+    grouped: dict[tuple, dict[tuple[str | None, str], Row]] = {}
     for r in sort_rows(chosen):
-        # one table row per everything but the column: a cell never holds two measurements
+        # one table row per everything but the column and the machine: a cell never holds
+        # two measurements
         key = (r.spec.network, r.spec.size, r.framework_label, r.spec.batch_size,
-               r.spec.measurement, r.machine_id)
-        grouped.setdefault(key, {})[_column(r)] = r
+               r.spec.measurement)
+        grouped.setdefault(key, {})[(r.machine_id, _column(r))] = r
     out_rows, values, notes = [], [], []
     for (net, size, fw, b, *_), cells in grouped.items():
         name = net if size in ("full", "") else f"{net} [{size}]"
         provenance = prov.cells(next(iter(cells.values())))
         line, vals = [name, fw, str(b), *provenance], [name, fw, b, *provenance]
-        for c in cols:
-            text, value = time_cell(cells.get(c), notes,
-                                    f"{name} {fw} {c if c == 'GPU' else c + ' threads'}")
-            line.append(text)
-            vals.append(value)
+        for m in mids:
+            where_m = f" on {machine_label(m)}" if grouped_layout else ""
+            for c in cols:
+                cell = cells.get((m, c))
+                text, value = time_cell(
+                    cell, notes, f"{name} {fw} {c if c == 'GPU' else c + ' threads'}{where_m}")
+                line.append(text)
+                vals.append(value)
+                if predictor:
+                    p = predictor(cell.spec) if cell else None
+                    line.append(f"{p[0]:.4g}" if p else "")
+                    vals.append(p[0] if p else None)
         out_rows.append(line)
         values.append(vals)
+    caption = ("Median over timed steps and worker processes; forward + backward + update; "
+               "'-' marks a configuration that did not complete (reason in the footnote).")
+    if predictor:
+        caption += (" 'pred.': the performance model's time for the cell's configuration "
+                    "(errors in the predictions section).")
     return Table(
         title="Time per mini-batch (s), DLBench layout",
         headers=headers,
         rows=out_rows,
         values=values,
         footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)] + prov.notes,
-        caption="Median over timed steps and worker processes; forward + backward + update; "
-        "'-' marks a configuration that did not complete (reason in the footnote).",
+        caption=caption,
+        groups=groups,
     )
+
+
+def machine_group(machine_id: str | None, machines: dict[str, str] | None) -> str:
+    """The label of a machine's column group: its description and short id."""
+    desc = (machines or {}).get(machine_id or "")
+    return f"{desc} [{machine_label(machine_id)}]" if desc else machine_label(machine_id)
 
 
 def detail_table(rows: list[Row], title: str = "Measurements",

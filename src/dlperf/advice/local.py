@@ -1,0 +1,188 @@
+"""Advice for this machine, from what the store measured on it.
+
+Every number is a measured one (with its dispersion) except the largest batch where no
+run ran out of memory, which is the model's memory estimate against this machine's
+memory. What was not measured becomes the command that measures it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from dlperf import environment, units, workloads
+from dlperf.advice import common
+from dlperf.advice.records import HardwareAdvice, Measured, Predicted, Recommendation, Unknown
+from dlperf.advice.tasks import Task
+from dlperf.perfmodel.predict import training_memory
+from dlperf.presets import settings_name
+from dlperf.report.analysis import Row
+
+
+def dispersion(r: Row) -> str:
+    steps = sum(x.metrics.steps for x in r.ok if x.metrics)
+    cv = units.percent(r.within_cv)
+    procs = f" in {r.processes} processes" if r.processes > 1 else ""
+    return (f"+-{units.seconds(r.mad_s)} MAD, CV {cv} over {steps} timed steps{procs} "
+            f"({settings_name(r.spec.measurement)} settings)")
+
+
+def measured(r: Row) -> Measured:
+    return Measured(configuration=r.spec.label(), dispersion=dispersion(r))
+
+
+def advise_here(task: Task, rows: list[Row], samples: int, epochs: float) -> HardwareAdvice:
+    """``rows``: this machine's aggregated step and parallel rows (failures included)."""
+    cores = environment.physical_cores()
+    steps = [r for r in rows if r.spec.kind == "step" and r.spec.network in workloads.WORKLOADS]
+    recs: list[Recommendation] = []
+    best_of: dict[tuple[str, str], Row] = {}
+    for cand in task.candidates:
+        for size in common.sizes(cand.network):
+            mine = [r for r in steps if r.spec.network == cand.network and r.spec.size == size]
+            best = max((r for r in mine if r.measured), key=lambda r: r.samples_per_s,
+                       default=None)
+            recs.append(_network(cand.network, size, best, samples, epochs, cores))
+            if best is not None:
+                best_of[(cand.network, size)] = best
+                recs += _framework(cand.network, size, mine, best, cores)
+                recs.append(_threads(cand.network, size, mine, best, cores))
+            recs.append(_batch(cand.network, size, mine))
+    # devices and data for the task's first candidate measured here (the candidates are
+    # listed most representative first; the guide's families run on 8x8 digits)
+    first = next(iter(best_of.values()), None)
+    recs.append(_devices(first, rows, task, samples, epochs, cores))
+    recs.append(_data(first, task, cores))
+    notes = [f"{cores} physical cores; no GPU" if not environment.gpus() else
+             f"{cores} physical cores; GPUs: {', '.join(g['name'] for g in environment.gpus())}"]
+    return HardwareAdvice("this machine", tuple(recs), tuple(notes))
+
+
+def _network(net: str, size: str, best: Row | None, samples: int, epochs: float,
+             cores: int) -> Recommendation:
+    name = common.name(net, size)
+    if best is None:
+        return Recommendation("network", name, f"{name}: not measured here", None, "h", Unknown(
+            common.run_command(net, size, threads=cores)))
+    hours = common.hours(samples, epochs, best.samples_per_s)
+    return Recommendation("network", name, f"{name}: {common.duration(hours)} for {epochs:g} "
+                          f"epochs of {units.count(samples)} samples at "
+                          f"{best.samples_per_s:.4g} samples/s", hours, "h", measured(best))
+
+
+def _framework(net: str, size: str, mine: list[Row], best: Row, cores: int) -> list[Recommendation]:
+    """The fastest framework at the best configuration's batch, device and threads."""
+    same = [r for r in mine if r.measured and (r.spec.batch_size, r.spec.device, r.spec.threads)
+            == (best.spec.batch_size, best.spec.device, best.spec.threads)]
+    by_fw: dict[str, Row] = {}
+    for r in same:
+        if r.framework_label not in by_fw or r.median_s < by_fw[r.framework_label].median_s:
+            by_fw[r.framework_label] = r
+    order = sorted(by_fw.values(), key=lambda r: r.median_s)
+    name = common.name(net, size)
+    top = order[0]
+    if len(order) == 1:
+        return [Recommendation(
+            "framework", name, f"{name}: only {top.framework_label} measured "
+            f"({units.seconds(top.median_s)} per mini-batch); compare with: "
+            f"{common.sweep_command(net, size, 'all', [best.spec.threads])}",
+            top.median_s, "s", measured(top))]
+    rest = ", ".join(f"{r.framework_label} {units.seconds(r.median_s)} "
+                     f"({r.median_s / top.median_s:.2f}x)" for r in order[1:])
+    return [Recommendation("framework", name, f"{name}: {top.framework_label} is fastest here, "
+                           f"{units.seconds(top.median_s)} per mini-batch; {rest}",
+                           top.median_s, "s", measured(top))]
+
+
+def _threads(net: str, size: str, mine: list[Row], best: Row, cores: int) -> Recommendation:
+    """The thread count of the fastest configuration, and what threads past the physical
+    cores did, where measured."""
+    curve = {r.spec.threads: r for r in mine if r.measured and r.spec.device == "cpu"
+             and r.framework_label == best.framework_label
+             and r.spec.batch_size == best.spec.batch_size
+             and r.spec.measurement == best.spec.measurement}
+    name = common.name(net, size)
+    fw = best.spec.framework
+    if best.spec.device != "cpu":
+        return Recommendation("threads", name, f"{name}: the GPU ({best.spec.label()})",
+                              best.median_s, "s", measured(best))
+    if len(curve) < 2:
+        return Recommendation("threads", name, f"{name}: only {best.spec.threads} thread"
+                              f"{'s' if best.spec.threads > 1 else ''} measured", None,
+                              "threads", Unknown(common.sweep_command(
+                                  net, size, fw, [1, cores, 2 * cores], best.spec.batch_size)))
+    t_best = min(curve, key=lambda t: curve[t].median_s)
+    text = (f"{name}: {t_best} thread{'s' if t_best > 1 else ''} on the CPU "
+            f"({units.seconds(curve[t_best].median_s)} per mini-batch, {fw})")
+    beyond = [t for t in curve if t > cores]
+    if cores in curve and beyond:
+        t = max(beyond)
+        ratio = curve[t].median_s / curve[cores].median_s
+        text += (f"; {t} threads on {cores} physical cores took {ratio:.2f}x the time at "
+                 f"{cores}: more threads than cores {'slow it down' if ratio > 1 else 'still help'}")
+    elif not beyond:
+        text += f"; past the {cores} physical cores not measured"
+    return Recommendation("threads", name, text, float(t_best), "threads",
+                          measured(curve[t_best]))
+
+
+def _batch(net: str, size: str, mine: list[Row]) -> Recommendation:
+    """The largest batch that fits: from runs that ran out of memory where there are any,
+    else the model's memory estimate against this machine's memory."""
+    name = common.name(net, size)
+    oom = [r.spec.batch_size for r in mine if r.failure_reason == "oom"]
+    ok = [r for r in mine if r.measured]
+    if oom:
+        fits = [r for r in ok if r.spec.batch_size < min(oom)]
+        top = max(fits, key=lambda r: r.spec.batch_size, default=None)
+        if top is not None:
+            return Recommendation("batch", name, f"{name}: batch {top.spec.batch_size} ran; "
+                                  f"{min(oom)} ran out of memory", float(top.spec.batch_size),
+                                  "samples", measured(top))
+    memory = environment.machine()["memory_bytes"]
+    b = common.largest_fitting(lambda b: training_memory(net, size=size, batch_size=b), memory)
+    more = " or more" if b == common.MAX_BATCH else ""
+    return Recommendation(
+        "batch", name, f"{name}: about {b}{more} fit in this machine's "
+        f"{units.nbytes(memory)} (weights, gradients and kept activations)", float(b),
+        "samples", Predicted(f"memory estimate of {name} at batch {b}", None,
+                             "no run here ran out of memory"))
+
+
+def _devices(first: Row | None, rows: list[Row], task: Task, samples: int, epochs: float,
+             cores: int) -> Recommendation:
+    """Several worker processes on this machine: the measured parallel strategies."""
+    from dlperf.report.parallel import opts, speedup
+
+    par = [r for r in rows if r.spec.kind == "parallel" and r.measured]
+    nets = [c.network for c in task.candidates]
+    mine = [r for r in par if r.spec.network in nets]
+    net = first.spec.network if first else task.candidates[0].network
+    if not mine:
+        return Recommendation("devices", net, "workers and synchronisation: not measured "
+                              "here", None, "h", Unknown(common.parallel_command(net, cores)))
+    scored = defaultdict(list)
+    for r in mine:
+        s, eff = speedup(r, par)
+        scored[r.spec.network].append((r.spec.batch_size / r.median_s, s, eff, r))
+    rate, s, eff, r = max((x for v in scored.values() for x in v), key=lambda x: x[0])
+    o = opts(r)
+    hours = common.hours(samples, epochs, rate)
+    sp = (f", speed-up {s:.2f}x and efficiency {units.percent(eff)} against one worker"
+          if s else "")
+    return Recommendation("devices", common.name(r.spec.network, r.spec.size),
+                          f"{o.workers} worker{'s' if o.workers > 1 else ''}, {o.strategy}: "
+                          f"{common.duration(hours)} to train at {rate:.4g} samples/s{sp}",
+                          hours, "h", measured(r))
+
+
+def _data(first: Row | None, task: Task, cores: int) -> Recommendation:
+    """Whether storage keeps up with the fastest measured rate."""
+    if first is None:
+        net = task.candidates[0].network
+        return Recommendation("data", net, "storage: no training rate measured here to "
+                              "compare with", None, "MB/s",
+                              Unknown(common.run_command(net, None, threads=cores)))
+    net, size = first.spec.network, first.spec.size
+    need = first.samples_per_s * common.sample_bytes(net, size)
+    return Recommendation("data", common.name(net, size), common.storage_verdict(need),
+                          need / 1e6, "MB/s", measured(first))

@@ -1,0 +1,59 @@
+"""``dlperf advise``: advice for a task, a data size and some hardware, from the store and
+the performance model. Parsing and printing only; the advice lives in ``dlperf.advice``.
+
+    dlperf advise --task image-classification --samples 1.2M --epochs 90 --hardware this
+    dlperf advise --task sequences --samples 500k --epochs 20 --hardware this,a100-40gb:8
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from dlperf import cli
+from dlperf.cli import out
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from dlperf.advice import TASKS
+
+    p = sub.add_parser("advise", help="which network, framework, threads, devices and "
+                       "strategy for a task, each with its number and its source")
+    p.add_argument("--task", required=True, help=", ".join(TASKS))
+    p.add_argument("--samples", required=True, help="training samples, e.g. 60000, 50k, 1.2M")
+    p.add_argument("--epochs", type=cli.positive_float, default=1.0, help="passes over the "
+                   "data (default 1)")
+    p.add_argument("--hardware", default="this", help="'this' (default), a catalogue device "
+                   "with a count ('a100-40gb:8'; see 'dlperf devices'), or several, "
+                   "comma-separated, to compare")
+    p.add_argument("--json", action="store_true", help="print the recommendations as JSON")
+    cli._common(p)
+    return p
+
+
+def cmd_advise(a: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    from dlperf.advice import advise
+    from dlperf.advice.hardware import parse_hardware, parse_samples
+    from dlperf.advice.tasks import task
+    from dlperf.report.advice import advice_tables, rows_here
+    from dlperf.report.exporters import print_table
+    from dlperf.store import Store
+
+    task(a.task)  # bad input first, before the store is opened
+    samples = parse_samples(a.samples)
+    parse_hardware(a.hardware)
+    with Store(a.db) as store:
+        rows = rows_here(store)
+    adv = advise(a.task, samples=samples, epochs=a.epochs, hardware=a.hardware, rows=rows)
+    if a.json:
+        print(json.dumps(dataclasses.asdict(adv), indent=1, default=str))
+        return 0
+    out.print(f"[bold]{adv.task}[/]: {adv.samples:,} samples x {adv.epochs:g} epochs")
+    for t in advice_tables(adv):
+        print_table(t, out)
+    return 0
+
+
+cli.COMMANDS["advise"] = (add_parser, cmd_advise)

@@ -1,0 +1,83 @@
+"""Published reference numbers, shipped as data and read as reference rows.
+
+A reference row is a number someone else measured on their machine and published; it is
+shown beside the user's own measurements, always marked and cited, and is never a
+RunResult: it never enters the store, a DLBench table, a ranking or an average.
+
+``guide_table1.csv``: the guide's thread table (time per mini-batch of a fully connected
+network, batch 64, on a 4-core i7-3820, for Caffe, TensorFlow and Torch at 1, 2, 4 and 8
+threads), with its citation in the file's comment lines.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+
+@dataclass(frozen=True)
+class ReferenceRow:
+    """One framework's published times: thread count -> seconds per mini-batch (None
+    where the source has none, 'na')."""
+
+    framework: str
+    seconds: dict[int, float | None]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A published table: its rows and what they were measured on, as the source says."""
+
+    name: str
+    citation: tuple[str, ...]  # the file's comment lines, verbatim
+    network: str  # the network in the source's words
+    batch_size: int
+    cpu: str
+    physical_cores: int
+    rows: tuple[ReferenceRow, ...]
+
+    def time(self, framework: str, threads: int) -> float | None:
+        row = next((r for r in self.rows if r.framework == framework), None)
+        return row.seconds.get(threads) if row else None
+
+    @property
+    def threads(self) -> list[int]:
+        return sorted({t for r in self.rows for t in r.seconds})
+
+
+def _number(text: str) -> float | None:
+    return None if text.strip().lower() in ("na", "n.a.", "") else float(text)
+
+
+def _stated(pattern: str, citation: str, what: str) -> str:
+    """A fact the citation states (batch size, CPU, cores); a file that no longer states it
+    is a packaging error, said loudly rather than guessed."""
+    m = re.search(pattern, citation)
+    if not m:
+        raise ValueError(f"guide_table1.csv: its header no longer states the {what}")
+    return m.group(1)
+
+
+@cache
+def guide_table1() -> Reference:
+    """The guide's Table I (seed slides and paper draft), citing DLBench."""
+    text = resources.files("dlperf.reference").joinpath("guide_table1.csv").read_text()
+    comments = tuple(line.lstrip("# ").rstrip() for line in text.splitlines()
+                     if line.startswith("#"))
+    body = [line for line in text.splitlines() if line and not line.startswith("#")]
+    rows = []
+    for rec in csv.DictReader(body):
+        seconds = {int(k.removeprefix("threads_")): _number(v) for k, v in rec.items()
+                   if k.startswith("threads_")}
+        rows.append(ReferenceRow(framework=rec["framework"], seconds=seconds))
+    cite = " ".join(comments)
+    return Reference(
+        name="guide_table1", citation=comments,
+        network="fully connected network (FCN)",
+        batch_size=int(_stated(r"batch (\d+)", cite, "batch size")),
+        cpu=_stated(r"on an? (Intel [\w-]+)", cite, "CPU"),
+        physical_cores=int(_stated(r"(\d+) physical cores", cite, "core count")),
+        rows=tuple(rows))
