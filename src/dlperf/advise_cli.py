@@ -37,7 +37,7 @@ def cmd_advise(a: argparse.Namespace) -> int:
     from dlperf.advice import advise
     from dlperf.advice.hardware import parse_hardware, parse_samples
     from dlperf.advice.tasks import task
-    from dlperf.report.advice import advice_tables, rows_here
+    from dlperf.report.advice import comparison_table, rows_here
     from dlperf.report.exporters import print_table
     from dlperf.store import Store
 
@@ -50,10 +50,28 @@ def cmd_advise(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(dataclasses.asdict(adv), indent=1, default=str))
         return 0
-    out.print(f"[bold]{adv.task}[/]: {adv.samples:,} samples x {adv.epochs:g} epochs")
-    for t in advice_tables(adv):
-        print_table(t, out)
+    print(f"{adv.task}: {adv.samples:,} samples x {adv.epochs:g} epochs")
+    comparison = comparison_table(adv)
+    if comparison:
+        print_table(comparison, out)
+    for h in adv.hardware:
+        print_advice(h)
     return 0
+
+
+def print_advice(h) -> None:
+    """One hardware's advice by topic, each recommendation on a line of its own and its
+    number and source on the next (plain lines: commands stay whole for copying)."""
+    from dlperf.report.advice import TOPICS, number
+
+    print(f"\nAdvice for {h.hardware}" + (f" ({'; '.join(h.notes)})" if h.notes else ""))
+    for topic, title in TOPICS.items():
+        recs = h.of(topic)
+        if recs:
+            print(f"  {title}")
+        for r in recs:
+            print(f"    - {r.advice}")
+            print(f"        {number(r)}; {r.source.describe()}")
 
 
 cli.COMMANDS["advise"] = (add_parser, cmd_advise)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dlperf import environment
+from dlperf import environment, units
 from dlperf.advice import TASKS, Advice, HardwareAdvice, Recommendation, advise
 from dlperf.advice.common import duration
 from dlperf.report.analysis import Row, aggregate
@@ -14,28 +14,30 @@ from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table
 from dlperf.store import Store
 
-_TOPICS = {"network": "network and size", "framework": "framework", "threads":
+TOPICS = {"network": "network and size", "framework": "framework", "threads":
            "processing unit and threads", "devices": "devices and synchronisation",
            "data": "input and storage", "batch": "largest mini-batch"}
 
 
-def _number(r: Recommendation) -> str:
+def number(r: Recommendation) -> str:
     if r.value is None:
         return "-"
     if r.unit == "h":
         return duration(r.value)
     if r.unit == "s":
-        return f"{r.value:.4g} s"
+        return units.seconds(r.value)
+    if r.unit in ("samples", "threads"):
+        return f"{r.value:.0f} {r.unit}"
     return f"{r.value:.4g} {r.unit}"
 
 
 def hardware_table(h: HardwareAdvice, title: str | None = None) -> Table:
-    order = list(_TOPICS)
+    order = list(TOPICS)
     recs = sorted(h.recommendations, key=lambda r: order.index(r.topic))
     return Table(title=title or f"Advice for {h.hardware}",
                  headers=["topic", "advice", "number", "source"],
-                 rows=[[_TOPICS[r.topic], r.advice, _number(r), r.source.describe()] for r in recs],
-                 values=[[_TOPICS[r.topic], r.advice, r.value, r.kind] for r in recs],
+                 rows=[[TOPICS[r.topic], r.advice, number(r), r.source.describe()] for r in recs],
+                 values=[[TOPICS[r.topic], r.advice, r.value, r.kind] for r in recs],
                  footnotes=list(h.notes))
 
 
@@ -47,7 +49,7 @@ def comparison_table(a: Advice) -> Table | None:
     rows, values = [], []
     for s in subjects:
         cells = [next((r for r in h.of("network") if r.subject == s), None) for h in a.hardware]
-        rows.append([s] + [f"{_number(c)} ({c.kind})" if c and c.value is not None else "-"
+        rows.append([s] + [f"{number(c)} ({c.kind})" if c and c.value is not None else "-"
                            for c in cells])
         values.append([s] + [c.value if c else None for c in cells])
     return Table(title=f"Time to train, side by side ({a.samples:,} samples x {a.epochs:g} epochs)",

@@ -335,6 +335,11 @@ def families_plot(table: Table, path: Path) -> Path | None:
         fontsize=8,
     )
     ax.set_yscale("log")
+    # bars grow from below the smallest one (on a log axis matplotlib would start them at
+    # the smallest value, and that bar would vanish)
+    low = min((v[c] for v in table.values for c in cols if v[c]), default=None)
+    if low:
+        ax.set_ylim(bottom=low / 2)
     ax.set_ylabel("time per mini-batch (s)")
     ax.set_title("guide's families (gan: 1 D + 1 G update)")
     ax.grid(True, axis="y", alpha=0.3)

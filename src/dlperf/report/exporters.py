@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from dlperf.report.tables import Table
@@ -62,7 +63,7 @@ def to_rich(t: Table) -> RichTable:
         numeric = _numeric_column([row[i] for row in t.rows if i < len(row)])
         rt.add_column(h, justify="right" if numeric else "left", no_wrap=i < 2)
     for row in t.rows:
-        rt.add_row(*row)
+        rt.add_row(*(escape(c) for c in row))  # 'ffn [small]' is text, not rich markup
     return rt
 
 
@@ -102,6 +103,8 @@ def to_html(t: Table, table_id: str | None = None) -> str:
 def _td(cell: str, value: object) -> str:
     num = isinstance(value, int | float) and not isinstance(value, bool)
     attr = f" data-v='{value!r}'" if num and value == value else ""  # NaN: no number
+    if not num and cell and not (cell[0].isdigit() or cell[0] in "-+."):
+        attr += " class='t'"  # words read left-aligned, numbers right
     return f"<td{attr}>{html.escape(cell)}</td>"
 
 

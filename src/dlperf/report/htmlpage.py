@@ -25,7 +25,7 @@ nav{background:#f6f6f6;border:1px solid #ddd;padding:.4em 1.2em;display:inline-b
 nav ol{margin:.3em 0;padding-left:1.4em}
 table{border-collapse:collapse;margin:.6em 0 1em;font-size:13px}
 td,th{border:1px solid #ccc;padding:3px 7px;text-align:right;vertical-align:top}
-td:first-child,td:nth-child(2),th{text-align:left}
+td:first-child,td:nth-child(2),td.t,th{text-align:left}
 th{background:#f0f0f0;cursor:pointer;user-select:none}
 th.group{background:#e4e9f2;text-align:center;cursor:default}
 th.asc::after{content:" \\25B2"} th.desc::after{content:" \\25BC"}

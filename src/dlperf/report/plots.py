@@ -31,7 +31,7 @@ def grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
 def save(fig: plt.Figure, path: Path) -> Path:
     """Lay out, write as PNG and close (every dlperf plot ends here)."""
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # legends outside the axes included
     plt.close(fig)
     return path
 
@@ -143,17 +143,23 @@ def table_bars(rows: list[Row], path: Path) -> Path | None:
     labels = list(dict.fromkeys(k for c in cells.values() for k in c))
     width = 0.8 / len(labels)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(cells) * max(1, len(labels) / 3)), 4.2))
+    # more than 10 bars per group: 20 distinct colours, so no two bars share one
+    colors = plt.get_cmap("tab20").colors if len(labels) > 10 else [f"C{i}" for i in range(10)]
     for i, label in enumerate(labels):
         xs = [j + i * width for j, c in enumerate(cells.values()) if label in c]
         ys = [c[label] for c in cells.values() if label in c]
-        ax.bar(xs, ys, width, label=label)
+        ax.bar(xs, ys, width, label=label, color=colors[i % len(colors)])
+    low = min(v for c in cells.values() for v in c.values())
+    ax.set_ylim(bottom=low / 2)  # the smallest bar stays visible on the log axis
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cells))], list(cells))
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
     ax.set_ylabel("time per mini-batch (s)")
     ax.set_title("Time per mini-batch at DLBench's default batch sizes")
     ax.grid(True, axis="y", which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=max(1, len(labels) // 6))
+    # below the axes: a legend inside would hide bars
+    ax.legend(fontsize=7, ncol=min(4, max(1, len(labels) // 4)), loc="upper center",
+              bbox_to_anchor=(0.5, -0.12))
     return save(fig, path)
 
 

@@ -27,7 +27,7 @@ NETWORK = "fcn5"
 _SETTINGS_ORDER = ("full", "default", "quick")
 Verdict = Literal["holds", "does not hold", "not measured here", "no reference"]
 #: tools of the paper that do not run on this platform (docs/frameworks.md says why)
-NOT_RUNNABLE = {"caffe": "Caffe does not build on this platform (docs/frameworks.md)"}
+NOT_RUNNABLE = {"caffe": "Caffe is not installable on this platform (docs/frameworks.md)"}
 TORCH7_NOTE = ("The paper's 'Torch' is Torch7 (Lua); here 'torch' is PyTorch, its successor "
                "(a different front end over a shared lineage of C kernels).")
 

@@ -1,0 +1,90 @@
+"""The guide's thread table as reference data: loaded as typed reference rows with their
+citation, shown beside this machine's fcn5, never counted as measurements, and its
+findings checked one by one."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf import environment
+from dlperf.reference import ReferenceRow, guide_table1
+from dlperf.report import render
+from dlperf.report.reference import findings, local_times
+from dlperf.spec import RunResult
+from dlperf.store import Store
+from tests.report_fixtures import fcn5_table, result
+
+PUBLISHED = (1.324, 0.790, 0.578, 15.444, 7.062, 4.789, 2.648, 1.938, 1.329, 0.710, 0.423)
+
+
+@pytest.fixture(autouse=True)
+def two_cores(monkeypatch):
+    monkeypatch.setattr(environment, "physical_cores", lambda: 2)
+
+
+def test_the_table_ships_with_its_citation_as_typed_reference_rows():
+    ref = guide_table1()
+    assert ref.batch_size == 64 and ref.physical_cores == 4 and ref.cpu == "Intel i7-3820"
+    assert all(isinstance(r, ReferenceRow) and not isinstance(r, RunResult) for r in ref.rows)
+    assert ref.time("caffe", 8) == 15.444 and ref.time("tensorflow", 1) == 7.062
+    assert ref.time("torch", 8) is None  # 'na' in the source
+    assert sorted(v for r in ref.rows for v in r.seconds.values() if v) == sorted(PUBLISHED)
+    assert any("DLBench" in line for line in ref.citation)
+
+
+def test_reference_rows_are_shown_cited_and_never_counted_as_measurements(db, tmp_path):
+    with Store(db) as st:
+        fcn5_table(st)
+        n = st.count()
+        rep = render(st, tmp_path / "rep")
+        assert st.count() == n  # nothing was stored
+        stored = [m.metrics.median_s for m in st.results(kind=None) if m.metrics]
+    assert not set(PUBLISHED) & set(stored)
+    sec = next(s for s in rep.sections if s.name == "reference")
+    table = sec.tables[0]
+    published = [r for r in table.rows if r[0].startswith("published [1]")]
+    assert [r[1] for r in published] == ["caffe", "tensorflow", "torch"]
+    assert published[0][2:] == ["1.324", "0.79", "0.578", "15.44"]
+    assert any(n.startswith("[1] The guide's thread table") for n in table.footnotes)
+    here = [v for v in table.values if v[0].startswith("measured here")]
+    assert {v[1]: v[2:5] for v in here} == {"tensorflow": [0.8, 0.5, 0.45],
+                                            "torch": [1.0, 0.6, 0.9]}
+    # no other section holds a published number or the reference's tools
+    for other in (s for s in rep.sections if s.name != "reference"):
+        for t in other.tables:
+            cells = {c for row in t.values for c in row if isinstance(c, float)}
+            assert not cells & set(PUBLISHED), (other.name, t.title)
+            assert "caffe" not in str(t.rows)
+    html = rep.html.read_text()
+    assert "class='reference'" in html
+
+
+def test_findings_hold_or_not_finding_by_finding(db):
+    with Store(db) as st:
+        fcn5_table(st)  # torch 1.0/0.6/0.9 s, tensorflow 0.8/0.5/0.45 s at 1/2/4 threads
+        here = local_times(st, 2)
+    verdicts = {f.claim: (f.verdict, f.here) for f in findings(here, 2)}
+    assert verdicts["torch: all the physical cores beat one thread"] == (
+        "holds", "1.67x from 1 to 2 threads")
+    assert verdicts["Torch gains more from the cores than TensorFlow"][0] == "holds"
+    assert verdicts["tensorflow: more threads than physical cores still speeds it up"] == (
+        "holds", "0.90x the time at 2 threads with 4 (faster)")
+    assert verdicts["torch: more threads than physical cores (no published number)"][0] == \
+        "no reference"
+    assert verdicts["More threads than physical cores can slow training down"] == (
+        "holds", "slower past the cores: torch")
+    assert verdicts["TensorFlow is the slowest at one thread"][0] == "does not hold"
+    assert verdicts["caffe: more threads than physical cores slows it down"][0] == \
+        "not measured here"
+
+
+def test_without_fcn5_here_each_finding_says_what_to_run(db):
+    with Store(db) as st:
+        st.add(result("fcn5", 1, 1.0))  # one thread only, torch only
+        st.add(result("fcn5", 2, 0.5, batch=128))  # not the paper's batch: not its FCN
+        here = local_times(st, 2)
+    assert {fw: sorted(by) for fw, by in here.items()} == {"torch": [1]}
+    found = findings(here, 2)
+    missing = [f for f in found if f.verdict == "not measured here" and f.command]
+    assert missing and all(f.command.startswith("dlperf sweep --networks fcn5") for f in missing)
+    assert any("--threads 1,2,4" in f.command for f in missing)
