@@ -1,5 +1,5 @@
 # Two entry points, each doing all set-up itself on a fresh machine:
-#   make reproduce   create .venv, install dlperf with every framework, run the DLBench study (quick)
+#   make reproduce   create .venv, install dlperf with every framework, run the DLBench study (brief)
 #   make test        create .venv the same way, and MXNet's environment, run the test suite
 #   make mxnet       create MXNet's environment (dlperf setup mxnet; MXNet needs numpy<1.24)
 PYTHON ?= python3
@@ -16,8 +16,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
 	touch $@
 
+# The brief DLBench study (fcn5, alexnet, lstm32 x PyTorch, TensorFlow, JAX x 1, P, 2P
+# threads; about 6 minutes on 2 cores), the advice for this machine, the report's path last
 reproduce: install
-	$(BIN)/dlperf reproduce dlbench --quick
+	$(BIN)/dlperf reproduce dlbench --brief --frameworks torch,tensorflow,jax --out results/dlbench
+	$(BIN)/dlperf advise --task image-classification --samples 1.2M --epochs 90 --hardware this
+	@echo "HTML report: $(CURDIR)/results/dlbench/report.html"
 
 mxnet: install
 	$(BIN)/dlperf setup mxnet

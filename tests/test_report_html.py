@@ -131,3 +131,17 @@ def test_report_html_flag_prints_the_path_last(db, tmp_path, capsys):
     assert main(["report", "--db", str(db), "--out", str(out), "--html"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == str(out / "report.html")
+
+
+def test_the_brief_study_is_one_network_per_kind_at_1_p_and_2p_threads(monkeypatch):
+    from dlperf import environment, plan, presets
+
+    monkeypatch.setattr(environment, "physical_cores", lambda: 2)
+    (name, cfg), = presets.dlbench(quick=False, brief=True, frameworks=["torch", "tensorflow"])
+    specs = plan.expand(cfg)
+    assert {s.network for s in specs} == {"fcn5", "alexnet", "lstm32"}
+    assert sorted({s.threads for s in specs}) == [1, 2, 4]
+    assert len(specs) == 3 * 2 * 3
+    # the quick settings: a later 'reproduce dlbench --quick' counts these results as its own
+    assert {s.measurement for s in specs} == {presets.QUICK_MEASUREMENT}
+    assert presets.brief_threads(4) == [1, 4, 8] and presets.brief_threads(1) == [1, 2]

@@ -393,7 +393,8 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
         raise UsageError(f"unknown study '{a.study}' (known: dlbench)")
     frameworks = presets.resolve_frameworks(str_list(a.frameworks) or ["torch"])
     variants = str_list(a.variants) or ["default"]
-    configs = presets.dlbench(quick=a.quick, frameworks=frameworks, variants=variants,
+    configs = presets.dlbench(quick=a.quick, brief=a.brief, frameworks=frameworks,
+                              variants=variants,
                               threads=threads_arg(a.threads) if a.threads else None,
                               size=a.size, timeout=a.timeout, memory_limit=a.memory_limit)
     started = time.time()
@@ -406,7 +407,8 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
         rep = render(store, out_dir, Filters(tuple(presets.DLBENCH_NETWORKS), tuple(frameworks),
                                              size=configs[0][1].size))
     print_report(rep)
-    out.print(f"reproduce dlbench{' --quick' if a.quick else ''}: {time.time() - started:.0f} s; "
+    mode = " --brief" if a.brief else " --quick" if a.quick else ""
+    out.print(f"reproduce dlbench{mode}: {time.time() - started:.0f} s; "
               f"results in [bold]{out_dir}/[/] (report.html, *.md, *.csv, *.png)")
     return 0
 
@@ -617,6 +619,9 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("reproduce", help="reproduce a published study (dlbench)")
     p.add_argument("study", help="dlbench")
+    p.add_argument("--brief", action="store_true", help="fcn5, alexnet and lstm32 at 1, P "
+                   "and 2P threads (P: physical cores) with the quick settings: about 6 "
+                   "minutes for three frameworks on 2 cores")
     p.add_argument("--quick", action="store_true", help="threads 1,2,4, default batches, one "
                    "process each: a few minutes")
     p.add_argument("--frameworks", help="comma-separated, or 'all' installed (default torch)")

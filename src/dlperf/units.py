@@ -30,7 +30,9 @@ def nbytes(n: float | None) -> str:
         return "-"
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
-            return f"{n / scale:.3g} {unit}"
+            v = n / scale
+            return f"{v:.0f} {unit}" if v >= 999.5 else f"{v:.3g} {unit}"  # not '1e+03 MiB'
+
     return f"{n:.0f} B"
 
 

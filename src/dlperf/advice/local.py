@@ -15,7 +15,7 @@ from dlperf.advice.records import HardwareAdvice, Measured, Predicted, Recommend
 from dlperf.advice.tasks import Task
 from dlperf.perfmodel.predict import training_memory
 from dlperf.presets import settings_name
-from dlperf.report.analysis import Row
+from dlperf.report.analysis import Row, direction
 
 
 def dispersion(r: Row) -> str:
@@ -117,8 +117,10 @@ def _threads(net: str, size: str, mine: list[Row], best: Row, cores: int) -> Rec
     if cores in curve and beyond:
         t = max(beyond)
         ratio = curve[t].median_s / curve[cores].median_s
+        effect = {"slower": "slow it down", "faster": "still help",
+                  "no change": "change nothing"}[direction(ratio)]
         text += (f"; {t} threads on {cores} physical cores took {ratio:.2f}x the time at "
-                 f"{cores}: more threads than cores {'slow it down' if ratio > 1 else 'still help'}")
+                 f"{cores}: more threads than cores {effect}")
     elif not beyond:
         text += f"; past the {cores} physical cores not measured"
     return Recommendation("threads", name, text, float(t_best), "threads",

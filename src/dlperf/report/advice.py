@@ -27,7 +27,7 @@ def number(r: Recommendation) -> str:
     if r.unit == "s":
         return units.seconds(r.value)
     if r.unit in ("samples", "threads"):
-        return f"{r.value:.0f} {r.unit}"
+        return f"{r.value:.0f} {r.unit.removesuffix('s') if r.value == 1 else r.unit}"
     return f"{r.value:.4g} {r.unit}"
 
 

@@ -151,6 +151,20 @@ class Row:
         return f"{self.spec.framework}/{self.spec.variant}{prec}"
 
 
+#: A time ratio within this of 1 reads as no change: one quick process per configuration
+#: does not resolve less (its steps vary by a few percent, docs/measurement.md).
+SAME_WITHIN = 0.02
+
+
+def direction(ratio: float) -> str:
+    """'slower', 'faster' or 'no change' for a time ratio (new time over old)."""
+    if ratio > 1 + SAME_WITHIN:
+        return "slower"
+    if ratio < 1 - SAME_WITHIN:
+        return "faster"
+    return "no change"
+
+
 def over_peak_note(achieved: float | None, peak: float | None) -> str:
     """Why a share of peak shows 100% where the stored rates give more (a result stored by
     a dlperf that did not yet raise the peak past a faster run)."""

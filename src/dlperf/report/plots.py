@@ -154,6 +154,8 @@ def table_bars(rows: list[Row], path: Path) -> Path | None:
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cells))], list(cells))
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(ticker.FormatStrFormatter("%g"))  # '0.6', not '6 x 10^-1'
+    ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.set_ylabel("time per mini-batch (s)")
     ax.set_title("Time per mini-batch at DLBench's default batch sizes")
     ax.grid(True, axis="y", which="both", alpha=0.3)

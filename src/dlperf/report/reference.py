@@ -17,7 +17,7 @@ from typing import Literal
 
 from dlperf import backends, environment, units
 from dlperf.reference import Reference, guide_table1
-from dlperf.report.analysis import Row, aggregate
+from dlperf.report.analysis import Row, aggregate, direction
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table
 from dlperf.store import Store
@@ -77,7 +77,8 @@ def _sweep(fw: str, threads: list[int]) -> str:
 
 def findings(here: dict[str, dict[int, Row]], cores: int,
              ref: Reference | None = None) -> list[Finding]:
-    """The paper's findings about threads, each checked on this machine's numbers."""
+    """The paper's findings about threads, each checked on this machine's numbers. A ratio
+    within 2% of 1 (``analysis.SAME_WITHIN``) counts as no difference."""
     ref = ref or guide_table1()
     pc, out = ref.physical_cores, []
     t = {fw: {n: r.median_s for n, r in by.items()} for fw, by in here.items()}
@@ -91,14 +92,14 @@ def findings(here: dict[str, dict[int, Row]], cores: int,
         if 1 in h and cores in h and cores > 1:
             s = h[1] / h[cores]
             out.append(Finding(claim, ps, f"{s:.2f}x from 1 to {cores} threads",
-                               "holds" if s > 1 else "does not hold"))
+                               "holds" if direction(1 / s) == "faster" else "does not hold"))
         else:
             out.append(_missing(claim, ps, fw, wanted))
     if all(fw in t and 1 in t[fw] and cores in t[fw] for fw in ("torch", "tensorflow")):
         st, sf = (t[fw][1] / t[fw][cores] for fw in ("torch", "tensorflow"))
         out.append(Finding("Torch gains more from the cores than TensorFlow",
                            f"{_speedup(ref, 'torch')} vs {_speedup(ref, 'tensorflow')}",
-                           f"{st:.2f}x vs {sf:.2f}x", "holds" if st > sf else "does not hold"))
+                           f"{st:.2f}x vs {sf:.2f}x", "holds" if direction(sf / st) == "faster" else "does not hold"))
     else:
         out.append(_missing("Torch gains more from the cores than TensorFlow",
                             f"{_speedup(ref, 'torch')} vs {_speedup(ref, 'tensorflow')}",
@@ -107,27 +108,28 @@ def findings(here: dict[str, dict[int, Row]], cores: int,
         fw = row.framework
         pn, p2 = ref.time(fw, pc), ref.time(fw, 2 * pc)
         if not (pn and p2):
-            paper, direction = "n.a.", None
+            paper, slower = "n.a.", None
         else:
             paper = (f"{p2 / pn:.2f}x the time at {pc} threads with {2 * pc} "
                      f"({'slower' if p2 > pn else 'faster'})")
-            direction = p2 > pn
+            slower = p2 > pn
         claim = (f"{fw}: more threads than physical cores "
-                 + ("slows it down" if direction else "still speeds it up"
-                    if direction is False else "(no published number)"))
+                 + ("slows it down" if slower else "still speeds it up"
+                    if slower is False else "(no published number)"))
         h = t.get(fw, {})
         beyond = [n for n in h if n > cores]
         if cores in h and beyond:
             n = max(beyond)
             r = h[n] / h[cores]
-            text = f"{r:.2f}x the time at {cores} threads with {n} ({'slower' if r > 1 else 'faster'})"
-            verdict: Verdict = ("no reference" if direction is None
-                                else "holds" if (r > 1) == direction else "does not hold")
+            change = direction(r)
+            text = f"{r:.2f}x the time at {cores} threads with {n} ({change})"
+            verdict: Verdict = ("no reference" if slower is None else "holds"
+                                if change == ("slower" if slower else "faster") else "does not hold")
             out.append(Finding(claim, paper, text, verdict))
         else:
             out.append(_missing(claim, paper, fw, wanted))
     slow = [fw for fw, h in t.items() if cores in h and any(n > cores for n in h)
-            and h[max(n for n in h if n > cores)] > h[cores]]
+            and direction(h[max(n for n in h if n > cores)] / h[cores]) == "slower"]
     any_past = any(cores in h and any(n > cores for n in h) for h in t.values())
     claim = "More threads than physical cores can slow training down"
     paper = _past(ref, "caffe")
@@ -143,7 +145,7 @@ def findings(here: dict[str, dict[int, Row]], cores: int,
     if 1 in t.get("tensorflow", {}) and 1 in t.get("torch", {}):
         a, b = t["tensorflow"][1], t["torch"][1]
         out.append(Finding(claim, paper, f"tensorflow {units.seconds(a)} vs torch "
-                           f"{units.seconds(b)} ({a / b:.2f}x)", "holds" if a > b else
+                           f"{units.seconds(b)} ({a / b:.2f}x)", "holds" if direction(a / b) == "slower" else
                            "does not hold"))
     else:
         out.append(_missing(claim, paper, "torch,tensorflow", [1]))

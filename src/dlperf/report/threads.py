@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dlperf import units, workloads
 from dlperf.report import plots
-from dlperf.report.analysis import Row, settings_names
+from dlperf.report.analysis import SAME_WITHIN, Row, direction, settings_names
 from dlperf.report.base import Filters, Section, step_rows
 from dlperf.report.machines import machine_records
 from dlperf.report.tables import Table, machine_label, sort_rows
@@ -80,8 +80,7 @@ def scaling_table(rows: list[Row], cores_of: dict[str | None, int]) -> Table | N
         vals.append(cores)
         if pc:
             c, t, ratio = pc
-            line.append(f"{ratio:.2f}x the time at {c} ({t} threads: "
-                        f"{'slower' if ratio > 1 else 'faster'})")
+            line.append(f"{ratio:.2f}x the time at {c} ({t} threads: {direction(ratio)})")
             vals.append(ratio)
         else:
             line.append("not measured")
@@ -93,7 +92,7 @@ def scaling_table(rows: list[Row], cores_of: dict[str | None, int]) -> Table | N
                  caption="Time per mini-batch at the fewest threads over the time at N threads "
                  "(xN), DLBench's default batch. 'past the cores': time at the most threads "
                  "measured above the physical cores over the time at the physical cores; "
-                 "above 1x, the extra threads slowed training down (as Caffe's 8 threads on "
+                 f"above {1 + SAME_WITHIN:g}x, the extra threads slowed training down (as Caffe's 8 threads on "
                  "4 cores did in DLBench).")
 
 
