@@ -14,6 +14,7 @@ from dlperf import environment
 from dlperf.cli import main
 from dlperf.report import Filters, render
 from dlperf.report.machines import resolve_machines
+from dlperf.spec import RunResult
 from dlperf.store import Store
 from dlperf.store_import import import_file
 from tests.report_fixtures import OTHER_ID, fcn5_table, other_machine, result
@@ -148,3 +149,28 @@ def test_an_older_store_is_upgraded_in_a_copy_never_in_place(db, server_db):
     assert _digest(server_db) == source
     with sqlite3.connect(server_db) as c:
         assert c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("1",)
+
+
+def test_an_unknown_machine_is_one_line(db, server_db, capsys):
+    with Store(db) as st:
+        import_file(st, server_db)
+    assert main(["report", "--db", str(db), "--machines", "ffff0000"]) == 2
+    err = capsys.readouterr().err
+    assert "'ffff0000' is no machine in the store" in err and OTHER_ID[:8] in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_experiments_of_an_imported_machine_stay_out_of_this_machines_tables(db, tmp_path,
+                                                                            monkeypatch):
+    from dlperf.experiments import arm_results
+    from dlperf.spec import RunSpec
+
+    spec = RunSpec(kind="train", network="ffn", size="small", batch_size=32,
+                   options={"experiment": "init-scale", "arm": "ffn default init"})
+    other = tmp_path / "other.db"
+    with other_machine(monkeypatch), Store(other) as st:
+        st.add(RunResult(spec=spec, status="ok", started_at=5.0))
+    with Store(db) as st:
+        import_file(st, other)
+        assert arm_results(st, "init-scale") == {}
+        assert list(arm_results(st, "init-scale", machine_id=OTHER_ID)) == ["ffn default init"]

@@ -208,10 +208,13 @@ def specs(name: str, s: Settings) -> list[RunSpec]:
 
 
 # ----------------------------------------------------------------------------- reading
-def arm_results(store: Store, name: str) -> dict[str, RunResult]:
-    """Newest stored result of every arm of a train experiment, in the arms' order."""
+def arm_results(store: Store, name: str, machine_id: str | None = None) -> dict[str, RunResult]:
+    """Newest stored result of every arm of a train experiment on this machine (or on
+    ``machine_id``: arms of imported machines are never mixed in), in the arms' order."""
+    from dlperf import environment
+
     found: dict[str, RunResult] = {}
-    for r in store.results(kind="train"):
+    for r in store.results(kind="train", machine_id=machine_id or environment.machine_id()):
         if r.spec.options.get("experiment") == name:
             found[r.spec.options.get("arm", r.spec.network)] = r  # later rows are newer
     order = {a.label: i for i, a in enumerate(EXPERIMENTS[name].arms(Settings()))}
