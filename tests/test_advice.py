@@ -100,7 +100,9 @@ def test_json_output(db, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["task"] == "generation" and data["samples"] == 50000
     recs = data["hardware"][0]["recommendations"]
-    assert recs and all("source" in r and "value" in r for r in recs)
+    assert recs and all("value" in r for r in recs)
+    assert {r["source"]["kind"] for r in recs} <= {"measured", "predicted", "unknown"}
+    assert any("error not validated yet" in r["source"]["text"] for r in recs)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -47,8 +47,12 @@ def cmd_advise(a: argparse.Namespace) -> int:
     with Store(a.db) as store:
         rows = rows_here(store)
     adv = advise(a.task, samples=samples, epochs=a.epochs, hardware=a.hardware, rows=rows)
-    if a.json:
-        print(json.dumps(dataclasses.asdict(adv), indent=1, default=str))
+    if a.json:  # each source with its kind (measured, predicted, unknown) and in words
+        data = dataclasses.asdict(adv)
+        for h, hd in zip(adv.hardware, data["hardware"], strict=True):
+            for r, rd in zip(h.recommendations, hd["recommendations"], strict=True):
+                rd["source"] = {"kind": r.kind, **rd["source"], "text": r.source.describe()}
+        print(json.dumps(data, indent=1, default=str))
         return 0
     print(f"{adv.task}: {adv.samples:,} samples x {adv.epochs:g} epochs")
     comparison = comparison_table(adv)
