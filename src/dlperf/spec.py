@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 2  # 2: RunSpec.precision; measurement settings and precision in the ids
 
-Kind = Literal["step", "peak", "train", "parallel"]
+# loader: an input pipeline alone, no training (dlperf.dataflow)
+Kind = Literal["step", "peak", "train", "parallel", "loader"]
 Device = Literal["cpu", "gpu"]
 #: Numeric precision of a run. fp32: IEEE single precision, TF32 and reduced-precision
 #: reductions off; tf32: fp32 storage with TF32 matrix products (NVIDIA Ampere and later);
@@ -140,7 +141,13 @@ class RunSpec(_Frozen):
         size = "" if self.size in ("full", "") else f"[{self.size}]"
         dev = f"cpu x{self.threads}" if self.device == "cpu" else self.device
         prec = "" if self.precision == "fp32" else f" {self.precision}"
-        return f"{self.network}{size} {self.framework}/{self.variant} {dev} b{self.batch_size}{prec}"
+        label = f"{self.network}{size} {self.framework}/{self.variant} {dev} b{self.batch_size}{prec}"
+        if self.kind in ("step", "loader") and (self.options or self.kind == "loader"):
+            from dlperf.dataflow.options import describe_options  # ' disk:jpeg w2 p2'
+
+            inp = describe_options(self.options)
+            label += (" loader" if self.kind == "loader" else "") + (f" {inp}" if inp else "")
+        return label
 
 
 class Failure(_Frozen):

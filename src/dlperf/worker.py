@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from dlperf.dataflow.options import has_pipeline
 from dlperf.errors import is_out_of_memory
 from dlperf.spec import Metrics, RunResult, RunSpec
 
@@ -88,6 +89,10 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
         from dlperf.train import run_training
 
         return run_training(spec, backend, emit, base)
+    if spec.kind == "loader" or (spec.kind == "step" and has_pipeline(spec.options)):
+        from dlperf.dataflow.worker import run_dataflow  # a real input pipeline
+
+        return run_dataflow(spec, backend, emit, base)
     if spec.kind not in ("step", "peak"):
         return RunResult.failed(spec, "unsupported", f"worker cannot run kind '{spec.kind}'", **base)
 

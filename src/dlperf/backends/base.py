@@ -60,6 +60,12 @@ class Trainer(ABC):
         """Replace the synthetic batch with numpy arrays in the neutral layout."""
         raise NotImplementedError
 
+    def train_on(self, x: Any, y: Any) -> Any:
+        """One step on a batch from this backend's input pipeline
+        (``Backend.input_pipeline``), in the framework's own tensor type on the host: the
+        trainer moves it to its device (no numpy round trip) and runs ``step()`` on it."""
+        raise UnsupportedError(f"{type(self).__name__} cannot train on an input pipeline")
+
 
 #: The neutral layout of ``get_weights``/``set_weights`` (numpy float32 arrays), keyed by
 #: the layer names of ``dlperf.workloads`` plus a suffix:
@@ -164,6 +170,12 @@ class Backend(ABC):
         self, workload: str, config: Any, batch_size: int, variant: str, device: str, seed: int
     ) -> Trainer:
         """Build the network, optimizer (plain SGD) and synthetic data on the device."""
+
+    def input_pipeline(self, source: Any, batch_size: int, seed: int, device: str) -> Any:
+        """The framework's own input pipeline over ``source`` (a
+        ``dlperf.dataflow.pipeline.Source``): an ``InputPipeline`` whose batches are in
+        this framework's tensor type, for ``Trainer.train_on``."""
+        raise UnsupportedError(f"the {self.name} backend has no input pipeline")
 
     def matmul(self, n: int, device: str) -> Trainer:
         """An n x n fp32 matmul as a Trainer: one of the kernels whose best FLOP/s is the

@@ -321,6 +321,13 @@ class TorchTrainer(Trainer):
             return int(torch.cuda.max_memory_allocated(self.device))
         return None
 
+    def train_on(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        # non_blocking: a copy from pinned memory overlaps the step it feeds
+        cuda = self.device.type == "cuda"
+        self.x = x.to(self.device, non_blocking=cuda)
+        self.y = y.to(self.device, non_blocking=cuda)
+        return self.step()
+
 
 def build_trainer(config: Any, batch_size: int, variant: str, device: torch.device,
                   seed: int = 0, precision: str = "fp32") -> Trainer:
@@ -430,6 +437,12 @@ class TorchBackend(Backend):
         return build_trainer(config, batch_size, variant,
                              torch.device("cuda" if device == "gpu" else "cpu"), seed,
                              self.precision)
+
+    def input_pipeline(self, source, batch_size: int, seed: int, device: str):
+        from dlperf.backends.torch_input import build_pipeline
+
+        return build_pipeline(source, batch_size, seed,
+                              torch.device("cuda" if device == "gpu" else "cpu"))
 
     def matmul(self, n: int, device: str) -> Trainer:
         if device == "gpu" and not torch.cuda.is_available():

@@ -1,0 +1,168 @@
+"""What an input pipeline is (``InputOptions``) and what it measured (``DataflowOutcome``).
+
+Framework-free. ``InputOptions`` rides in ``RunSpec.options`` of a "step" run (training on
+the pipeline's batches) or a "loader" run (the pipeline alone, no training), dumped with
+``exclude_defaults=True``: the default, synthetic tensors already on the device, leaves
+``options`` empty, so every result measured before data flow existed keeps its id, and
+every input setting that is not a default is part of the identity.
+
+``DataflowOutcome`` is the payload of such a run, in ``RunResult.extra["dataflow"]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+InputMode = Literal["synthetic", "memory", "disk"]
+DataFormat = Literal["jpeg", "png", "raw"]
+CacheState = Literal["warm", "cold"]
+INPUT_MODES: tuple[str, ...] = ("synthetic", "memory", "disk")
+DATA_FORMATS: tuple[str, ...] = ("jpeg", "png", "raw")
+#: formats that hold images and must be decoded; 'raw' holds the input tensor's bytes
+IMAGE_FORMATS: tuple[str, ...] = ("jpeg", "png")
+#: samples in a generated data set unless --samples says otherwise: a few epochs of the
+#: DLBench batches, small enough to generate in seconds (resnet50's JPEGs: about 50 MB)
+DEFAULT_SAMPLES = 512
+#: the key of ``RunResult.extra`` that holds a ``DataflowOutcome``
+EXTRA_KEY = "dataflow"
+
+
+class InputOptions(BaseModel):
+    """How a run's mini-batches reach the training step."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: InputMode = Field("synthetic", description="synthetic: one batch made on the "
+                             "device before timing (DLBench); memory: a decoded data set in "
+                             "host memory; disk: files read every epoch")
+    data_format: DataFormat = Field("jpeg", description="disk only: jpeg or png image files "
+                                    "(read and decoded), raw fixed-size records (read only)")
+    loader_workers: int = Field(0, ge=0, description="loader processes (0: load in the "
+                                "training process)")
+    prefetch: int = Field(0, ge=0, description="batches prepared ahead of the training loop "
+                          "(per loader worker where the framework counts so)")
+    pin_memory: bool = Field(False, description="batches in page-locked host memory (GPU)")
+    cache: CacheState = Field("warm", description="cold: the data set's files are evicted "
+                              "from the page cache before the run and at every epoch")
+    samples: int = Field(DEFAULT_SAMPLES, ge=1, description="samples in the data set")
+    sample_delay_s: float = Field(0.0, ge=0, allow_inf_nan=False, description="an added "
+                                  "wait per sample in the loader (a slower source, a heavier "
+                                  "augmentation): what-ifs and tests")
+    device_memory_bytes: int | None = Field(None, ge=1, description="cap on the device "
+                                            "memory the framework may allocate (GPU)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> InputOptions:
+        if self.input == "synthetic":
+            given = sorted(self.model_dump(exclude_defaults=True).keys()
+                           - {"input", "device_memory_bytes"})
+            if given:
+                raise ValueError(f"{', '.join(given)} need an input pipeline (input memory or "
+                                 "disk); synthetic data has none")
+        if self.input == "memory":
+            if self.cache != "warm":
+                raise ValueError("cache cold applies to input disk (a data set in memory is "
+                                 "never read from storage)")
+            if self.data_format != "jpeg":
+                raise ValueError("data_format applies to input disk (a data set in memory is "
+                                 "held decoded)")
+        return self
+
+    @property
+    def synthetic(self) -> bool:
+        return self.input == "synthetic"
+
+    def to_options(self) -> dict[str, Any]:
+        """What goes into ``RunSpec.options``: only the settings that differ from the
+        defaults, so that synthetic runs keep an empty ``options`` and their ids."""
+        return self.model_dump(exclude_defaults=True)
+
+    def describe(self) -> str:
+        """Compact label: 'disk:jpeg w2 p2 pin cold n512 +5ms'; '' for synthetic."""
+        if self.synthetic:
+            return "" if self.device_memory_bytes is None else f"cap{_gib(self.device_memory_bytes)}"
+        parts = [f"{self.input}:{self.data_format}" if self.input == "disk" else self.input,
+                 f"w{self.loader_workers}", f"p{self.prefetch}"]
+        if self.pin_memory:
+            parts.append("pin")
+        if self.cache == "cold":
+            parts.append("cold")
+        if self.samples != DEFAULT_SAMPLES:
+            parts.append(f"n{self.samples}")
+        if self.sample_delay_s:
+            parts.append(f"+{self.sample_delay_s * 1e3:g}ms")
+        if self.device_memory_bytes is not None:
+            parts.append(f"cap{_gib(self.device_memory_bytes)}")
+        return " ".join(parts)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.3g}GiB"
+
+
+def input_of(options: dict[str, Any]) -> InputOptions:
+    """The input settings held in a RunSpec's options. Other kinds' keys that share a step
+    run's options (an experiment's name and arm) are not input settings and are left out."""
+    fields = InputOptions.model_fields
+    return InputOptions.model_validate({k: v for k, v in options.items() if k in fields})
+
+
+def describe_options(options: dict[str, Any]) -> str:
+    """The input settings of a RunSpec's options as a label ('' for synthetic)."""
+    return input_of(options).describe()
+
+
+def has_pipeline(options: dict[str, Any]) -> bool:
+    """True when a step run trains on a real input pipeline rather than synthetic data."""
+    return options.get("input", "synthetic") != "synthetic"
+
+
+class Prep(BaseModel):
+    """Seconds of loader work behind one mini-batch, summed over its samples (work spread
+    over several loader workers adds up: this is work, not waiting)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    read_s: float = 0.0  # bytes from storage (or from host memory)
+    decode_s: float = 0.0  # JPEG/PNG decoding; 0 for raw records
+    augment_s: float = 0.0  # flip, normalise, layout (and any injected delay)
+    collate_s: float = 0.0  # stacking the samples into one batch
+
+    @property
+    def total_s(self) -> float:
+        return self.read_s + self.decode_s + self.augment_s + self.collate_s
+
+
+class DataflowOutcome(BaseModel):
+    """The data-flow figures of one step or loader run.
+
+    For a step run, each timed step is ``stall + compute``: the stall is the time the
+    training loop was blocked in the pipeline's ``next()``, the compute the training step
+    up to the device's sync. ``Metrics.median_s`` stays the time per mini-batch.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["step", "loader"]
+    stall_s: list[float] = Field(default_factory=list)  # per timed step, aligned with step_times_s
+    stall_median_s: float = 0.0
+    stall_mean_s: float = 0.0
+    stall_share: float = 0.0  # sum of stalls / sum of step times over the timed steps
+    compute_median_s: float | None = None  # the training step alone (step runs)
+    prep: Prep | None = None  # median per batch, where the pipeline can time itself
+    loader_samples_per_s: float | None = None  # loader runs: samples over wall time
+    prefetch_in_force: int | None = None  # what the framework's knob was set to
+    loader_cpus: list[int] = Field(default_factory=list)
+    data_set: str = ""  # the generated data set's folder name ('' in memory)
+    data_set_bytes: int = 0
+    eviction: str = ""  # what --cache cold did, or why the platform refused
+    h2d_s: float | None = None  # loader runs on a GPU: median copy of a batch to the device
+    h2d_bytes: int | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, extra: dict[str, Any]) -> DataflowOutcome | None:
+        raw = extra.get(EXTRA_KEY)
+        return cls.model_validate(raw) if raw is not None else None
