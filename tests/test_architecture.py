@@ -30,9 +30,10 @@ LAYERS: list[tuple[str, ...]] = [
      "dlperf.measure.timing", "dlperf.parallel.options", "dlperf.training"),
     # 2: configuration, planning, storage
     ("dlperf.config", "dlperf.store", "dlperf.migrate", "dlperf.plan", "dlperf.presets",
-     "dlperf.peak"),
+     "dlperf.peak", "dlperf.dataflow.plan", "dlperf.dataflow.storage_run"),
     # 3: inside a worker process
-    ("dlperf.backends", "dlperf.worker", "dlperf.train", "dlperf.parallel"),
+    ("dlperf.backends", "dlperf.worker", "dlperf.train", "dlperf.parallel",
+     "dlperf.dataflow.worker"),
     # 4: starting and watching workers
     ("dlperf.launch",),
     # 5: running specs and the experiments made of them
@@ -43,7 +44,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("dlperf.api",),
     # 8: the command line
     ("dlperf.cli", "dlperf.train_cli", "dlperf.calc_cli", "dlperf.predict_cli",
-     "dlperf.setup_cli", "dlperf.parallel.cli", "dlperf.__init__", "dlperf.__main__"),
+     "dlperf.setup_cli", "dlperf.parallel.cli", "dlperf.dataflow_cli",
+     "dlperf.dataflow_common_cli", "dlperf.dataflow_measure_cli", "dlperf.__init__",
+     "dlperf.__main__"),
 ]
 
 

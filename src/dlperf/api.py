@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from dlperf import backends, config, plan, workloads
+from dlperf.dataflow import plan as dataflow_plan
+from dlperf.dataflow.options import InputOptions
 from dlperf.report import Filters, Report, render
 from dlperf.report.analysis import Row, aggregate
 from dlperf.runner import Listener, Runner
@@ -38,11 +40,14 @@ def run(
     memory_limit: str | int | None = None,
     db: str | Path | None = None,
     listener: Listener | None = None,
+    input: InputOptions | None = None,
 ) -> Row:
     """Measure one configuration in ``repeat`` fresh worker processes; store and return it.
 
     Unlike ``sweep``, ``run`` always measures (stored results of the same configuration are
-    kept; the new ones are added beside them).
+    kept; the new ones are added beside them). With an ``input`` pipeline (memory or disk;
+    ``dlperf.dataflow``), each step trains on its batches and the pipeline is also
+    measured alone, with no training, in a process of its own.
     """
     wl = workloads.get(network)
     cfg = config.build(
@@ -54,6 +59,8 @@ def run(
     )
     backends.require(framework)
     specs = plan.expand(cfg)
+    if input is not None:
+        specs = dataflow_plan.with_loader(dataflow_plan.with_options(specs, input))
     with Store(db) as store:
         runner = Runner(store, timeout_s=cfg.timeout, memory_limit=cfg.memory_limit,
                         peak_size=cfg.peak_size, listener=listener or Listener())

@@ -21,6 +21,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dlperf import __version__, units
+from dlperf.dataflow.flags import add_input_flags
+from dlperf.dataflow.plan import input_for_run
 from dlperf.errors import UsageError
 from dlperf.runner import Interrupted, Listener, peak_threads
 from dlperf.spec import PRECISIONS, Measurement, RunResult, RunSpec
@@ -231,12 +233,16 @@ def cmd_run(a: argparse.Namespace) -> int:
     from dlperf import api
 
     m = measurement_from(a)
+    params = parse_params(a.param)
+    inp, notes = input_for_run(a, params)  # --input and friends (docs/dataflow.md)
+    for note in notes:
+        out.print(f"note: {escape(note)}")
     with ProgressListener() as listener:
         row = api.run(a.network, framework=a.framework, variant=a.variant, device=a.device,
                       precision=a.precision, threads=a.threads, batch_size=a.batch_size,
-                      size=a.size, params=parse_params(a.param), repeat=a.repeat, seed=a.seed,
+                      size=a.size, params=params, repeat=a.repeat, seed=a.seed,
                       measurement=m, timeout_s=1800.0 if a.timeout is None else a.timeout,
-                      memory_limit=a.memory_limit, db=a.db, listener=listener)
+                      memory_limit=a.memory_limit, db=a.db, listener=listener, input=inp)
     if a.json:
         print(json.dumps([r.model_dump() for r in row.results], default=str))
         return 0 if row.measured else 1
@@ -245,6 +251,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def print_run(row, db) -> None:
+    from dlperf.report.dataflow import dataflow_lines
     from dlperf.store import default_path
 
     s = row.spec
@@ -272,6 +279,8 @@ def print_run(row, db) -> None:
               + (f"; device {units.nbytes(m.device_peak_bytes)}" if m.device_peak_bytes else ""))
     busy = f" (CPU busy {row.cpu_util:.2f} cores)" if row.cpu_util is not None else ""
     out.print(f"  threads in force     {r0.threads_in_force} on CPUs {r0.cpus}{busy}")
+    for line in dataflow_lines(row, db):  # stall, preparation, loader alone
+        out.print(escape(line))
     for w in row.warnings:
         out.print(f"  [yellow]warning[/]: {escape(w)}")
     out.print(f"  stored in {db or default_path()}", style="dim")
@@ -592,6 +601,7 @@ def build_parser() -> Parser:
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     _limits(p)
+    add_input_flags(p)
     _common(p)
     p.set_defaults(func=cmd_run)
 
@@ -702,7 +712,7 @@ def _load_extensions() -> None:
     import importlib
 
     for mod in ("dlperf.train_cli", "dlperf.calc_cli", "dlperf.predict_cli", "dlperf.parallel.cli",
-                "dlperf.setup_cli"):
+                "dlperf.setup_cli", "dlperf.dataflow_cli"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as e:

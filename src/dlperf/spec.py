@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 2  # 2: RunSpec.precision; measurement settings and precision in the ids
 
-# loader: an input pipeline alone, no training (dlperf.dataflow)
-Kind = Literal["step", "peak", "train", "parallel", "loader"]
+# loader: an input pipeline alone, no training; storage: a read bandwidth (dlperf.dataflow)
+Kind = Literal["step", "peak", "train", "parallel", "loader", "storage"]
 Device = Literal["cpu", "gpu"]
 #: Numeric precision of a run. fp32: IEEE single precision, TF32 and reduced-precision
 #: reductions off; tf32: fp32 storage with TF32 matrix products (NVIDIA Ampere and later);
@@ -142,11 +142,10 @@ class RunSpec(_Frozen):
         dev = f"cpu x{self.threads}" if self.device == "cpu" else self.device
         prec = "" if self.precision == "fp32" else f" {self.precision}"
         label = f"{self.network}{size} {self.framework}/{self.variant} {dev} b{self.batch_size}{prec}"
-        if self.kind in ("step", "loader") and (self.options or self.kind == "loader"):
-            from dlperf.dataflow.options import describe_options  # ' disk:jpeg w2 p2'
+        if self.kind in ("loader", "storage") or (self.kind == "step" and self.options):
+            from dlperf.dataflow.options import label as dataflow_label  # '... disk:jpeg w2 p2'
 
-            inp = describe_options(self.options)
-            label += (" loader" if self.kind == "loader" else "") + (f" {inp}" if inp else "")
+            return dataflow_label(self.kind, self.options, label)
         return label
 
 

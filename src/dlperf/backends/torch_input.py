@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from dlperf.backends.base import UnsupportedError
 from dlperf.dataflow.pipeline import (
     Batch,
     InputPipeline,
@@ -82,12 +83,79 @@ class TorchPipeline(InputPipeline):
             it._shutdown_workers()  # persistent workers end with their iterator
 
 
+class CudaPrefetch:
+    """Prefetching to the GPU: the next ``depth`` batches are copied on a side CUDA stream
+    (non_blocking, so a copy from pinned memory overlaps the step on the default stream);
+    the training stream waits for a batch's copy before using it."""
+
+    def __init__(self, inner, device: torch.device, depth: int):
+        self.inner, self.device, self.depth = inner, device, depth
+        self.prefetch_in_force = inner.prefetch_in_force
+        self.stream = torch.cuda.Stream(device)
+
+    def __getattr__(self, name: str):  # excluded_s, eviction, cpus: the inner pipeline's
+        return getattr(self.inner, name)
+
+    def batches(self) -> Iterator[Batch]:
+        src, queue = self.inner.batches(), []
+
+        def load() -> None:
+            b = next(src)
+            with torch.cuda.stream(self.stream):
+                x = b.x.to(self.device, non_blocking=True)
+                y = b.y.to(self.device, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+            queue.append((Batch(x, y, b.prep), done))
+
+        for _ in range(self.depth):
+            load()
+        while True:
+            b, done = queue.pop(0)
+            torch.cuda.current_stream(self.device).wait_event(done)
+            b.x.record_stream(torch.cuda.current_stream(self.device))  # not freed under it
+            b.y.record_stream(torch.cuda.current_stream(self.device))
+            load()
+            yield b
+
+    def to_device(self, b: Batch) -> Batch:
+        return b
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def to_device(b: Batch, device: torch.device) -> Batch:
+    """A host batch on the GPU, the copy finished (a loader run's host-to-device time)."""
+    x = b.x.to(device, non_blocking=True)
+    y = b.y.to(device, non_blocking=True)
+    torch.cuda.synchronize(device)
+    return Batch(x, y, b.prep)
+
+
+def cap_device_memory(nbytes: int, device: torch.device) -> float:
+    """Let this process allocate at most ``nbytes`` of the GPU (the caching allocator
+    raises out-of-memory past it), so a large GPU stands in for a smaller one."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    fraction = min(1.0, nbytes / total)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return fraction
+
+
 def build_pipeline(source: Source, batch_size: int, seed: int, device: torch.device):
     """The DataLoader pipeline for ``source``; with 0 workers and a prefetch depth, run in
-    a background thread."""
-    pin = source.options.pin_memory and device.type == "cuda"
-    p = TorchPipeline(source, batch_size, seed, pin)
+    a background thread; on a GPU with a prefetch depth, batches are also copied ahead."""
     o = source.options
+    cuda = device.type == "cuda"
+    if o.device_memory_bytes is not None:
+        if not cuda:
+            raise UnsupportedError("a device memory cap needs a GPU (--device gpu)")
+        cap_device_memory(o.device_memory_bytes, device)
+    p = TorchPipeline(source, batch_size, seed, o.pin_memory and cuda)
     if o.loader_workers == 0 and o.prefetch > 0:
-        return ThreadPrefetch(p, o.prefetch)
+        p = ThreadPrefetch(p, o.prefetch)
+    if cuda:
+        p.to_device = functools.partial(to_device, device=device)
+        if o.prefetch > 0:
+            p = CudaPrefetch(p, device, o.prefetch)
     return p

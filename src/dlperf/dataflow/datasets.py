@@ -275,3 +275,15 @@ def prepare(spec: DataSpec, x: np.ndarray, i: int) -> np.ndarray:
     if i % 2:
         x = x[:, ::-1]
     return ((np.transpose(x, (2, 0, 1)).astype(np.float32) / 255.0) - MEAN) / STD
+
+
+def bytes_per_sample(spec: DataSpec, probe: int = 8) -> float:
+    """Bytes a loader reads per sample: measured on the data set when it is on disk, else
+    from encoding the first ``probe`` samples (raw records: their fixed size)."""
+    d = path_of(spec)
+    if (d / "meta.json").exists():
+        return size_on_disk(spec, d) / spec.samples
+    if spec.format == "raw":
+        return float(spec.record_bytes)
+    n = min(probe, spec.samples)
+    return sum(len(encode(sample(spec, i), spec.format)) for i in range(n)) / n

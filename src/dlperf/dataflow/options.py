@@ -52,12 +52,16 @@ class InputOptions(BaseModel):
                                   "augmentation): what-ifs and tests")
     device_memory_bytes: int | None = Field(None, ge=1, description="cap on the device "
                                             "memory the framework may allocate (GPU)")
+    memory_limit_bytes: int | None = Field(None, ge=1, description="the host memory limit "
+                                           "the run was measured under (the memory search): "
+                                           "an out-of-memory under one limit says nothing of "
+                                           "another")
 
     @model_validator(mode="after")
     def _consistent(self) -> InputOptions:
         if self.input == "synthetic":
             given = sorted(self.model_dump(exclude_defaults=True).keys()
-                           - {"input", "device_memory_bytes"})
+                           - {"input", "memory_limit_bytes"})
             if given:
                 raise ValueError(f"{', '.join(given)} need an input pipeline (input memory or "
                                  "disk); synthetic data has none")
@@ -80,9 +84,10 @@ class InputOptions(BaseModel):
         return self.model_dump(exclude_defaults=True)
 
     def describe(self) -> str:
-        """Compact label: 'disk:jpeg w2 p2 pin cold n512 +5ms'; '' for synthetic."""
+        """Compact label: 'disk:jpeg w2 p2 pin cold n512 +5ms'; '' for synthetic data."""
+        limit = f"limit {_gib(self.memory_limit_bytes)}" if self.memory_limit_bytes else ""
         if self.synthetic:
-            return "" if self.device_memory_bytes is None else f"cap{_gib(self.device_memory_bytes)}"
+            return limit
         parts = [f"{self.input}:{self.data_format}" if self.input == "disk" else self.input,
                  f"w{self.loader_workers}", f"p{self.prefetch}"]
         if self.pin_memory:
@@ -94,12 +99,12 @@ class InputOptions(BaseModel):
         if self.sample_delay_s:
             parts.append(f"+{self.sample_delay_s * 1e3:g}ms")
         if self.device_memory_bytes is not None:
-            parts.append(f"cap{_gib(self.device_memory_bytes)}")
-        return " ".join(parts)
+            parts.append(f"device cap {_gib(self.device_memory_bytes)}")
+        return " ".join(parts + ([limit] if limit else []))
 
 
 def _gib(n: int) -> str:
-    return f"{n / 2**30:.3g}GiB"
+    return f"{n / 2**30:.3g} GiB"
 
 
 def input_of(options: dict[str, Any]) -> InputOptions:
@@ -166,3 +171,47 @@ class DataflowOutcome(BaseModel):
     def of(cls, extra: dict[str, Any]) -> DataflowOutcome | None:
         raw = extra.get(EXTRA_KEY)
         return cls.model_validate(raw) if raw is not None else None
+
+
+class StorageOptions(BaseModel):
+    """A storage bandwidth measurement (kind "storage"): which file or folder, how large a
+    test file, which tool. The path is part of the identity: two disks are two results."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    file_bytes: int = Field(ge=1)
+    tool: Literal["fio", "direct"]
+
+
+class StorageOutcome(BaseModel):
+    """Cold read bandwidth of a storage (``dlperf.dataflow.storage``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str
+    method: str
+    file_bytes: int
+    seq_bytes_per_s: float
+    seq_block: int
+    rand_bytes_per_s: float
+    rand_block: int
+    notes: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, extra: dict[str, Any]) -> StorageOutcome | None:
+        raw = extra.get(STORAGE_KEY)
+        return cls.model_validate(raw) if raw is not None else None
+
+
+STORAGE_KEY = "storage"
+
+
+def label(kind: str, options: dict[str, Any], base: str) -> str:
+    """A RunSpec's label with its data-flow settings: 'alexnet torch/eager cpu x1 b16
+    disk:jpeg w2 p2', '... loader disk:jpeg w2 p2', 'storage /data (fio)'."""
+    if kind == "storage":
+        o = StorageOptions.model_validate(options)
+        return f"storage {o.path} ({o.tool})"
+    inp = describe_options(options)
+    return base + (" loader" if kind == "loader" else "") + (f" {inp}" if inp else "")

@@ -139,6 +139,10 @@ class InputPipeline(ABC):
             self.evict()
             yield from self.epoch()
 
+    def to_device(self, b: Batch) -> Batch:
+        """``b`` on the run's device, the copy finished (loader runs on a GPU time it)."""
+        return b
+
 
 class ThreadPrefetch:
     """Prefetching without loader processes: one thread of the training process runs the
@@ -185,6 +189,9 @@ class ThreadPrefetch:
             if b is self._END:
                 raise RuntimeError(f"input pipeline failed: {self._error}") from self._error
             yield b
+
+    def to_device(self, b: Batch) -> Batch:
+        return b
 
     def close(self) -> None:
         self._stop.set()

@@ -89,6 +89,8 @@ def _measure(spec: RunSpec, opts: InputOptions, source: Source, trainer: Any, pi
 
     stalls: list[float] = []
     preps: list[Prep | None] = []
+    h2d: list[float] = []
+    h2d_bytes: list[int] = []
     batches = pipeline.batches()
 
     def one() -> None:
@@ -100,6 +102,11 @@ def _measure(spec: RunSpec, opts: InputOptions, source: Source, trainer: Any, pi
         preps.append(b.prep)
         if trainer is not None:
             trainer.train_on(b.x, b.y)
+        elif spec.device == "gpu":  # the loader alone delivers onto the device: time the copy
+            t1 = time.perf_counter()
+            pipeline.to_device(b)
+            h2d.append(time.perf_counter() - t1)
+            h2d_bytes.append(int(getattr(b.x, "nbytes", 0)) + int(getattr(b.y, "nbytes", 0)))
 
     sync = trainer.sync if trainer is not None else (lambda: None)
     timing = measure(one, sync, spec.measurement,
@@ -140,6 +147,8 @@ def _measure(spec: RunSpec, opts: InputOptions, source: Source, trainer: Any, pi
         data_set_bytes=(datasets.size_on_disk(source.spec, source.dir) if source.on_disk
                         else source.spec.in_memory_bytes()),
         eviction=pipeline.eviction.describe() if pipeline.eviction is not None else "",
+        h2d_s=statistics.median(h2d[n_warm:]) if h2d[n_warm:] else None,
+        h2d_bytes=h2d_bytes[-1] if h2d_bytes else None,
         notes=_notes(spec, opts),
     )
     warnings = [w for w in (instability_warning(s.robust_cv),) if w]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dlperf import environment, workloads
+from dlperf.dataflow.options import has_pipeline
 from dlperf.errors import UsageError
 from dlperf.report import exporters, plots
 from dlperf.report.analysis import Row, aggregate, over_peak_note
@@ -29,9 +30,11 @@ def step_rows(store: Store, filters: Filters = Filters()) -> list[Row]:
 
 
 def dlbench_section(store: Store, out: Path, filters: Filters) -> Section | None:
-    # the DLBench networks only; the guide's families have their own section
+    # the DLBench networks only, on synthetic data; the guide's families and the runs on
+    # input pipelines have their own sections
     rows = [r for r in step_rows(store, filters)
-            if (wl := workloads.WORKLOADS.get(r.spec.network)) and wl.group == "dlbench"]
+            if (wl := workloads.WORKLOADS.get(r.spec.network)) and wl.group == "dlbench"
+            and not has_pipeline(r.spec.options)]
     if not rows:
         return None
     imgs = [p for p in (
@@ -60,9 +63,10 @@ def machine_names(store: Store, rows: list[Row]) -> dict[str, str]:
 
 def sections() -> list[Callable[[Store, Path, Filters], Section | None]]:
     """Every section builder, in report order: add a section here."""
-    from dlperf.report import experiments, parallel
+    from dlperf.report import dataflow, experiments, parallel
 
-    return [dlbench_section, *experiments.sections(), parallel.parallel_section]
+    return [dlbench_section, *experiments.sections(), parallel.parallel_section,
+            dataflow.dataflow_section]
 
 
 def render(store: Store, out_dir: str | Path, filters: Filters = Filters()) -> Report:

@@ -208,4 +208,5 @@ def other_framework_rates(store: Any, spec: RunSpec) -> dict[str, float]:
                                    device=spec.device, machine_id=machine_id()))
     return {r.framework_label: r.achieved_flops for r in rows
             if (r.spec.framework, r.spec.variant) != (spec.framework, spec.variant)
-            and r.spec.params == spec.params and r.achieved_flops}
+            and r.spec.params == spec.params and r.spec.options == spec.options
+            and r.achieved_flops}

@@ -1,0 +1,145 @@
+"""The input-pipeline flags of ``dlperf run`` (and of ``dlperf dataflow``): argparse only.
+
+    --input synthetic|memory|disk  --data-format jpeg|png|raw  --loader-workers N
+    --prefetch N  --pin-memory  --cache warm|cold  --samples N  --sample-delay S
+    --data-dir DIR
+
+Every bad value is one line naming its flag (``UsageError``). Framework-free, and free of
+the command-line module, which imports this one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from dlperf.dataflow.options import DATA_FORMATS, INPUT_MODES, CacheState, InputOptions
+from dlperf.errors import UsageError
+
+#: InputOptions field -> its flag
+FLAGS = {"input": "--input", "data_format": "--data-format", "loader_workers": "--loader-workers",
+         "prefetch": "--prefetch", "pin_memory": "--pin-memory", "cache": "--cache",
+         "samples": "--samples", "sample_delay_s": "--sample-delay"}
+CACHE_STATES: tuple[str, ...] = CacheState.__args__  # type: ignore[attr-defined]
+
+
+def count(text: str) -> int:
+    """An integer of 0 or more (loader workers, prefetch depth)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got '{text}'")
+    return v
+
+
+def positive(text: str) -> int:
+    v = count(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got '{text}'")
+    return v
+
+
+def seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, 0 or more, got '{text}'")
+    return v
+
+
+def counts(text: str, flag: str) -> list[int]:
+    """'0,1,2,4' -> [0, 1, 2, 4]; each 0 or more."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            out.append(count(part))
+        except argparse.ArgumentTypeError as e:
+            raise UsageError(f"{flag}: {e}") from None
+    if not out:
+        raise UsageError(f"{flag}: empty list")
+    return list(dict.fromkeys(out))
+
+
+def add_input_flags(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
+    """The input flags; with ``grid``, --loader-workers and --prefetch take lists."""
+    g = p.add_argument_group("input pipeline (docs/dataflow.md)")
+    g.add_argument("--input", choices=INPUT_MODES, help="synthetic (one batch made on the "
+                   "device, as DLBench; the default of run), memory (a decoded data set in host "
+                   "memory) or disk (files read every epoch; the default of the dataflow "
+                   "commands)")
+    g.add_argument("--data-format", choices=DATA_FORMATS, help="disk: jpeg or png files "
+                   "(read and decoded; images only) or raw records (read only); default jpeg "
+                   "for images, raw otherwise")
+    if grid:
+        g.add_argument("--loader-workers", default="0,1,2,4",
+                       help="comma-separated loader process counts (default 0,1,2,4)")
+        g.add_argument("--prefetch", default="0,2",
+                       help="comma-separated prefetch depths in batches (default 0,2)")
+    else:
+        g.add_argument("--loader-workers", type=count, help="loader processes (default 0: "
+                       "load in the training process)")
+        g.add_argument("--prefetch", type=count, help="batches prepared ahead (default 0)")
+    g.add_argument("--pin-memory", action="store_true", default=None,
+                   help="page-locked host batches (for a GPU)")
+    g.add_argument("--cache", choices=CACHE_STATES, help="cold: evict the data set's files "
+                   "from the page cache before the run and every epoch (default warm)")
+    g.add_argument("--samples", type=positive, help="samples in the generated data set "
+                   "(default 512)")
+    g.add_argument("--sample-delay", type=seconds, metavar="SECONDS", help="an added wait "
+                   "per sample in the loader: a what-if for a slower source")
+    g.add_argument("--data-dir", help="folder of the generated data sets (default "
+                   "$DLPERF_DATA_DIR or ~/.cache/dlperf/data)")
+
+
+def use_data_dir(a: argparse.Namespace) -> None:
+    """Apply --data-dir: this process and its workers generate and read data sets there."""
+    d = getattr(a, "data_dir", None)
+    if not d:
+        return
+    path = Path(d).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--data-dir: {d} is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--data-dir: cannot create {d}: {e.strerror}") from None
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise UsageError(f"--data-dir: {d} is not readable and writable")
+    os.environ["DLPERF_DATA_DIR"] = str(path.resolve())
+
+
+def given(a: argparse.Namespace, **override: Any) -> dict[str, Any]:
+    """The input flags that were given (plus ``override``), by InputOptions field."""
+    dests = {"input": "input", "data_format": "data_format", "loader_workers": "loader_workers",
+             "prefetch": "prefetch", "pin_memory": "pin_memory", "cache": "cache",
+             "samples": "samples", "sample_delay_s": "sample_delay"}
+    vals = {f: getattr(a, d) for f, d in dests.items() if getattr(a, d, None) is not None}
+    return {**vals, **override}
+
+
+def make(values: dict[str, Any]) -> InputOptions:
+    """InputOptions from flag values; a contradiction is one line naming the flags."""
+    try:
+        return InputOptions.model_validate(values)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = err["loc"][0] if err["loc"] else None
+        flag = FLAGS.get(str(field)) if field else None
+        msg = err["msg"].removeprefix("Value error, ")
+        for f, spelled in FLAGS.items():  # field names in the message -> their flags
+            if f != "input":
+                msg = re.sub(rf"\b{f}\b", spelled, msg)
+        msg = re.sub(r"\binput (memory|disk)", r"--input \1", msg)
+        raise UsageError(f"{flag + ': ' if flag else ''}{msg}") from None

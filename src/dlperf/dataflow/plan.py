@@ -1,0 +1,134 @@
+"""RunSpecs of data-flow measurements; imports no framework.
+
+- ``resolve``: input flags -> InputOptions checked against the network (a format that
+  holds images for a network that takes none is refused; a data set in memory larger
+  than --memory-limit is streamed from disk instead, and a note says so);
+- ``with_loader``: beside each step run on a pipeline, the loader-alone run of the same
+  pipeline (its own process, no training);
+- ``sweep``: the loader workers x prefetch grid on disk, the synthetic-data floor, and
+  the loader-alone runs, for ``dlperf dataflow sweep``;
+- ``prepare``: generate the data sets the specs read, before any worker starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from dlperf import workloads
+from dlperf.dataflow import datasets
+from dlperf.dataflow.flags import make
+from dlperf.dataflow.options import InputOptions, has_pipeline, input_of
+from dlperf.errors import UsageError
+from dlperf.spec import RunSpec
+
+
+def _config(network: str, size: str | None, params: dict[str, Any] | None) -> Any:
+    return workloads.resolve(network, size, params)[2]
+
+
+def is_image(config: Any) -> bool:
+    return datasets.for_network(config, 1, "raw").kind == "image"
+
+
+def resolve(values: dict[str, Any], network: str, size: str | None,
+            params: dict[str, Any] | None, batch_size: int,
+            memory_limit: int | None = None) -> tuple[InputOptions, list[str]]:
+    """InputOptions for ``network`` from the flags given (``values``, by field), and notes
+    on what was decided for the user."""
+    notes: list[str] = []
+    values = dict(values)
+    cfg = _config(network, size, params)
+    if values.get("input") == "disk" and "data_format" not in values:
+        values["data_format"] = "jpeg" if is_image(cfg) else "raw"
+    opts = make(values)
+    if opts.synthetic:
+        return opts, notes
+    data = datasets.for_network(cfg, opts.samples,
+                                opts.data_format if opts.input == "disk" else "raw")
+    if batch_size > opts.samples:
+        raise UsageError(f"--samples {opts.samples} is smaller than the batch size {batch_size}")
+    if opts.input == "memory" and memory_limit and data.in_memory_bytes() > memory_limit:
+        opts = make({**opts.to_options(), "input": "disk", "data_format": "raw"})
+        notes.append(f"the data set ({data.in_memory_bytes() / 2**20:.0f} MiB decoded) is "
+                     f"larger than --memory-limit ({memory_limit / 2**20:.0f} MiB): streamed "
+                     "from disk (raw records) instead of held in memory")
+    return opts, notes
+
+
+def with_options(specs: Iterable[RunSpec], opts: InputOptions) -> list[RunSpec]:
+    """``specs`` on the input pipeline ``opts`` (unchanged for synthetic data)."""
+    if opts.synthetic and not opts.to_options():
+        return list(specs)
+    return [s.model_copy(update={"options": {**s.options, **opts.to_options()}}) for s in specs]
+
+
+def loader_spec(step: RunSpec) -> RunSpec:
+    """The loader-alone run of a step run's pipeline: same network (its data), batch,
+    framework, threads and settings; no training."""
+    return step.model_copy(update={"kind": "loader"})
+
+
+def with_loader(specs: Sequence[RunSpec]) -> list[RunSpec]:
+    """``specs`` followed by the loader-alone run of each distinct pipeline among them."""
+    out = list(specs)
+    seen = {s.run_id for s in out}
+    for s in specs:
+        if s.kind == "step" and has_pipeline(s.options):
+            ld = loader_spec(s)
+            if ld.run_id not in seen:
+                seen.add(ld.run_id)
+                out.append(ld)
+    return out
+
+
+def sweep(base: RunSpec, values: dict[str, Any], workers: Sequence[int],
+          prefetch: Sequence[int], memory_limit: int | None = None) -> list[RunSpec]:
+    """The data-flow sweep of one configuration ``base`` (a synthetic step spec): the
+    synthetic floor first, then for every (workers, prefetch) the training run on the
+    pipeline and its loader-alone run. ``values``: the other input flags (disk by
+    default)."""
+    specs = [base]
+    for w, p in itertools.product(workers, prefetch):
+        opts, _ = resolve({"input": "disk", **values, "loader_workers": w, "prefetch": p},
+                          base.network, base.size, base.params, base.batch_size, memory_limit)
+        step = base.model_copy(update={"options": opts.to_options()})
+        specs += [step, loader_spec(step)]
+    return specs
+
+
+def prepare(specs: Iterable[RunSpec],
+            on_progress: Callable[[str, int, int], None] | None = None) -> list[str]:
+    """Generate every data set the specs read from disk (once per shape); their names."""
+    made = []
+    for s in specs:
+        if not has_pipeline(s.options) and s.kind != "loader":
+            continue
+        opts = input_of(s.options)
+        if opts.input != "disk":
+            continue
+        data = datasets.for_network(_config(s.network, s.size, s.params), opts.samples,
+                                    opts.data_format)
+        if data.name in made:
+            continue
+        if not (datasets.path_of(data) / "meta.json").exists():
+            datasets.ensure(data, (lambda d, n, name=data.name: on_progress(name, d, n))
+                            if on_progress else None)
+        made.append(data.name)
+    return made
+
+
+def input_for_run(a: Any, params: dict[str, Any]) -> tuple[InputOptions | None, list[str]]:
+    """The input pipeline ``dlperf run``'s flags ask for (None: synthetic data, as
+    before), with notes on what was decided; applies --data-dir."""
+    from dlperf.config import parse_bytes
+    from dlperf.dataflow.flags import given, use_data_dir
+
+    use_data_dir(a)
+    values = given(a)
+    if values in ({}, {"input": "synthetic"}):
+        return None, []
+    batch = a.batch_size or workloads.get(a.network).default_batch
+    limit = parse_bytes(a.memory_limit) if a.memory_limit else None
+    return resolve(values, a.network, a.size, params, batch, limit)

@@ -1,0 +1,180 @@
+"""``dlperf dataflow``: the flow of data as a measured factor (docs/dataflow.md). Parsing
+and printing; the runs go through the runner, worker and store like every other.
+
+    dlperf dataflow sweep --network alexnet --loader-workers 0,1,2,4 --prefetch 0,2
+    dlperf dataflow loader --network resnet50 --input disk --loader-workers 2
+    dlperf dataflow storage --path /data [--network resnet50]
+    dlperf dataflow memory --network resnet50 --memory-limit 8GiB
+    dlperf dataflow h2d --network resnet50          (a GPU; exit 2 without one)
+    dlperf dataflow clear                           (the generated data sets)
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.markup import escape
+
+from dlperf import cli, units
+from dlperf.cli import out
+from dlperf.dataflow import datasets
+from dlperf.dataflow import plan as dplan
+from dlperf.dataflow.flags import add_input_flags, counts, use_data_dir
+from dlperf.dataflow_common_cli import base_specs, config_flags, run_specs
+from dlperf.dataflow_common_cli import values as values_of
+from dlperf.dataflow_measure_cli import cmd_h2d, cmd_memory, cmd_storage
+from dlperf.errors import UsageError
+from dlperf.spec import RunSpec
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("dataflow", help="data flow: input pipelines, stalls, storage, memory")
+    dsub = p.add_subparsers(dest="dataflow_command", metavar="COMMAND", required=True,
+                            parser_class=cli.Parser)
+
+    s = dsub.add_parser("sweep", help="time per mini-batch and stall share against loader "
+                        "workers and prefetching, beside the synthetic-data floor")
+    config_flags(s)
+    add_input_flags(s, grid=True)
+    s.add_argument("--out", default="dlperf-dataflow", help="folder for the table and plot")
+    cli._limits(s)
+    cli._sweep_flags(s)
+    cli._common(s)
+    s.set_defaults(df_func=cmd_sweep)
+
+    ld = dsub.add_parser("loader", help="an input pipeline alone: samples/s with no training")
+    config_flags(ld)
+    add_input_flags(ld)
+    cli._limits(ld)
+    cli._common(ld)
+    ld.set_defaults(df_func=cmd_loader)
+
+    st = dsub.add_parser("storage", help="cold sequential and random read bandwidth, and "
+                         "whether it feeds a measured training rate")
+    st.add_argument("--path", required=True, help="a folder (a test file is written there "
+                    "and removed) or a file to read")
+    st.add_argument("--file-size", default="256MiB", help="test file size (default 256MiB)")
+    st.add_argument("--tool", choices=["auto", "fio", "direct"], default="auto",
+                    help="fio where installed (auto), or the built-in direct reader")
+    st.add_argument("--network", help="say whether this storage feeds this network's "
+                    "measured training rate (from the store)")
+    st.add_argument("--data-format", choices=["jpeg", "png", "raw"],
+                    help="what the network reads (default jpeg for images, raw otherwise)")
+    st.add_argument("--rate", type=cli.positive_float, help="samples/s to feed (default: the "
+                    "fastest measured rate of --network on this machine)")
+    cli._common(st)
+    st.set_defaults(df_func=cmd_storage)
+
+    m = dsub.add_parser("memory", help="the largest mini-batch under a memory limit")
+    config_flags(m)
+    add_input_flags(m)
+    m.add_argument("--start", type=cli.positive_int, default=1, help="first batch tried")
+    m.add_argument("--max-batch", type=cli.positive_int, default=4096)
+    cli._limits(m)
+    cli._sweep_flags(m)
+    cli._common(m)
+    m.set_defaults(df_func=cmd_memory)
+
+    h = dsub.add_parser("h2d", help="host-to-device copies (pageable, pinned) and their "
+                        "share of a step with and without overlap (needs a GPU)")
+    config_flags(h, network_default="resnet50")
+    h.add_argument("--samples", type=cli.positive_int, default=256)
+    cli._limits(h)
+    cli._sweep_flags(h)
+    cli._common(h)
+    h.set_defaults(df_func=cmd_h2d)
+
+    c = dsub.add_parser("clear", help="remove the generated data sets")
+    c.add_argument("--data-dir", help="folder of the generated data sets")
+    c.set_defaults(df_func=cmd_clear)
+    return p
+
+
+def cmd_dataflow(a: argparse.Namespace) -> int:
+    return a.df_func(a)
+
+
+# ----------------------------------------------------------------------------- sweep
+def cmd_sweep(a: argparse.Namespace) -> int:
+    from dlperf.report.dataflow import groups, sweep_table
+    from dlperf.report.dataflow_plots import sweep_plot
+    from dlperf.report.exporters import EXPORTERS, print_table
+    from dlperf.store import Store
+
+    workers = counts(a.loader_workers, "--loader-workers")
+    prefetch = counts(a.prefetch, "--prefetch")
+    values = values_of(a, loader_workers=None, prefetch=None)
+    values = {k: v for k, v in values.items() if v is not None}
+    if values.get("input", "disk") == "synthetic":
+        raise UsageError("--input synthetic: the sweep trains on an input pipeline (memory "
+                         "or disk); its synthetic-data floor is measured anyway")
+    bases, cfg = base_specs(a)
+    specs: list[RunSpec] = []
+    for b in bases:
+        specs += dplan.sweep(b, values, workers, prefetch, cfg.memory_limit)
+    results = run_specs(specs, cfg, a)
+    if a.dry_run:
+        return 0
+    ids = {s.config_id for s in specs}
+    from dlperf.environment import machine_id
+
+    here = machine_id()
+    with Store(a.db) as store:
+        found = [g for g in groups(store) if g.machine_id == here and
+                 any(p.step.spec.config_id in ids for p in g.points)]
+    outdir = Path(a.out)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out: cannot create {a.out}: {e.strerror}") from None
+    for i, g in enumerate(found):
+        g.points = [p for p in g.points if p.step.spec.config_id in ids]
+        t = sweep_table(g)
+        print_table(t, out)
+        for ex in EXPORTERS:
+            (outdir / f"dataflow_{i + 1}.{ex.suffix}").write_text(ex.render(t))
+        plot = sweep_plot(g, outdir / f"dataflow_{i + 1}.png")
+        if plot:
+            out.print(f"plot: {plot}")
+    failed = [r for r in results if not r.ok]
+    return 1 if results and len(failed) == len(results) else 0
+
+
+# ----------------------------------------------------------------------------- loader
+def cmd_loader(a: argparse.Namespace) -> int:
+    params = cli.parse_params(a.param)
+    values = values_of(a)
+    values.setdefault("input", "disk")
+    bases, cfg = base_specs(a)
+    opts, notes = dplan.resolve(values, a.network, a.size, params, bases[0].batch_size,
+                                cfg.memory_limit)
+    for n in notes:
+        out.print(f"note: {escape(n)}")
+    specs = [dplan.loader_spec(s) for s in dplan.with_options(bases, opts)]
+    a.force = True  # like 'dlperf run': always measure
+    results = run_specs(specs, cfg, a)
+    for r in results:
+        if r.ok:
+            from dlperf.dataflow.options import DataflowOutcome
+
+            o = DataflowOutcome.of(r.extra)
+            prep = f"; loader work {units.seconds(o.prep.total_s)} per batch" if o and o.prep else ""
+            out.print(f"[bold]{escape(r.spec.label())}[/]: {r.metrics.samples_per_s:.4g} "
+                      f"samples/s with no training ({units.seconds(r.metrics.median_s)} median "
+                      f"per batch{prep})")
+        else:
+            out.print(f"[red]{escape(r.spec.label())}[/]: {r.failure.reason}: "
+                      f"{escape(r.failure.message)}")
+    return 0 if any(r.ok for r in results) else 1
+
+
+# ----------------------------------------------------------------------------- clear
+def cmd_clear(a: argparse.Namespace) -> int:
+    use_data_dir(a)
+    root, freed = datasets.clear()
+    out.print(f"removed {root} ({units.nbytes(freed)})" if freed else f"nothing in {root}")
+    return 0
+
+
+cli.COMMANDS["dataflow"] = (add_parser, cmd_dataflow)

@@ -1,0 +1,92 @@
+"""Helpers shared by the ``dlperf dataflow`` subcommands: the configuration flags, the
+synthetic specs they name, running specs through the runner like ``dlperf sweep``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.markup import escape
+
+from dlperf import cli
+from dlperf.cli import out
+from dlperf.dataflow import datasets
+from dlperf.dataflow import plan as dplan
+from dlperf.dataflow.flags import given, use_data_dir
+from dlperf.spec import RunResult, RunSpec
+
+
+def config_flags(p: argparse.ArgumentParser, network_default: str | None = None) -> None:
+    p.add_argument("--network", "-n", required=network_default is None, default=network_default)
+    p.add_argument("--framework", "-f", default="torch")
+    p.add_argument("--variant")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument("--threads", "-t", type=cli.positive_int, default=1)
+    p.add_argument("--batch-size", "-b", type=cli.positive_int,
+                   help="default: the network's DLBench default")
+    p.add_argument("--size", help="network size (full, tiny)")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE")
+    p.add_argument("--repeat", type=cli.positive_int, default=1)
+
+
+def base_specs(a: argparse.Namespace, device: str | None = None) -> tuple[list[RunSpec], Any]:
+    """The synthetic step specs of the configuration the flags name (one per repeat)."""
+    from dlperf import backends, config, plan, workloads
+
+    wl = workloads.get(a.network)
+    cfg = config.build(networks=[a.network], frameworks=[a.framework],
+                       variants=[a.variant or "default"], devices=[device or a.device],
+                       threads=[a.threads], batch_sizes=[a.batch_size or wl.default_batch],
+                       size=a.size, params=cli.parse_params(a.param), repeat=a.repeat,
+                       timeout=getattr(a, "timeout", None) or 1800.0,
+                       memory_limit=getattr(a, "memory_limit", None),
+                       measurement=cli.measurement_from(a) if hasattr(a, "min_time") else None)
+    backends.require(a.framework)
+    return plan.expand(cfg), cfg
+
+
+def run_specs(specs: list[RunSpec], cfg: Any, a: argparse.Namespace,
+              quiet: bool = False) -> list[RunResult]:
+    """Run what the store lacks (all with --force), like ``dlperf sweep`` (resumable), and
+    return the newest stored result of each spec on this machine, in the specs' order."""
+    from dlperf import plan
+    from dlperf.environment import machine_id
+    from dlperf.runner import Runner
+    from dlperf.store import Store
+
+    force, retry = getattr(a, "force", False), getattr(a, "retry_failed", False)
+    with Store(a.db) as store:
+        todo = plan.pending(specs, store, force=force, retry_failed=retry)
+        if not quiet or getattr(a, "dry_run", False):
+            out.print(f"{len(specs)} runs, {len(specs) - len(todo)} already in {store.path}, "
+                      f"{len(todo)} to measure")
+        if getattr(a, "dry_run", False):
+            for s in todo:
+                out.print(f"  {escape(s.label())}")
+            return []
+        _prepare(todo)
+        with cli.ProgressListener() as listener:
+            runner = Runner(store, timeout_s=cfg.timeout, memory_limit=cfg.memory_limit,
+                            peak_size=cfg.peak_size, listener=listener)
+            runner.run_all(todo, still_pending=None if force else (
+                lambda s: bool(plan.pending([s], store, retry_failed=retry))))
+        ids = list(dict.fromkeys(s.config_id for s in specs))
+        here = machine_id()
+        latest = {r.spec.run_id: r for r in store.results(kind=None, config_id=ids,
+                                                          machine_id=here)}
+    return [latest[s.run_id] for s in specs if s.run_id in latest]
+
+
+def _prepare(specs: list[RunSpec]) -> None:
+    """Generate the data sets before the first worker starts (once per shape)."""
+    def progress(name: str, done: int, total: int) -> None:
+        out.print(f"  generating {name}: {done}/{total} samples", end="\r")
+
+    made = dplan.prepare(specs, progress)
+    if made:
+        out.print(f"data sets in {datasets.root()}: {', '.join(made)}" + " " * 20)
+
+
+def values(a: argparse.Namespace, **override: Any) -> dict[str, Any]:
+    use_data_dir(a)
+    return given(a, **override)
