@@ -73,6 +73,9 @@ def check_path(path: str) -> Path:
         raise UsageError(f"--path: {path} is not readable")
     elif not p.is_file():
         raise UsageError(f"--path: {path} is neither a file nor a folder")
+    elif p.stat().st_size < SEQ_BLOCK:
+        raise UsageError(f"--path: {path} holds {p.stat().st_size} bytes, less than one "
+                         f"{SEQ_BLOCK}-byte block; give a larger file or a folder")
     return p
 
 

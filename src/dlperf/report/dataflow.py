@@ -210,10 +210,26 @@ def whatif(g: Group) -> list[str]:
                 text += f"; prefetching {best.prefetch} batches reduces it to {best.share:.0%}"
             else:
                 text += (f"; prefetching {best.prefetch} batches does not help "
-                         f"({best.share:.0%}): the loader is slower than the step")
+                         f"({best.share:.0%})") + _why(g, best)
         lines.append(text)
     lines += _floor_lines(g, measured)
     return lines
+
+
+def _why(g: Group, p: Point) -> str:
+    """Why prefetching did not help, from the loader measured alone: a buffer hides the
+    loader's jitter, not a loader slower than the step."""
+    rate, compute = p.loader_rate, p.compute_s
+    if not rate or not compute:
+        return ""
+    per_batch = g.spec.batch_size / rate
+    if per_batch > compute:
+        return (f": alone, the loader delivers a batch every {units.seconds(per_batch)}, "
+                f"slower than the {units.seconds(compute)} step; more loader workers (and "
+                "CPUs for them) would help, a deeper buffer would not")
+    return (f": alone, the loader delivers a batch every {units.seconds(per_batch)}, faster "
+            f"than the {units.seconds(compute)} step; beside training it is slowed, likely by "
+            "sharing CPUs with it")
 
 
 def _floor_lines(g: Group, measured: list[Point]) -> list[str]:
