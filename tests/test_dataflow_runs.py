@@ -149,3 +149,25 @@ def test_with_loader_plans_one_loader_run_per_pipeline():
     s = spec()
     out = dplan.with_loader([s, s.model_copy(update={"repeat": 1})])
     assert [x.kind for x in out] == ["step", "step", "loader", "loader"]
+
+
+@pytest.mark.parametrize("framework, module", [("tensorflow", "tensorflow"), ("jax", "grain")])
+def test_tf_data_and_grain_pipelines_feed_their_frameworks(framework, module):
+    # tf.data for TensorFlow, Grain for JAX: each in a worker of its own
+    pytest.importorskip(module)
+    from dlperf.launch import run_isolated
+
+    def on(s: RunSpec) -> RunSpec:  # the same run on this framework, its default variant
+        return RunSpec.model_validate({**s.model_dump(), "framework": framework,
+                                       "variant": "default"})
+
+    step, raw = on(spec("alexnet", loader_workers=1, prefetch=1)), on(spec("fcn5", kind="loader"))
+    r, ld = run_isolated(step, timeout_s=300), run_isolated(raw, timeout_s=300)
+    o = outcome(r)
+    assert len(o.stall_s) == len(r.step_times_s) and 0 <= o.stall_share <= 1
+    assert r.metrics.flops_per_step > 0 and o.compute_median_s > 0
+    assert outcome(ld).loader_samples_per_s > 0 and ld.param_count is None
+    if framework == "jax":  # Grain's data source times the samples itself
+        assert o.prep.decode_s > 0 and o.prefetch_in_force == 1
+    else:  # inside TensorFlow's runtime: no per-stage times
+        assert o.prep is None and o.prefetch_in_force == 1

@@ -64,13 +64,16 @@ def _data_spec(a: argparse.Namespace) -> datasets.DataSpec:
 
 
 def _best_rate(network: str, db: Any) -> tuple[float, str] | None:
-    """The fastest measured training rate of ``network`` on this machine (samples/s)."""
+    """The fastest measured training rate of ``network`` (its full size) on this machine,
+    in samples/s, and the configuration that reached it."""
+    from dlperf import workloads
     from dlperf.environment import machine_id
     from dlperf.report.analysis import aggregate
     from dlperf.store import Store
 
     with Store(db) as store:
         rows = [r for r in aggregate(store.results(kind="step", status="ok", network=network,
+                                                   size=workloads.get(network).default_size,
                                                    machine_id=machine_id()))
                 if r.samples_per_s]
     if not rows:
@@ -96,7 +99,7 @@ def verdict(a: argparse.Namespace, o: StorageOutcome) -> str:
     per = datasets.bytes_per_sample(data)
     need, ok = feeds(o.rand_bytes_per_s, rate, per)
     what = {"jpeg": "JPEGs", "png": "PNGs", "raw": "raw records"}[data.format]
-    tail = (f"not a bottleneck ({need / o.rand_bytes_per_s:.0%} of it)" if ok else
+    tail = (f"not a bottleneck ({units.percent(need / o.rand_bytes_per_s)} of it)" if ok else
             f"a bottleneck: it feeds at most {o.rand_bytes_per_s / per:.4g} samples/s")
     return (f"this storage reads {o.rand_bytes_per_s / 1e6:.0f} MB/s in random "
             f"{units.nbytes(o.rand_block)} reads; {a.network} at {rate:.4g} samples/s "

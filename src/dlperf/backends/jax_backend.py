@@ -480,6 +480,11 @@ class JaxTrainer(Trainer):
         self.y = jax.device_put(np.asarray(y, dtype=np.int32), self.device)
         self.batch_size = int(self.x.shape[0])
 
+    def train_on(self, x: Any, y: Any) -> jax.Array:
+        # Grain's numpy batch onto the device, JAX's way in; targets as int32
+        self.x, self.y = jax.device_put((x, np.asarray(y, dtype=np.int32)), self.device)
+        return self.step()
+
 
 def xla_cpu_threads() -> int:
     """Threads of XLA:CPU's intra-op pool, as created by the running CPU client.
@@ -557,6 +562,11 @@ class JaxBackend(Backend):
             variables = init_variables(model, config, batch_size, prng_key(seed))
         x, y = synthetic_batch(config, batch_size, seed + 1)
         return JaxTrainer(model, config, variables, x, y, dev)
+
+    def input_pipeline(self, source, batch_size: int, seed: int, device: str):
+        from dlperf.backends.jax_input import build_pipeline
+
+        return build_pipeline(source, batch_size, seed, device)
 
     def matmul(self, n: int, device: str) -> Trainer:
         return MatmulProbe(n, _device(device))

@@ -420,6 +420,11 @@ class TFTrainer(Trainer):
             self.y = tf.identity(tf.constant(np.asarray(y), dtype=tf.int32))
         self.batch_size = int(self.x.shape[0])
 
+    def train_on(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        # tf.data's tensors straight into the tf.function (traced once for their shapes)
+        self._last_loss = self._step(x, y)
+        return self._last_loss
+
     def device_peak_bytes(self) -> int | None:
         if self.device.startswith("/GPU"):
             return int(tf.config.experimental.get_memory_info(self.device[1:])["peak"])
@@ -495,6 +500,11 @@ class TensorFlowBackend(Backend):
             model, flat = build_model(config)
             x, y = synthetic_batch(config, batch_size, seed + 1)
         return TFTrainer(model, flat, x, y, config, variant, dev)
+
+    def input_pipeline(self, source, batch_size: int, seed: int, device: str):
+        from dlperf.backends.tf_input import build_pipeline
+
+        return build_pipeline(source, batch_size, seed, device)
 
     def matmul(self, n: int, device: str) -> Trainer:
         if device == "gpu" and not self.has_gpu():

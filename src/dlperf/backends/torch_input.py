@@ -146,6 +146,9 @@ def build_pipeline(source: Source, batch_size: int, seed: int, device: torch.dev
     """The DataLoader pipeline for ``source``; with 0 workers and a prefetch depth, run in
     a background thread; on a GPU with a prefetch depth, batches are also copied ahead."""
     o = source.options
+    if o.autotune:
+        raise UnsupportedError("PyTorch's DataLoader has no autotuning: give --loader-workers "
+                               "and --prefetch")
     cuda = device.type == "cuda"
     if o.device_memory_bytes is not None:
         if not cuda:

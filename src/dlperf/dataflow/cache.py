@@ -25,11 +25,11 @@ class Eviction:
     def ok(self) -> bool:
         return not self.refused
 
-    def describe(self) -> str:
+    def describe(self, when: str = "before the run and at every epoch's start") -> str:
         if self.refused:
             return f"page cache not evicted: {self.refused}"
         return (f"posix_fadvise DONTNEED on {self.files} files ({self.nbytes / 2**20:.1f} MiB) "
-                "before the run and every epoch")
+                f"{when}")
 
 
 def evict(paths: Iterable[Path]) -> Eviction:

@@ -266,15 +266,18 @@ class Reader:
 MEAN, STD = 0.5, 0.25  # images: x / 255 normalised to about zero mean, unit spread
 
 
-def prepare(spec: DataSpec, x: np.ndarray, i: int) -> np.ndarray:
+def prepare(spec: DataSpec, x: np.ndarray, i: int, channels_last: bool = False) -> np.ndarray:
     """The augmentation and layout every pipeline applies (numpy; tf.data uses its own ops
-    for the same): images are flipped left-right on odd indices and become channels-first
-    float32 (x / 255 - 0.5) / 0.25; vectors and tokens are used as they are."""
+    for the same): images are flipped left-right on odd indices and become float32
+    (x / 255 - 0.5) / 0.25, channels first (PyTorch) or last (TensorFlow, JAX); vectors
+    and tokens are used as they are."""
     if spec.kind != "image":
         return np.array(x, dtype=np.int64 if spec.kind == "tokens" else np.float32)
     if i % 2:
         x = x[:, ::-1]
-    return ((np.transpose(x, (2, 0, 1)).astype(np.float32) / 255.0) - MEAN) / STD
+    if not channels_last:
+        x = np.transpose(x, (2, 0, 1))
+    return (x.astype(np.float32) / 255.0 - MEAN) / STD
 
 
 def bytes_per_sample(spec: DataSpec, probe: int = 8) -> float:

@@ -24,7 +24,8 @@ from dlperf.errors import UsageError
 
 #: InputOptions field -> its flag
 FLAGS = {"input": "--input", "data_format": "--data-format", "loader_workers": "--loader-workers",
-         "prefetch": "--prefetch", "pin_memory": "--pin-memory", "cache": "--cache",
+         "prefetch": "--prefetch", "autotune": "--autotune", "pin_memory": "--pin-memory",
+         "cache": "--cache",
          "samples": "--samples", "sample_delay_s": "--sample-delay"}
 CACHE_STATES: tuple[str, ...] = CacheState.__args__  # type: ignore[attr-defined]
 
@@ -91,6 +92,8 @@ def add_input_flags(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
         g.add_argument("--loader-workers", type=count, help="loader processes (default 0: "
                        "load in the training process)")
         g.add_argument("--prefetch", type=count, help="batches prepared ahead (default 0)")
+    g.add_argument("--autotune", action="store_true", default=None,
+                   help="tf.data: AUTOTUNE the parallel map and the prefetch depth")
     g.add_argument("--pin-memory", action="store_true", default=None,
                    help="page-locked host batches (for a GPU)")
     g.add_argument("--cache", choices=CACHE_STATES, help="cold: evict the data set's files "
@@ -123,7 +126,8 @@ def use_data_dir(a: argparse.Namespace) -> None:
 def given(a: argparse.Namespace, **override: Any) -> dict[str, Any]:
     """The input flags that were given (plus ``override``), by InputOptions field."""
     dests = {"input": "input", "data_format": "data_format", "loader_workers": "loader_workers",
-             "prefetch": "prefetch", "pin_memory": "pin_memory", "cache": "cache",
+             "prefetch": "prefetch", "autotune": "autotune", "pin_memory": "pin_memory",
+             "cache": "cache",
              "samples": "samples", "sample_delay_s": "sample_delay"}
     vals = {f: getattr(a, d) for f, d in dests.items() if getattr(a, d, None) is not None}
     return {**vals, **override}

@@ -43,6 +43,9 @@ class InputOptions(BaseModel):
                                 "training process)")
     prefetch: int = Field(0, ge=0, description="batches prepared ahead of the training loop "
                           "(per loader worker where the framework counts so)")
+    autotune: bool = Field(False, description="the framework picks the parallelism and "
+                           "prefetch depth itself (tf.data's AUTOTUNE); loader_workers and "
+                           "prefetch are then unused")
     pin_memory: bool = Field(False, description="batches in page-locked host memory (GPU)")
     cache: CacheState = Field("warm", description="cold: the data set's files are evicted "
                               "from the page cache before the run and at every epoch")
@@ -65,6 +68,9 @@ class InputOptions(BaseModel):
             if given:
                 raise ValueError(f"{', '.join(given)} need an input pipeline (input memory or "
                                  "disk); synthetic data has none")
+        if self.autotune and (self.loader_workers or self.prefetch):
+            raise ValueError("autotune picks loader_workers and prefetch itself: give "
+                             "neither")
         if self.input == "memory":
             if self.cache != "warm":
                 raise ValueError("cache cold applies to input disk (a data set in memory is "
@@ -88,8 +94,8 @@ class InputOptions(BaseModel):
         limit = f"limit {_gib(self.memory_limit_bytes)}" if self.memory_limit_bytes else ""
         if self.synthetic:
             return limit
-        parts = [f"{self.input}:{self.data_format}" if self.input == "disk" else self.input,
-                 f"w{self.loader_workers}", f"p{self.prefetch}"]
+        parts = [f"{self.input}:{self.data_format}" if self.input == "disk" else self.input]
+        parts += ["autotune"] if self.autotune else [f"w{self.loader_workers}", f"p{self.prefetch}"]
         if self.pin_memory:
             parts.append("pin")
         if self.cache == "cold":

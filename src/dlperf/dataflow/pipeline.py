@@ -45,6 +45,7 @@ class Source:
     options: InputOptions
     dir: Path | None = None
     arrays: tuple[np.ndarray, np.ndarray] | None = None
+    channels_last: bool = False  # image layout the framework's networks take
     _reader: datasets.Reader | None = field(default=None, repr=False)
 
     @property
@@ -77,7 +78,7 @@ class Source:
             t1 = time.perf_counter()
             decoded = r.decode(raw)
             t2 = time.perf_counter()
-        x = datasets.prepare(self.spec, decoded, i)
+        x = datasets.prepare(self.spec, decoded, i, self.channels_last)
         if self.options.sample_delay_s:
             time.sleep(self.options.sample_delay_s)
         t3 = time.perf_counter()
@@ -115,6 +116,8 @@ class InputPipeline(ABC):
 
     #: the framework's prefetch setting in force (torch's minimum is one batch per worker)
     prefetch_in_force: int | None = None
+    #: when a cold run's files are evicted (``cache.Eviction.describe``)
+    evict_when: str = "before the run and at every epoch's start"
 
     def __init__(self, source: Source):
         self.source = source
@@ -167,6 +170,10 @@ class ThreadPrefetch:
     @property
     def eviction(self) -> cache.Eviction | None:
         return self.inner.eviction
+
+    @property
+    def evict_when(self) -> str:
+        return self.inner.evict_when
 
     def _fill(self) -> None:
         try:

@@ -146,7 +146,8 @@ def _measure(spec: RunSpec, opts: InputOptions, source: Source, trainer: Any, pi
         data_set=source.spec.name if source.on_disk else "",
         data_set_bytes=(datasets.size_on_disk(source.spec, source.dir) if source.on_disk
                         else source.spec.in_memory_bytes()),
-        eviction=pipeline.eviction.describe() if pipeline.eviction is not None else "",
+        eviction=(pipeline.eviction.describe(pipeline.evict_when)
+                  if pipeline.eviction is not None else ""),
         h2d_s=statistics.median(h2d[n_warm:]) if h2d[n_warm:] else None,
         h2d_bytes=h2d_bytes[-1] if h2d_bytes else None,
         notes=_notes(spec, opts),
