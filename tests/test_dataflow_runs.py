@@ -171,3 +171,19 @@ def test_tf_data_and_grain_pipelines_feed_their_frameworks(framework, module):
         assert o.prep.decode_s > 0 and o.prefetch_in_force == 1
     else:  # inside TensorFlow's runtime: no per-stage times
         assert o.prep is None and o.prefetch_in_force == 1
+
+
+def test_memory_search_records_each_out_of_memory_as_a_failure(capsys, tmp_path):
+    # 64 MiB is below any framework's own footprint: batch 1 already runs out of memory
+    db = tmp_path / "m.db"
+    args = ["dataflow", "memory", "--network", "fcn5", "--size", "tiny", "--memory-limit",
+            "64MiB", "--db", str(db)]
+    assert main(args) == 1
+    assert "no mini-batch fits" in capsys.readouterr().out
+    with Store(db) as store:
+        failed = store.results(kind="step")
+    assert [(r.failure.reason, r.spec.batch_size) for r in failed] == [("oom", 1)]
+    assert "limit 64 MiB" in failed[0].spec.label()  # the limit is part of the identity
+    assert main(args) == 1  # the stored failure is reused, not measured again
+    with Store(db) as store:
+        assert len(store.results(kind="step", latest=False)) == 1

@@ -29,8 +29,10 @@ def config_flags(p: argparse.ArgumentParser, network_default: str | None = None)
     p.add_argument("--repeat", type=cli.positive_int, default=1)
 
 
-def base_specs(a: argparse.Namespace, device: str | None = None) -> tuple[list[RunSpec], Any]:
-    """The synthetic step specs of the configuration the flags name (one per repeat)."""
+def base_specs(a: argparse.Namespace, device: str | None = None,
+               measurement: Any = None) -> tuple[list[RunSpec], Any]:
+    """The synthetic step specs of the configuration the flags name (one per repeat);
+    ``measurement``: the timing settings when no timing flag was given."""
     from dlperf import backends, config, plan, workloads
 
     wl = workloads.get(a.network)
@@ -40,7 +42,8 @@ def base_specs(a: argparse.Namespace, device: str | None = None) -> tuple[list[R
                        size=a.size, params=cli.parse_params(a.param), repeat=a.repeat,
                        timeout=getattr(a, "timeout", None) or 1800.0,
                        memory_limit=getattr(a, "memory_limit", None),
-                       measurement=cli.measurement_from(a) if hasattr(a, "min_time") else None)
+                       measurement=cli.measurement_from(a, measurement)
+                       if hasattr(a, "min_time") else measurement)
     backends.require(a.framework)
     return plan.expand(cfg), cfg
 

@@ -19,10 +19,11 @@ from dlperf.dataflow_common_cli import values as values_of
 from dlperf.errors import UsageError
 from dlperf.spec import Measurement, RunResult, RunSpec
 
-#: the memory search's timing unless flags say otherwise: the peak memory is reached in
-#: the first steps, and each probe of a large network is a worker start of its own
-SEARCH_MEASUREMENT = Measurement(min_time_s=0.2, min_steps=2, warmup_min_steps=1,
-                                 warmup_max_steps=3, warmup_max_time_s=60.0)
+#: the memory search's timing unless flags say otherwise: one warm-up step and one timed
+#: step (the memory of plain SGD peaks in the first step; each probe of a large network
+#: is a worker start of its own, and its time per mini-batch is only indicative)
+SEARCH_MEASUREMENT = Measurement(min_time_s=0.01, min_steps=1, warmup_min_steps=1,
+                                 warmup_max_steps=1, warmup_max_time_s=60.0)
 
 
 # ----------------------------------------------------------------------------- storage
@@ -117,13 +118,11 @@ def cmd_memory(a: argparse.Namespace) -> int:
     limit = parse_bytes(a.memory_limit)
     if a.device == "gpu" and not gpus():
         raise UsageError("--device gpu: no GPU is visible (nvidia-smi finds none)")
-    if a.min_time is None and a.min_steps is None and a.warmup_time is None:
-        a.min_time, a.min_steps = SEARCH_MEASUREMENT.min_time_s, SEARCH_MEASUREMENT.min_steps
     values = values_of(a)
     if a.device == "gpu":  # the cap is the framework's; the batches come from host memory
         values.setdefault("input", "memory")
         values["device_memory_bytes"] = limit
-    bases, cfg = base_specs(a)
+    bases, cfg = base_specs(a, measurement=SEARCH_MEASUREMENT)
     if a.device == "gpu":
         cfg = cfg.model_copy(update={"memory_limit": None})
     base = bases[0].model_copy(update={"batch_size": a.start})
@@ -152,7 +151,8 @@ def cmd_memory(a: argparse.Namespace) -> int:
         return 0
     where = "of the GPU (the framework's per-process memory fraction)" if a.device == "gpu" \
         else "resident (the launcher kills a worker over it)"
-    out.print(f"[bold]{escape(base.label())}[/] under {units.nbytes(limit)} {where}")
+    name = base.label().replace(f" b{base.batch_size}", "")
+    out.print(f"[bold]{escape(name)}[/] under {units.nbytes(limit)} {where}")
     for b, r in sorted(tried.items()):
         m = r.metrics
         state = (f"fits   {units.seconds(m.median_s):>9}  peak {units.nbytes(m.peak_rss_bytes)}"

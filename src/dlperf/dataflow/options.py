@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from dlperf.units import nbytes
+
 InputMode = Literal["synthetic", "memory", "disk"]
 DataFormat = Literal["jpeg", "png", "raw"]
 CacheState = Literal["warm", "cold"]
@@ -91,7 +93,7 @@ class InputOptions(BaseModel):
 
     def describe(self) -> str:
         """Compact label: 'disk:jpeg w2 p2 pin cold n512 +5ms'; '' for synthetic data."""
-        limit = f"limit {_gib(self.memory_limit_bytes)}" if self.memory_limit_bytes else ""
+        limit = f"limit {nbytes(self.memory_limit_bytes)}" if self.memory_limit_bytes else ""
         if self.synthetic:
             return limit
         parts = [f"{self.input}:{self.data_format}" if self.input == "disk" else self.input]
@@ -105,12 +107,8 @@ class InputOptions(BaseModel):
         if self.sample_delay_s:
             parts.append(f"+{self.sample_delay_s * 1e3:g}ms")
         if self.device_memory_bytes is not None:
-            parts.append(f"device cap {_gib(self.device_memory_bytes)}")
+            parts.append(f"device cap {nbytes(self.device_memory_bytes)}")
         return " ".join(parts + ([limit] if limit else []))
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.3g} GiB"
 
 
 def input_of(options: dict[str, Any]) -> InputOptions:
