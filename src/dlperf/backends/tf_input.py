@@ -12,7 +12,9 @@
 private pool; 0: one element at a time in the iterator's own thread), ``prefetch`` the
 ``prefetch`` buffer in batches (0: none; the automatic prefetch injection is turned off so
 that 0 means 0), ``autotune`` makes both ``tf.data.AUTOTUNE``. tf.data's threads live in
-the training process, on its CPUs: TensorFlow offers no affinity for them.
+the training process; TensorFlow offers no affinity for them, but a thread inherits the
+CPUs of the thread that starts it, so each epoch's iterator is started with the loader's
+CPUs (every CPU the launcher may use) while the training threads keep theirs.
 
 Batches are TensorFlow tensors (NHWC images, int32 targets), fed to the training step's
 ``tf.function`` directly: no numpy round trip. The stages run inside TensorFlow's
@@ -22,6 +24,7 @@ loader-alone run gives its throughput.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 
@@ -29,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from dlperf.dataflow import datasets
-from dlperf.dataflow.pipeline import Batch, InputPipeline, Source
+from dlperf.dataflow.pipeline import Batch, InputPipeline, Source, loader_cpus
 
 
 def _normalise(spec: datasets.DataSpec, x: tf.Tensor, i: tf.Tensor) -> tf.Tensor:
@@ -52,6 +55,7 @@ class TFDataPipeline(InputPipeline):
     def __init__(self, source: Source, batch_size: int, seed: int, device: str):
         super().__init__(source)
         self.batch_size = batch_size
+        self.cpus = loader_cpus()
         o, spec = source.options, source.spec
         auto = tf.data.AUTOTUNE
         par = auto if o.autotune else (o.loader_workers or None)
@@ -112,7 +116,20 @@ class TFDataPipeline(InputPipeline):
         return ds.shuffle(min(n, 8 * self.batch_size), seed=seed, reshuffle_each_iteration=True)
 
     def epoch(self) -> Iterator[Batch]:
-        for x, y in self.ds:
+        # tf.data starts its threads with the iterator; a thread inherits the CPUs of the
+        # thread that starts it, so the iterator is started with the loader's CPUs (the
+        # training threads, started before, keep theirs)
+        own = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, self.cpus)
+        try:
+            it = iter(self.ds)
+            first = next(it, None)
+        finally:
+            os.sched_setaffinity(0, own)
+        if first is None:
+            return
+        yield Batch(*first, None)
+        for x, y in it:
             yield Batch(x, y, None)
 
 

@@ -22,6 +22,7 @@ from dlperf.dataflow.flags import make
 from dlperf.dataflow.options import InputOptions, has_pipeline, input_of
 from dlperf.errors import UsageError
 from dlperf.spec import RunSpec
+from dlperf.units import nbytes
 
 
 def _config(network: str, size: str | None, params: dict[str, Any] | None) -> Any:
@@ -51,9 +52,9 @@ def resolve(values: dict[str, Any], network: str, size: str | None,
         raise UsageError(f"--samples {opts.samples} is smaller than the batch size {batch_size}")
     if opts.input == "memory" and memory_limit and data.in_memory_bytes() > memory_limit:
         opts = make({**opts.to_options(), "input": "disk", "data_format": "raw"})
-        notes.append(f"the data set ({data.in_memory_bytes() / 2**20:.0f} MiB decoded) is "
-                     f"larger than --memory-limit ({memory_limit / 2**20:.0f} MiB): streamed "
-                     "from disk (raw records) instead of held in memory")
+        notes.append(f"the data set ({nbytes(data.in_memory_bytes())} decoded) is larger "
+                     f"than --memory-limit ({nbytes(memory_limit)}): streamed from disk (raw "
+                     "records) instead of held in memory")
     return opts, notes
 
 

@@ -325,12 +325,16 @@ def run_lines(row: Row, loader: Row | None) -> list[str]:
         lines.append(f"  loader work          {units.seconds(p.total_s)} per batch: read "
                      f"{units.seconds(p.read_s)}, decode {units.seconds(p.decode_s)}, augment "
                      f"{units.seconds(p.augment_s)}, collate {units.seconds(p.collate_s)}")
+    compute = _median([x.compute_median_s for x in outs])
     if loader is not None and loader.measured:
-        rate, need = loader.samples_per_s, row.samples_per_s
-        verdict = ("it can feed the training rate" if rate and need and rate >= need else
-                   "slower than the training step consumes")
-        lines.append(f"  loader alone         {rate:.4g} samples/s with no training "
-                     f"(training consumed {need:.4g}): {verdict}")
+        rate = loader.samples_per_s or 0.0
+        line = f"  loader alone         {rate:.4g} samples/s with no training"
+        if compute:
+            need = row.spec.batch_size / compute  # what the step alone would consume
+            line += (f"; the training step alone takes {need:.4g} samples/s: " +
+                     ("the loader keeps up" if rate >= need else
+                      "the loader cannot keep up (more workers or a cheaper format)"))
+        lines.append(line)
     elif loader is not None:
         lines.append(f"  loader alone         not measured: {loader.failure}")
     if o.eviction:
