@@ -69,10 +69,11 @@ def test_prefetch_in_force_follows_the_framework():
 
 
 def test_the_loader_alone_trains_nothing_and_reports_its_throughput():
-    r = execute(spec("alexnet", kind="loader", loader_workers=1))
+    r = execute(spec("alexnet", kind="loader", loader_workers=2))
     o = outcome(r)
     assert r.param_count is None and r.metrics.flops_per_step is None
-    rate = 4 * len(r.step_times_s) / sum(r.step_times_s)
+    assert o.batches_per_step == 2  # a round: one batch from each worker
+    rate = 4 * 2 * len(r.step_times_s) / sum(r.step_times_s)
     assert o.loader_samples_per_s == pytest.approx(rate) == r.metrics.samples_per_s
     assert o.compute_median_s is None
 

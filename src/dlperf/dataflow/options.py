@@ -162,6 +162,7 @@ class DataflowOutcome(BaseModel):
     compute_median_s: float | None = None  # the training step alone (step runs)
     prep: Prep | None = None  # median per batch, where the pipeline can time itself
     loader_samples_per_s: float | None = None  # loader runs: samples over wall time
+    batches_per_step: int = 1  # loader runs time rounds of one batch per worker
     prefetch_in_force: int | None = None  # what the framework's knob was set to
     loader_cpus: list[int] = Field(default_factory=list)
     data_set: str = ""  # the generated data set's folder name ('' in memory)

@@ -9,9 +9,9 @@ stays the time per mini-batch, comparable with the synthetic-data time; the stal
 step, the loader's own work per batch and the share of the time spent waiting go into
 ``RunResult.extra["dataflow"]`` (``DataflowOutcome``).
 
-A loader run times ``next()`` alone, in a process that trains nothing: its throughput is
-samples over the wall time of the timed batches (loader workers deliver in bursts, so a
-median batch time would overstate it).
+A loader run times ``next()`` alone, in a process that trains nothing, a round of one
+batch per loader worker at a time: its throughput is samples over the wall time of the
+timed rounds (workers deliver in bursts, so a median batch time would overstate it).
 """
 
 from __future__ import annotations
@@ -93,13 +93,19 @@ def _measure(spec: RunSpec, opts: InputOptions, source: Source, trainer: Any, pi
     h2d_bytes: list[int] = []
     batches = pipeline.batches()
 
+    # a loader run's timed unit is one round of its workers, a batch from each: batches
+    # from several workers arrive in bursts, and single-batch times alternating between
+    # a wait and nothing would fool the settling and step-count rules
+    per = max(1, opts.loader_workers) if trainer is None else 1
+
     def one() -> None:
         excluded = pipeline.excluded_s
         t0 = time.perf_counter()
-        b = next(batches)
+        for _ in range(per):
+            b = next(batches)
+            preps.append(b.prep)
         # evicting the page cache at an epoch's start is the experiment's, not the loader's
         stalls.append(time.perf_counter() - t0 - (pipeline.excluded_s - excluded))
-        preps.append(b.prep)
         if trainer is not None:
             trainer.train_on(b.x, b.y)
         elif spec.device == "gpu":  # the loader alone delivers onto the device: time the copy
@@ -119,7 +125,7 @@ def _measure(spec: RunSpec, opts: InputOptions, source: Source, trainer: Any, pi
     wall = sum(steps)
     flops = trainer.flops_per_step() if trainer is not None else None
     if spec.kind == "loader":
-        rate = spec.batch_size * len(steps) / wall if wall > 0 else 0.0
+        rate = spec.batch_size * per * len(steps) / wall if wall > 0 else 0.0
     else:
         rate = spec.batch_size / s.median
     peak_rss = _rss_peak()
@@ -139,7 +145,8 @@ def _measure(spec: RunSpec, opts: InputOptions, source: Source, trainer: Any, pi
         stall_share=sum(stall) / wall if wall > 0 else 0.0,
         compute_median_s=(statistics.median(t - w for t, w in zip(steps, stall, strict=True))
                           if trainer is not None else None),
-        prep=median_prep([p for p in preps[n_warm:] if p is not None]),
+        prep=median_prep([p for p in preps[n_warm * per:] if p is not None]),
+        batches_per_step=per,
         loader_samples_per_s=rate if spec.kind == "loader" else None,
         prefetch_in_force=pipeline.prefetch_in_force,
         loader_cpus=getattr(pipeline, "cpus", own) if opts.loader_workers else own,

@@ -44,6 +44,12 @@ def stall_share(row: Row) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def loader_rate(row: Row) -> float | None:
+    """Samples/s of a loader run: over the wall time of its timed batches (not the
+    batch over the median time, which bursts of batches from several workers inflate)."""
+    return _median([o.loader_samples_per_s for o in outcomes(row)])
+
+
 def _median(vals: list[float | None]) -> float | None:
     vals = [v for v in vals if v is not None]
     return statistics.median(vals) if vals else None
@@ -74,7 +80,7 @@ class Point:
 
     @property
     def loader_rate(self) -> float | None:
-        return self.loader.samples_per_s if self.loader is not None else None
+        return loader_rate(self.loader) if self.loader is not None else None
 
     @property
     def cpus(self) -> int | None:
@@ -261,7 +267,8 @@ def _floor_lines(g: Group, measured: list[Point]) -> list[str]:
 
 # ----------------------------------------------------------------------------- storage
 def storage_rows(store: Store) -> list[Row]:
-    return [r for r in aggregate(store.results(kind="storage")) if r.measured or r.results]
+    """Every storage measured (its newest result), failures included."""
+    return aggregate(store.results(kind="storage"))
 
 
 def storage_table(rows: list[Row]) -> Table:
@@ -327,7 +334,7 @@ def run_lines(row: Row, loader: Row | None) -> list[str]:
                      f"{units.seconds(p.augment_s)}, collate {units.seconds(p.collate_s)}")
     compute = _median([x.compute_median_s for x in outs])
     if loader is not None and loader.measured:
-        rate = loader.samples_per_s or 0.0
+        rate = loader_rate(loader) or 0.0
         line = f"  loader alone         {rate:.4g} samples/s with no training"
         if compute:
             need = row.spec.batch_size / compute  # what the step alone would consume
