@@ -205,6 +205,7 @@ def test_memory_search_stops_on_a_failure_that_is_not_memory():
     (["dataflow", "storage", "--path", "/nonexistent/dir"], "does not exist"),
     (["dataflow", "storage", "--path", "/etc/hostname"], "less than one"),
     (["dataflow", "memory", "--network", "fcn5"], "needs --memory-limit"),
+    (["run", "--network", "rbm", "--input", "disk"], "built for the DLBench networks"),
 ])
 def test_bad_dataflow_input_is_one_line_and_status_2(args, message, capsys):
     assert main(args) == 2

@@ -41,6 +41,10 @@ def resolve(values: dict[str, Any], network: str, size: str | None,
     notes: list[str] = []
     values = dict(values)
     cfg = _config(network, size, params)
+    dlbench = [n for n, w in workloads.WORKLOADS.items() if w.group == "dlbench"]
+    if values.get("input", "synthetic") != "synthetic" and network not in dlbench:
+        raise UsageError(f"--input: input pipelines are built for the DLBench networks "
+                         f"({', '.join(dlbench)}); {network} trains on synthetic data only")
     if values.get("input") == "disk" and "data_format" not in values:
         values["data_format"] = "jpeg" if is_image(cfg) else "raw"
     opts = make(values)

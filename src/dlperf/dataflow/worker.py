@@ -57,7 +57,9 @@ def run_dataflow(spec: RunSpec, backend: Any, emit: Callable[[dict], None],
         opts = input_of(spec.options)
         if opts.synthetic:
             raise UsageError(f"a {spec.kind} run on an input pipeline needs input memory or disk")
-        _, _, cfg = workloads.resolve(spec.network, spec.size, spec.params)
+        wl, _, cfg = workloads.resolve(spec.network, spec.size, spec.params)
+        if wl.group != "dlbench":
+            raise UnsupportedError("input pipelines are built for the DLBench networks")
         if spec.batch_size > opts.samples:
             raise UsageError(f"batch size {spec.batch_size} is larger than the data set "
                              f"({opts.samples} samples)")
