@@ -254,15 +254,29 @@ def _floor_lines(g: Group, measured: list[Point]) -> list[str]:
                          f"best {units.seconds(best.step.median_s)} "
                          f"({best.step.median_s / floor:.2f}x) with {_workers(best.workers)} "
                          f"and prefetch {best.prefetch}")
-    over = [p for p in measured if p.cpus and g.spec.threads + p.workers > p.cpus]
-    if over:
-        worst = max(over, key=lambda p: p.step.median_s)
-        if worst.step.median_s > best.step.median_s * (1 + GONE):
-            lines.append(f"oversubscribed: with {_workers(worst.workers)}, {g.spec.threads} "
-                         f"training thread(s) and {worst.workers} loader processes share "
-                         f"{worst.cpus} CPUs, and a mini-batch takes "
-                         f"{worst.step.median_s / best.step.median_s:.2f}x the best")
+    lines += _oversubscribed(g, measured)
     return lines
+
+
+def _oversubscribed(g: Group, measured: list[Point]) -> list[str]:
+    """Do training steps slow down when training threads + loader processes outnumber
+    the CPUs? The median training step of those points against the others'."""
+    def busy(p: Point) -> bool:
+        return bool(p.cpus) and g.spec.threads + p.workers > p.cpus
+
+    over = [p.compute_s for p in measured if busy(p) and p.compute_s]
+    fits = [p.compute_s for p in measured if not busy(p) and p.compute_s]
+    if not over or not fits:
+        return []
+    a, b = statistics.median(over), statistics.median(fits)
+    cpus = max(p.cpus for p in measured if busy(p))
+    if a > b * (1 + GONE):
+        return [f"oversubscribed: with more processes than the {cpus} CPUs (training threads "
+                f"+ loader workers), the training step takes a median {units.seconds(a)}, "
+                f"{a / b:.2f}x its {units.seconds(b)} without: the loader processes compete "
+                "with training for the CPUs (unless the machine was busy: see the warnings)"]
+    return [f"more processes than the {cpus} CPUs did not slow the training step (median "
+            f"{units.seconds(a)} against {units.seconds(b)} without)"]
 
 
 # ----------------------------------------------------------------------------- storage
