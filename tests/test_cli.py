@@ -29,6 +29,30 @@ def test_module_entry_point_has_the_extension_commands(command):
     assert f"usage: dlperf {command}" in p.stdout
 
 
+def test_every_subcommand_has_help():
+    from dlperf.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in sub.choices:
+        p = dlperf(name, "--help")
+        assert p.returncode == 0 and f"usage: dlperf {name}" in p.stdout, (name, p.stderr)
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])  # rich's console, and plain print
+def test_a_closed_pipe_ends_quietly(fmt):
+    # 'dlperf networks | head -1': the reader has left; here it is gone before the first
+    # line, so the first write fails (EPIPE) for certain
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "dlperf.cli", "networks", "--no-count", *fmt],
+                           stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    # no traceback, no line at all (rich ends its own broken pipe with status 1)
+    assert p.returncode in (0, 1) and p.stderr == "", p.stderr
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

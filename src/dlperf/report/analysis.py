@@ -35,6 +35,11 @@ class Row:
         return bool(self.ok)
 
     @property
+    def peak_provenance(self) -> dict[str, Any] | None:
+        """The peak the newest measured repetition was compared with (``Peak.to_dict``)."""
+        return next((r.extra["peak"] for r in reversed(self.ok) if "peak" in r.extra), None)
+
+    @property
     def failure(self) -> str | None:
         """The reason to show when no repetition succeeded."""
         if self.ok or not self.results:

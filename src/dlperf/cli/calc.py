@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from dlperf import cli
+from dlperf.cli.args import str_list
 from dlperf.config import parse_bytes
 from dlperf.dataflow import transfer as tr
 from dlperf.errors import UsageError
@@ -20,7 +20,7 @@ from dlperf.perfmodel import catalogue
 GUIDE_DEVICE = "gtx1080"
 
 
-def add_calc(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calc", help="calculators: host-to-device transfer, storage reads")
     calc = p.add_subparsers(dest="calc_command", metavar="CALCULATOR", required=True)
 
@@ -41,7 +41,7 @@ def add_calc(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     s.add_argument("--data", required=True, help="bytes to read, e.g. 32GB")
     s.add_argument("--storage", help="comma-separated catalogue names (default: all)")
     s.set_defaults(calc_func=cmd_storage)
-    return p
+    p.set_defaults(func=cmd_calc)
 
 
 def cmd_calc(a: argparse.Namespace) -> int:
@@ -112,7 +112,7 @@ def cmd_transfer(a: argparse.Namespace) -> int:
 def cmd_storage(a: argparse.Namespace) -> int:
     nbytes = parse_bytes(a.data)
     table = catalogue.storage()
-    names = cli.str_list(a.storage) or list(table)
+    names = str_list(a.storage) or list(table)
     entries = [catalogue.storage_entry(name) for name in names]
     print(f"Reading {_number(nbytes / 1e9)} GB")
     first = tr.storage_read_time(nbytes, entries[0].read_gbps)
@@ -123,5 +123,3 @@ def cmd_storage(a: argparse.Namespace) -> int:
               f"{_seconds(t):>14}  {ratio}".rstrip())
     return 0
 
-
-cli.COMMANDS["calc"] = (add_calc, cmd_calc)

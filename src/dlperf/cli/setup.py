@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from dlperf import cli, envs
-from dlperf.cli import out
+from dlperf import envs
+from dlperf.cli.progress import out
 from dlperf.errors import UsageError
 
 
-def add_setup(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(sub: argparse._SubParsersAction) -> None:
     names = ", ".join(envs.SEPARATE)
     p = sub.add_parser(
         "setup",
@@ -22,7 +22,7 @@ def add_setup(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("framework", help=names)
     p.add_argument("--force", action="store_true", help="install again even if it works")
-    return p
+    p.set_defaults(func=cmd_setup)
 
 
 def cmd_setup(a: argparse.Namespace) -> int:
@@ -35,5 +35,3 @@ def cmd_setup(a: argparse.Namespace) -> int:
               + ", ".join(f"{m} {v}" for m, v in versions.items()) + ")")
     return 0
 
-
-cli.COMMANDS["setup"] = (add_setup, cmd_setup)

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import argparse
 
-from dlperf import cli, units
-from dlperf.cli import out, parse_params
+from dlperf import units
+from dlperf.cli.args import parse_params
+from dlperf.cli.progress import out
 
 
-def add_devices(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("devices", help="the device, link and storage catalogue of the model")
     p.add_argument("--json", action="store_true")
-    return p
+    p.set_defaults(func=cmd_devices)
+    _add_predict(sub)
 
 
 def _rate(tflops: float | None) -> str:
@@ -55,7 +57,7 @@ def cmd_devices(a: argparse.Namespace) -> int:
     return 0
 
 
-def add_predict(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def _add_predict(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="predict time per mini-batch on catalogue hardware")
     p.add_argument("--network", "-n", required=True)
     p.add_argument("--size")
@@ -78,7 +80,7 @@ def add_predict(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", metavar="NAME=VALUE")
     p.add_argument("--layers", action="store_true", help="also print the time of each layer")
     p.add_argument("--json", action="store_true")
-    return p
+    p.set_defaults(func=cmd_predict)
 
 
 def cmd_predict(a: argparse.Namespace) -> int:
@@ -116,6 +118,3 @@ def cmd_predict(a: argparse.Namespace) -> int:
     print(f"  efficiency factors: {p.calibration}")
     return 0
 
-
-cli.COMMANDS["devices"] = (add_devices, cmd_devices)
-cli.COMMANDS["predict"] = (add_predict, cmd_predict)

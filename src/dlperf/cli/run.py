@@ -1,0 +1,115 @@
+"""``dlperf run``: measure one configuration and print it at a glance."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.markup import escape
+
+from dlperf import units
+from dlperf.cli import args
+from dlperf.cli.progress import ProgressListener, out
+from dlperf.spec import PRECISIONS
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="measure one configuration")
+    p.add_argument("--network", "-n", required=True)
+    p.add_argument("--framework", "-f", default="torch")
+    p.add_argument("--variant", help="e.g. eager|compile (torch), graph|xla (tensorflow), jit (jax), "
+                   "hybrid|imperative (mxnet)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS, help=args.PRECISION_HELP)
+    p.add_argument("--threads", "-t", type=args.positive_int, default=1)
+    p.add_argument("--batch-size", "-b", type=args.positive_int,
+                   help="default: the network's DLBench default")
+    p.add_argument("--size", help="network size (full, tiny; small, large for the guide's families)")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="network parameter")
+    p.add_argument("--repeat", type=args.positive_int, default=1, help="worker processes (default 1)")
+    p.add_argument("--seed", type=args.seed_int, default=0)
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    args.add_limits(p)
+    args.add_db(p)
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from dlperf import api
+
+    m = args.measurement_from(a)
+    with ProgressListener() as listener:
+        row = api.run(a.network, framework=a.framework, variant=a.variant, device=a.device,
+                      precision=a.precision, threads=a.threads, batch_size=a.batch_size,
+                      size=a.size, params=args.parse_params(a.param), repeat=a.repeat,
+                      seed=a.seed, measurement=m,
+                      timeout_s=1800.0 if a.timeout is None else a.timeout,
+                      memory_limit=a.memory_limit, db=a.db, listener=listener)
+    if a.json:
+        print(json.dumps([r.model_dump() for r in row.results], default=str))
+        return 0 if row.measured else 1
+    print_run(row, a.db)
+    return 0 if row.measured else 1
+
+
+def print_run(row, db) -> None:
+    from dlperf.store import default_path
+
+    s = row.spec
+    out.print(f"[bold]{escape(s.label())}[/]  ({row.processes} process{'es' if row.processes != 1 else ''})")
+    if not row.measured:
+        out.print(f"  [red]not measured[/]: {row.failure}")
+        return
+    r0 = row.ok[0]
+    m = r0.metrics
+    steps = sum(r.metrics.steps for r in row.ok)
+    out.print(f"  time per mini-batch  {units.seconds(row.median_s)}  +- {units.seconds(row.mad_s)} MAD"
+              f"  (IQR {units.seconds(m.iqr_s)}, CV {units.percent(row.within_cv)}, "
+              f"min {units.seconds(m.min_s)}, max {units.seconds(m.max_s)}; {steps} timed steps "
+              f"after {m.warmup_steps} warm-up)")
+    if row.between_cv is not None:
+        out.print(f"  between processes    CV {units.percent(row.between_cv)} of the per-process medians")
+    out.print(f"  samples/s            {row.samples_per_s:.4g}")
+    if row.achieved_flops:
+        out.print(f"  achieved             {units.flops(row.achieved_flops, '/s')} "
+                  f"({units.flops(row.flops_per_step)}/step)")
+        for line in peak_lines(row, db):
+            out.print(escape(line))
+    out.print(f"  peak memory          {units.nbytes(row.peak_rss_bytes)} resident"
+              f" (model, data and activations {units.nbytes(m.model_rss_bytes)})"
+              + (f"; device {units.nbytes(m.device_peak_bytes)}" if m.device_peak_bytes else ""))
+    busy = f" (CPU busy {row.cpu_util:.2f} cores)" if row.cpu_util is not None else ""
+    out.print(f"  threads in force     {r0.threads_in_force} on CPUs {r0.cpus}{busy}")
+    for w in row.warnings:
+        out.print(f"  [yellow]warning[/]: {escape(w)}")
+    out.print(f"  stored in {db or default_path()}", style="dim")
+
+
+def peak_lines(row, db) -> list[str]:
+    """The share of peak of a measured row, against the best measured rate and the
+    theoretical one, and what limits it (``dlperf.peak.limit_message``)."""
+    from dlperf import api, peak
+
+    prov = row.peak_provenance
+    if prov is None:
+        return []
+    pk, s, achieved = peak.Peak.from_dict(prov), row.spec, row.achieved_flops
+    best = pk.best
+    if best is None or not best.flops:
+        return []
+    where = f"{pk.threads} thread{'s' if pk.threads != 1 else ''}" if pk.device == "cpu" else "GPU"
+    if pk.device == "cpu" and pk.threads < s.threads:
+        where += f" (all CPUs; {s.threads} threads oversubscribe them)"
+    share = (f"  share of peak        {units.percent(row.peak_share)} of {units.flops(best.flops, '/s')},"
+             f" this machine's best measured rate at {where} ({best.source})")
+    if pk.theoretical_flops:
+        theory = units.flops(pk.theoretical_flops, "/s")
+        share += (f"; {units.percent(achieved / pk.theoretical_flops)} of the theoretical {theory}"
+                  if achieved <= pk.theoretical_flops else
+                  f"; above the theoretical {theory}: the clock, the cores in use or the "
+                  "FLOP count differ from what dlperf assumes")
+    elif pk.device == "cpu":
+        share += f"; theoretical peak {pk.theoretical}"
+    others = api.other_framework_rates(s, db=db)
+    limit = peak.limit_message(s.label(), s.network, s.framework, achieved, pk, others)
+    return [share, f"  limit                {limit}"]
