@@ -2,8 +2,8 @@
 
 Each experiment is a list of RunSpecs (``specs``) that ``dlperf experiment NAME`` runs
 (skipping what the store has); its report section (``dlperf.report.experiments``) reads
-the store alone. Train
-runs carry ``options["experiment"]`` and ``options["arm"]`` so the report finds them;
+the store alone. Train runs carry their experiment and arm in their options
+(``TrainOptions.experiment``, ``.arm``) so the report finds them;
 for every arm the newest stored result is shown.
 
 1. shallow-vs-deep: a one-hidden-layer net against deeper ones and a CNN on digits.
@@ -23,6 +23,7 @@ from typing import Any
 
 from dlperf import workloads
 from dlperf.errors import UsageError
+from dlperf.kinds import TrainOptions
 from dlperf.spec import Measurement, RunResult, RunSpec
 from dlperf.store import Store
 from dlperf.workloads.families import FAMILIES
@@ -77,13 +78,13 @@ class Experiment:
         out = []
         for arm in self.arms(s):
             wl = workloads.get(arm.network)
-            options = {
+            options = TrainOptions(**{
                 "stop_at_target": False,
                 **self.budget(s),
                 **arm.options,
                 "experiment": self.name,
                 "arm": arm.label,
-            }
+            })
             out.append(
                 RunSpec(
                     kind="train",
@@ -212,7 +213,8 @@ def arm_results(store: Store, name: str) -> dict[str, RunResult]:
     """Newest stored result of every arm of a train experiment, in the arms' order."""
     found: dict[str, RunResult] = {}
     for r in store.results(kind="train"):
-        if r.spec.options.get("experiment") == name:
-            found[r.spec.options.get("arm", r.spec.network)] = r  # later rows are newer
+        o: TrainOptions = r.spec.options  # type: ignore[assignment]
+        if o.experiment == name:
+            found[o.arm or r.spec.network] = r  # later rows are newer
     order = {a.label: i for i, a in enumerate(EXPERIMENTS[name].arms(Settings()))}
     return dict(sorted(found.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))

@@ -20,6 +20,7 @@ from typing import Any
 
 from dlperf import environment, peak
 from dlperf.environment import usable_cpus
+from dlperf.kinds import StepOutcome
 from dlperf.launch import run_isolated
 from dlperf.launch.cpulock import cpus_held
 from dlperf.launch.isolated import LaunchInterrupted
@@ -82,7 +83,7 @@ class Runner:
             missing = self.peak_specs(threads, device)
         found += [self._run_and_store(s) for s in missing]
         theory = environment.theoretical_peak(threads) if device == "cpu" else None
-        return peak.Peak.of(found, threads, device, theory.flops if theory else None,
+        return peak.peak_of(found, threads, device, theory.flops if theory else None,
                             theory.describe() if theory else "")
 
     def _launch(self, spec: RunSpec) -> RunResult | None:
@@ -136,11 +137,12 @@ class Runner:
             else:
                 row = self.store.add(peak.raised_result(result, pk, environment.packages()))
                 warnings.append(peak.raised_warning(achieved, best, pk))
-                pk = pk.raised(peak.KernelRate.of([row]))
+                pk = pk.raised(peak.kernel_rate([row]))
         metrics = m.model_copy(update={"peak_flops": pk.flops,
                                        "peak_share": min(achieved / pk.flops, 1.0)})
+        outcome = (result.outcome or StepOutcome()).model_copy(update={"peak": pk})
         return result.model_copy(update={"metrics": metrics, "warnings": warnings,
-                                         "extra": {**result.extra, "peak": pk.to_dict()}})
+                                         "outcome": outcome})
 
     def run_all(self, specs: Sequence[RunSpec], stop: Callable[[], bool] | None = None,
                 still_pending: Callable[[RunSpec], bool] | None = None) -> list[RunResult]:

@@ -85,7 +85,7 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
     except UnsupportedError as e:
         return RunResult.failed(spec, "unsupported", str(e), finished_at=time.time(), **base)
     if spec.kind == "train":
-        from dlperf.train import run_training
+        from dlperf.training.loop import run_training
 
         return run_training(spec, backend, emit, base)
     if spec.kind not in ("step", "peak"):

@@ -348,6 +348,25 @@ def build_parts(config: Any, batch_size: int, device: torch.device, seed: int = 
     return model, x, y
 
 
+def build_classifier(config: Any, batch_size: int, device: torch.device, seed: int = 0):
+    """(model, x, y) of a network that trains as ``cross_entropy(model(x), y)`` on tensors,
+    seeded as a single-process run of it: the DLBench networks, and the guide's families
+    whose step is a classifier's. What the parallel strategies train (they apply their own
+    SGD, not the family's optimiser). Raises UnsupportedError for the others (a tree batch,
+    a reconstruction, a sampler)."""
+    if type(config) in BUILDERS:
+        return build_parts(config, batch_size, device, seed)
+    from dlperf.backends.torch_families import ClassifierTrainer
+
+    trainer = build_trainer(config, batch_size, "eager", device, seed)
+    if not (isinstance(trainer, ClassifierTrainer) and isinstance(trainer.x, torch.Tensor)
+            and isinstance(trainer.model, nn.Module)):
+        raise UnsupportedError(f"{type(config).__name__} trains with its own step, not as a "
+                               "classifier with cross-entropy on tensors; the parallel "
+                               "strategies split that step")
+    return trainer.model, trainer.x, trainer.y
+
+
 def count_flops(config: Any, batch_size: int) -> float:
     """Training-step FLOPs from PyTorch's counter, on the meta device: shapes only, so a
     full-size network costs no memory and almost no time."""

@@ -57,7 +57,7 @@ def cmd_experiment(a: argparse.Namespace) -> int:
     for name, specs in todo_by.items():
         planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed)
         print_plan(f"experiment {name}", planned, verb="run", describe=(
-            (lambda sp: f"{sp.label()}  {sp.options.get('arm', '')}") if a.dry_run else None))
+            (lambda sp: f"{sp.label()}  {sp.options.arm or ''}") if a.dry_run else None))
         if a.dry_run:
             continue
         with ProgressListener() as listener:

@@ -23,7 +23,7 @@ from dlperf import units
 from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out, print_plan
 from dlperf.errors import UsageError
-from dlperf.parallel.options import STRATEGIES, Options, default_threads, describe, make_spec
+from dlperf.parallel.options import STRATEGIES, default_threads, describe, make_spec
 from dlperf.spec import RunSpec
 
 
@@ -173,15 +173,15 @@ def print_summary(results: list, all_rows: list) -> None:
         print_table(report.comparison_table(synthetic, all_rows), out)
     if real:
         print_table(report.target_table(real), out)
-    if report.straggler_pairs(all_rows) and any(Options.from_spec(r.spec).straggler_delay_s
+    if report.straggler_pairs(all_rows) and any(r.spec.options.straggler_delay_s
                                                 for r in results):
         print_table(report.straggler_table(all_rows), out)
     for r in results:
         for w in r.warnings:
             out.print(f"  [yellow]warning[/]: {escape(describe(r.spec))}: {escape(w)}")
         if r.ok and r.metrics:
-            e = r.extra
+            e = r.outcome
             out.print(f"  {escape(describe(r.spec))}: {units.seconds(r.metrics.median_s)} per "
-                          f"mini-batch; threads {e.get('total_threads')} on "
-                          f"{e.get('physical_cores')} physical cores", style="dim")
+                      f"mini-batch; threads {e.total_threads} on {e.physical_cores} physical "
+                      "cores", style="dim")
 

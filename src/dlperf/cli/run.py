@@ -93,7 +93,7 @@ def peak_lines(row, db) -> list[str]:
     prov = row.peak_provenance
     if prov is None:
         return []
-    pk, s, achieved = peak.Peak.from_dict(prov), row.spec, row.achieved_flops
+    pk, s, achieved = prov, row.spec, row.achieved_flops
     best = pk.best
     if best is None or not best.flops:
         return []

@@ -11,6 +11,7 @@ from dlperf import units, workloads
 from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out
 from dlperf.errors import UsageError
+from dlperf.kinds import TrainOutcome
 from dlperf.spec import RunResult, RunSpec
 
 
@@ -62,7 +63,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def train_spec(a: argparse.Namespace) -> RunSpec:
     """Validate the flags (UsageError, one line) and build the RunSpec."""
-    from dlperf.train import check_options
+    from dlperf.training.options import check_options, parse_options
 
     wl, size, _ = workloads.resolve(a.network, a.size, args.parse_params(a.param))
     if wl.group != "guide":
@@ -82,12 +83,9 @@ def train_spec(a: argparse.Namespace) -> RunSpec:
         v = getattr(a, flag)
         if v is not None:
             options[key] = args.scalar(v, f"--{flag.replace('_', '-')}") if isinstance(v, str) else v
-    check_options(wl.name, options)
-    if a.threads < 1:
-        raise UsageError("--threads must be at least 1")
+    typed = parse_options(options)
+    check_options(wl.name, typed)
     batch = wl.default_batch if a.batch_size is None else a.batch_size
-    if batch < 1:
-        raise UsageError("--batch-size must be at least 1")
     return RunSpec(
         kind="train",
         network=wl.name,
@@ -96,14 +94,14 @@ def train_spec(a: argparse.Namespace) -> RunSpec:
         batch_size=batch,
         params=args.parse_params(a.param),
         seed=a.seed,
-        options=options,
+        options=typed,
     )
 
 
 def cmd_train(a: argparse.Namespace) -> int:
     from dlperf import api
     from dlperf.store import default_path
-    from dlperf.train import check_options
+    from dlperf.training.options import check_options
 
     spec = train_spec(a)
     budget = check_options(spec.network, spec.options)["max_time_s"]
@@ -117,46 +115,47 @@ def cmd_train(a: argparse.Namespace) -> int:
 
 
 def print_training(r: RunResult) -> None:
-    e, s = r.extra, r.spec
+    e, s = r.outcome, r.spec
     out.print(f"[bold]{escape(s.label())}[/]  train to target")
-    if "curve" not in e:
+    if not isinstance(e, TrainOutcome):
         out.print(f"  [red]failed[/]: {r.failure.reason}: {escape(r.failure.message)}")
         return
-    q = e["quality"]
-    name = q["name"] + (f" ({q['unit']})" if q["unit"] else "")
-    if e["target_reached"]:
+    q = e.quality
+    name = q.name + (f" ({q.unit})" if q.unit else "")
+    if e.target_reached:
         out.print(
-            f"  time to target       {units.seconds(e['time_to_target_s'])} "
-            f"({e['steps_to_target']} steps): {name} {_cmp(q)} {q['target']:g}"
+            f"  time to target       {units.seconds(e.time_to_target_s)} "
+            f"({e.steps_to_target} steps): {name} {'>=' if q.higher_is_better else '<='} "
+            f"{q.target:g}"
         )
-    elif q["target"] is None:
-        out.print(f"  no target: trained the whole budget ({e['stopped_by']})")
+    elif q.target is None:
+        out.print(f"  no target: trained the whole budget ({e.stopped_by})")
     else:
         out.print(f"  [red]target not reached[/]: {escape(r.failure.message)}")
     out.print(
-        f"  final {name:14} {e['final_quality']:.4g} (best {e['best_quality']:.4g}) on "
-        f"{e['n_test']} held-out examples of {e['dataset']}"
+        f"  final {name:14} {e.final_quality:.4g} (best {e.best_quality:.4g}) on "
+        f"{e.n_test} held-out examples of {e.dataset}"
     )
-    if q.get("reference") is not None:
-        out.print(f"  real digits score    {q['reference']:.4g} (the floor of this measure)")
+    if q.reference is not None:
+        out.print(f"  real digits score    {q.reference:.4g} (the floor of this measure)")
     out.print(
-        f"  trained              {e['steps']} steps, {e['epochs']:.1f} epochs, "
-        f"{units.seconds(e['train_s'])} (evaluation {units.seconds(e['eval_s'])} more)"
+        f"  trained              {e.steps} steps, {e.epochs:.1f} epochs, "
+        f"{units.seconds(e.train_s)} (evaluation {units.seconds(e.eval_s)} more)"
     )
-    if e.get("time_per_epoch_s"):
-        out.print(f"  time per epoch       {units.seconds(e['time_per_epoch_s'])}")
+    if e.time_per_epoch_s:
+        out.print(f"  time per epoch       {units.seconds(e.time_per_epoch_s)}")
     if r.metrics:
         out.print(
             f"  time per mini-batch  {units.seconds(r.metrics.median_s)} median on real "
             "data" + (" (1 D + 1 G update)" if s.network == "gan" else "")
         )
-    if "pretrain_s" in e:
+    if e.pretrain_s is not None:
         out.print(
-            f"  DBN pre-training     {units.seconds(e['pretrain_s'])} "
-            f"({e['pretrain_steps']} CD-{s.params.get('k', 1)} steps); fine-tuning "
-            f"{units.seconds(e['finetune_s'])}"
+            f"  DBN pre-training     {units.seconds(e.pretrain_s)} "
+            f"({e.pretrain_steps} CD-{s.params.get('k', 1)} steps); fine-tuning "
+            f"{units.seconds(e.finetune_s)}"
         )
-    curve = e["curve"]
+    curve = e.curve
     picks = sorted({round(i * (len(curve) - 1) / 5) for i in range(6)})
     out.print(
         "  curve                "
@@ -167,7 +166,3 @@ def print_training(r: RunResult) -> None:
     )
     if r.threads_in_force:
         out.print(f"  threads in force     {r.threads_in_force} on CPUs {r.cpus}")
-
-
-def _cmp(q: dict) -> str:
-    return ">=" if q["higher_is_better"] else "<="

@@ -38,6 +38,8 @@ from typing import Any
 
 import psutil
 
+from dlperf.kinds import Diagnostics, ParallelOutcome
+from dlperf.kinds.parallel import ParallelOptions
 from dlperf.launch.isolated import LaunchInterrupted, worker_env
 from dlperf.launch.orphans import child_env
 from dlperf.launch.watch import (
@@ -48,7 +50,6 @@ from dlperf.launch.watch import (
     watch,
 )
 from dlperf.parallel import analysis, status
-from dlperf.parallel.options import Options
 from dlperf.spec import RunResult, RunSpec
 
 DEFAULT_TIMEOUT_S = 1800.0
@@ -272,7 +273,7 @@ def run_parallel(
     part failed; None on a node whose workers finished cleanly while rank 0 lived on
     another node (that node has the result). KeyboardInterrupt kills the run and propagates.
     """
-    o = Options.from_spec(spec)
+    o = spec.options
     nnodes = nnodes or o.nodes
     nproc = nproc_per_node or o.workers // nnodes
     if nproc * nnodes != o.workers:
@@ -309,7 +310,7 @@ def run_parallel(
                       on_event=on_event)
 
 
-def _watch(spec: RunSpec, o: Options, cmd: list[str], env: dict[str, str], outdir: Path,
+def _watch(spec: RunSpec, o: ParallelOptions, cmd: list[str], env: dict[str, str], outdir: Path,
            meta: dict[str, Any], *, timeout_s: float | None, stall_timeout_s: float | None,
            memory_limit_bytes: int | None, on_event: Callable[[dict], None] | None
            ) -> RunResult | None:
@@ -372,13 +373,12 @@ def _oom_rose(before: int | None) -> bool:
     return before is not None and after is not None and after > before
 
 
-def _failed(spec: RunSpec, o: Options, failure: tuple[str, str],
+def _failed(spec: RunSpec, o: ParallelOptions, failure: tuple[str, str],
             partial: dict[int, dict[str, Any]], log: str, meta: dict[str, Any],
             outdir: Path) -> RunResult:
     """A failure that keeps every step the ranks had logged."""
     reports = [partial[r] for r in sorted(partial)]
-    extra: dict[str, Any] = {"strategy": o.strategy, "workers": o.workers,
-                             "log_tail": log[-6000:], "launcher": meta}
+    extra: dict[str, Any] = {"strategy": o.strategy, "workers": o.workers, "launcher": meta}
     steps, warm = [], []
     if reports:
         phases = {s["phase"] for rep in reports for s in rep["steps"]}
@@ -401,11 +401,12 @@ def _failed(spec: RunSpec, o: Options, failure: tuple[str, str],
             continue
         if text:
             stacks[p.stem.removeprefix("stacks_rank")] = text[-4000:]
-    if stacks:
-        extra["stacks"] = stacks  # every thread of every worker, just before the kill
+    # stacks: every thread of every worker, just before the kill
     return RunResult.failed(spec, failure[0], failure[1], step_times_s=steps,
                             warmup_times_s=warm, started_at=meta.get("started_at"),
-                            finished_at=meta.get("finished_at"), extra=extra)
+                            finished_at=meta.get("finished_at"),
+                            outcome=ParallelOutcome.model_validate(extra),
+                            diagnostics=Diagnostics(log_tail=log[-6000:], stacks=stacks))
 
 
 class _Forward:

@@ -26,10 +26,11 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from dlperf.kinds.parallel import ParallelOptions, ParallelOutcome
 from dlperf.measure.stats import summarize
-from dlperf.parallel.options import Options
 from dlperf.parallel.partition import ideal_bubble_share
 from dlperf.spec import Metrics, RunResult, RunSpec
+from dlperf.training.rules import Budget, accuracy_and_loss_goals, reached
 
 PARTS = ("compute", "comm", "wait", "server")
 
@@ -186,15 +187,10 @@ def _threads(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "oversubscribed": any(h["threads"] > h["physical_cores"] for h in by_host.values())}
 
 
-def _training(o: Options, spec: RunSpec, reports: list[dict[str, Any]]) -> dict[str, Any]:
+def _training(o: ParallelOptions, spec: RunSpec, reports: list[dict[str, Any]]) -> dict[str, Any]:
     evals = next((r["evals"] for r in reports if r.get("evals")), [])
-    hit = None
-    for e in evals:
-        acc_ok = o.target_accuracy is None or e["accuracy"] >= o.target_accuracy
-        loss_ok = o.target_loss is None or e["loss"] <= o.target_loss
-        if (o.target_accuracy is not None or o.target_loss is not None) and acc_ok and loss_ok:
-            hit = e
-            break
+    wanted = accuracy_and_loss_goals(o.target_accuracy, o.target_loss)
+    hit = next((e for e in evals if reached(wanted, e)), None)
     final = evals[-1] if evals else None
     return {
         "data": o.data, "target": {"accuracy": o.target_accuracy, "loss": o.target_loss},
@@ -217,7 +213,7 @@ def _training(o: Options, spec: RunSpec, reports: list[dict[str, Any]]) -> dict[
 
 def summarize_ranks(spec: RunSpec, reports: list[dict[str, Any]], phase: str) -> dict[str, Any]:
     """The parts of the result that partial records support too."""
-    o = Options.from_spec(spec)
+    o = spec.options
     bd = breakdown(reports, (phase,))
     per_rank = [rank_summary(rep, bd.get(int(rep["rank"]), [])) for rep in reports]
     shares = {p: _avg(r[f"{p}_share"] for r in per_rank) for p in PARTS}
@@ -253,7 +249,7 @@ def _avg(values: Iterable[float | None]) -> float | None:
 def assemble(spec: RunSpec, reports: list[dict[str, Any]], *,
              launcher: dict[str, Any] | None = None) -> RunResult:
     """One RunResult from every rank's report (rank 0's ``all.json``)."""
-    o = Options.from_spec(spec)
+    o = spec.options
     reports = sorted(reports, key=lambda r: r["rank"])
     r0 = reports[0]
     phase = "train" if o.data else "timed"
@@ -300,26 +296,24 @@ def assemble(spec: RunSpec, reports: list[dict[str, Any]], *,
                         "cores: the workers compete for cores (lower --threads to avoid it)")
     if o.data:
         extra["training"] = training = _training(o, spec, reports)
-        if (o.target_accuracy is not None or o.target_loss is not None) and not training["reached"]:
+        if o.has_target and not training["reached"]:
             best = training["best_accuracy"]
             return RunResult.failed(
                 spec, "budget", "target not reached within the budget "
                 f"({_budget_text(o)}; best held-out accuracy "
                 f"{'-' if best is None else f'{best:.3f}'})",
-                metrics=metrics, extra=extra, warnings=warnings, **common)
+                metrics=metrics, outcome=ParallelOutcome.model_validate(extra),
+                warnings=warnings, **common)
+    outcome = ParallelOutcome.model_validate(extra)
     if metrics is None:
-        return RunResult.failed(spec, "error", "no timed step completed", extra=extra, **common)
-    return RunResult(spec=spec, status="ok", metrics=metrics, extra=extra, warnings=warnings,
-                     **common)
+        return RunResult.failed(spec, "error", "no timed step completed", outcome=outcome,
+                                **common)
+    return RunResult(spec=spec, status="ok", metrics=metrics, outcome=outcome,
+                     warnings=warnings, **common)
 
 
-def _budget_text(o: Options) -> str:
-    parts = []
-    if o.max_steps is not None:
-        parts.append(f"{o.max_steps} mini-batches")
-    if o.max_time_s is not None:
-        parts.append(f"{o.max_time_s:g} s")
-    return " or ".join(parts)
+def _budget_text(o: ParallelOptions) -> str:
+    return Budget(max_steps=o.max_steps, max_time_s=o.max_time_s).describe("mini-batches")
 
 
 def _metrics(spec: RunSpec, series: list[float], reports: list[dict[str, Any]],

@@ -25,9 +25,10 @@ from torch import nn
 
 from dlperf.backends import torch_backend as tb
 from dlperf.backends.base import UnsupportedError
-from dlperf.parallel.options import Options
+from dlperf.kinds.parallel import ParallelOptions
 from dlperf.parallel.status import StatusBoard
 from dlperf.spec import RunSpec
+from dlperf.training.rules import Budget, Goal, accuracy_and_loss_goals
 
 
 class StepLog:
@@ -57,7 +58,7 @@ class StepLog:
 @dataclass
 class Context:
     spec: RunSpec
-    opts: Options
+    opts: ParallelOptions
     rank: int
     world: int
     local_rank: int
@@ -160,33 +161,12 @@ def build_net(ctx: Context) -> Net:
     if ctx.opts.data:
         ds = data.load(ctx.opts.data, spec.seed)
         cfg, flatten = adapt_config(cfg, ds)
-    # the backend's own modules, initialisation and synthetic batch: the same weights and
-    # data as a single-process run of this network (the tests compare against build_trainer)
-    if type(cfg) in tb.BUILDERS:
-        model, x, y = tb.build_parts(cfg, spec.batch_size, ctx.device, spec.seed)
-    else:  # a family registered by an extension module (dlperf.backends.torch_families)
-        trainer = tb.build_trainer(cfg, spec.batch_size, "eager", ctx.device, spec.seed)
-        if not _is_classifier(trainer):
-            raise UnsupportedError(f"{spec.network} trains with its own step, not as a "
-                                   "classifier with cross-entropy on tensors; the parallel "
-                                   "strategies split that step")
-        # the family's own optimiser is not used: every strategy applies plain SGD (--lr)
-        model, x, y = trainer.model, trainer.x, trainer.y
+    # the torch backend builds it: the same weights and data as a single-process run of
+    # this network (the tests compare against its trainer); every strategy then applies
+    # plain SGD (--lr), not a family's own optimiser
+    model, x, y = tb.build_classifier(cfg, spec.batch_size, ctx.device, spec.seed)
     flops = float(sum(layer.train_flops() for layer in cfg.layers()))
     return Net(model, x, y, cfg, ds, flatten, flops, tb.trainable_params(model))
-
-
-def _is_classifier(trainer: Any) -> bool:
-    """A trainer whose step is ``cross_entropy(model(x), y)`` on tensors: the backend's own,
-    or a family's ClassifierTrainer (not a tree batch, not a reconstruction or a sampler)."""
-    if isinstance(trainer, tb.TorchTrainer):
-        return True
-    try:
-        from dlperf.backends.torch_families import ClassifierTrainer
-    except ImportError:
-        return False
-    return (isinstance(trainer, ClassifierTrainer) and isinstance(trainer.x, torch.Tensor)
-            and isinstance(trainer.model, nn.Module))
 
 
 def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -231,19 +211,14 @@ def evaluate(model: nn.Module, net: Net, device: torch.device) -> tuple[float, f
     return float(loss_fn(out, y)), float((out.argmax(-1) == y).float().mean())
 
 
-def target_reached(opts: Options, loss: float, acc: float) -> bool:
-    ok = opts.target_accuracy is not None or opts.target_loss is not None
-    if opts.target_accuracy is not None:
-        ok = ok and acc >= opts.target_accuracy
-    if opts.target_loss is not None:
-        ok = ok and loss <= opts.target_loss
-    return ok
+def goals(opts: ParallelOptions) -> list[Goal]:
+    """The held-out goals of a time-to-target run (``dlperf.training.rules``)."""
+    return accuracy_and_loss_goals(opts.target_accuracy, opts.target_loss)
 
 
-def budget_spent(opts: Options, samples: int, batch: int, elapsed: float) -> bool:
-    if opts.max_steps is not None and samples >= opts.max_steps * batch:
-        return True
-    return opts.max_time_s is not None and elapsed >= opts.max_time_s
+def budget(opts: ParallelOptions) -> Budget:
+    """The training budget of a time-to-target run, in global mini-batches and seconds."""
+    return Budget(max_steps=opts.max_steps, max_time_s=opts.max_time_s)
 
 
 # ----------------------------------------------------------------------------- vectors

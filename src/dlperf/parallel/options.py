@@ -1,76 +1,34 @@
-"""What a parallel run is: the strategy and its settings, carried in ``RunSpec.options``.
+"""Making a parallel run: ``make_spec`` checks a strategy's settings as a whole and builds
+the RunSpec, whose options are ``dlperf.kinds.ParallelOptions``.
 
 Framework-free: the CLI, the launcher and the report read these without importing torch.
-Only the settings that apply to a strategy are stored (``groups`` only for mixed,
-``micro_batches`` only for pipeline, the training target only with a data set), so the
-configuration id stays stable and the stored options read cleanly.
+Only the settings that apply to a strategy are set (``groups`` only for mixed,
+``micro_batches`` only for pipeline, the training target only with a data set).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from dlperf import workloads
 from dlperf.errors import UsageError
+from dlperf.kinds.parallel import (
+    DEFAULT_EVAL_EVERY,
+    DEFAULT_LR,
+    LOCKSTEP,
+    STRATEGIES,
+    ParallelOptions,
+)
 from dlperf.spec import Measurement, RunSpec
 
-STRATEGIES = ("sync", "async", "mixed", "pipeline")
-#: strategies whose workers move in lockstep (every rank runs every step)
-LOCKSTEP = ("sync", "pipeline")
+__all__ = ["DATASETS", "DEFAULT_EVAL_EVERY", "DEFAULT_LR", "LOCKSTEP", "STRATEGIES", "Options",
+           "default_groups", "default_threads", "describe", "local_batch", "make_spec"]
+
 DATASETS = ("digits", "mnist1d")
-DEFAULT_LR = 0.01  # torch_backend.LEARNING_RATE; repeated here to stay framework-free
-DEFAULT_EVAL_EVERY = 10
 
-
-@dataclass(frozen=True)
-class Options:
-    """The parallel settings of one RunSpec (see ``make_spec`` for their meaning)."""
-
-    strategy: str
-    workers: int
-    groups: int = 1
-    micro_batches: int = 1
-    straggler_delay_s: float = 0.0
-    nodes: int = 1
-    lr: float = DEFAULT_LR
-    data: str | None = None
-    target_accuracy: float | None = None
-    target_loss: float | None = None
-    max_steps: int | None = None
-    max_time_s: float | None = None
-    eval_every: int = DEFAULT_EVAL_EVERY
-    steps: int | None = None
-    warmup_steps: int | None = None
-
-    @classmethod
-    def from_spec(cls, spec: RunSpec) -> Options:
-        o = dict(spec.options)
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in o.items() if k in known})
-
-    @property
-    def straggler_rank(self) -> int | None:
-        """The slowed worker: the last rank (never rank 0, which hosts the parameter server,
-        unless it is the only worker)."""
-        return self.workers - 1 if self.straggler_delay_s > 0 else None
-
-    @property
-    def lockstep(self) -> bool:
-        return self.strategy in LOCKSTEP
-
-    @property
-    def pushes_per_batch(self) -> int:
-        """Parameter-server pushes that together consume one global mini-batch."""
-        return self.workers if self.strategy == "async" else self.groups
-
-    def group_of(self, rank: int) -> int:
-        return rank // (self.workers // self.groups)
-
-    def group_ranks(self, group: int) -> list[int]:
-        size = self.workers // self.groups
-        return list(range(group * size, (group + 1) * size))
+#: the options of a parallel run (kept under their earlier name for the torch wing)
+Options = ParallelOptions
 
 
 def default_groups(workers: int) -> int:
@@ -198,24 +156,9 @@ def make_spec(
     return RunSpec(kind="parallel", network=wl.name, size=size, framework="torch",
                    variant="eager", device=device, threads=threads, batch_size=batch,
                    params=dict(params or {}), seed=seed, repeat=repeat,
-                   measurement=measurement or Measurement(), options=opts)
+                   measurement=measurement or Measurement(), options=ParallelOptions(**opts))
 
 
 def describe(spec: RunSpec) -> str:
-    """Short label: 'fcn5[tiny] sync x2 b64' (+ groups, micro-batches, straggler, data)."""
-    o = Options.from_spec(spec)
-    size = "" if spec.size in ("full", "") else f"[{spec.size}]"
-    parts = [f"{spec.network}{size}", f"{o.strategy} x{o.workers}"]
-    if o.strategy == "mixed":
-        parts.append(f"g{o.groups}")
-    if o.strategy == "pipeline":
-        parts.append(f"mb{o.micro_batches}")
-    parts.append(f"b{spec.batch_size}")
-    parts.append(f"t{spec.threads}")
-    if o.nodes > 1:
-        parts.append(f"{o.nodes} nodes")
-    if o.straggler_delay_s:
-        parts.append(f"straggler +{o.straggler_delay_s:g}s")
-    if o.data:
-        parts.append(f"{o.data}")
-    return " ".join(parts)
+    """Short label: 'fcn5[tiny] sync x2 b64 t1' (+ groups, micro-batches, straggler, data)."""
+    return spec.label()

@@ -30,15 +30,16 @@ from dlperf.parallel.common import (
     Batches,
     Context,
     Strategy,
-    budget_spent,
+    budget,
     build_net,
     evaluate,
     flat_grads,
+    goals,
     load_flat,
     loss_fn,
-    target_reached,
     trainable,
 )
+from dlperf.training.rules import reached
 
 SERVER_RANK = 0
 
@@ -180,7 +181,7 @@ class ServerTraining:
         srv, o, b = self.server, self.ctx.opts, self.ctx.spec.batch_size
         assert srv is not None
         elapsed = time.time() - train_start
-        over = budget_spent(o, srv.samples, b, elapsed)
+        over = budget(o).spent(steps=srv.samples // b, train_s=elapsed) is not None
         if srv.samples < self._next_eval and not over:
             return
         e0 = time.time()
@@ -190,7 +191,8 @@ class ServerTraining:
         load_flat(trainable(self._eval_model), w.to(self.ctx.device))
         loss, acc = evaluate(self._eval_model, self.net, self.ctx.device)
         self._eval_s += time.time() - e0
-        stop = target_reached(o, loss, acc) or budget_spent(o, samples, b, t_snap - train_start)
+        stop = (reached(goals(o), {"accuracy": acc, "loss": loss})
+                or budget(o).spent(steps=samples // b, train_s=t_snap - train_start) is not None)
         self.ctx.log.eval({"t": t_snap - train_start, "samples": samples, "version": version,
                            "loss": loss, "accuracy": acc, "eval_s": self._eval_s,
                            "train_s": t_snap - train_start})

@@ -17,7 +17,6 @@ the strategy, warms up, times, and writes into OUTDIR:
 from __future__ import annotations
 
 import json
-import math
 import os
 import resource
 import socket
@@ -28,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.errors import is_out_of_memory
-from dlperf.parallel.options import Options
 from dlperf.parallel.status import StatusBoard
 from dlperf.spec import RunSpec
 
@@ -71,13 +69,6 @@ def _inject_fault(rank: int, phase: str, i: int) -> None:
         raise RuntimeError(f"injected fault at step {i}")
 
 
-def _settled(times: list[float], tolerance: float, min_steps: int) -> bool:
-    if len(times) < max(2, min_steps):
-        return False
-    a, b = times[-2], times[-1]
-    return abs(a - b) <= tolerance * min(a, b)
-
-
 def _run_step(strat: Any, ctx: Any, i: int, phase: str, deadline: float | None = None) -> dict:
     ctx.status.set("c", f"compute, {phase} step {i}")
     _inject_fault(ctx.rank, phase, i)
@@ -88,47 +79,41 @@ def _run_step(strat: Any, ctx: Any, i: int, phase: str, deadline: float | None =
 
 def time_steps(strat: Any, ctx: Any) -> dict[str, Any]:
     """Warm up until rank 0's step times settle, then time: a fixed number of steps for the
-    lockstep strategies, a common time window for the free-running ones."""
+    lockstep strategies, a common time window for the free-running ones. The warm-up rule
+    and the length of the sample are ``measure.timing``'s, the same as a single worker's;
+    rank 0 applies it and tells the others, so every rank runs the same steps."""
     import torch.distributed as dist
 
-    m, o = ctx.spec.measurement, ctx.opts
-    warm: list[float] = []
-    settled = False
+    from dlperf.measure.timing import WarmUp
+
+    o = ctx.opts
+    warm = WarmUp(ctx.spec.measurement)
     if o.warmup_steps != 0:
-        w0, n = time.time(), 0
+        n = 0
         while True:
             rec = _run_step(strat, ctx, n, "warmup")
             n += 1
-            warm.append(rec["t1"] - rec["t0"])
-            if o.warmup_steps is not None:
-                go = n < o.warmup_steps
-            else:
-                settled = _settled(warm, m.settle_tolerance, m.warmup_min_steps)
-                go = (not settled and n < m.warmup_max_steps
-                      and time.time() - w0 < m.warmup_max_time_s)
+            over = warm.add(rec["t1"] - rec["t0"])
+            go = n < o.warmup_steps if o.warmup_steps is not None else not over
             # rank 0 decides for everyone: the ranks must agree on the number of steps
             if not ctx.bcast([1.0 if go else 0.0], src=0)[0]:
                 break
-    est = min(warm[-2:]) if warm else 0.0
-    if o.steps:
-        n_timed = o.steps
-    else:
-        n_timed = math.ceil(m.min_time_s / est) if est > 0 else m.min_steps
-        n_timed = min(max(n_timed, m.min_steps), m.max_steps)
-    n_timed, window = ctx.bcast([float(n_timed), n_timed * est], src=0)
+    n_timed = o.steps or warm.timed_steps()
+    n_timed, window = ctx.bcast([float(n_timed), n_timed * warm.estimate_s], src=0)
     n_timed = int(n_timed)
     ctx.status.set("m", "barrier before the timed steps")
     dist.barrier()
     start = time.time()
-    if strat.lockstep or o.steps or not warm:  # (no warm-up: no step time to size a window)
+    if strat.lockstep or o.steps or not warm.times:  # (no warm-up: no step time for a window)
         for i in range(n_timed):
             _run_step(strat, ctx, i, "timed")
     else:  # every worker runs freely until the common window ends
         deadline, i = start + window, 0
         while not _run_step(strat, ctx, i, "timed", deadline)["stop"]:
             i += 1
-    return {"start": start, "warmup_steps": len(warm), "settled": settled or bool(
-        o.warmup_steps is not None), "timed_steps": n_timed, "window_s": window}
+    return {"start": start, "warmup_steps": len(warm.times),
+            "settled": warm.settled or o.warmup_steps is not None, "timed_steps": n_timed,
+            "window_s": window}
 
 
 def train(strat: Any, ctx: Any) -> dict[str, Any]:
@@ -136,7 +121,8 @@ def train(strat: Any, ctx: Any) -> dict[str, Any]:
     ``eval_every`` global mini-batches."""
     import torch.distributed as dist
 
-    from dlperf.parallel.common import budget_spent, target_reached
+    from dlperf.parallel.common import budget, goals
+    from dlperf.training.rules import reached
 
     o, b = ctx.opts, ctx.spec.batch_size
     ctx.status.set("m", "barrier before training")
@@ -157,8 +143,8 @@ def train(strat: Any, ctx: Any) -> dict[str, Any]:
             if res is not None:
                 loss, acc = res
                 train_s = e0 - start - eval_s  # everyone waited for earlier evaluations
-                stop_flag = float(target_reached(o, loss, acc)
-                                  or budget_spent(o, i * b, b, train_s))
+                stop_flag = float(reached(goals(o), {"accuracy": acc, "loss": loss})
+                                  or budget(o).spent(steps=i, train_s=train_s) is not None)
                 eval_s += time.time() - e0
                 ctx.log.eval({"t": e0 - start, "samples": i * b, "loss": loss, "accuracy": acc,
                               "eval_s": eval_s, "train_s": train_s})
@@ -185,7 +171,7 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
     import torch.distributed as dist
 
     startup = {"process": started, "torch_imported": time.time()}
-    if spec.options.get("strategy") in ("sync", "mixed"):
+    if spec.options.strategy in ("sync", "mixed"):
         _preload("torch._dynamo")  # DDP imports it: seconds, overlapped with the rendezvous
 
     from dlperf.backends.base import UnsupportedError
@@ -193,7 +179,7 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
     from dlperf.environment import physical_cores
     from dlperf.parallel import common
 
-    opts = Options.from_spec(spec)
+    opts = spec.options
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if world != opts.workers:

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlperf.kinds import Peak, StepOutcome
 from dlperf.spec import Measurement, RunResult, RunSpec
 
 
@@ -35,9 +36,10 @@ class Row:
         return bool(self.ok)
 
     @property
-    def peak_provenance(self) -> dict[str, Any] | None:
-        """The peak the newest measured repetition was compared with (``Peak.to_dict``)."""
-        return next((r.extra["peak"] for r in reversed(self.ok) if "peak" in r.extra), None)
+    def peak_provenance(self) -> Peak | None:
+        """The peak the newest measured repetition was compared with."""
+        return next((r.outcome.peak for r in reversed(self.ok)
+                     if isinstance(r.outcome, StepOutcome) and r.outcome.peak), None)
 
     @property
     def failure(self) -> str | None:

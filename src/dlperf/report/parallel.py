@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -21,11 +20,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from dlperf import units  # noqa: E402
-from dlperf.parallel.options import STRATEGIES, Options  # noqa: E402
+from dlperf.kinds.parallel import (  # noqa: E402
+    STRATEGIES,
+    ParallelOptions,
+    ParallelOutcome,
+    Parts,
+    Training,
+)
 from dlperf.report.analysis import Row, aggregate  # noqa: E402
 from dlperf.report.base import Filters, Section  # noqa: E402
 from dlperf.report.plots import grid, save  # noqa: E402
 from dlperf.report.tables import Table  # noqa: E402
+from dlperf.spec import RunResult  # noqa: E402
 from dlperf.store import Store  # noqa: E402
 
 
@@ -34,14 +40,34 @@ def rows_from(results: list) -> list[Row]:
     return aggregate(r for r in results if r.spec.kind == "parallel")
 
 
-def opts(row: Row) -> Options:
-    return Options.from_spec(row.spec)
+def opts(row: Row) -> ParallelOptions:
+    return row.spec.options
 
 
-def extra(row: Row) -> dict[str, Any]:
-    """The newest successful repetition's breakdown (or the newest repetition's)."""
+def outcome(row: Row) -> ParallelOutcome:
+    """The newest successful repetition's outcome (or the newest repetition's); a run
+    with none (a failure before any rank reported) reads as empty."""
     src = row.ok or row.results
-    return src[-1].extra if src else {}
+    o = src[-1].outcome if src else None
+    if isinstance(o, ParallelOutcome):
+        return o
+    return ParallelOutcome(strategy=opts(row).strategy, workers=opts(row).workers)
+
+
+def training(r: RunResult) -> Training | None:
+    o = r.outcome
+    return o.training if isinstance(o, ParallelOutcome) else None
+
+
+def curve(r: RunResult) -> list[tuple[float, float]]:
+    """(training time, held-out accuracy) of a run, from its evaluations (a failed run's
+    from those logged before it failed)."""
+    tr = training(r)
+    if tr is not None:
+        return [(c.train_s, c.accuracy) for c in tr.curve]
+    o = r.outcome
+    partial = o.partial if isinstance(o, ParallelOutcome) else None
+    return [(e["train_s"], e["accuracy"]) for e in (partial.evals if partial else [])]
 
 
 def _family(row: Row) -> tuple:
@@ -94,10 +120,10 @@ def speedup(row: Row, rows: list[Row]) -> tuple[float | None, float | None]:
 
 
 def _threads_text(row: Row) -> str:
-    e = extra(row)
+    e = outcome(row)
     o = opts(row)
-    total = e.get("total_threads") or row.spec.threads * o.workers
-    cores = e.get("physical_cores")
+    total = e.total_threads or row.spec.threads * o.workers
+    cores = e.physical_cores
     text = f"{o.workers}x{row.spec.threads} = {total}"
     return f"{text} / {cores} cores" if cores else text
 
@@ -121,7 +147,7 @@ def comparison_table(rows: list[Row], all_rows: list[Row] | None = None) -> Tabl
                "server", "staleness mean/max", "straggler"]
     out, values, notes = [], [], []
     for row in sorted(rows, key=_order):
-        o, e = opts(row), extra(row)
+        o, e = opts(row), outcome(row)
         head = [_name(row), o.strategy, str(o.workers), _shape(row), str(row.spec.batch_size),
                 _threads_text(row)]
         strag = f"+{units.seconds(o.straggler_delay_s)} on rank {o.straggler_rank}" \
@@ -134,15 +160,14 @@ def comparison_table(rows: list[Row], all_rows: list[Row] | None = None) -> Tabl
         sp, eff = speedup(row, all_rows)
         base = baseline(row, all_rows)
         vs = f"1x{base.spec.threads}" if base is not None else ""
-        shares = (e.get("breakdown") or {}).get("shares") or {}
-        st = e.get("staleness")
-        stale = f"{st['mean']:.2f} / {st['max']}" if st else ""
+        shares = e.breakdown.shares if e.breakdown else Parts()
+        st = e.staleness
+        stale = f"{st.mean:.2f} / {st.max}" if st else ""
+        parts = [getattr(shares, p) for p in ("compute", "comm", "wait", "server")]
         out.append(head + [units.seconds(row.median_s), f"{sp:.2f}x" if sp else "-",
-                           _pct(eff), vs, *(_pct(shares.get(p)) for p in
-                                            ("compute", "comm", "wait", "server")), stale, strag])
-        values.append([*head, row.median_s, sp, eff, vs,
-                       *(shares.get(p) for p in ("compute", "comm", "wait", "server")),
-                       st["mean"] if st else None, strag])
+                           _pct(eff), vs, *(_pct(v) for v in parts), stale, strag])
+        values.append([*head, row.median_s, sp, eff, vs, *parts,
+                       st.mean if st else None, strag])
     return Table(
         title="Parallel strategies: time per mini-batch",
         headers=headers, rows=out, values=values,
@@ -165,26 +190,25 @@ def target_table(rows: list[Row]) -> Table:
     for row in sorted(rows, key=_order):
         o = opts(row)
         src = row.results[-1]
-        tr = src.extra.get("training") or (src.extra.get("partial") or {})
+        tr = training(src)
         target = " ".join(t for t in (
             f"acc>={o.target_accuracy:g}" if o.target_accuracy is not None else "",
             f"loss<={o.target_loss:g}" if o.target_loss is not None else "") if t)
-        final = tr.get("final") or {}
         head = [_name(row), str(o.data), o.strategy, str(o.workers), _shape(row),
                 str(row.spec.batch_size), target or "-"]
-        if "reached" not in tr:
+        if tr is None:
             f = src.failure
             out.append(head + [f"- ({f.reason}: {f.message[:60]})" if f else "-"] + [""] * 5)
             values.append(head + [None] * 6)
             continue
-        tts = tr.get("time_to_target_s")
-        out.append(head + ["yes" if tr["reached"] else "no", units.seconds(tts),
-                           f"{tr['steps_to_target']:.0f}" if tr.get("steps_to_target") else "-",
-                           f"{final['accuracy']:.3f}" if final else "-",
-                           f"{final['loss']:.3f}" if final else "-",
+        final, tts = tr.final, tr.time_to_target_s
+        out.append(head + ["yes" if tr.reached else "no", units.seconds(tts),
+                           f"{tr.steps_to_target:.0f}" if tr.steps_to_target else "-",
+                           f"{final.accuracy:.3f}" if final else "-",
+                           f"{final.loss:.3f}" if final else "-",
                            units.seconds(src.metrics.median_s if src.metrics else None)])
-        values.append(head + [tr["reached"], tts, tr.get("steps_to_target"),
-                              final.get("accuracy"), final.get("loss"),
+        values.append(head + [tr.reached, tts, tr.steps_to_target,
+                              final.accuracy if final else None, final.loss if final else None,
                               src.metrics.median_s if src.metrics else None])
     return Table(
         title="Time to target on real data", headers=headers, rows=out, values=values,
@@ -281,14 +305,14 @@ def scaling_plot(rows: list[Row], path: Path) -> Path | None:
 def comm_share_plot(rows: list[Row], path: Path) -> Path | None:
     """Stacked bars: each configuration's step split into compute, comm, wait, server."""
     chosen = [r for r in sorted(rows, key=_order)
-              if r.measured and not opts(r).data and (extra(r).get("breakdown") or {}).get("shares")]
+              if r.measured and not opts(r).data and outcome(r).breakdown]
     if not chosen:
         return None
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(chosen) + 1.5))
     labels, left = [], [0.0] * len(chosen)
     colors = {"compute": "C0", "comm": "C1", "wait": "C3", "server": "C2"}
     for part in ("compute", "comm", "wait", "server"):
-        vals = [extra(r)["breakdown"]["shares"].get(part) or 0.0 for r in chosen]
+        vals = [getattr(outcome(r).breakdown.shares, part) or 0.0 for r in chosen]
         ax.barh(range(len(chosen)), vals, left=left, color=colors[part], label=part)
         left = [a + b for a, b in zip(left, vals, strict=True)]
     for r in chosen:
@@ -308,8 +332,7 @@ def target_plot(rows: list[Row], path: Path) -> Path | None:
     """Held-out error rate against training time, one curve per run, target dashed."""
     groups: dict[tuple, list[Row]] = defaultdict(list)
     for r in rows:
-        tr = r.results[-1].extra.get("training") or (r.results[-1].extra.get("partial") or {})
-        if opts(r).data and (tr.get("curve") or tr.get("evals")):
+        if opts(r).data and curve(r.results[-1]):
             groups[(_name(r), opts(r).data, r.spec.batch_size)].append(r)
     if not groups:
         return None
@@ -318,11 +341,8 @@ def target_plot(rows: list[Row], path: Path) -> Path | None:
         target = None
         for r in sorted(rs, key=_order):
             o = opts(r)
-            tr = r.results[-1].extra.get("training") or {}
-            curve = tr.get("curve") or [
-                {"train_s": e["train_s"], "accuracy": e["accuracy"]}
-                for e in (r.results[-1].extra.get("partial") or {}).get("evals", [])]
-            ax.plot([c["train_s"] for c in curve], [1 - c["accuracy"] for c in curve],
+            points = curve(r.results[-1])
+            ax.plot([t for t, _ in points], [1 - acc for _, acc in points],
                     marker=_MARK.get(o.strategy, "o"), markersize=3,
                     label=f"{o.strategy} {o.workers}x{r.spec.threads} {_shape(r)}".strip())
             target = o.target_accuracy if o.target_accuracy is not None else target
@@ -374,7 +394,7 @@ def parallel_section(store: Store, out: Path, filters: Filters) -> Section | Non
         target_plot(rows, out / "parallel_time_to_target.png"),
         straggler_plot(rows, out / "parallel_straggler.png"),
     ) if p]
-    over = [r for r in rows if extra(r).get("oversubscribed")]
+    over = [r for r in rows if outcome(r).oversubscribed]
     text = ("Workers run under torchrun (gloo on CPUs, NCCL on GPUs). The threads column "
             "gives workers x threads per worker = total threads, against the physical cores.")
     if over:

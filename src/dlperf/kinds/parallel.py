@@ -1,0 +1,216 @@
+"""Kind "parallel": one strategy on several workers under torchrun (``dlperf parallel``).
+
+The options are checked as a whole by ``dlperf.parallel.options.make_spec``; only the
+settings that apply to the strategy are set (``groups`` only for mixed,
+``micro_batches`` only for the pipeline, the target and budget only with a data set).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlperf.kinds.base import Frozen, Payload
+
+STRATEGIES = ("sync", "async", "mixed", "pipeline")
+#: strategies whose workers move in lockstep (every rank runs every step)
+LOCKSTEP = ("sync", "pipeline")
+DEFAULT_LR = 0.01  # torch_backend.LEARNING_RATE; repeated here to stay framework-free
+DEFAULT_EVAL_EVERY = 10
+
+
+class ParallelOptions(Frozen):
+    strategy: str
+    workers: int
+    groups: int = 1
+    micro_batches: int = 1
+    straggler_delay_s: float = 0.0
+    nodes: int = 1
+    lr: float = DEFAULT_LR
+    data: str | None = None
+    target_accuracy: float | None = None
+    target_loss: float | None = None
+    max_steps: int | None = None
+    max_time_s: float | None = None
+    eval_every: int = DEFAULT_EVAL_EVERY
+    steps: int | None = None
+    warmup_steps: int | None = None
+
+    @property
+    def straggler_rank(self) -> int | None:
+        """The slowed worker: the last rank (never rank 0, which hosts the parameter server,
+        unless it is the only worker)."""
+        return self.workers - 1 if self.straggler_delay_s > 0 else None
+
+    @property
+    def lockstep(self) -> bool:
+        return self.strategy in LOCKSTEP
+
+    @property
+    def pushes_per_batch(self) -> int:
+        """Parameter-server pushes that together consume one global mini-batch."""
+        return self.workers if self.strategy == "async" else self.groups
+
+    @property
+    def has_target(self) -> bool:
+        return self.target_accuracy is not None or self.target_loss is not None
+
+    def group_of(self, rank: int) -> int:
+        return rank // (self.workers // self.groups)
+
+    def group_ranks(self, group: int) -> list[int]:
+        size = self.workers // self.groups
+        return list(range(group * size, (group + 1) * size))
+
+    def label(self, network: str, size: str, batch_size: int, threads: int) -> str:
+        """'fcn5[tiny] sync x2 b64 t1' (+ groups, micro-batches, nodes, straggler, data)."""
+        parts = [network + ("" if size in ("full", "") else f"[{size}]"),
+                 f"{self.strategy} x{self.workers}"]
+        if self.strategy == "mixed":
+            parts.append(f"g{self.groups}")
+        if self.strategy == "pipeline":
+            parts.append(f"mb{self.micro_batches}")
+        parts += [f"b{batch_size}", f"t{threads}"]
+        if self.nodes > 1:
+            parts.append(f"{self.nodes} nodes")
+        if self.straggler_delay_s:
+            parts.append(f"straggler +{self.straggler_delay_s:g}s")
+        if self.data:
+            parts.append(self.data)
+        return " ".join(parts)
+
+
+# ----------------------------------------------------------------------------- outcome
+class Parts(Payload):
+    """A step split into what the worker did (seconds, or shares of the step)."""
+
+    compute: float | None = None
+    comm: float | None = None  # blocked transferring
+    wait: float | None = None  # blocked until the other workers arrived
+    server: float | None = None  # the parameter server applying or copying weights
+    delay: float | None = None  # the straggler's injected delay (inside compute)
+    inflight: float | None = None  # DDP's all-reduce in flight, overlapping backward
+
+
+class Breakdown(Payload):
+    shares: Parts = Parts()
+    per_step_s: Parts = Parts()
+    comm_by_kind_s: dict[str, float] = {}
+    allreduce_inflight_s: float | None = None
+    allreduce_bytes: float | None = None
+    note: str = ""
+
+
+class RankSummary(Payload):
+    rank: int | None = None
+    host: str | None = None
+    node: int | None = None
+    cpus: list[int] | None = None
+    threads_in_force: int | None = None
+    role: str | None = None
+    steps: int = 0
+    median_step_s: float | None = None
+    samples_per_s: float | None = None
+    compute_share: float | None = None
+    comm_share: float | None = None
+    wait_share: float | None = None
+    server_share: float | None = None
+    per_step_s: Parts = Parts()
+    comm_by_kind_s: dict[str, float] = {}
+    allreduce_bytes: float | None = None
+    updates: int | None = None
+    stage: dict[str, Any] | None = None  # the pipeline stage this rank ran
+
+
+class Staleness(Payload):
+    """Versions the server's weights had moved on between a worker's pull and its push."""
+
+    count: int
+    mean: float
+    median: float
+    p90: float
+    max: int
+    histogram: dict[str, int] = {}
+
+
+class ServerCounts(Payload):
+    pushes: int
+    applied: int
+    duplicates: int
+    versions: int
+    samples: int
+
+
+class PipelineLayout(Payload):
+    micro_batches: int
+    stages: list[dict[str, Any]] | None = None
+    cost_source: str | None = None
+    ideal_bubble_share: float | None = None
+
+
+class HostThreads(Payload):
+    threads: int = 0
+    physical_cores: int = 0
+    workers: int = 0
+
+
+class Straggler(Payload):
+    rank: int | None
+    delay_s: float
+
+
+class EvalPoint(Payload):
+    train_s: float
+    steps: float
+    loss: float
+    accuracy: float
+
+
+class Training(Payload):
+    """Time to a target on real data under a strategy."""
+
+    data: str | None = None
+    target: dict[str, float | None] = {}
+    budget: dict[str, float | None] = {}
+    reached: bool = False
+    time_to_target_s: float | None = None
+    steps_to_target: float | None = None
+    final: EvalPoint | None = None
+    best_accuracy: float | None = None
+    eval_s_total: float = 0.0
+    curve: list[EvalPoint] = []
+    time_axis: str = ""
+
+
+class Partial(Payload):
+    """What the ranks had logged when a run failed."""
+
+    phase: str | None = None
+    breakdown: Breakdown | None = None
+    per_rank: list[RankSummary] = []
+    per_rank_step_times_s: dict[str, list[float]] = {}
+    steps_logged: dict[str, int] = {}
+    evals: list[dict[str, float]] = []
+
+
+class ParallelOutcome(Payload):
+    strategy: str
+    workers: int
+    nodes: int = 1
+    groups: int | None = None
+    threads_per_worker: int | None = None
+    total_threads: int | None = None
+    physical_cores: int | None = None
+    hosts: dict[str, HostThreads] = {}
+    oversubscribed: bool = False
+    straggler: Straggler | None = None
+    phase: str | None = None
+    breakdown: Breakdown | None = None
+    per_rank: list[RankSummary] = []
+    per_rank_step_times_s: dict[str, list[float]] = {}
+    timing: dict[str, Any] | None = None  # rank 0's warm-up and timing record
+    staleness: Staleness | None = None
+    ps: ServerCounts | None = None
+    pipeline: PipelineLayout | None = None
+    launcher: dict[str, Any] | None = None
+    training: Training | None = None
+    partial: Partial | None = None  # a failed run: what was logged before it failed
