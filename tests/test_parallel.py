@@ -19,8 +19,8 @@ import pytest
 from dlperf.cli import main
 from dlperf.kinds import ParallelOutcome
 from dlperf.parallel import make_spec
-from dlperf.parallel.analysis import breakdown, server_series, union_length
 from dlperf.parallel.partition import child_costs, layer_cost, split_by_cost
+from dlperf.parallel.results import breakdown, server_series, union_length
 from dlperf.parallel.status import Status, culprits
 from dlperf.spec import Metrics, RunResult
 from dlperf.store import Store
@@ -423,8 +423,8 @@ def test_server_series_counts_one_global_batch_per_pushes():
 
 def test_culprit_is_the_rank_still_computing():
     now = 100.0
-    st = {0: Status(0, "m", 70.0, "all-reduce, timed step 4"),
-          1: Status(1, "c", 71.0, "compute, timed step 4")}
+    st = {0: Status(0, "communication", 70.0, "all-reduce, timed step 4"),
+          1: Status(1, "compute", 71.0, "compute, timed step 4")}
     assert culprits(st, [0, 1], now) == (
         "rank 1: stuck in compute, timed step 4 for 29 s (rank 0 waiting for it)")
     assert culprits({0: st[0]}, [0, 1], now) == "rank 1: never started"

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from dlperf import cpu_peak, peak
-from dlperf.report.analysis import aggregate, other_framework_rates
+from dlperf.report.aggregate import aggregate, other_framework_rates
 from dlperf.report.tables import detail_table
 from dlperf.runner import Runner
 from dlperf.spec import Metrics, RunResult, RunSpec

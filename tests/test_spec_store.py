@@ -14,7 +14,7 @@ from dlperf import store as store_module
 from dlperf.errors import UsageError
 from dlperf.migrate import GPU_PRECISION_WARNING
 from dlperf.presets import FULL_MEASUREMENT, QUICK_MEASUREMENT
-from dlperf.report.analysis import aggregate
+from dlperf.report.aggregate import aggregate
 from dlperf.spec import Measurement, Metrics, RunResult, RunSpec
 from dlperf.store import Store
 

@@ -1,8 +1,8 @@
 """The Python API: the same operations as the command line, returning objects.
 
     import dlperf
-    row = dlperf.run("fcn5", threads=2, batch_size=64)       # measured in fresh processes
-    print(row.median_s, row.samples_per_s, row.peak_share)
+    result = dlperf.run("fcn5", threads=2, batch_size=64)    # measured in fresh processes
+    print(result.median_s, result.samples_per_s, result.peak_share)
     dlperf.sweep("sweep.toml")                               # resumable, stored
     dlperf.report(out="results/")                            # tables, plots, HTML
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from dlperf import backends, config, peak, plan, workloads
 from dlperf.report import Filters, Report, render
-from dlperf.report.analysis import Row, aggregate
+from dlperf.report.aggregate import ConfigResult, aggregate
 from dlperf.runner import Listener, Runner
 from dlperf.spec import Measurement, RunResult, RunSpec
 from dlperf.store import Store
@@ -40,7 +40,7 @@ def run(
     memory_limit: str | int | None = None,
     db: str | Path | None = None,
     listener: Listener | None = None,
-) -> Row:
+) -> ConfigResult:
     """Measure one configuration in ``repeat`` fresh worker processes; store and return it.
 
     Unlike ``sweep``, ``run`` always measures (stored results of the same configuration are
@@ -218,7 +218,7 @@ def counted_flops(names: list[str]) -> dict[str, float]:
 def other_framework_rates(spec: RunSpec, db: str | Path | None = None) -> dict[str, float]:
     """FLOP/s of the same configuration in the other frameworks measured on this machine
     (for the limit message of ``dlperf run``)."""
-    from dlperf.report.analysis import other_framework_rates as rates
+    from dlperf.report.aggregate import other_framework_rates as rates
 
     with Store(db) as store:
         return rates(store, spec)
@@ -235,10 +235,10 @@ def stored_results(specs: Sequence[RunSpec], db: str | Path | None = None) -> li
     return [r for r in found if r.spec.run_id in ids]
 
 
-def stored_rows(db: str | Path | None = None, kind: str = "step") -> list[Row]:
+def stored_rows(db: str | Path | None = None, kind: str = "step") -> list[ConfigResult]:
     with Store(db) as store:
         return aggregate(store.results(kind=kind))
 
 
-__all__ = ["Planned", "RunSpec", "load_config", "measure_peaks", "networks", "plan_runs",
+__all__ = ["ConfigResult", "Planned", "RunSpec", "load_config", "measure_peaks", "networks", "plan_runs",
            "report", "run", "run_specs", "stored_rows", "sweep"]

@@ -71,7 +71,7 @@ def sweep_and_print(cfg, a: argparse.Namespace, title: str) -> int:
     """Plan the sweep against the store, run what is missing (or list it with --dry-run),
     then print this machine's results of the sweep's configurations."""
     from dlperf import api, backends, plan
-    from dlperf.report.analysis import aggregate
+    from dlperf.report.aggregate import aggregate
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import detail_table
 

@@ -269,7 +269,7 @@ class AllreduceTimer:
     communication overlaps the rest of the backward pass. The launcher separates what the
     step waited for (from the last launch, when compute is done, to the end of backward)
     from what ran hidden behind compute, and splits the blocked part into waiting for the
-    slowest rank and transferring (see ``dlperf.parallel.analysis``).
+    slowest rank and transferring (see ``dlperf.parallel.results``).
     """
 
     def __init__(self, ddp: nn.Module, group: Any, size: int, ctx: Context):
@@ -282,7 +282,7 @@ class AllreduceTimer:
     def _hook(self, bucket: Any) -> torch.futures.Future:
         t = time.time()
         if bucket.is_last():
-            self.ctx.status.set("m", f"all-reduce, {self.label}")
+            self.ctx.status.set("communication", f"all-reduce, {self.label}")
         buf = bucket.buffer()
         buf.div_(self.size)
         fut = dist.all_reduce(buf, group=self.group, async_op=True).get_future()

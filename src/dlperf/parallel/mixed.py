@@ -40,7 +40,7 @@ class MixedAsync(ServerTraining, Strategy):
         self.group = o.group_of(ctx.rank)
         members = o.group_ranks(self.group)
         self.leader = members[0]
-        ctx.status.set("i", "creating the group process groups")
+        ctx.status.set("starting", "creating the group process groups")
         # every rank takes part in creating every group, in the same order
         pgs = [dist.new_group(o.group_ranks(g)) for g in range(o.groups)]
         self.pg = pgs[self.group]
@@ -64,7 +64,7 @@ class MixedAsync(ServerTraining, Strategy):
         ctx = self.ctx
         x, y = self.batches.next()
         t0 = time.time()
-        ctx.status.set("c", f"compute, {phase} step {i}")
+        ctx.status.set("compute", f"compute, {phase} step {i}")
         delay = ctx.straggle()
         for p in self.params:
             p.grad = None
@@ -79,7 +79,7 @@ class MixedAsync(ServerTraining, Strategy):
             g = flat_grads(self.params)
             if self.pushed_sum is not None:
                 self.pushed_sum += g.double().cpu()
-            ctx.status.set("m", f"push, {phase} step {i}")
+            ctx.status.set("communication", f"push, {phase} step {i}")
             a = time.time()
             info = self.client.push(ctx.rank, self.seq, self._version, g,
                                     len(x) * len(ctx.opts.group_ranks(self.group)), phase)
@@ -87,7 +87,7 @@ class MixedAsync(ServerTraining, Strategy):
             ev.append(["push", None, a, b, info["wait"], info["server"]])
             staleness = info["staleness"]
             self.seq += 1
-            ctx.status.set("m", f"pull, {phase} step {i}")
+            ctx.status.set("communication", f"pull, {phase} step {i}")
             a = time.time()
             w, version, pinfo = self.client.pull()
             b = time.time()
@@ -96,7 +96,7 @@ class MixedAsync(ServerTraining, Strategy):
             self.buf[: self.n] = w
             self.buf[self.n] = 1.0 if stop else 0.0
             self.buf[self.n + 1] = float(version)
-        ctx.status.set("m", f"broadcast from the group leader, {phase} step {i}")
+        ctx.status.set("communication", f"broadcast from the group leader, {phase} step {i}")
         a = time.time()
         dist.broadcast(self.buf, src=self.leader, group=self.pg)
         b = time.time()

@@ -121,7 +121,7 @@ def start_rpc(ctx: Context) -> None:
         rpc_timeout=ctx.comm_timeout_s,
         init_method="env://",
     )
-    ctx.status.set("i", "joining the RPC group")
+    ctx.status.set("starting", "joining the RPC group")
     rpc.init_rpc(f"w{ctx.rank}", rank=ctx.rank, world_size=ctx.world, rpc_backend_options=opts)
 
 
@@ -201,7 +201,7 @@ class ServerTraining:
             srv.stop = True
 
     def _finish_server(self, pushes: int, pushed_sum: torch.Tensor | None) -> dict[str, Any]:
-        self.ctx.status.set("m", "RPC shutdown (waiting for every worker to finish)")
+        self.ctx.status.set("communication", "RPC shutdown (waiting for every worker to finish)")
         rpc.shutdown()  # graceful: returns once every worker is done with the server
         rep: dict[str, Any] = {"pushes": pushes}
         if self.server is not None:
@@ -236,13 +236,13 @@ class AsyncParameterServer(ServerTraining, Strategy):
         ctx = self.ctx
         x, y = self.batches.next()
         t0 = time.time()
-        ctx.status.set("m", f"pull, {phase} step {i}")
+        ctx.status.set("communication", f"pull, {phase} step {i}")
         a = time.time()
         w, version, info = self.client.pull()
         b = time.time()
         ev = [["pull", None, a, b, info["wait"], info["server"]]]
         load_flat(self.params, w)
-        ctx.status.set("c", f"compute, {phase} step {i}")
+        ctx.status.set("compute", f"compute, {phase} step {i}")
         delay = ctx.straggle()
         for p in self.params:
             p.grad = None
@@ -251,7 +251,7 @@ class AsyncParameterServer(ServerTraining, Strategy):
         g = flat_grads(self.params)
         if self.pushed_sum is not None:
             self.pushed_sum += g.double().cpu()
-        ctx.status.set("m", f"push, {phase} step {i}")
+        ctx.status.set("communication", f"push, {phase} step {i}")
         a = time.time()
         info = self.client.push(ctx.rank, self.seq, version, g, len(x), phase)
         b = time.time()
@@ -271,5 +271,5 @@ class AsyncParameterServer(ServerTraining, Strategy):
 
 
 def barrier(ctx: Context, what: str) -> None:
-    ctx.status.set("m", what)
+    ctx.status.set("communication", what)
     dist.barrier()

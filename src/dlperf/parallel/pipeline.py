@@ -108,14 +108,14 @@ class Pipeline(Strategy):
     # --------------------------------------------------------------- transfers
     def _recv(self, shape: tuple, src: int, key: str, ev: list) -> torch.Tensor:
         t = torch.empty(shape, device=self.ctx.device)
-        self.ctx.status.set("m", f"receive from rank {src}, {key}")
+        self.ctx.status.set("communication", f"receive from rank {src}, {key}")
         a = time.time()
         dist.recv(t, src=src)
         ev.append(["recv", key, a, time.time(), None, None])
         return t
 
     def _send(self, t: torch.Tensor, dst: int, key: str, ev: list) -> None:
-        self.ctx.status.set("m", f"send to rank {dst}, {key}")
+        self.ctx.status.set("communication", f"send to rank {dst}, {key}")
         a = time.time()
         dist.send(t.contiguous(), dst=dst)
         ev.append(["send", key, a, time.time(), None, None])
@@ -136,7 +136,7 @@ class Pipeline(Strategy):
             else:
                 inp = self._recv((len(xs[m]), *self.in_shape), r - 1, f"{key}:{r - 1}>{r}", ev)
                 inp.requires_grad_()
-            ctx.status.set("c", f"forward, {phase} step {i} micro-batch {m}")
+            ctx.status.set("compute", f"forward, {phase} step {i} micro-batch {m}")
             delay += ctx.straggle(1.0 / self.M)
             # a received activation is a leaf that needs a gradient: feed a copy, so that a
             # stage starting with an in-place layer (AlexNet's ReLU) does not modify a leaf
@@ -151,15 +151,15 @@ class Pipeline(Strategy):
         for m in reversed(range(self.M)):  # ... then all backwards (GPipe)
             key = f"{phase}:{i}:b{m}"
             if self.last:
-                ctx.status.set("c", f"backward, {phase} step {i} micro-batch {m}")
+                ctx.status.set("compute", f"backward, {phase} step {i} micro-batch {m}")
                 outputs[m].backward()
             else:
                 g = self._recv(tuple(outputs[m].shape), r + 1, f"{key}:{r + 1}>{r}", ev)
-                ctx.status.set("c", f"backward, {phase} step {i} micro-batch {m}")
+                ctx.status.set("compute", f"backward, {phase} step {i} micro-batch {m}")
                 outputs[m].backward(g)
             if not self.first:
                 self._send(inputs[m].grad, r - 1, f"{key}:{r}>{r - 1}", ev)
-        ctx.status.set("c", f"update, {phase} step {i}")
+        ctx.status.set("compute", f"update, {phase} step {i}")
         self.dump_grads(self.stage, loss_sum)
         self.opt.step()
         self.updates += 1

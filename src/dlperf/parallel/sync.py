@@ -43,7 +43,7 @@ class SyncDataParallel(Strategy):
         ctx = self.ctx
         x, y = self.batches.next()
         t0 = time.time()
-        ctx.status.set("c", f"compute, {phase} step {i}")
+        ctx.status.set("compute", f"compute, {phase} step {i}")
         delay = ctx.straggle()
         self.opt.zero_grad()
         loss = loss_fn(self.ddp(x), y)
@@ -51,7 +51,7 @@ class SyncDataParallel(Strategy):
         bw0 = time.time()
         loss.backward()  # returns once every bucket's all-reduce has completed
         bw1 = time.time()
-        ctx.status.set("c", f"update, {phase} step {i}")
+        ctx.status.set("compute", f"update, {phase} step {i}")
         self.dump_grads(self.model, float(loss.detach()))
         self.opt.step()
         self.updates += 1

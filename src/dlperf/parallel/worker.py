@@ -70,7 +70,7 @@ def _inject_fault(rank: int, phase: str, i: int) -> None:
 
 
 def _run_step(strat: Any, ctx: Any, i: int, phase: str, deadline: float | None = None) -> dict:
-    ctx.status.set("c", f"compute, {phase} step {i}")
+    ctx.status.set("compute", f"compute, {phase} step {i}")
     _inject_fault(ctx.rank, phase, i)
     rec = strat.step(i, phase, deadline)
     ctx.log.step(rec)
@@ -101,7 +101,7 @@ def time_steps(strat: Any, ctx: Any) -> dict[str, Any]:
     n_timed = o.steps or warm.timed_steps()
     n_timed, window = ctx.bcast([float(n_timed), n_timed * warm.estimate_s], src=0)
     n_timed = int(n_timed)
-    ctx.status.set("m", "barrier before the timed steps")
+    ctx.status.set("communication", "barrier before the timed steps")
     dist.barrier()
     start = time.time()
     if strat.lockstep or o.steps or not warm.times:  # (no warm-up: no step time for a window)
@@ -125,7 +125,7 @@ def train(strat: Any, ctx: Any) -> dict[str, Any]:
     from dlperf.training.rules import reached
 
     o, b = ctx.opts, ctx.spec.batch_size
-    ctx.status.set("m", "barrier before training")
+    ctx.status.set("communication", "barrier before training")
     dist.barrier()
     start = time.time()
     i = 0
@@ -137,7 +137,7 @@ def train(strat: Any, ctx: Any) -> dict[str, Any]:
             if i % o.eval_every and not (o.max_steps and i >= o.max_steps):
                 continue
             e0 = time.time()
-            ctx.status.set("c", f"evaluation after step {i}")
+            ctx.status.set("compute", f"evaluation after step {i}")
             res = strat.evaluate()
             stop_flag = 0.0
             if res is not None:
@@ -195,7 +195,7 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
     else:
         device, backend = torch.device("cpu"), "gloo"
     timeout = float(os.environ.get("DLPERF_PARALLEL_COMM_TIMEOUT", DEFAULT_COMM_TIMEOUT_S))
-    status.set("i", f"joining the {backend} process group")
+    status.set("starting", f"joining the {backend} process group")
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
     startup["group_joined"] = time.time()
     dump = os.environ.get("DLPERF_PARALLEL_DUMP")
@@ -208,7 +208,7 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
         dump_dir=Path(dump) if dump else None,
     )
     strat = _strategy(opts.strategy)(ctx)
-    status.set("i", "building the network")
+    status.set("starting", "building the network")
     strat.setup()
     startup["built"] = time.time()
     info = {"rank": rank, "node": ctx.node, "local_rank": local_rank, "host": socket.gethostname(),
@@ -222,20 +222,20 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
         timing = train(strat, ctx)
     else:
         timing = time_steps(strat, ctx)
-    status.set("m", "finishing")
+    status.set("communication", "finishing")
     extra = strat.finish()
     report = {**info, "timing": timing, "strategy": extra, "steps": log.steps,
               "evals": log.evals, "updates": strat.updates,
               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     _write_json(outdir / f"result_rank{rank}.json", report)
-    status.set("m", "gathering the reports on rank 0")
+    status.set("communication", "gathering the reports on rank 0")
     gathered: list[Any] | None = [None] * world if rank == 0 else None
     dist.gather_object(report, gathered, dst=0)
     if rank == 0:
         _write_json(outdir / "all.json", {"reports": gathered})
     # no one leaves before rank 0 holds every report; the process then exits without
     # destroy_process_group (which once hung here at exit, and frees nothing os._exit won't)
-    status.set("m", "final barrier")
+    status.set("communication", "final barrier")
     dist.barrier()
     log.close()
     return report
@@ -284,12 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     stacks = (outdir / f"stacks_rank{rank}.txt").open("w")
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     status = StatusBoard(outdir / f"status_rank{rank}.bin")
-    status.set("i", "starting")
+    status.set("starting", "starting")
     spec = RunSpec.model_validate_json(spec_path.read_text())
     # pin before torch loads, so that its thread pools are sized for these CPUs
     cpus = rank_cpus(int(os.environ.get("LOCAL_RANK", "0")), spec.threads)
     os.sched_setaffinity(0, cpus)
-    status.set("i", "importing torch")
+    status.set("starting", "importing torch")
     try:
         import warnings
 
@@ -305,10 +305,10 @@ def main(argv: list[str] | None = None) -> int:
             "rank": rank, "time": time.time(), "reason": reason,
             "message": f"{type(e).__name__}: {e}".strip()[:500],
             "traceback": traceback.format_exc(limit=8)[-3000:]})
-        status.set("d", f"failed: {type(e).__name__}")
+        status.set("done", f"failed: {type(e).__name__}")
         traceback.print_exc()
         return 1
-    status.set("d", "finished")
+    status.set("done", "finished")
     return 0
 
 

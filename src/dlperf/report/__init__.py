@@ -17,14 +17,14 @@ from pathlib import Path
 from dlperf import environment, workloads
 from dlperf.errors import UsageError
 from dlperf.report import exporters, plots
-from dlperf.report.analysis import Row, aggregate, over_peak_note
+from dlperf.report.aggregate import ConfigResult, aggregate, over_peak_note
 from dlperf.report.base import Filters, Report, Section
 from dlperf.report.tables import detail_table, dlbench_table
 from dlperf.spec import RunResult
 from dlperf.store import Store
 
 
-def step_rows(store: Store, filters: Filters = Filters()) -> list[Row]:
+def step_rows(store: Store, filters: Filters = Filters()) -> list[ConfigResult]:
     return aggregate(store.results(kind="step", **filters.where()))
 
 
@@ -45,7 +45,7 @@ def dlbench_section(store: Store, out: Path, filters: Filters) -> Section | None
                            detail_table(rows, machines=machines)], images=imgs)
 
 
-def machine_names(store: Store, rows: list[Row]) -> dict[str, str]:
+def machine_names(store: Store, rows: list[ConfigResult]) -> dict[str, str]:
     """Machine id -> 'CPU model, N cores, M GiB' from the environments the rows ran in."""
     names: dict[str, str] = {}
     for row in rows:

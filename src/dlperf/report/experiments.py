@@ -12,7 +12,7 @@ from typing import Any
 from dlperf import environment, units
 from dlperf.experiments import EXPERIMENTS, FAMILY_EXPERIMENT, GAN_NOTE, NAMES, arm_results
 from dlperf.kinds import TrainOutcome
-from dlperf.report.analysis import aggregate, settings_names, settings_notes
+from dlperf.report.aggregate import aggregate, settings_names, settings_notes
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table, time_cell
 from dlperf.spec import RunResult

@@ -1,4 +1,5 @@
-"""From stored RunResults to one row per configuration: repetitions combined, failures kept.
+"""From stored RunResults to one ConfigResult per configuration: repetitions combined,
+failures kept (the report side; ``dlperf.parallel.results`` is the run side of a parallel run).
 
 A configuration is a RunSpec's ``config_id`` (which includes its precision and its
 measurement settings) on one machine: results of different machines or settings are
@@ -22,7 +23,10 @@ from dlperf.spec import Measurement, RunResult, RunSpec
 
 
 @dataclass
-class Row:
+class ConfigResult:
+    """Every stored repetition of one configuration on one machine, combined: what
+    ``dlperf.run`` returns and what each line of a table shows."""
+
     spec: RunSpec  # repetition 0's spec (or the first seen)
     results: list[RunResult] = field(default_factory=list)
     machine_id: str | None = None  # the machine every result of the row ran on
@@ -170,18 +174,18 @@ def config_key(result: RunResult) -> tuple[str | None, str]:
     return result.machine_id, result.spec.config_id
 
 
-def aggregate(results: Iterable[RunResult]) -> list[Row]:
-    """One Row per configuration and machine, in the order they were first stored."""
-    rows: dict[tuple[str | None, str], Row] = {}
+def aggregate(results: Iterable[RunResult]) -> list[ConfigResult]:
+    """One ConfigResult per configuration and machine, in the order they were first stored."""
+    rows: dict[tuple[str | None, str], ConfigResult] = {}
     for r in results:
         key = config_key(r)
         if key not in rows:
-            rows[key] = Row(spec=r.spec.model_copy(update={"repeat": 0}), machine_id=r.machine_id)
+            rows[key] = ConfigResult(spec=r.spec.model_copy(update={"repeat": 0}), machine_id=r.machine_id)
         rows[key].results.append(r)
     return list(rows.values())
 
 
-def settings_names(rows: Iterable[Row]) -> dict[Measurement, str]:
+def settings_names(rows: Iterable[ConfigResult]) -> dict[Measurement, str]:
     """A name for every measurement setting among the rows: 'quick', 'full', 'default'
     (dlperf.presets.NAMED_SETTINGS), 'custom', or 'custom1', 'custom2', ... when several
     unnamed settings occur."""
