@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,6 +220,39 @@ def goals(opts: ParallelOptions) -> list[Goal]:
 def budget(opts: ParallelOptions) -> Budget:
     """The training budget of a time-to-target run, in global mini-batches and seconds."""
     return Budget(max_steps=opts.max_steps, max_time_s=opts.max_time_s)
+
+
+# ----------------------------------------------------------------------------- one step
+def compute_step(ctx: Context, model: nn.Module, params: list[nn.Parameter],
+                 batch: tuple[torch.Tensor, torch.Tensor], label: str,
+                 timer: AllreduceTimer | None = None) -> tuple[float, torch.Tensor, float, float]:
+    """A worker's compute of one step: the straggler's delay, fresh gradients, the loss and
+    its backward pass (with DDP-wrapped ``model``, through the all-reduce, whose buckets
+    ``timer`` records). Returns (delay, loss, backward start, backward end)."""
+    x, y = batch
+    ctx.status.set("compute", f"compute, {label}")
+    delay = ctx.straggle()
+    for p in params:
+        p.grad = None
+    loss = loss_fn(model(x), y)
+    if timer is not None:
+        timer.begin(label)
+    bw0 = time.time()
+    loss.backward()
+    return delay, loss, bw0, time.time()
+
+
+def timed_exchange(ctx: Context, kind: str, label: str,
+                   call: Callable[[], Any]) -> tuple[Any, list[Any]]:
+    """A push or pull to the parameter server, timed: (its answer, its event record
+    [kind, key, start, end, lock wait, server work]); ``call`` returns the server's info
+    dict (a push) or a tuple ending with it (a pull)."""
+    ctx.status.set("communication", f"{kind}, {label}")
+    a = time.time()
+    out = call()
+    b = time.time()
+    info = out[-1] if isinstance(out, tuple) else out
+    return out, [kind, None, a, b, info["wait"], info["server"]]
 
 
 # ----------------------------------------------------------------------------- vectors

@@ -21,9 +21,10 @@ from dlperf.parallel.common import (
     Batches,
     Strategy,
     build_net,
+    compute_step,
     flat_grads,
     load_flat,
-    loss_fn,
+    timed_exchange,
     trainable,
     wrap_ddp,
 )
@@ -64,35 +65,25 @@ class MixedAsync(ServerTraining, Strategy):
         ctx = self.ctx
         x, y = self.batches.next()
         t0 = time.time()
-        ctx.status.set("compute", f"compute, {phase} step {i}")
-        delay = ctx.straggle()
-        for p in self.params:
-            p.grad = None
-        loss = loss_fn(self.ddp(x), y)
-        self.timer.begin(f"{phase} step {i}")
-        bw0 = time.time()
-        loss.backward()  # the group's all-reduce
-        bw1 = time.time()
+        label = f"{phase} step {i}"
+        # the group's all-reduce happens in the backward pass
+        delay, loss, bw0, bw1 = compute_step(ctx, self.ddp, self.params, (x, y), label,
+                                             self.timer)
         ev: list[list[Any]] = []
         staleness = None
         if ctx.rank == self.leader:
             g = flat_grads(self.params)
             if self.pushed_sum is not None:
                 self.pushed_sum += g.double().cpu()
-            ctx.status.set("communication", f"push, {phase} step {i}")
-            a = time.time()
-            info = self.client.push(ctx.rank, self.seq, self._version, g,
-                                    len(x) * len(ctx.opts.group_ranks(self.group)), phase)
-            b = time.time()
-            ev.append(["push", None, a, b, info["wait"], info["server"]])
+            samples = len(x) * len(ctx.opts.group_ranks(self.group))
+            info, rec = timed_exchange(ctx, "push", label, lambda: self.client.push(
+                ctx.rank, self.seq, self._version, g, samples, phase))
+            ev.append(rec)
             staleness = info["staleness"]
             self.seq += 1
-            ctx.status.set("communication", f"pull, {phase} step {i}")
-            a = time.time()
-            w, version, pinfo = self.client.pull()
-            b = time.time()
-            ev.append(["pull", None, a, b, pinfo["wait"], pinfo["server"]])
-            stop = info["stop"] or pinfo["stop"] or (deadline is not None and b >= deadline)
+            (w, version, pinfo), rec = timed_exchange(ctx, "pull", label, self.client.pull)
+            ev.append(rec)
+            stop = info["stop"] or pinfo["stop"] or (deadline is not None and rec[3] >= deadline)
             self.buf[: self.n] = w
             self.buf[self.n] = 1.0 if stop else 0.0
             self.buf[self.n + 1] = float(version)

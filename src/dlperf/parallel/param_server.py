@@ -32,11 +32,12 @@ from dlperf.parallel.common import (
     Strategy,
     budget,
     build_net,
+    compute_step,
     evaluate,
     flat_grads,
     goals,
     load_flat,
-    loss_fn,
+    timed_exchange,
     trainable,
 )
 from dlperf.training.rules import reached
@@ -236,29 +237,20 @@ class AsyncParameterServer(ServerTraining, Strategy):
         ctx = self.ctx
         x, y = self.batches.next()
         t0 = time.time()
-        ctx.status.set("communication", f"pull, {phase} step {i}")
-        a = time.time()
-        w, version, info = self.client.pull()
-        b = time.time()
-        ev = [["pull", None, a, b, info["wait"], info["server"]]]
+        label = f"{phase} step {i}"
+        (w, version, info), rec = timed_exchange(ctx, "pull", label, self.client.pull)
+        ev = [rec]
         load_flat(self.params, w)
-        ctx.status.set("compute", f"compute, {phase} step {i}")
-        delay = ctx.straggle()
-        for p in self.params:
-            p.grad = None
-        loss = loss_fn(self.model(x), y)
-        loss.backward()
+        delay, loss, _, _ = compute_step(ctx, self.model, self.params, (x, y), label)
         g = flat_grads(self.params)
         if self.pushed_sum is not None:
             self.pushed_sum += g.double().cpu()
-        ctx.status.set("communication", f"push, {phase} step {i}")
-        a = time.time()
-        info = self.client.push(ctx.rank, self.seq, version, g, len(x), phase)
-        b = time.time()
-        ev.append(["push", None, a, b, info["wait"], info["server"]])
+        info, rec = timed_exchange(ctx, "push", label, lambda: self.client.push(
+            ctx.rank, self.seq, version, g, len(x), phase))
+        ev.append(rec)
         self.seq += 1
         self.updates += 1
-        stop = bool(info["stop"]) or (deadline is not None and b >= deadline)
+        stop = bool(info["stop"]) or (deadline is not None and rec[3] >= deadline)
         t1 = time.time()
         return {"phase": phase, "i": i, "t0": t0, "t1": t1, "delay": delay, "n": len(x),
                 "loss": float(loss.detach()), "ev": ev, "stop": stop, "version": version,

@@ -89,9 +89,3 @@ def split_by_cost(costs: Sequence[float], stages: int) -> list[list[int]]:
         bounds.append(list(range(i, j)))
         j = i
     return bounds[::-1]
-
-
-def ideal_bubble_share(stages: int, micro_batches: int) -> float:
-    """GPipe's idle share of a pipeline step with equal stages: (S-1)/(M+S-1)
-    (Huang et al., 2019, "GPipe", section 2.2)."""
-    return (stages - 1) / (micro_batches + stages - 1)

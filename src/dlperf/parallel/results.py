@@ -28,7 +28,7 @@ from typing import Any
 
 from dlperf.kinds.parallel import ParallelOptions, ParallelOutcome
 from dlperf.measure.stats import summarize
-from dlperf.parallel.partition import ideal_bubble_share
+from dlperf.perfmodel.formulas import pipeline_bubble_fraction
 from dlperf.spec import Metrics, RunResult, RunSpec
 from dlperf.training.rules import Budget, accuracy_and_loss_goals, reached
 
@@ -279,7 +279,7 @@ def assemble(spec: RunSpec, reports: list[dict[str, Any]], *,
         st = r0.get("strategy") or {}
         extra["pipeline"] = {"micro_batches": o.micro_batches, "stages": st.get("stages"),
                              "cost_source": st.get("cost_source"),
-                             "ideal_bubble_share": ideal_bubble_share(o.workers, o.micro_batches)}
+                             "ideal_bubble_share": pipeline_bubble_fraction(o.workers, o.micro_batches)}
     if launcher:
         extra["launcher"] = launcher
     warm = [s["t1"] - s["t0"] for s in r0.get("steps", []) if s["phase"] == "warmup"]
