@@ -87,13 +87,18 @@ def batch_size_curves(rows: list[ConfigResult], path: Path) -> Path | None:
         for label, pts in by_label.items():
             pts.sort()
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        _plain_log_axes(ax, [p[0] for pts in by_label.values() for p in pts])
-        ax.set_title(net)
-        ax.set_xlabel("mini-batch size")
-        ax.set_ylabel("time per mini-batch (s)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        _time_panel(ax, net, "mini-batch size", [p[0] for pts in by_label.values() for p in pts])
     return save(fig, path)
+
+
+def _time_panel(ax, title: str, xlabel: str, xs: list[int]) -> None:
+    """A panel of time per mini-batch against a log-scaled count (batch size, threads)."""
+    _plain_log_axes(ax, xs)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("time per mini-batch (s)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 def thread_scaling(rows: list[ConfigResult], path: Path, physical_cores: int | None = None) -> Path | None:
@@ -120,12 +125,7 @@ def thread_scaling(rows: list[ConfigResult], path: Path, physical_cores: int | N
                         label=f"{label} ideal")
         if physical_cores:
             ax.axvline(physical_cores, color="grey", ls=":", label=f"{physical_cores} cores")
-        _plain_log_axes(ax, [p[0] for pts in by_label.values() for p in pts])
-        ax.set_title(net)
-        ax.set_xlabel("CPU threads")
-        ax.set_ylabel("time per mini-batch (s)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        _time_panel(ax, net, "CPU threads", [p[0] for pts in by_label.values() for p in pts])
     return save(fig, path)
 
 
