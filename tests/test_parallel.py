@@ -11,6 +11,7 @@ start-up.
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 
@@ -329,6 +330,10 @@ def test_command_trains_to_a_target_resumes_and_reports(tmp_path, db, capsys):
     assert as_dict(r)["staleness"]["count"] == as_dict(r)["ps"]["applied"]
     # two workers with one thread each on this machine's cores (unless it has one core)
     assert as_dict(r)["total_threads"] == 2 * r.spec.threads
+    # through the runner like any run: a share of the peak at the run's total threads
+    pk = r.outcome.peak
+    assert pk is not None and 0 < r.metrics.peak_share <= 1
+    assert pk.threads == min(2 * r.spec.threads, len(os.sched_getaffinity(0)))
     assert main(args) == 0  # resumed: nothing left to run
     assert "0 to measure" in " ".join(capsys.readouterr().out.split())
     rep = tmp_path / "rep"

@@ -30,6 +30,20 @@ from dlperf.store import Store
 PEAK_MEASUREMENT = peak.MEASUREMENT
 
 
+def share_threads(spec: RunSpec) -> int | None:
+    """The threads whose peak a run's achieved FLOP/s is a share of: a step's own; a
+    parallel run's workers x threads on its one machine (across machines no single
+    machine's peak bounds it: no share). None for what has no share: another precision
+    than fp32 (the peak is fp32; bf16 may well go past it), a kernel, a training curve."""
+    if spec.precision != "fp32":
+        return None
+    if spec.kind == "step":
+        return spec.threads
+    if spec.kind == "parallel" and spec.options.nodes == 1:
+        return spec.threads * spec.options.workers
+    return None
+
+
 def peak_threads(threads: int) -> int:
     """The thread count whose peak bounds a run: more threads than CPUs cannot compute
     faster than all the CPUs (and timing a large matmul oversubscribed takes minutes)."""
@@ -113,9 +127,8 @@ class Runner:
     def run(self, spec: RunSpec) -> RunResult | None:
         """Measure one spec (and the peak it needs), store and return the result. None for
         a parallel run whose rank 0 lived on another machine (that machine stores it)."""
-        # the peak is fp32: a tf32, bf16 or fp16 run may well go past it
-        fp32_step = spec.kind == "step" and spec.precision == "fp32"
-        pk = self.ensure_peak(peak_threads(spec.threads), spec.device) if fp32_step else None
+        threads = share_threads(spec)
+        pk = self.ensure_peak(peak_threads(threads), spec.device) if threads else None
         result = self._launch(spec)
         if result is None:
             return None

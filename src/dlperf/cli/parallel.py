@@ -180,8 +180,10 @@ def print_summary(results: list, all_rows: list) -> None:
         for w in r.warnings:
             out.print(f"  [yellow]warning[/]: {escape(describe(r.spec))}: {escape(w)}")
         if r.ok and r.metrics:
-            e = r.outcome
-            out.print(f"  {escape(describe(r.spec))}: {units.seconds(r.metrics.median_s)} per "
+            e, m = r.outcome, r.metrics
+            share = (f"; {units.flops(m.achieved_flops, '/s')}, {units.percent(m.peak_share)} of "
+                     "this machine's peak" if m.peak_share is not None else "")
+            out.print(f"  {escape(describe(r.spec))}: {units.seconds(m.median_s)} per "
                       f"mini-batch; threads {e.total_threads} on {e.physical_cores} physical "
-                      "cores", style="dim")
+                      f"cores{share}", style="dim")
 

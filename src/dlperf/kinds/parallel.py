@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlperf.kinds.base import Frozen, Payload
+from dlperf.kinds.peak import Peak
 
 STRATEGIES = ("sync", "async", "mixed", "pipeline")
 #: strategies whose workers move in lockstep (every rank runs every step)
@@ -214,3 +215,4 @@ class ParallelOutcome(Payload):
     launcher: dict[str, Any] | None = None
     training: Training | None = None
     partial: Partial | None = None  # a failed run: what was logged before it failed
+    peak: Peak | None = None  # the machine's peak at the run's total threads (its share)
