@@ -10,6 +10,7 @@ import pytest
 from dlperf import experiments as ex
 from dlperf import workloads
 from dlperf.errors import UsageError
+from dlperf.report import experiments as report_ex
 from dlperf.report import factor_experiments as fx
 from dlperf.spec import RunSpec
 from dlperf.store import Store
@@ -127,8 +128,8 @@ def test_sections_state_what_the_store_shows(db, tmp_path):
         st.add(_train_result(task["image classification: ffn"], [[0, 0, 0.1], [9, 2.0, 0.96]],
                              True))
         sec = fx.input_section(st, tmp_path, fx.Filters())
-        lay = fx.train_factor_section("layout", st, tmp_path, fx.Filters())
-        tsk = fx.train_factor_section("task", st, tmp_path, fx.Filters())
+        lay = report_ex.section("layout", st, tmp_path)
+        tsk = report_ex.section("task", st, tmp_path)
     assert "ffn: from 8x8 to 512x512 (4096x the inputs) the time per mini-batch grew 64x" \
         in sec.text
     assert "512x512 did not run (oom)" in sec.text

@@ -374,7 +374,7 @@ def section(name: str, store: Store, out: Path, filters: Filters | None = None) 
 
         if name == "input-size":
             return fx.input_section(store, out, filters)
-        return fx.train_factor_section(name, store, out, filters)
+        return fx.train_factor_section(name, store, out, filters, curves_plot)
     return train_section(name, store, out, filters)
 
 

@@ -4,6 +4,7 @@ each with a table, a plot and one sentence computed from what the store holds.""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -250,9 +251,10 @@ def task_finding(results: dict[str, RunResult]) -> str:
 
 
 # ----------------------------------------------------------------------------- sections
-def train_factor_section(name: str, store: Store, out: Path, filters: Filters) -> Section | None:
-    from dlperf.report.experiments import curves_plot
-
+def train_factor_section(name: str, store: Store, out: Path, filters: Filters,
+                         curves_plot: Callable[..., Path | None]) -> Section | None:
+    """The layout or task section; ``curves_plot`` is ``report.experiments``' (passed in:
+    that module dispatches here)."""
     results = arm_results(store, name)
     if not results or (filters.networks and not {r.spec.network for r in results.values()}
                        & set(filters.networks)):
