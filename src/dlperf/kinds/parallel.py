@@ -170,8 +170,8 @@ class Staleness(Payload):
 
 class Drift(Payload):
     """At each exchange: the norm of the difference between the worker's weights after its
-    local steps and the server's weights when its push arrived (``relative``: over the
-    norm of the server's weights)."""
+    local steps and the server's weights when its push arrived (``mean_relative``: over
+    the norm of the weights the worker had pulled)."""
 
     count: int
     mean: float

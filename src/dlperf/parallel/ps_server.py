@@ -10,7 +10,9 @@ Drift: the shard keeps the weights it last sent each worker (the very copy it se
 second one). A push carries the worker's summed gradient over its local steps, so the
 worker's weights after those steps are ``pulled - lr * push``; the norm of their
 difference from the shard's weights when the push arrives is the drift at that exchange
-(computed per shard, added up in squares by the client).
+(computed per shard, added up in squares by the client), relative to the norm of the
+weights the worker was sent. The difference vector costs the shard one pass over its
+weights under the lock; the norms are taken after the lock is released.
 
 Every process of the RPC group hosts at most one shard: rank 0 beside its own worker when
 ``servers`` is 0, else each dedicated server rank one (``partition.shard_layout``).
@@ -52,27 +54,31 @@ class ParameterServer:
     def push(self, worker: int, seq: int, version: int, grad: torch.Tensor, samples: int,
              phase: str) -> dict[str, Any]:
         t0 = time.time()
+        d = base = None
         with self.lock:
             t1 = time.time()
-            staleness = drift2 = norm2 = None
+            staleness = None
             if (worker, seq) in self._seen:
                 self.duplicates += 1
             else:
                 self._seen.add((worker, seq))
                 staleness = self.version - version
                 base = self.pulled.get(worker)
-                if base is not None:
+                if base is not None:  # the one pass the drift costs under the lock
                     d = base.sub(grad, alpha=self.lr).sub_(self.w)
-                    drift2, norm2 = float(d.dot(d)), float(self.w.dot(self.w))
                 self.w.add_(grad, alpha=-self.lr)
                 self.version += 1
                 self.samples += samples
                 self.log.append([time.time(), worker, seq, staleness, phase, samples])
             t2 = time.time()
             self.busy.append([t1, t2, "push", grad.numel() * grad.element_size()])
-            return {"wait": t1 - t0, "server": t2 - t1, "version": self.version,
-                    "staleness": staleness, "stop": self.stop, "samples": self.samples,
-                    "drift2": drift2, "norm2": norm2}
+            info = {"wait": t1 - t0, "server": t2 - t1, "version": self.version,
+                    "staleness": staleness, "stop": self.stop, "samples": self.samples}
+        # the norms outside the lock: ``base`` is the copy this worker was sent (never
+        # changed), ``d`` this push's own vector
+        info["drift2"] = float(d.dot(d)) if d is not None else None
+        info["norm2"] = float(base.dot(base)) if base is not None else None
+        return info
 
     def pull(self, worker: int) -> tuple[torch.Tensor, int, dict[str, Any]]:
         t0 = time.time()

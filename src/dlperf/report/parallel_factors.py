@@ -65,8 +65,8 @@ def period_table(rows: list[ConfigResult]) -> Table | None:
         caption="Each worker exchanges with the parameter server every k steps (pull, k local "
         "SGD steps, push of the summed gradient). Drift: the norm of the difference between a "
         "worker's weights after its k steps and the server's when its push arrives, at every "
-        "exchange; over the norm of the server's weights, relative. Time to target: real-data "
-        "runs (wall time).")
+        "exchange; relative: over the norm of the weights the worker had pulled. Time to "
+        "target: real-data runs (wall time).")
 
 
 def period_finding(rows: list[ConfigResult]) -> str:
