@@ -22,13 +22,16 @@ def test_every_experiment_has_distinct_tagged_runs():
         "hidden-nodes",
         "init-scale",
         "dbn-pretraining",
+        "layout",
+        "task",
         "families",
+        "input-size",
     )
     for name in ex.NAMES:
         for quick in (True, False):
             specs = ex.specs(name, ex.Settings(quick=quick))
             assert len({s.run_id for s in specs}) == len(specs) > 1
-            if name != "families":
+            if name not in ("families", "input-size"):
                 assert {s.kind for s in specs} == {"train"}
                 assert all(s.options.experiment == name for s in specs)
                 assert len({s.options.arm for s in specs}) == len(specs)
@@ -136,7 +139,7 @@ def test_sections_are_rendered_from_the_store(db, tmp_path, capsys):
     html = (out / "report.html").read_text()
     assert "one generator update" in html and html.count("data:image/png") >= 2
     # one section builder per experiment, listed once
-    assert sum(getattr(b, "__name__", "").startswith("experiment_") for b in sections()) == 5
+    assert sum(getattr(b, "__name__", "").startswith("experiment_") for b in sections()) == 8
 
 
 def test_experiment_dry_run_lists_and_runs_nothing(db, capsys):

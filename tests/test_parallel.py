@@ -347,7 +347,7 @@ def test_command_trains_to_a_target_resumes_and_reports(tmp_path, db, capsys):
     (["-s", "ring"], "unknown strategy 'ring'"),
     (["-s", "mixed", "-w", "4", "--groups", "3"], "--groups 3 does not divide --workers 4"),
     (["-s", "mixed", "-w", "3"], "give --groups"),
-    (["-s", "sync", "--groups", "2"], "mixed strategy only"),
+    (["-s", "sync", "--groups", "2"], "mixed and hybrid strategies only"),
     (["-s", "pipeline", "-b", "10", "--micro-batches", "4"], "does not divide the batch"),
     (["-s", "sync", "-w", "3", "-b", "16"], "does not split evenly"),
     (["-s", "sync", "-w", "0"], "at least 1"),
@@ -422,7 +422,7 @@ def test_breakdown_splits_blocked_time_into_waiting_and_transfer():
 def test_server_series_counts_one_global_batch_per_pushes():
     log = [[t, t % 2, t, 0, "timed", 8] for t in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0)]
     log.append([9.0, 0, 9, 0, "warmup", 8])
-    assert server_series({"log": log}, "timed", 2, 0.0) == [2.0, 2.0, 2.0]
+    assert server_series({"log": log}, "timed", 16, 0.0) == [2.0, 2.0, 2.0]
     assert union_length([(0, 1), (0.5, 2), (3, 4)]) == pytest.approx(3.0)
 
 

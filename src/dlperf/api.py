@@ -60,6 +60,40 @@ def run(
     return aggregate(results)[0]
 
 
+def inference(
+    network: str,
+    *,
+    batch_sizes: Sequence[int] = (1,),
+    threads: Sequence[int] = (1,),
+    framework: str = "torch",
+    variant: str | None = None,
+    device: str = "cpu",
+    precision: str = "fp32",
+    size: str | None = None,
+    params: dict[str, Any] | None = None,
+    repeat: int = 1,
+    seed: int = 0,
+    measurement: Measurement | None = None,
+    timeout_s: float = 1800.0,
+    memory_limit: str | int | None = None,
+    db: str | Path | None = None,
+    listener: Listener | None = None,
+) -> list[ConfigResult]:
+    """Latency per query (forward only, the framework's inference mode) at every batch
+    size and thread count, each in fresh worker processes; stored and returned, one
+    ConfigResult per (threads, batch). Like ``run``, it always measures."""
+    cfg = config.build(
+        networks=[network], mode="inference", frameworks=[framework],
+        variants=[variant or "default"], devices=[device], precisions=[precision],
+        threads=list(threads), batch_sizes=list(batch_sizes), size=size,
+        params=params or {}, repeat=repeat, seed=seed, timeout=timeout_s,
+        memory_limit=memory_limit, measurement=measurement or Measurement(),
+    )
+    results = run_specs(plan.expand(cfg), db=db, force=True, timeout_s=cfg.timeout,
+                        memory_limit=cfg.memory_limit, listener=listener)
+    return aggregate(results)
+
+
 def sweep(
     source: str | Path | config.SweepConfig | dict[str, Any],
     *,
@@ -240,5 +274,5 @@ def stored_rows(db: str | Path | None = None, kind: str = "step") -> list[Config
         return aggregate(store.results(kind=kind))
 
 
-__all__ = ["ConfigResult", "Planned", "RunSpec", "load_config", "measure_peaks", "networks", "plan_runs",
-           "report", "run", "run_specs", "stored_rows", "sweep"]
+__all__ = ["ConfigResult", "Planned", "RunSpec", "inference", "load_config", "measure_peaks",
+           "networks", "plan_runs", "report", "run", "run_specs", "stored_rows", "sweep"]

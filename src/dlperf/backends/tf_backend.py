@@ -24,7 +24,13 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import deprecation
 
-from dlperf.backends.base import NO_TF32_ON_CPU, Backend, Trainer, UnsupportedError
+from dlperf.backends.base import (
+    NO_TF32_ON_CPU,
+    Backend,
+    ForwardOnly,
+    Trainer,
+    UnsupportedError,
+)
 from dlperf.backends.keras_models import (
     build_model,
     export_weights,
@@ -231,6 +237,36 @@ class TFTrainer(Trainer):
         return None
 
 
+class TFInference(ForwardOnly):
+    """One forward pass: ``model(x, training=False)`` (batch normalisation on its moving
+    averages) in a tf.function, XLA-compiled for the 'xla' variant; no GradientTape, so
+    TensorFlow records no gradient."""
+
+    mode = "model(x, training=False) in a tf.function"
+
+    def __init__(self, model: keras.Model, x: tf.Tensor, variant: str, device: str):
+        self.model, self.x, self.device = model, x, device
+        self.batch_size = int(x.shape[0])
+        self.param_count = trainable_params(model)
+        self._fn = tf.function(lambda x: model(x, training=False),
+                               jit_compile=variant == "xla")
+        self._out: tf.Tensor | None = None
+
+    def step(self) -> tf.Tensor:
+        self._out = self._fn(self.x)
+        return self._out
+
+    def sync(self) -> None:
+        # fetching one element waits for the call that produced the output
+        if self._out is not None:
+            tf.reshape(self._out, [-1])[0].numpy()
+
+    def grad_free(self) -> bool:
+        """The traced call holds no gradient op."""
+        graph = self._fn.get_concrete_function(self.x).graph
+        return not any("Grad" in op.type for op in graph.get_operations())
+
+
 class TensorFlowBackend(Backend):
     name = "tensorflow"
 
@@ -300,6 +336,11 @@ class TensorFlowBackend(Backend):
             model, flat = build_model(config)
             x, y = synthetic_batch(config, batch_size, seed + 1)
         return TFTrainer(model, flat, x, y, config, variant, dev)
+
+    def build_inference(self, workload: str, config: Any, batch_size: int, variant: str,
+                        device: str, seed: int) -> TFInference:
+        tr = self.build(workload, config, batch_size, variant, device, seed)
+        return TFInference(tr.model, tr.x, variant, tr.device)
 
     def matmul(self, n: int, device: str) -> Trainer:
         if device == "gpu" and not self.has_gpu():

@@ -31,6 +31,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=args.seed_int, default=0)
     p.add_argument("--timeout", type=args.positive_float,
                    help="seconds (above 0) per worker (default 900)")
+    p.add_argument("--memory-limit", help="resident memory per worker, e.g. 2GiB; over it the "
+                   "run is stored as 'oom' (default: none; input-size: 2GiB)")
     p.add_argument(
         "--out",
         default="dlperf-report",
@@ -41,13 +43,23 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_experiment)
 
 
+def _describe(sp) -> str:
+    """'ffn[small] torch/eager cpu x1 b32  side=512' or '...  ARM' (a train run's arm)."""
+    arm = getattr(sp.options, "arm", None)
+    params = " ".join(f"{k}={v}" for k, v in sp.params.items())
+    return f"{sp.label()}  {arm or params}"
+
+
 def cmd_experiment(a: argparse.Namespace) -> int:
     from dlperf import api, experiments
     from dlperf.cli.progress import print_plan
+    from dlperf.config import parse_bytes
     from dlperf.report.exporters import print_table
 
     names = list(experiments.NAMES) if a.name == "all" else [a.name]
     s = experiments.Settings(quick=a.quick, threads=a.threads, max_time_s=a.max_time, seed=a.seed)
+    if a.memory_limit:
+        parse_bytes(a.memory_limit)  # a bad size is refused before anything runs
     todo_by = {n: experiments.specs(n, s) for n in names}  # validates the names
     out_dir = Path(a.out)
     try:
@@ -56,13 +68,16 @@ def cmd_experiment(a: argparse.Namespace) -> int:
         raise UsageError(f"cannot write to {out_dir}: {e}") from None
     for name, specs in todo_by.items():
         planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed)
-        print_plan(f"experiment {name}", planned, verb="run", describe=(
-            (lambda sp: f"{sp.label()}  {sp.options.arm or ''}") if a.dry_run else None))
+        print_plan(f"experiment {name}", planned, verb="run",
+                   describe=_describe if a.dry_run else None)
         if a.dry_run:
             continue
+        memory = parse_bytes(a.memory_limit) if a.memory_limit else (
+            experiments.INPUT_SIZE_MEMORY if name == experiments.INPUT_SIZE else None)
         with ProgressListener() as listener:
             api.run_specs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed,
-                          timeout_s=a.timeout or 900.0, listener=listener)
+                          timeout_s=a.timeout or 900.0, memory_limit=memory,
+                          listener=listener)
         sec, files = api.experiment_report(name, out_dir, db=a.db)
         if sec is None:
             out.print(f"  nothing stored for {name}")

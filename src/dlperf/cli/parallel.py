@@ -29,10 +29,13 @@ from dlperf.spec import RunSpec
 
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "parallel", help="train on several workers under torchrun: sync, async, mixed, pipeline",
-        description="Data parallelism (sync: all-reduce; async: parameter server; mixed: "
-        "synchronous groups, asynchronous between them) and model parallelism (pipeline), "
-        "each run for real on torch.distributed, measured and stored.")
+        "parallel", help="train on several workers under torchrun: sync, async, mixed, "
+        "pipeline, hybrid",
+        description="Data parallelism (sync: all-reduce; async: parameter server, optionally "
+        "exchanging every k steps and on dedicated sharded servers; mixed: synchronous "
+        "groups, asynchronous between them), model parallelism (pipeline) and both (hybrid: "
+        "a pipeline in each group, data parallel across groups), each run for real on "
+        "torch.distributed, measured and stored.")
     p.add_argument("--network", "-n", required=True)
     p.add_argument("--size", help="network size (full, tiny; small, large for the families)")
     p.add_argument("--param", action="append", metavar="NAME=VALUE", help="network parameter")
@@ -40,9 +43,18 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help=f"{'|'.join(STRATEGIES)}, or several comma-separated")
     p.add_argument("--workers", "-w", default="2", help="worker counts, comma-separated "
                    "(default 2); 1 is the baseline for speed-up")
-    p.add_argument("--groups", type=args.positive_int, help="mixed: groups of workers (default: pairs)")
-    p.add_argument("--micro-batches", type=args.positive_int, help="pipeline: micro-batches per step "
-                   "(default 4 per stage, at most the batch)")
+    p.add_argument("--groups", type=args.positive_int, help="mixed, hybrid: groups of workers "
+                   "(default: pairs)")
+    p.add_argument("--micro-batches", type=args.positive_int, help="pipeline, hybrid: micro-batches "
+                   "per step (default 4 per stage, at most the batch)")
+    p.add_argument("--push-every", default="1", help="async: local steps between exchanges "
+                   "with the parameter server; comma-separated to compare (e.g. 1,4,16)")
+    p.add_argument("--servers", default="0", help="async: dedicated parameter-server "
+                   "processes, the weights sharded over them by size (0: the server beside "
+                   "rank 0); comma-separated to compare (e.g. 1,2)")
+    p.add_argument("--hybrid-within", default="model", choices=["model", "data"],
+                   help="hybrid: what a group's consecutive ranks share: the pipeline's "
+                   "stages (model, default) or replicas of one stage (data)")
     p.add_argument("--batch-size", "-b", type=args.positive_int, help="global mini-batch (default: the "
                    "network's DLBench default)")
     p.add_argument("--threads", "-t", type=args.positive_int, help="threads per worker (default: physical "
@@ -101,6 +113,8 @@ def build_specs(a: argparse.Namespace) -> list[RunSpec]:
     strategies = args.str_list(a.strategy) or []
     workers = args.int_list(a.workers, "--workers")
     delays = args.float_list(a.straggler_delay, "--straggler-delay")
+    periods = args.int_list(a.push_every, "--push-every")
+    servers = args.int_list(a.servers, "--servers")
     if a.repeat < 1:
         raise UsageError(f"--repeat must be at least 1, got {a.repeat}")
     if a.nnodes < 1:
@@ -109,14 +123,19 @@ def build_specs(a: argparse.Namespace) -> list[RunSpec]:
         raise UsageError("--timeout must be positive")
     measurement = args.measurement_from(a)
     specs = []
-    for repeat, strategy, n, delay in itertools.product(range(a.repeat), strategies, workers,
-                                                        delays):
+    for repeat, strategy, n, delay, k, ps in itertools.product(
+            range(a.repeat), strategies, workers, delays, periods, servers):
+        if strategy != "async" and len(strategies) > 1:
+            # a sweep of several strategies: the period and the servers are async's alone
+            if (k, ps) != (periods[0], servers[0]):
+                continue
+            k, ps = 1, 0
         if a.nproc_per_node is not None and a.nproc_per_node * a.nnodes != n:
             raise UsageError(f"--nproc-per-node {a.nproc_per_node} x --nnodes {a.nnodes} != "
                              f"--workers {n}")
         # every worker count of the sweep gets the threads that fit its largest one, so
         # that one worker and N workers are N of the same processing unit
-        per_node = max(workers) // a.nnodes
+        per_node = (max(workers) + max(servers)) // a.nnodes
         threads = a.threads if a.threads is not None else default_threads(per_node,
                                                                             physical_cores())
         specs.append(make_spec(
@@ -125,7 +144,8 @@ def build_specs(a: argparse.Namespace) -> list[RunSpec]:
             straggler_delay_s=delay, nodes=a.nnodes, lr=a.lr, data=a.data,
             target_accuracy=a.target_accuracy, target_loss=a.target_loss,
             max_steps=a.max_steps, max_time_s=a.max_time, eval_every=a.eval_every,
-            steps=a.steps, warmup_steps=a.warmup_steps, params=args.parse_params(a.param),
+            steps=a.steps, warmup_steps=a.warmup_steps, push_every=k, servers=ps,
+            hybrid_within=a.hybrid_within, params=args.parse_params(a.param),
             device=a.device, seed=a.seed, repeat=repeat, measurement=measurement))
     return specs
 
@@ -176,6 +196,12 @@ def print_summary(results: list, all_rows: list) -> None:
     if report.straggler_pairs(all_rows) and any(r.spec.options.straggler_delay_s
                                                 for r in results):
         print_table(report.straggler_table(all_rows), out)
+    from dlperf.report.parallel_factors import factor_tables, factor_text
+
+    for t in factor_tables(rows):
+        print_table(t, out)
+    if found := factor_text(rows):
+        out.print(escape(f"Found: {found}"))
     for r in results:
         for w in r.warnings:
             out.print(f"  [yellow]warning[/]: {escape(describe(r.spec))}: {escape(w)}")

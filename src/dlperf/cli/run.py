@@ -10,20 +10,24 @@ from rich.markup import escape
 from dlperf import units
 from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out
+from dlperf.errors import UsageError
 from dlperf.spec import PRECISIONS
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="measure one configuration")
+    p = sub.add_parser("run", help="measure one configuration (or inference queries)")
+    p.add_argument("--mode", default="train", choices=["train", "inference"],
+                   help="train: time per mini-batch (default); inference: latency per query, "
+                   "forward only in the framework's inference mode (then --batch-size and "
+                   "--threads take comma-separated lists)")
     p.add_argument("--network", "-n", required=True)
     p.add_argument("--framework", "-f", default="torch")
     p.add_argument("--variant", help="e.g. eager|compile (torch), graph|xla (tensorflow), jit (jax), "
                    "hybrid|imperative (mxnet)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     p.add_argument("--precision", default="fp32", choices=PRECISIONS, help=args.PRECISION_HELP)
-    p.add_argument("--threads", "-t", type=args.positive_int, default=1)
-    p.add_argument("--batch-size", "-b", type=args.positive_int,
-                   help="default: the network's DLBench default")
+    p.add_argument("--threads", "-t", default="1", help="threads (default 1)")
+    p.add_argument("--batch-size", "-b", help="default: the network's DLBench default")
     p.add_argument("--size", help="network size (full, tiny; small, large for the guide's families)")
     p.add_argument("--param", action="append", metavar="NAME=VALUE", help="network parameter")
     p.add_argument("--repeat", type=args.positive_int, default=1, help="worker processes (default 1)")
@@ -34,13 +38,32 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_run)
 
 
+def _counts(text: str | None, flag: str, many: bool) -> list[int] | None:
+    """A positive count, or in inference mode a comma-separated list of them."""
+    if text is None:
+        return None
+    vals = args.int_list(text, flag)
+    if any(v < 1 for v in vals):
+        raise UsageError(f"{flag} must be at least 1, got '{text}'")
+    if len(vals) > 1 and not many:
+        raise UsageError(f"{flag} takes one value in train mode (lists: --mode inference, "
+                         "or 'dlperf sweep')")
+    return vals
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     from dlperf import api
 
     m = args.measurement_from(a)
+    many = a.mode == "inference"
+    threads = _counts(a.threads, "--threads", many) or [1]
+    batches = _counts(a.batch_size, "--batch-size", many)
+    if many:
+        return cmd_inference(a, m, threads, batches)
     with ProgressListener() as listener:
         row = api.run(a.network, framework=a.framework, variant=a.variant, device=a.device,
-                      precision=a.precision, threads=a.threads, batch_size=a.batch_size,
+                      precision=a.precision, threads=threads[0],
+                      batch_size=batches[0] if batches else None,
                       size=a.size, params=args.parse_params(a.param), repeat=a.repeat,
                       seed=a.seed, measurement=m,
                       timeout_s=1800.0 if a.timeout is None else a.timeout,
@@ -50,6 +73,28 @@ def cmd_run(a: argparse.Namespace) -> int:
         return 0 if row.measured else 1
     print_run(row, a.db)
     return 0 if row.measured else 1
+
+
+def cmd_inference(a: argparse.Namespace, m, threads: list[int], batches: list[int] | None) -> int:
+    from dlperf import api, workloads
+    from dlperf.report.exporters import print_table
+    from dlperf.report.inference import finding, latency_table
+
+    with ProgressListener() as listener:
+        rows = api.inference(
+            a.network, batch_sizes=batches or [workloads.get(a.network).default_batch],
+            threads=threads, framework=a.framework, variant=a.variant, device=a.device,
+            precision=a.precision, size=a.size, params=args.parse_params(a.param),
+            repeat=a.repeat, seed=a.seed, measurement=m,
+            timeout_s=1800.0 if a.timeout is None else a.timeout,
+            memory_limit=a.memory_limit, db=a.db, listener=listener)
+    if a.json:
+        print(json.dumps([r.model_dump() for row in rows for r in row.results], default=str))
+    else:
+        print_table(latency_table(rows), out)
+        if text := finding(rows):
+            out.print(escape(text))
+    return 0 if all(row.measured for row in rows) else 1
 
 
 def print_run(row, db) -> None:

@@ -16,6 +16,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="measure every combination, resumably")
     p.add_argument("file", nargs="?", help="TOML sweep file (flags override its values)")
     p.add_argument("--networks", help="comma-separated")
+    p.add_argument("--mode", choices=["train", "inference"],
+                   help="train: time per mini-batch (default); inference: latency per query")
     p.add_argument("--frameworks", help="comma-separated (default torch)")
     p.add_argument("--variants", help="comma-separated, 'default' or 'all'")
     p.add_argument("--devices", help="cpu,gpu")
@@ -49,7 +51,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     from dlperf import config
 
     overrides: dict[str, Any] = dict(
-        networks=args.str_list(a.networks), frameworks=args.str_list(a.frameworks),
+        networks=args.str_list(a.networks), mode=a.mode, frameworks=args.str_list(a.frameworks),
         variants=args.str_list(a.variants), devices=args.str_list(a.devices),
         precisions=args.precision_arg(a.precision),
         threads=args.threads_arg(a.threads) if a.threads else None,
@@ -86,7 +88,12 @@ def sweep_and_print(cfg, a: argparse.Namespace, title: str) -> int:
     with ProgressListener() as listener:
         api.sweep(cfg, db=a.db, force=a.force, retry_failed=a.retry_failed, listener=listener)
     rows = aggregate(api.stored_results(specs, db=a.db))
-    print_table(detail_table(rows, title=f"{title}: results"), out)
+    if cfg.mode == "inference":
+        from dlperf.report.inference import latency_table
+
+        print_table(latency_table(rows), out)
+    else:
+        print_table(detail_table(rows, title=f"{title}: results"), out)
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlperf.kinds.base import Diagnostics, Frozen, Payload
+from dlperf.kinds.inference import InferenceOptions, InferenceOutcome
 from dlperf.kinds.parallel import ParallelOptions, ParallelOutcome
 from dlperf.kinds.peak import KernelRate, Peak, PeakOptions
 from dlperf.kinds.step import StepOptions, StepOutcome
@@ -28,11 +29,13 @@ KINDS: dict[str, KindInfo] = {
     "peak": KindInfo(PeakOptions, None),
     "train": KindInfo(TrainOptions, TrainOutcome),
     "parallel": KindInfo(ParallelOptions, ParallelOutcome),
+    "inference": KindInfo(InferenceOptions, InferenceOutcome),
 }
 
-Options = StepOptions | PeakOptions | TrainOptions | ParallelOptions
-Outcome = StepOutcome | TrainOutcome | ParallelOutcome
+Options = StepOptions | PeakOptions | TrainOptions | ParallelOptions | InferenceOptions
+Outcome = StepOutcome | TrainOutcome | ParallelOutcome | InferenceOutcome
 
-__all__ = ["KINDS", "Diagnostics", "KernelRate", "KindInfo", "Options", "Outcome",
+__all__ = ["KINDS", "Diagnostics", "InferenceOptions", "InferenceOutcome", "KernelRate",
+           "KindInfo", "Options", "Outcome",
            "ParallelOptions", "ParallelOutcome", "Peak", "PeakOptions", "StepOptions",
            "StepOutcome", "TrainOptions", "TrainOutcome"]

@@ -1,8 +1,9 @@
 """Kind "parallel": one strategy on several workers under torchrun (``dlperf parallel``).
 
 The options are checked as a whole by ``dlperf.parallel.options.make_spec``; only the
-settings that apply to the strategy are set (``groups`` only for mixed,
-``micro_batches`` only for the pipeline, the target and budget only with a data set).
+settings that apply to the strategy are set (``groups`` only for mixed and hybrid,
+``micro_batches`` only for the pipeline and hybrid, ``push_every`` and ``servers`` only for
+async, the target and budget only with a data set).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import Any
 from dlperf.kinds.base import Frozen, Payload
 from dlperf.kinds.peak import Peak
 
-STRATEGIES = ("sync", "async", "mixed", "pipeline")
+STRATEGIES = ("sync", "async", "mixed", "pipeline", "hybrid")
 #: strategies whose workers move in lockstep (every rank runs every step)
-LOCKSTEP = ("sync", "pipeline")
+LOCKSTEP = ("sync", "pipeline", "hybrid")
+#: hybrid layouts: what the ranks of one group share (consecutive ranks: one machine)
+HYBRID_WITHIN = ("model", "data")
 DEFAULT_LR = 0.01  # torch_backend.LEARNING_RATE; repeated here to stay framework-free
 DEFAULT_EVAL_EVERY = 10
 
@@ -35,6 +38,37 @@ class ParallelOptions(Frozen):
     eval_every: int = DEFAULT_EVAL_EVERY
     steps: int | None = None
     warmup_steps: int | None = None
+    #: async: local steps between exchanges with the parameter server
+    push_every: int = 1
+    #: async: dedicated parameter-server processes (0: the server lives beside rank 0)
+    servers: int = 0
+    #: hybrid: 'model' (a group's consecutive ranks hold the pipeline's stages; data
+    #: parallel across groups) or 'data' (consecutive ranks are replicas of one stage)
+    hybrid_within: str = "model"
+
+    @property
+    def processes(self) -> int:
+        """torchrun processes: the workers and the dedicated servers."""
+        return self.workers + self.servers
+
+    @property
+    def server_ranks(self) -> list[int]:
+        """The ranks that hold the parameter server's shards (rank 0 when co-located)."""
+        return list(range(self.workers, self.processes)) if self.servers else [0]
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages: every worker for the pipeline, a group's workers for hybrid."""
+        return self.workers // self.groups if self.strategy == "hybrid" else self.workers
+
+    def hybrid_place(self, rank: int) -> tuple[int, int]:
+        """(replica group, stage) of a hybrid rank."""
+        s, g = self.stages, self.groups
+        return (rank // s, rank % s) if self.hybrid_within == "model" else (rank % g, rank // g)
+
+    def hybrid_rank(self, group: int, stage: int) -> int:
+        s, g = self.stages, self.groups
+        return group * s + stage if self.hybrid_within == "model" else stage * g + group
 
     @property
     def straggler_rank(self) -> int | None:
@@ -45,11 +79,6 @@ class ParallelOptions(Frozen):
     @property
     def lockstep(self) -> bool:
         return self.strategy in LOCKSTEP
-
-    @property
-    def pushes_per_batch(self) -> int:
-        """Parameter-server pushes that together consume one global mini-batch."""
-        return self.workers if self.strategy == "async" else self.groups
 
     @property
     def has_target(self) -> bool:
@@ -66,10 +95,16 @@ class ParallelOptions(Frozen):
         """'fcn5[tiny] sync x2 b64 t1' (+ groups, micro-batches, nodes, straggler, data)."""
         parts = [network + ("" if size in ("full", "") else f"[{size}]"),
                  f"{self.strategy} x{self.workers}"]
-        if self.strategy == "mixed":
+        if self.strategy in ("mixed", "hybrid"):
             parts.append(f"g{self.groups}")
-        if self.strategy == "pipeline":
+        if self.strategy == "hybrid" and self.hybrid_within != "model":
+            parts.append("data-within")
+        if self.strategy in ("pipeline", "hybrid"):
             parts.append(f"mb{self.micro_batches}")
+        if self.push_every != 1:
+            parts.append(f"k{self.push_every}")
+        if self.servers:
+            parts.append(f"ps{self.servers}")
         parts += [f"b{batch_size}", f"t{threads}"]
         if self.nodes > 1:
             parts.append(f"{self.nodes} nodes")
@@ -104,6 +139,7 @@ class Breakdown(Payload):
 class RankSummary(Payload):
     rank: int | None = None
     host: str | None = None
+    pid: int | None = None
     node: int | None = None
     cpus: list[int] | None = None
     threads_in_force: int | None = None
@@ -131,6 +167,32 @@ class Staleness(Payload):
     p90: float
     max: int
     histogram: dict[str, int] = {}
+
+
+class Drift(Payload):
+    """At each exchange: the norm of the difference between the worker's weights after its
+    local steps and the server's weights when its push arrived (``mean_relative``: over
+    the norm of the weights the worker had pulled)."""
+
+    count: int
+    mean: float
+    median: float
+    p90: float
+    max: float
+    mean_relative: float | None = None
+
+
+class ServerLoad(Payload):
+    """One parameter-server process (or the co-located server) during the timed window."""
+
+    rank: int
+    shard_params: int
+    busy_share: float | None = None  # time spent applying and copying weights / window
+    requests: int = 0
+    bytes_in: float = 0.0  # gradients received
+    bytes_out: float = 0.0  # weights sent
+    bytes_per_s: float | None = None  # in + out over the window
+    window_s: float | None = None
 
 
 class ServerCounts(Payload):
@@ -212,6 +274,9 @@ class ParallelOutcome(Payload):
     staleness: Staleness | None = None
     ps: ServerCounts | None = None
     pipeline: PipelineLayout | None = None
+    push_every: int | None = None
+    drift: Drift | None = None
+    servers: list[ServerLoad] = []
     launcher: dict[str, Any] | None = None
     training: Training | None = None
     partial: Partial | None = None  # a failed run: what was logged before it failed

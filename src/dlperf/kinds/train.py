@@ -24,6 +24,7 @@ DESCRIPTIONS: dict[str, str] = {
     "stop_at_target": "stop when the target is reached (default true)",
     "pretrain_epochs": "DBN: pre-training epochs per RBM (default 10; 0 = random init)",
     "pretrain_lr": "DBN: CD-k learning rate of the pre-training (default 0.1)",
+    "measure": "quality measure instead of the family's (mmd2: for the vae as for the gan)",
     "experiment": "tag: the experiment this run belongs to",
     "arm": "tag: the experiment's arm (a label in its table)",
 }
@@ -41,6 +42,7 @@ class TrainOptions(Frozen):
     stop_at_target: bool = True
     pretrain_epochs: float | None = None
     pretrain_lr: float | None = None
+    measure: str | None = None
     experiment: str | None = None
     arm: str | None = None
 
@@ -51,7 +53,7 @@ class TrainOptions(Frozen):
         pre-training), an integer where a count is meant; 'none' only where it means
         'no limit'. Messages name the option, as ``--option NAME=VALUE`` spells it."""
         key = info.field_name
-        if value is None or key in ("experiment", "arm"):
+        if value is None or key in ("experiment", "arm", "measure"):
             return value if value is None else str(value)
         if key in ("target", "max_epochs") and str(value).lower() == "none":
             return "none"

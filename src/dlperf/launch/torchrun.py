@@ -180,9 +180,11 @@ def run_parallel(
     """
     o = spec.options
     nnodes = nnodes or o.nodes
-    nproc = nproc_per_node or o.workers // nnodes
-    if nproc * nnodes != o.workers:
-        raise ValueError(f"{nnodes} nodes x {nproc} workers != {o.workers} workers")
+    # dedicated parameter servers are extra ranks of the same job (one node): torchrun
+    # watches them with the workers, and they die with it
+    nproc = nproc_per_node or o.processes // nnodes
+    if nproc * nnodes != o.processes:
+        raise ValueError(f"{nnodes} nodes x {nproc} processes != {o.processes} processes")
     local = rdzv_endpoint is None
     endpoint = rdzv_endpoint or f"127.0.0.1:{free_port()}"
     host = endpoint.rsplit(":", 1)[0].strip("[]")
@@ -226,7 +228,7 @@ def _watch(spec: RunSpec, o: ParallelOptions, cmd: list[str], env: dict[str, str
                              start_new_session=True)  # its own group: killed as one
     progress = _Progress(outdir)
     forward = _Forward(outdir / "progress_rank0.jsonl", on_event)
-    expected = list(range(o.workers)) if meta["nnodes"] == 1 else None
+    expected = list(range(o.processes)) if meta["nnodes"] == 1 else None
 
     def check() -> tuple[str, str] | None:
         progress.poll()
@@ -268,7 +270,7 @@ def _watch(spec: RunSpec, o: ParallelOptions, cmd: list[str], env: dict[str, str
         if any(outdir.glob("result_rank*.json")):
             return None  # this node's workers finished; rank 0 (elsewhere) has the result
     failure = out.failure or diagnose(outdir, text, out.returncode or 0,
-                                      list(range(o.workers)), partial,
+                                      list(range(o.processes)), partial,
                                       oom_killed=oom_rose(oom_before))
     return failed_result(spec, o, failure, partial, text, meta, outdir)
 

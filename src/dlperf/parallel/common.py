@@ -73,6 +73,13 @@ class Context:
     comm_timeout_s: float
     dump_dir: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the workers' own process group when dedicated servers share the world (None: all)
+    group: Any = None
+
+    @property
+    def is_server(self) -> bool:
+        """A dedicated parameter-server rank (ranks past the workers)."""
+        return self.rank >= self.opts.workers
 
     @property
     def is_straggler(self) -> bool:
@@ -87,10 +94,11 @@ class Context:
         return d
 
     def bcast(self, values: list[float], src: int, group: Any = None) -> list[float]:
-        """Broadcast a few numbers from ``src`` (decisions such as 'stop' or a step count)."""
+        """Broadcast a few numbers from ``src`` (decisions such as 'stop' or a step count)
+        to the workers (``group``: another group)."""
         dev = self.device if self.backend == "nccl" else torch.device("cpu")
         t = torch.tensor(values, dtype=torch.float64, device=dev)
-        dist.broadcast(t, src=src, group=group)
+        dist.broadcast(t, src=src, group=group if group is not None else self.group)
         return t.cpu().tolist()
 
     def dump(self, name: str, obj: Any) -> None:

@@ -28,7 +28,7 @@ from dlperf.parallel.common import (
     trainable,
     wrap_ddp,
 )
-from dlperf.parallel.param_server import SERVER_RANK, ServerTraining
+from dlperf.parallel.ps_client import SERVER_RANK, ServerTraining
 
 
 class MixedAsync(ServerTraining, Strategy):
@@ -56,7 +56,6 @@ class MixedAsync(ServerTraining, Strategy):
         self.buf = torch.empty(self.n + 2, device=ctx.device)
         self.batches = Batches(ctx, self.net, ctx.rank, ctx.world, stream=ctx.rank)
         self.seq = 0
-        self._version = 0  # the server version this group's weights came from
         self.pushed_sum = None
         if ctx.dump_dir is not None and ctx.rank == self.leader:
             self.pushed_sum = torch.zeros(self.n, dtype=torch.float64)
@@ -77,11 +76,13 @@ class MixedAsync(ServerTraining, Strategy):
                 self.pushed_sum += g.double().cpu()
             samples = len(x) * len(ctx.opts.group_ranks(self.group))
             info, rec = timed_exchange(ctx, "push", label, lambda: self.client.push(
-                ctx.rank, self.seq, self._version, g, samples, phase))
+                ctx.rank, self.seq, g, samples, phase))
             ev.append(rec)
             staleness = info["staleness"]
+            self._server_samples = info["samples"]
             self.seq += 1
-            (w, version, pinfo), rec = timed_exchange(ctx, "pull", label, self.client.pull)
+            (w, version, pinfo), rec = timed_exchange(ctx, "pull", label,
+                                                      lambda: self.client.pull(ctx.rank))
             ev.append(rec)
             stop = info["stop"] or pinfo["stop"] or (deadline is not None and rec[3] >= deadline)
             self.buf[: self.n] = w
@@ -93,7 +94,6 @@ class MixedAsync(ServerTraining, Strategy):
         b = time.time()
         ev.append(["bcast", f"{phase}:{i}:bc:{self.group}", a, b, None, None])
         load_flat(self.params, self.buf[: self.n])
-        self._version = int(self.buf[self.n + 1])
         self.updates += 1
         t1 = time.time()
         return {"phase": phase, "i": i, "t0": t0, "t1": t1, "delay": delay, "n": len(x),

@@ -2,8 +2,9 @@
 the RunSpec, whose options are ``dlperf.kinds.ParallelOptions``.
 
 Framework-free: the CLI, the launcher and the report read these without importing torch.
-Only the settings that apply to a strategy are set (``groups`` only for mixed,
-``micro_batches`` only for pipeline, the training target only with a data set).
+Only the settings that apply to a strategy are set (``groups`` only for mixed and hybrid,
+``micro_batches`` only for pipeline and hybrid, ``push_every`` and ``servers`` only for
+async, the training target only with a data set).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dlperf.errors import UsageError
 from dlperf.kinds.parallel import (
     DEFAULT_EVAL_EVERY,
     DEFAULT_LR,
+    HYBRID_WITHIN,
     LOCKSTEP,
     STRATEGIES,
     ParallelOptions,
@@ -49,6 +51,8 @@ def local_batch(batch_size: int, o: Options) -> int:
     """Samples one worker processes per step."""
     if o.strategy == "pipeline":
         return batch_size  # every stage sees the whole batch, in micro-batches
+    if o.strategy == "hybrid":
+        return batch_size // o.groups  # a group's stages see the group's share
     return batch_size // o.workers
 
 
@@ -73,6 +77,9 @@ def make_spec(
     eval_every: int | None = None,
     steps: int | None = None,
     warmup_steps: int | None = None,
+    push_every: int = 1,
+    servers: int = 0,
+    hybrid_within: str = "model",
     params: dict[str, Any] | None = None,
     device: str = "cpu",
     seed: int = 0,
@@ -97,17 +104,33 @@ def make_spec(
     if batch < 1:
         raise UsageError(f"--batch-size must be at least 1, got {batch}")
     opts: dict[str, Any] = {"strategy": strategy, "workers": workers}
-    if strategy == "mixed":
+    if strategy in ("mixed", "hybrid"):
         g = groups if groups is not None else default_groups(workers)
         if g < 1 or workers % g:
             raise UsageError(f"--groups {g} does not divide --workers {workers}")
         opts["groups"] = g
     elif groups not in (None, 1):
-        raise UsageError(f"--groups applies to the mixed strategy only (got --strategy {strategy})")
-    if strategy == "pipeline":
-        m = micro_batches if micro_batches is not None else min(batch, 4 * workers)
-        if m < 1 or batch % m:
-            raise UsageError(f"--micro-batches {m} does not divide the batch size {batch}")
+        raise UsageError(f"--groups applies to the mixed and hybrid strategies only (got "
+                         f"--strategy {strategy})")
+    _period_and_servers(strategy, push_every, servers, nodes, opts)
+    if strategy == "hybrid":
+        if hybrid_within not in HYBRID_WITHIN:
+            raise UsageError(f"--hybrid-within must be {' or '.join(HYBRID_WITHIN)}, got "
+                             f"'{hybrid_within}'")
+        if hybrid_within != "model":
+            opts["hybrid_within"] = hybrid_within
+    elif hybrid_within != "model":
+        raise UsageError("--hybrid-within applies to the hybrid strategy only")
+    if strategy in ("pipeline", "hybrid"):
+        share = batch // opts.get("groups", 1)  # what one pipeline sees per step
+        if strategy == "hybrid" and batch % opts["groups"]:
+            raise UsageError(f"the global batch {batch} does not split evenly over "
+                             f"{opts['groups']} groups; choose a multiple of --groups")
+        stages = workers // opts.get("groups", 1)
+        m = micro_batches if micro_batches is not None else min(share, 4 * stages)
+        if m < 1 or share % m:
+            raise UsageError(f"--micro-batches {m} does not divide the batch size {share}"
+                             + (" of a group" if strategy == "hybrid" else ""))
         opts["micro_batches"] = m
     else:
         if micro_batches not in (None, 1):
@@ -157,6 +180,27 @@ def make_spec(
                    variant="eager", device=device, threads=threads, batch_size=batch,
                    params=dict(params or {}), seed=seed, repeat=repeat,
                    measurement=measurement or Measurement(), options=ParallelOptions(**opts))
+
+
+def _period_and_servers(strategy: str, push_every: int, servers: int, nodes: int,
+                        opts: dict[str, Any]) -> None:
+    """The asynchronous strategy's exchange period and dedicated servers."""
+    if push_every < 1:
+        raise UsageError(f"--push-every must be at least 1, got {push_every}")
+    if servers < 0:
+        raise UsageError(f"--servers must be 0 (beside rank 0) or more, got {servers}")
+    if strategy != "async":
+        if push_every != 1:
+            raise UsageError("--push-every applies to the async strategy only")
+        if servers:
+            raise UsageError("--servers applies to the async strategy only")
+        return
+    if servers and nodes > 1:
+        raise UsageError("dedicated --servers run on one machine only (--nnodes 1)")
+    if push_every != 1:
+        opts["push_every"] = push_every
+    if servers:
+        opts["servers"] = servers
 
 
 def describe(spec: RunSpec) -> str:

@@ -123,7 +123,8 @@ def rank_summary(rep: dict[str, Any], rows: list[dict]) -> dict[str, Any]:
         for k, v in r["kinds"].items():
             kinds[k] += v / len(rows)
     out = {
-        "rank": rep.get("rank"), "host": rep.get("host"), "node": rep.get("node"),
+        "rank": rep.get("rank"), "host": rep.get("host"), "pid": rep.get("pid"),
+        "node": rep.get("node"),
         "cpus": rep.get("cpus"), "threads_in_force": rep.get("threads_in_force"),
         "role": (rep.get("strategy") or {}).get("role"), "steps": len(rows),
         "median_step_s": statistics.median(steps) if steps else None,
@@ -155,12 +156,55 @@ def lockstep_series(bd: dict[int, list[dict]]) -> list[float]:
     return [by_step[i] for i in sorted(by_step)]
 
 
-def server_series(server: dict[str, Any], phase: str, per_batch: int, start: float) -> list[float]:
-    """Time to consume each global mini-batch: the time between every ``per_batch``-th push
-    the server applied (async: one push per worker's share; mixed: one per group)."""
-    times = sorted(row[0] for row in server.get("log", []) if row[4] == phase)
-    bounds = [start] + [times[k] for k in range(per_batch - 1, len(times), per_batch)]
-    return [b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+def server_series(server: dict[str, Any], phase: str, batch: int, start: float) -> list[float]:
+    """Time to consume each global mini-batch of ``batch`` samples at the server: the
+    pushes it applied, in order, each carrying its samples (async: a worker's share, or k
+    shares with a period k; mixed: a group's); a push that completes part of a mini-batch
+    contributes that part of the time since the push before it."""
+    rows = sorted((row[0], row[5]) for row in server.get("log", []) if row[4] == phase)
+    out: list[float] = []
+    prev, carry_t, carry_n = start, 0.0, 0
+    for t, n in rows:
+        d, left = max(0.0, t - prev), n
+        prev = t
+        while left > 0 and carry_n + left >= batch:
+            dt = d * (batch - carry_n) / left
+            out.append(carry_t + dt)
+            d, left, carry_t, carry_n = d - dt, left - (batch - carry_n), 0.0, 0
+        carry_t, carry_n = carry_t + d, carry_n + left
+    return [x for x in out if x > 0]
+
+
+def drift_stats(reports: list[dict[str, Any]], phase: str) -> dict[str, Any] | None:
+    """The drift at every exchange of the phase, over every worker."""
+    steps = [s for rep in reports for s in rep.get("steps", [])
+             if s["phase"] == phase and s.get("drift") is not None]
+    if not steps:
+        return None
+    vals = sorted(float(s["drift"]) for s in steps)
+    rel = [s["drift"] / s["weights_norm"] for s in steps if s.get("weights_norm")]
+    return {"count": len(vals), "mean": statistics.fmean(vals),
+            "median": statistics.median(vals),
+            "p90": vals[min(len(vals) - 1, math.ceil(0.9 * len(vals)) - 1)], "max": vals[-1],
+            "mean_relative": statistics.fmean(rel) if rel else None}
+
+
+def server_loads(servers: list[tuple[int, dict[str, Any]]], start: float,
+                 end: float) -> list[dict[str, Any]]:
+    """Each server's own load over the window [start, end]: the share of it spent holding
+    its lock (applying pushes, copying weights out) and the bytes it moved."""
+    window = max(end - start, 1e-12)
+    out = []
+    for rank, srv in servers:
+        rows = [b for b in srv.get("busy", []) if b[1] > start and b[0] < end]
+        busy = sum(min(b[1], end) - max(b[0], start) for b in rows)
+        bytes_in = float(sum(b[3] for b in rows if b[2] == "push"))
+        bytes_out = float(sum(b[3] for b in rows if b[2] == "pull"))
+        out.append({"rank": rank, "shard_params": int((srv.get("shard") or [0, 0])[1]),
+                    "busy_share": busy / window, "requests": len(rows), "bytes_in": bytes_in,
+                    "bytes_out": bytes_out, "bytes_per_s": (bytes_in + bytes_out) / window,
+                    "window_s": window})
+    return out
 
 
 def staleness_stats(server: dict[str, Any], phase: str) -> dict[str, Any] | None:
@@ -254,11 +298,13 @@ def assemble(spec: RunSpec, reports: list[dict[str, Any]], *,
     r0 = reports[0]
     phase = "train" if o.data else "timed"
     summary = summarize_ranks(spec, reports, phase)
-    server = (r0.get("strategy") or {}).get("server")
+    servers = [(int(r["rank"]), r["strategy"]["server"]) for r in reports
+               if (r.get("strategy") or {}).get("server")]
+    server = servers[0][1] if servers else None  # shard 0: every push reaches every shard
     if o.lockstep:
         series = summary.pop("series")
     else:
-        series = server_series(server or {}, phase, o.pushes_per_batch, r0["timing"]["start"])
+        series = server_series(server or {}, phase, spec.batch_size, r0["timing"]["start"])
     extra: dict[str, Any] = {
         "strategy": o.strategy, "workers": o.workers, "nodes": o.nodes,
         "threads_per_worker": spec.threads, **_threads(reports),
@@ -267,19 +313,27 @@ def assemble(spec: RunSpec, reports: list[dict[str, Any]], *,
         **summary,
         "timing": r0.get("timing"),
     }
-    if o.strategy == "mixed":
+    if o.strategy in ("mixed", "hybrid"):
         extra["groups"] = o.groups
     if server is not None:
         extra["staleness"] = staleness_stats(server, phase)
         pushed = sum(int((r.get("strategy") or {}).get("pushes") or 0) for r in reports)
         extra["ps"] = {"pushes": pushed, "applied": server["applied"],
-                       "duplicates": server["duplicates"], "versions": server["versions"],
-                       "samples": server["samples"]}
-    if o.strategy == "pipeline":
+                       "duplicates": sum(srv["duplicates"] for _, srv in servers),
+                       "versions": server["versions"], "samples": server["samples"]}
+        ends = [st["t1"] for rep in reports for st in rep.get("steps", [])
+                if st["phase"] == phase]
+        start = r0["timing"]["start"]
+        extra["servers"] = server_loads(servers, start, max(ends, default=start))
+        extra["drift"] = drift_stats(reports, phase)
+    if o.strategy == "async":
+        extra["push_every"] = o.push_every
+    if o.strategy in ("pipeline", "hybrid"):
         st = r0.get("strategy") or {}
         extra["pipeline"] = {"micro_batches": o.micro_batches, "stages": st.get("stages"),
                              "cost_source": st.get("cost_source"),
-                             "ideal_bubble_share": pipeline_bubble_fraction(o.workers, o.micro_batches)}
+                             "ideal_bubble_share": pipeline_bubble_fraction(o.stages,
+                                                                            o.micro_batches)}
     if launcher:
         extra["launcher"] = launcher
     warm = [s["t1"] - s["t0"] for s in r0.get("steps", []) if s["phase"] == "warmup"]

@@ -102,7 +102,7 @@ def time_steps(strat: Any, ctx: Any) -> dict[str, Any]:
     n_timed, window = ctx.bcast([float(n_timed), n_timed * warm.estimate_s], src=0)
     n_timed = int(n_timed)
     ctx.status.set("communication", "barrier before the timed steps")
-    dist.barrier()
+    dist.barrier(group=ctx.group)
     start = time.time()
     if strat.lockstep or o.steps or not warm.times:  # (no warm-up: no step time for a window)
         for i in range(n_timed):
@@ -126,7 +126,7 @@ def train(strat: Any, ctx: Any) -> dict[str, Any]:
 
     o, b = ctx.opts, ctx.spec.batch_size
     ctx.status.set("communication", "barrier before training")
-    dist.barrier()
+    dist.barrier(group=ctx.group)
     start = time.time()
     i = 0
     if strat.lockstep:
@@ -182,9 +182,9 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
     opts = spec.options
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if world != opts.workers:
-        raise UnsupportedError(f"torchrun started {world} workers, the run asks for "
-                               f"{opts.workers}")
+    if world != opts.processes:
+        raise UnsupportedError(f"torchrun started {world} processes, the run asks for "
+                               f"{opts.processes}")
     backend_impl = TorchBackend()
     in_force = backend_impl.set_threads(spec.threads)
     if spec.device == "gpu":
@@ -207,7 +207,9 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
         outdir=outdir, status=status, log=log, comm_timeout_s=timeout,
         dump_dir=Path(dump) if dump else None,
     )
-    strat = _strategy(opts.strategy)(ctx)
+    if opts.servers:  # every rank takes part in creating it, servers included
+        ctx.group = dist.new_group(list(range(opts.workers)))
+    strat = _strategy("server" if ctx.is_server else opts.strategy)(ctx)
     status.set("starting", "building the network")
     strat.setup()
     startup["built"] = time.time()
@@ -218,7 +220,9 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
             "backend": backend, "software": backend_impl.software() if rank == 0 else {},
             "startup": startup}
     log.emit({"log": "start", **info})
-    if opts.data:
+    if ctx.is_server:
+        timing = strat.serve()
+    elif opts.data:
         timing = train(strat, ctx)
     else:
         timing = time_steps(strat, ctx)
@@ -251,6 +255,14 @@ def _preload(module: str) -> None:
 
 
 def _strategy(name: str) -> type:
+    if name == "server":
+        from dlperf.parallel.ps_server import ServerRank
+
+        return ServerRank
+    if name == "hybrid":
+        from dlperf.parallel.hybrid import Hybrid
+
+        return Hybrid
     if name == "sync":
         from dlperf.parallel.sync import SyncDataParallel
 

@@ -60,9 +60,10 @@ def machine_names(store: Store, rows: list[ConfigResult]) -> dict[str, str]:
 
 def sections() -> list[Callable[[Store, Path, Filters], Section | None]]:
     """Every section builder, in report order: add a section here."""
-    from dlperf.report import experiments, parallel
+    from dlperf.report import experiments, inference, parallel
 
-    return [dlbench_section, *experiments.sections(), parallel.parallel_section]
+    return [dlbench_section, inference.inference_section, *experiments.sections(),
+            parallel.parallel_section]
 
 
 def render(store: Store, out_dir: str | Path, filters: Filters = Filters()) -> Report:

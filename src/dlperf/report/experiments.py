@@ -369,6 +369,12 @@ def section(name: str, store: Store, out: Path, filters: Filters | None = None) 
     filters = filters or Filters()
     if name == FAMILY_EXPERIMENT:
         return families_section(store, out, filters)
+    if name in ("input-size", "layout", "task"):  # the guide's remaining factors
+        from dlperf.report import factor_experiments as fx
+
+        if name == "input-size":
+            return fx.input_section(store, out, filters)
+        return fx.train_factor_section(name, store, out, filters, curves_plot)
     return train_section(name, store, out, filters)
 
 

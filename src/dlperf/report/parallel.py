@@ -16,6 +16,12 @@ from dlperf import units
 from dlperf.kinds.parallel import Parts
 from dlperf.report.aggregate import ConfigResult
 from dlperf.report.base import Filters, Section
+from dlperf.report.parallel_factors import (
+    factor_tables,
+    factor_text,
+    period_plot,
+    servers_plot,
+)
 from dlperf.report.parallel_plots import (
     comm_share_plot,
     scaling_plot,
@@ -153,11 +159,14 @@ def parallel_section(store: Store, out: Path, filters: Filters) -> Section | Non
         tables.append(target_table(real))
     if straggler_pairs(rows):
         tables.append(straggler_table(rows))
+    tables += factor_tables(rows)
     images = [p for p in (
         scaling_plot(rows, out / "parallel_scaling.png"),
         comm_share_plot(rows, out / "parallel_comm_share.png"),
         target_plot(rows, out / "parallel_time_to_target.png"),
         straggler_plot(rows, out / "parallel_straggler.png"),
+        period_plot(rows, out / "parallel_period.png"),
+        servers_plot(rows, out / "parallel_servers.png"),
     ) if p]
     over = [r for r in rows if outcome(r).oversubscribed]
     text = ("Workers run under torchrun (gloo on CPUs, NCCL on GPUs). The threads column "
@@ -165,5 +174,7 @@ def parallel_section(store: Store, out: Path, filters: Filters) -> Section | Non
     if over:
         text += (f" {len(over)} configuration{'s' if len(over) > 1 else ''} ran more threads "
                  "than physical cores (the workers competed for cores).")
+    if found := factor_text(rows):
+        text += " Found: " + found
     return Section("parallel", "Parallel training: strategies, scaling, communication",
                    tables=tables, images=images, text=text)

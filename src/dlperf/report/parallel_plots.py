@@ -22,10 +22,11 @@ from dlperf.report.parallel_rows import (  # noqa: E402
     outcome,
     speedup,
     straggler_pairs,
+    variant,
 )
 from dlperf.report.plots import grid, save  # noqa: E402
 
-_MARK = {"sync": "o", "async": "s", "mixed": "^", "pipeline": "D"}
+_MARK = {"sync": "o", "async": "s", "mixed": "^", "pipeline": "D", "hybrid": "v"}
 
 
 def scaling_plot(rows: list[ConfigResult], path: Path) -> Path | None:
@@ -36,7 +37,8 @@ def scaling_plot(rows: list[ConfigResult], path: Path) -> Path | None:
         o = opts(r)
         if r.measured and not o.data and not o.straggler_delay_s:
             # one curve per strategy and threads per worker: each worker a processing unit
-            panels[(name_of(r), r.spec.batch_size)][(o.strategy, r.spec.threads)][o.workers] = r
+            key = (o.strategy, variant(r), r.spec.threads)
+            panels[(name_of(r), r.spec.batch_size)][key][o.workers] = r
     panels = {k: v for k, v in panels.items() if any(len(c) > 1 for c in v.values())}
     if not panels:
         return None
@@ -44,13 +46,15 @@ def scaling_plot(rows: list[ConfigResult], path: Path) -> Path | None:
     for (name, batch), ax_row in zip(sorted(panels), axes, strict=True):
         by = panels[(name, batch)]
         wmax = 1
-        for (strat, threads) in sorted(by, key=lambda k: (STRATEGIES.index(k[0]), k[1])):
-            pts = sorted(by[(strat, threads)].items())
+        for (strat, var, threads) in sorted(by, key=lambda k: (STRATEGIES.index(k[0]),
+                                                                k[1], k[2])):
+            pts = sorted(by[(strat, var, threads)].items())
             xs = [w for w, _ in pts]
             wmax = max(wmax, *xs)
             sp = [speedup(r, rows) for _, r in pts]
             kw = {"marker": _MARK.get(strat, "o"),
-                  "label": f"{strat}, {threads} thread{'s' if threads > 1 else ''}/worker"}
+                  "label": f"{strat}{f' ({var})' if var else ''}, {threads} "
+                           f"thread{'s' if threads > 1 else ''}/worker"}
             ax_row[0].plot(xs, [r.median_s for _, r in pts], **kw)
             if len(pts) < 2:
                 continue  # a lone one-worker point: its speed-up is 1 by definition

@@ -66,7 +66,26 @@ def layout(row: ConfigResult) -> str:
         return f"{o.groups} group{'s' if o.groups > 1 else ''}"
     if o.strategy == "pipeline":
         return f"{o.micro_batches} micro-batches"
-    return ""
+    if o.strategy == "hybrid":
+        return (f"{o.groups} groups x {o.stages} stages, {o.hybrid_within} within, "
+                f"{o.micro_batches} micro-batches")
+    return variant(row)
+
+
+def variant(row: ConfigResult) -> str:
+    """What sets an async run apart beyond its worker count: its exchange period and its
+    dedicated servers ('' for plain async beside rank 0)."""
+    o = opts(row)
+    parts = [f"every {o.push_every} steps"] if o.push_every != 1 else []
+    if o.servers:
+        parts.append(f"{o.servers} server{'s' if o.servers > 1 else ''}")
+    return ", ".join(parts)
+
+
+def setting(row: ConfigResult) -> tuple:
+    """The strategy's settings besides the worker count (what a baseline must share)."""
+    o = opts(row)
+    return (o.strategy, o.push_every, o.servers, o.hybrid_within)
 
 
 def baseline(row: ConfigResult, rows: list[ConfigResult]) -> ConfigResult | None:
@@ -76,7 +95,7 @@ def baseline(row: ConfigResult, rows: list[ConfigResult]) -> ConfigResult | None
     one with the most threads."""
     o = opts(row)
     cands = [r for r in rows if r.measured and opts(r).workers == 1
-             and opts(r).strategy == o.strategy and not opts(r).straggler_delay_s
+             and setting(r) == setting(row) and not opts(r).straggler_delay_s
              and family(r) == family(row)]
     if not cands:
         return None
@@ -101,7 +120,8 @@ def threads_text(row: ConfigResult) -> str:
     o = opts(row)
     total = e.total_threads or row.spec.threads * o.workers
     cores = e.physical_cores
-    text = f"{o.workers}x{row.spec.threads} = {total}"
+    servers = f" + {o.servers}x{row.spec.threads} servers" if o.servers else ""
+    text = f"{o.workers}x{row.spec.threads}{servers} = {total}"
     return f"{text} / {cores} cores" if cores else text
 
 
@@ -111,8 +131,8 @@ def pct(x: float | None) -> str:
 
 def order(row: ConfigResult) -> tuple:
     o = opts(row)
-    return (name_of(row), row.spec.batch_size, STRATEGIES.index(o.strategy), o.workers,
-            o.groups, o.micro_batches, o.straggler_delay_s)
+    return (name_of(row), row.spec.batch_size, STRATEGIES.index(o.strategy), o.servers,
+            o.push_every, o.workers, o.groups, o.micro_batches, o.straggler_delay_s)
 
 
 def straggler_pairs(rows: list[ConfigResult]) -> list[tuple[ConfigResult, ConfigResult]]:
@@ -121,13 +141,13 @@ def straggler_pairs(rows: list[ConfigResult]) -> list[tuple[ConfigResult, Config
     for r in rows:
         o = opts(r)
         if r.measured and not o.straggler_delay_s and not o.data:
-            plain[(family(r), o.strategy, o.workers, o.groups, o.micro_batches,
+            plain[(family(r), setting(r), o.workers, o.groups, o.micro_batches,
                    r.spec.threads)] = r
     pairs = []
     for r in rows:
         o = opts(r)
         if r.measured and o.straggler_delay_s and not o.data:
-            base = plain.get((family(r), o.strategy, o.workers, o.groups, o.micro_batches,
+            base = plain.get((family(r), setting(r), o.workers, o.groups, o.micro_batches,
                               r.spec.threads))
             if base is not None:
                 pairs.append((base, r))

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from dlperf.errors import UsageError
 from dlperf.kinds.train import DESCRIPTIONS, TrainOptions
-from dlperf.training.quality import QUALITY
+from dlperf.training.quality import QUALITY, quality_of
 from dlperf.training.rules import Budget
 
 DEFAULT_MAX_STEPS = 20000
@@ -39,9 +39,13 @@ def check_options(network: str, options: TrainOptions | Mapping[str, Any]) -> di
         raise UsageError(f"network '{network}' has no training target (train: {', '.join(QUALITY)})")
     if network != "dbn" and (o.pretrain_epochs is not None or o.pretrain_lr is not None):
         raise UsageError("pretrain_epochs and pretrain_lr apply to the dbn only")
+    try:
+        quality = quality_of(network, o.measure)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     given = o.model_dump(exclude_defaults=True)
     opts: dict[str, Any] = {
-        "target": QUALITY[network].default_target, "max_steps": DEFAULT_MAX_STEPS,
+        "target": quality.default_target, "max_steps": DEFAULT_MAX_STEPS,
         "max_time_s": DEFAULT_MAX_TIME_S, "max_epochs": None, "stop_at_target": True,
         **({"pretrain_epochs": DBN_PRETRAIN_EPOCHS} if network == "dbn" else {}),
         **given,

@@ -65,6 +65,23 @@ QUALITY: dict[str, Quality] = {
     ),
 }
 
+#: Measures a run may ask for instead of its family's (``TrainOptions.measure``): MMD^2 of
+#: generated digits for every generator, so that the VAE and the GAN compare on one scale.
+MMD2 = QUALITY["gan"]
+GENERATORS = ("vae", "gan")
+
+
+def quality_of(family: str, measure: str | None = None) -> Quality:
+    """The family's quality measure, or ``measure`` where it applies (ValueError if not)."""
+    own = QUALITY[family]
+    if measure is None or measure == own.name:
+        return own
+    if measure == MMD2.name and family in GENERATORS:
+        return MMD2
+    raise ValueError(f"measure '{measure}' does not apply to {family} (its own: {own.name}"
+                     f"{'; mmd2 for the generators ' + ', '.join(GENERATORS) if family in GENERATORS else ''})")
+
+
 # ----------------------------------------------------------------------------- data
 def load_data(cfg: Any) -> data.Dataset:
     """The family's real data set, split once with a fixed seed."""
@@ -125,18 +142,18 @@ def mmd2(x: np.ndarray, y: np.ndarray, scale: float) -> float:
 class Evaluator:
     """The family's quality on the held-out split, from the trainer's numpy outputs."""
 
-    def __init__(self, family: str, ds: data.Dataset):
+    def __init__(self, family: str, ds: data.Dataset, measure: str | None = None):
         self.family, self.ds = family, ds
-        self.quality = QUALITY[family]
+        self.quality = quality_of(family, measure)
         self.reference: float | None = None
-        if family == "gan":
+        if self.quality.name == "mmd2":
             self.scale = median_distance(ds.x_test.reshape(len(ds.x_test), -1))
             # the floor: real training digits, as many as generated ones
             self.reference = mmd2(ds.x_train[: len(ds.x_test)], ds.x_test, self.scale)
 
     def __call__(self, trainer: Any) -> float:
         ds, name = self.ds, self.quality.name
-        if self.family == "gan":
+        if name == "mmd2":
             return mmd2(trainer.generate(len(ds.x_test)), ds.x_test, self.scale)
         out = trainer.outputs(ds.x_test)
         if name == "accuracy":

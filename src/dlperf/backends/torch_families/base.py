@@ -174,7 +174,7 @@ class ClassifierTrainer(SingleModelTrainer):
 
 
 def build_ffn(cfg: fam.FFNConfig) -> nn.Module:
-    widths = (cfg.inputs, *(cfg.hidden,) * cfg.depth, fam.CLASSES)
+    widths = (cfg.inputs, *cfg.hidden_widths(), fam.CLASSES)
     return nn.Sequential(nn.Flatten(), *mlp(widths, cfg.activation))
 
 

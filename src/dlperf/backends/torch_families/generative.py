@@ -71,6 +71,15 @@ class VAETrainer(SingleModelTrainer):
         }
 
 
+    @torch.no_grad()
+    def generate(self, n: int, seed: int = EVAL_SEED) -> np.ndarray:
+        """Digits decoded from z ~ N(0, I) (fixed noise): the Bernoulli means, for MMD^2."""
+        gen = torch.Generator().manual_seed(seed)
+        z = torch.randn(n, self.cfg.latent, generator=gen).to(self.device)
+        p = torch.sigmoid(self.model.dec(z))
+        return p.reshape(n, *self.cfg.input_shape()).cpu().numpy()
+
+
 class GANTrainer(FamilyTrainer):
     """One step: the generator's batch, one discriminator update on it (detached) and a
     real batch, then one generator update through the updated, frozen discriminator

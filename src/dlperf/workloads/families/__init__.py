@@ -75,7 +75,7 @@ FAMILIES: dict[str, Workload] = {
                 "large": FFNConfig(hidden=4096),
             },
             "classification",
-            ("hidden", "depth", "activation", "dataset"),
+            ("hidden", "depth", "activation", "dataset", "widths", "side"),
         ),
         _family(
             "autoencoder",
@@ -108,7 +108,7 @@ FAMILIES: dict[str, Workload] = {
                 "large": DBNConfig(hidden=1024, depth=3),
             },
             "classification",
-            ("hidden", "depth", "k", "phase"),
+            ("hidden", "depth", "k", "phase", "dataset"),
         ),
         _family(
             "vae",
@@ -163,7 +163,7 @@ FAMILIES: dict[str, Workload] = {
                 "large": CNNConfig(width=64, depth=6, hidden=512),
             },
             "classification",
-            ("width", "depth", "hidden"),
+            ("width", "depth", "hidden", "side"),
         ),
         _family(
             "deconv",

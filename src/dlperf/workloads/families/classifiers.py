@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dlperf.workloads.base import Layer, conv, dense
@@ -10,35 +11,60 @@ from dlperf.workloads.families.common import (
     DATA_SHAPES,
     check_fields,
     dense_stack,
-    flat_size,
+    parse_widths,
 )
+
+
+def check_side(cfg) -> None:
+    """An input side replaces an image data set's 8x8 images (synthetic data)."""
+    if not isinstance(cfg.side, int) or isinstance(cfg.side, bool) or cfg.side < 0:
+        raise ValueError(f"side must be 0 (the data's own) or a positive integer, got {cfg.side!r}")
+    if cfg.side and cfg.dataset != "digits":
+        raise ValueError("side replaces the 8x8 digit images: it needs dataset 'digits'")
+
+
+def side_shape(cfg) -> tuple[int, ...]:
+    return (1, cfg.side, cfg.side) if cfg.side else DATA_SHAPES[cfg.dataset]
 
 
 @dataclass(frozen=True)
 class FFNConfig:
     """Feed-forward classifier: flattened input -> ``depth`` hidden layers of ``hidden``
-    nodes -> 10 classes, softmax cross-entropy. ``depth=1`` is the guide's shallow net."""
+    nodes -> 10 classes, softmax cross-entropy. ``depth=1`` is the guide's shallow net.
+
+    ``widths`` ("256-128-64") gives every hidden layer its own width instead (a funnel, a
+    growing stack; it overrides ``hidden`` and ``depth``). ``side`` replaces the data's
+    input by a side x side image (synthetic data only: the input-size experiment)."""
 
     hidden: int = 128
     depth: int = 1
     activation: str = "relu"
     init_scale: float | str = "default"
     dataset: str = "digits"
+    widths: str = ""
+    side: int = 0  # 0: the data set's own input
 
     @property
     def inputs(self) -> int:
-        return flat_size(self.dataset)
+        return math.prod(self.input_shape())
+
+    def hidden_widths(self) -> tuple[int, ...]:
+        if not self.widths:
+            return (self.hidden,) * self.depth
+        return parse_widths(self.widths)
 
     def layers(self) -> list[Layer]:
-        check_fields(self, datasets=("digits", "digits-seq", "mnist1d"), positive=("hidden", "depth"))
-        widths = (self.inputs, *(self.hidden,) * self.depth)
-        out = dense_stack("fc", widths, first=True, act=self.activation)
-        out.append(dense(f"fc{self.depth + 1}", self.hidden, CLASSES))
+        check_fields(self, datasets=("digits", "digits-seq", "mnist1d", "cancer"),
+                     positive=("hidden", "depth"))
+        check_side(self)
+        hidden = self.hidden_widths()
+        out = dense_stack("fc", (self.inputs, *hidden), first=True, act=self.activation)
+        out.append(dense(f"fc{len(hidden) + 1}", hidden[-1], CLASSES))
         out.append(Layer("softmax_xent", "loss", out_elems=CLASSES))
         return out
 
     def input_shape(self) -> tuple[int, ...]:
-        return DATA_SHAPES[self.dataset]
+        return side_shape(self)
 
 
 @dataclass(frozen=True)
@@ -52,10 +78,11 @@ class CNNConfig:
     hidden: int = 64
     init_scale: float | str = "default"
     dataset: str = "digits"
+    side: int = 0  # 0: the data set's 8x8 images; else side x side (synthetic data)
 
     def plan(self) -> list[tuple[int, int, bool]]:
         """(channels, side after the conv, pooled after it) for each convolution."""
-        side, out = DATA_SHAPES[self.dataset][1], []
+        side, out = self.input_shape()[1], []
         for i in range(self.depth):
             pool = i % 2 == 1 and side >= 2
             out.append((self.width * 2 ** (i // 2), side, pool))
@@ -64,8 +91,9 @@ class CNNConfig:
 
     def layers(self) -> list[Layer]:
         check_fields(self, datasets=("digits",), positive=("width", "depth", "hidden"))
+        check_side(self)
         out: list[Layer] = []
-        c_in, side = DATA_SHAPES[self.dataset][0], 0
+        c_in, side = self.input_shape()[0], 0
         for i, (c, side, pool) in enumerate(self.plan()):
             out.append(conv(f"conv{i + 1}", c_in, c, 3, side, first=i == 0))
             out.append(Layer(f"relu{i + 1}", "act", out_elems=c * side * side))
@@ -80,7 +108,7 @@ class CNNConfig:
         return out
 
     def input_shape(self) -> tuple[int, ...]:
-        return DATA_SHAPES[self.dataset]
+        return side_shape(self)
 
 
 @dataclass(frozen=True)

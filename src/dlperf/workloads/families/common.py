@@ -12,6 +12,7 @@ DATA_SHAPES: dict[str, tuple[int, ...]] = {
     "digits": (1, 8, 8),
     "digits-seq": (8, 8),
     "mnist1d": (40, 1),
+    "cancer": (30,),
     "trees": (),
 }
 CLASSES = 10
@@ -39,6 +40,17 @@ def init_scale_value(v: float | int | str | None) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 or math.isinf(v):
         raise ValueError(f"init_scale must be 'default' or a positive number, got {v!r}")
     return float(v)
+
+
+def parse_widths(text: str) -> tuple[int, ...]:
+    """'256-128-64' -> (256, 128, 64): hidden-layer widths, each a positive integer."""
+    try:
+        widths = tuple(int(w) for w in str(text).split("-"))
+    except ValueError:
+        raise ValueError(f"widths must look like 256-128-64, got {text!r}") from None
+    if not widths or any(w < 1 for w in widths):
+        raise ValueError(f"widths must be positive integers, got {text!r}")
+    return widths
 
 
 def flat_size(dataset: str) -> int:

@@ -74,7 +74,7 @@ class DBNConfig:
         return (flat_size(self.dataset), *(self.hidden,) * self.depth)
 
     def layers(self) -> list[Layer]:
-        check_fields(self, datasets=("digits",), positive=("hidden", "depth", "k"))
+        check_fields(self, datasets=("digits", "cancer"), positive=("hidden", "depth", "k"))
         w = self.widths()
         if self.phase == "finetune":
             return FFNConfig(
