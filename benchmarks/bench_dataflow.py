@@ -34,9 +34,10 @@ from pathlib import Path
 from dlperf import workloads
 from dlperf.config import parse_bytes
 from dlperf.dataflow import datasets, storage
-from dlperf.dataflow.options import DataflowOutcome, InputOptions
+from dlperf.kinds.dataflow import InputOptions
 from dlperf.launch import run_isolated
 from dlperf.launch.isolated import SRC_DIR
+from dlperf.report.dataflow import dataflow_of
 from dlperf.spec import Measurement, RunSpec
 
 HERE = Path(__file__).resolve().parent
@@ -87,10 +88,10 @@ def bench_stall(a: argparse.Namespace) -> bool:
     ours, theirs = [], []
     for i in range(a.rounds):
         if i % 2 == 0:
-            d = DataflowOutcome.of(dlperf_step(spec).extra).stall_share
+            d = dataflow_of(dlperf_step(spec)).stall_share
         h = handwritten(data, a.delay, steps=6)["stall_share"]
         if i % 2 == 1:
-            d = DataflowOutcome.of(dlperf_step(spec).extra).stall_share
+            d = dataflow_of(dlperf_step(spec)).stall_share
         ours.append(d)
         theirs.append(h)
     return report(f"stall share (alexnet, +{a.delay * 1e3:g} ms/sample)", ours, theirs,

@@ -15,10 +15,13 @@ from dlperf.cli import main
 from dlperf.dataflow import cache, datasets, storage
 from dlperf.dataflow import plan as dplan
 from dlperf.dataflow.memory import search
-from dlperf.dataflow.options import DataflowOutcome, InputOptions, input_of
 from dlperf.dataflow.pipeline import Source
+from dlperf.dataflow.plan import input_of
 from dlperf.dataflow.storage_run import resolve_tool
 from dlperf.errors import UsageError
+from dlperf.kinds import LoaderOptions, StepOptions, StepOutcome
+from dlperf.kinds.dataflow import DataflowOutcome, InputOptions
+from dlperf.report.dataflow import dataflow_of
 from dlperf.spec import RunSpec
 
 DATA = Path(__file__).parent / "data"
@@ -48,9 +51,15 @@ def test_input_settings_are_part_of_the_identity_and_the_label():
     assert "loader disk:jpeg w2 p2" in loader.label()
 
 
-def test_other_keys_of_a_step_runs_options_are_not_input_settings():
-    assert input_of({"experiment": "init-scale", "arm": "a"}).synthetic
-    assert input_of({"input": "disk", "prefetch": 2, "arm": "a"}).prefetch == 2
+def test_the_input_settings_are_the_step_kinds_options():
+    s = RunSpec(network="alexnet", batch_size=16, options={"input": "disk", "prefetch": 2})
+    assert isinstance(s.options, StepOptions) and input_of(s).prefetch == 2
+    assert RunSpec(network="alexnet", batch_size=16).options == StepOptions()
+    ld = RunSpec(kind="loader", network="alexnet", options={"input": "memory"})
+    assert isinstance(ld.options, LoaderOptions) and input_of(ld).input == "memory"
+    assert input_of(RunSpec(kind="peak", network="matmul")).synthetic  # a kind without input
+    with pytest.raises(ValueError, match="extra"):
+        RunSpec(network="alexnet", options={"input": "disk", "arm": "a"})
 
 
 @pytest.mark.parametrize("values, message", [
@@ -81,10 +90,10 @@ def test_the_sweep_plans_the_floor_the_grid_and_the_loader_runs():
     base = RunSpec(network="alexnet", size="tiny", batch_size=8)
     specs = dplan.sweep(base, {}, [0, 1, 2], [0, 2])
     assert specs[0] == base
-    steps = [s for s in specs if s.kind == "step" and s.options]
+    steps = [s for s in specs if s.kind == "step" and dplan.has_pipeline(s)]
     loaders = [s for s in specs if s.kind == "loader"]
     assert len(steps) == len(loaders) == 6 and len({s.run_id for s in specs}) == 13
-    assert {(input_of(s.options).loader_workers, input_of(s.options).prefetch)
+    assert {(input_of(s).loader_workers, input_of(s).prefetch)
             for s in steps} == {(w, p) for w in (0, 1, 2) for p in (0, 2)}
 
 
@@ -206,6 +215,8 @@ def test_memory_search_stops_on_a_failure_that_is_not_memory():
     (["dataflow", "storage", "--path", "/etc/hostname"], "less than one"),
     (["dataflow", "memory", "--network", "fcn5"], "needs --memory-limit"),
     (["run", "--network", "rbm", "--input", "disk"], "built for the DLBench networks"),
+    (["run", "--network", "alexnet", "--mode", "inference", "--input", "disk"],
+     "apply to --mode train"),
 ])
 def test_bad_dataflow_input_is_one_line_and_status_2(args, message, capsys):
     assert main(args) == 2
@@ -227,9 +238,15 @@ def test_gpu_commands_without_a_gpu_say_so_and_exit_2(capsys):
 
 # ----------------------------------------------------------------------------- plans to specs
 def test_the_dataflow_outcome_round_trips():
+    from dlperf.spec import RunResult
+
     o = DataflowOutcome(kind="step", stall_s=[0.1], stall_share=0.5)
-    assert DataflowOutcome.of({"dataflow": o.model_dump()}) == o
-    assert DataflowOutcome.of({}) is None
+    step = RunSpec(network="alexnet", options={"input": "disk"})
+    r = RunResult(spec=step, status="ok", outcome=StepOutcome(dataflow=o))
+    assert dataflow_of(RunResult.model_validate_json(r.model_dump_json())) == o
+    ld = RunResult(spec=dplan.loader_spec(step), status="ok", outcome=o)
+    assert dataflow_of(RunResult.model_validate_json(ld.model_dump_json())) == o
+    assert dataflow_of(RunResult(spec=RunSpec(network="alexnet"), status="ok")) is None
 
 
 # ----------------------------------------------------------------------------- the report
@@ -238,13 +255,14 @@ def _fake(spec: RunSpec, median: float, share: float, cpus=(0, 1)):
 
     m = Metrics(steps=5, median_s=median, mean_s=median, std_s=0, min_s=median, max_s=median,
                 mad_s=0, iqr_s=0, cv=0, samples_per_s=spec.batch_size / median)
-    extra = {}
-    if spec.options:
+    outcome = None
+    if dplan.has_pipeline(spec):
         o = DataflowOutcome(kind=spec.kind, stall_s=[share * median] * 5, stall_share=share,
                             stall_mean_s=share * median, compute_median_s=median * (1 - share),
                             loader_cpus=list(cpus))
-        extra = {"dataflow": o.model_dump()}
-    return RunResult(spec=spec, status="ok", metrics=m, step_times_s=[median] * 5, extra=extra)
+        outcome = o if spec.kind == "loader" else StepOutcome(dataflow=o)
+    return RunResult(spec=spec, status="ok", metrics=m, step_times_s=[median] * 5,
+                     outcome=outcome)
 
 
 def test_the_sweep_table_answers_the_what_if_from_the_numbers(db, tmp_path):

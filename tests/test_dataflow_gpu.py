@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from dlperf.dataflow import plan as dplan
-from dlperf.dataflow.options import DataflowOutcome
 from dlperf.launch import run_isolated
+from dlperf.report.dataflow import dataflow_of
 from dlperf.spec import RunSpec
 from tests.conftest import FAST
 
@@ -27,14 +27,14 @@ def gpu_spec(kind: str = "step", batch: int = 8, **values) -> RunSpec:
 def test_a_loader_run_on_the_gpu_times_the_copy_of_each_batch(pin):
     r = run_isolated(gpu_spec("loader", pin_memory=pin), timeout_s=300)
     assert r.ok, r.failure
-    o = DataflowOutcome.of(r.extra)
+    o = dataflow_of(r)
     assert o.h2d_s > 0 and o.h2d_bytes == 8 * 3 * 32 * 32 * 4 + 8 * 8
 
 
 def test_prefetching_to_the_device_trains():
     r = run_isolated(gpu_spec(pin_memory=True, prefetch=2), timeout_s=300)
     assert r.ok, r.failure
-    assert DataflowOutcome.of(r.extra).compute_median_s > 0
+    assert dataflow_of(r).compute_median_s > 0
 
 
 def test_a_device_memory_cap_makes_a_large_batch_run_out_of_memory():

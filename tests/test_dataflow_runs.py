@@ -8,7 +8,8 @@ import pytest
 
 from dlperf.cli import main
 from dlperf.dataflow import plan as dplan
-from dlperf.dataflow.options import DataflowOutcome
+from dlperf.kinds.dataflow import DataflowOutcome
+from dlperf.report.dataflow import dataflow_of
 from dlperf.runner import Runner
 from dlperf.spec import RunSpec
 from dlperf.store import Store
@@ -26,7 +27,7 @@ def spec(network="fcn5", kind="step", batch=4, **opts) -> RunSpec:
 
 def outcome(r) -> DataflowOutcome:
     assert r.ok, r.failure
-    o = DataflowOutcome.of(r.extra)
+    o = dataflow_of(r)
     assert o is not None
     return o
 
@@ -127,7 +128,7 @@ def test_run_sweep_and_report_end_to_end(capsys, tmp_path):
     with Store(db) as store:
         assert len(store.results(kind="loader")) == 1
         step = store.results(kind="step", network="alexnet")
-    assert len(step) == 1 and DataflowOutcome.of(step[0].extra).kind == "step"
+    assert len(step) == 1 and dataflow_of(step[0]).kind == "step"
 
     args = ["dataflow", "sweep", "--network", "fcn5", "--size", "tiny", "--batch-size", "4",
             "--samples", "32", "--loader-workers", "0,1", "--prefetch", "0,2", "--min-time",

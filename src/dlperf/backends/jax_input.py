@@ -25,8 +25,8 @@ import psutil
 
 from dlperf.backends.base import UnsupportedError
 from dlperf.dataflow import cache
-from dlperf.dataflow.options import Prep
 from dlperf.dataflow.pipeline import Batch, InputPipeline, Source, loader_cpus
+from dlperf.kinds.dataflow import Prep
 
 try:
     import grain.python as grain

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dlperf.dataflow import cache, datasets
-from dlperf.dataflow.options import InputOptions, Prep
+from dlperf.kinds.dataflow import InputOptions, Prep
 
 #: DLPERF_LOADER_FAULT=segfault makes a loader worker process die by SIGSEGV at its first
 #: sample (tests of a crashing loader; the worker process itself is unaffected)

@@ -13,16 +13,56 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from dlperf import workloads
 from dlperf.dataflow import datasets
-from dlperf.dataflow.flags import make
-from dlperf.dataflow.options import InputOptions, has_pipeline, input_of
 from dlperf.errors import UsageError
+from dlperf.kinds import LoaderOptions, StepOptions
+from dlperf.kinds.dataflow import InputOptions
 from dlperf.spec import RunSpec
 from dlperf.units import nbytes
+
+#: InputOptions field -> its flag (``dlperf.cli.dataflow_flags``)
+FLAGS = {"input": "--input", "data_format": "--data-format", "loader_workers": "--loader-workers",
+         "prefetch": "--prefetch", "autotune": "--autotune", "pin_memory": "--pin-memory",
+         "cache": "--cache", "samples": "--samples", "sample_delay_s": "--sample-delay"}
+
+
+def make(values: dict[str, Any]) -> InputOptions:
+    """InputOptions from flag values; a contradiction is one line naming the flags."""
+    try:
+        return InputOptions.model_validate(values)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = err["loc"][0] if err["loc"] else None
+        flag = FLAGS.get(str(field)) if field else None
+        msg = err["msg"].removeprefix("Value error, ")
+        for f, spelled in FLAGS.items():  # field names in the message -> their flags
+            if f != "input":
+                msg = re.sub(rf"\b{f}\b", spelled, msg)
+        msg = re.sub(r"\binput (memory|disk)", r"--input \1", msg)
+        raise UsageError(f"{flag + ': ' if flag else ''}{msg}") from None
+
+
+def input_of(spec: RunSpec) -> InputOptions:
+    """The input settings of a spec (synthetic data for a kind that has none)."""
+    return spec.options if isinstance(spec.options, InputOptions) else InputOptions()
+
+
+def has_pipeline(spec: RunSpec) -> bool:
+    """True when a step or loader run reads a real input pipeline."""
+    return input_of(spec).has_pipeline
+
+
+def on_pipeline(spec: RunSpec, opts: InputOptions) -> RunSpec:
+    """``spec`` (a step or loader run) with the input settings ``opts``."""
+    model = LoaderOptions if spec.kind == "loader" else StepOptions
+    return spec.model_copy(update={"options": model.model_validate(opts.to_options())})
 
 
 def _config(network: str, size: str | None, params: dict[str, Any] | None) -> Any:
@@ -66,13 +106,14 @@ def with_options(specs: Iterable[RunSpec], opts: InputOptions) -> list[RunSpec]:
     """``specs`` on the input pipeline ``opts`` (unchanged for synthetic data)."""
     if opts.synthetic and not opts.to_options():
         return list(specs)
-    return [s.model_copy(update={"options": {**s.options, **opts.to_options()}}) for s in specs]
+    return [on_pipeline(s, opts) for s in specs]
 
 
 def loader_spec(step: RunSpec) -> RunSpec:
     """The loader-alone run of a step run's pipeline: same network (its data), batch,
     framework, threads and settings; no training."""
-    return step.model_copy(update={"kind": "loader"})
+    return step.model_copy(update={"kind": "loader", "options": LoaderOptions.model_validate(
+        input_of(step).to_options())})
 
 
 def with_loader(specs: Sequence[RunSpec]) -> list[RunSpec]:
@@ -80,7 +121,7 @@ def with_loader(specs: Sequence[RunSpec]) -> list[RunSpec]:
     out = list(specs)
     seen = {s.run_id for s in out}
     for s in specs:
-        if s.kind == "step" and has_pipeline(s.options):
+        if s.kind == "step" and has_pipeline(s):
             ld = loader_spec(s)
             if ld.run_id not in seen:
                 seen.add(ld.run_id)
@@ -98,7 +139,7 @@ def sweep(base: RunSpec, values: dict[str, Any], workers: Sequence[int],
     for w, p in itertools.product(workers, prefetch):
         opts, _ = resolve({"input": "disk", **values, "loader_workers": w, "prefetch": p},
                           base.network, base.size, base.params, base.batch_size, memory_limit)
-        step = base.model_copy(update={"options": opts.to_options()})
+        step = on_pipeline(base, opts)
         specs += [step, loader_spec(step)]
     return specs
 
@@ -108,9 +149,7 @@ def prepare(specs: Iterable[RunSpec],
     """Generate every data set the specs read from disk (once per shape); their names."""
     made = []
     for s in specs:
-        if not has_pipeline(s.options) and s.kind != "loader":
-            continue
-        opts = input_of(s.options)
+        opts = input_of(s)
         if opts.input != "disk":
             continue
         data = datasets.for_network(_config(s.network, s.size, s.params), opts.samples,
@@ -122,18 +161,3 @@ def prepare(specs: Iterable[RunSpec],
                             if on_progress else None)
         made.append(data.name)
     return made
-
-
-def input_for_run(a: Any, params: dict[str, Any]) -> tuple[InputOptions | None, list[str]]:
-    """The input pipeline ``dlperf run``'s flags ask for (None: synthetic data, as
-    before), with notes on what was decided; applies --data-dir."""
-    from dlperf.config import parse_bytes
-    from dlperf.dataflow.flags import given, use_data_dir
-
-    use_data_dir(a)
-    values = given(a)
-    if values in ({}, {"input": "synthetic"}):
-        return None, []
-    batch = a.batch_size or workloads.get(a.network).default_batch
-    limit = parse_bytes(a.memory_limit) if a.memory_limit else None
-    return resolve(values, a.network, a.size, params, batch, limit)

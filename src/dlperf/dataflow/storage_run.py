@@ -3,7 +3,7 @@
 It runs in the dlperf process itself, under the machine's measurement lock: it needs no
 framework, and its work is in the kernel (fio is a process of its own, with a time limit).
 The result carries ``StorageOptions`` (path, test-file size, tool: the identity) and a
-``StorageOutcome`` in ``extra["storage"]``; the report and ``dlperf dataflow storage``
+``StorageOutcome`` as its outcome; the report and ``dlperf dataflow storage``
 read it back to say whether the storage can feed a measured training rate.
 """
 
@@ -15,8 +15,8 @@ import traceback
 from pathlib import Path
 
 from dlperf.dataflow import storage
-from dlperf.dataflow.options import STORAGE_KEY, StorageOptions, StorageOutcome
 from dlperf.errors import UsageError
+from dlperf.kinds.dataflow import StorageOptions, StorageOutcome
 from dlperf.launch.cpulock import cpus_held
 from dlperf.spec import RunResult, RunSpec
 from dlperf.store import Store
@@ -35,7 +35,7 @@ def storage_spec(path: Path, file_bytes: int, tool: str) -> RunSpec:
     size = path.stat().st_size if path.is_file() else file_bytes
     opts = StorageOptions(path=str(path.resolve()), file_bytes=size, tool=tool)
     return RunSpec(kind="storage", network="storage", framework=tool,
-                   options=opts.model_dump())
+                   options=opts)
 
 
 def measure_and_store(store: Store, path: Path, file_bytes: int, tool: str,
@@ -59,4 +59,4 @@ def measure_and_store(store: Store, path: Path, file_bytes: int, tool: str,
                          notes=list(bw.notes))
     return store.add(RunResult(spec=spec, status="ok", software={"storage_tool": bw.tool},
                                started_at=started, finished_at=time.time(),
-                               extra={STORAGE_KEY: out.model_dump()}))
+                               outcome=out))

@@ -7,7 +7,8 @@ the compute. Warm-up, settling and the number of timed steps follow the same rul
 every other run (``measure.timing.measure`` over the whole step), so ``Metrics.median_s``
 stays the time per mini-batch, comparable with the synthetic-data time; the stall of each
 step, the loader's own work per batch and the share of the time spent waiting go into
-``RunResult.extra["dataflow"]`` (``DataflowOutcome``).
+the result's outcome (``DataflowOutcome``: ``StepOutcome.dataflow`` of a step run, the
+whole outcome of a loader run).
 
 A loader run times ``next()`` alone, in a process that trains nothing, a round of one
 batch per loader worker at a time: its throughput is samples over the wall time of the
@@ -25,9 +26,10 @@ from typing import Any
 
 from dlperf import workloads
 from dlperf.dataflow import datasets
-from dlperf.dataflow.options import EXTRA_KEY, DataflowOutcome, InputOptions, Prep, input_of
 from dlperf.dataflow.pipeline import Source
 from dlperf.errors import UsageError, is_out_of_memory
+from dlperf.kinds import StepOutcome
+from dlperf.kinds.dataflow import DataflowOutcome, InputOptions, Prep
 from dlperf.spec import Metrics, RunResult, RunSpec
 
 
@@ -54,8 +56,8 @@ def run_dataflow(spec: RunSpec, backend: Any, emit: Callable[[dict], None],
 
     pipeline = None
     try:
-        opts = input_of(spec.options)
-        if opts.synthetic:
+        opts = spec.options
+        if not isinstance(opts, InputOptions) or opts.synthetic:
             raise UsageError(f"a {spec.kind} run on an input pipeline needs input memory or disk")
         wl, _, cfg = workloads.resolve(spec.network, spec.size, spec.params)
         if wl.group != "dlbench":
@@ -171,7 +173,8 @@ def _measure(spec: RunSpec, opts: InputOptions, source: Source, trainer: Any, pi
         spec=spec, status="ok", metrics=metrics, step_times_s=steps,
         warmup_times_s=timing.warmup_s,
         param_count=trainer.param_count if trainer is not None else None, warnings=warnings,
-        finished_at=time.time(), extra={EXTRA_KEY: outcome.model_dump()}, **base,
+        finished_at=time.time(),
+        outcome=outcome if spec.kind == "loader" else StepOutcome(dataflow=outcome), **base,
     )
 
 

@@ -15,17 +15,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dlperf import environment, workloads
-from dlperf.dataflow.options import has_pipeline
 from dlperf.errors import UsageError
+from dlperf.kinds.dataflow import InputOptions
 from dlperf.report import exporters, plots
-from dlperf.report.analysis import Row, aggregate, over_peak_note
+from dlperf.report.aggregate import ConfigResult, aggregate, over_peak_note
 from dlperf.report.base import Filters, Report, Section
 from dlperf.report.tables import detail_table, dlbench_table
 from dlperf.spec import RunResult
 from dlperf.store import Store
 
 
-def step_rows(store: Store, filters: Filters = Filters()) -> list[Row]:
+def step_rows(store: Store, filters: Filters = Filters()) -> list[ConfigResult]:
     return aggregate(store.results(kind="step", **filters.where()))
 
 
@@ -34,7 +34,7 @@ def dlbench_section(store: Store, out: Path, filters: Filters) -> Section | None
     # input pipelines have their own sections
     rows = [r for r in step_rows(store, filters)
             if (wl := workloads.WORKLOADS.get(r.spec.network)) and wl.group == "dlbench"
-            and not has_pipeline(r.spec.options)]
+            and not (isinstance(r.spec.options, InputOptions) and r.spec.options.has_pipeline)]
     if not rows:
         return None
     imgs = [p for p in (
@@ -48,7 +48,7 @@ def dlbench_section(store: Store, out: Path, filters: Filters) -> Section | None
                            detail_table(rows, machines=machines)], images=imgs)
 
 
-def machine_names(store: Store, rows: list[Row]) -> dict[str, str]:
+def machine_names(store: Store, rows: list[ConfigResult]) -> dict[str, str]:
     """Machine id -> 'CPU model, N cores, M GiB' from the environments the rows ran in."""
     names: dict[str, str] = {}
     for row in rows:
@@ -63,10 +63,10 @@ def machine_names(store: Store, rows: list[Row]) -> dict[str, str]:
 
 def sections() -> list[Callable[[Store, Path, Filters], Section | None]]:
     """Every section builder, in report order: add a section here."""
-    from dlperf.report import dataflow, experiments, parallel
+    from dlperf.report import dataflow, experiments, inference, parallel
 
-    return [dlbench_section, *experiments.sections(), parallel.parallel_section,
-            dataflow.dataflow_section]
+    return [dlbench_section, inference.inference_section, *experiments.sections(),
+            parallel.parallel_section, dataflow.dataflow_section]
 
 
 def render(store: Store, out_dir: str | Path, filters: Filters = Filters()) -> Report:

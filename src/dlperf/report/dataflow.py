@@ -18,33 +18,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlperf import units
-from dlperf.dataflow.options import (
-    DataflowOutcome,
-    InputOptions,
-    StorageOutcome,
-    has_pipeline,
-    input_of,
-)
-from dlperf.report.analysis import Row, aggregate
+from dlperf.dataflow.plan import has_pipeline, input_of
+from dlperf.kinds import StepOptions, StepOutcome
+from dlperf.kinds.dataflow import DataflowOutcome, InputOptions, StorageOptions, StorageOutcome
+from dlperf.report.aggregate import ConfigResult, aggregate
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table
-from dlperf.spec import RunSpec
+from dlperf.spec import RunResult, RunSpec
 from dlperf.store import Store
 
 #: a stall share below this counts as gone; a time within this of the floor reaches it
 GONE = 0.05
 
 
-def outcomes(row: Row) -> list[DataflowOutcome]:
-    return [o for r in row.ok if (o := DataflowOutcome.of(r.extra)) is not None]
+def dataflow_of(result: RunResult) -> DataflowOutcome | None:
+    """The data-flow figures of a step run on a pipeline or of a loader run (None for
+    others)."""
+    o = result.outcome
+    if isinstance(o, DataflowOutcome):
+        return o
+    return o.dataflow if isinstance(o, StepOutcome) else None
 
 
-def stall_share(row: Row) -> float | None:
+def outcomes(row: ConfigResult) -> list[DataflowOutcome]:
+    return [o for r in row.ok if (o := dataflow_of(r)) is not None]
+
+
+def stall_share(row: ConfigResult) -> float | None:
     vals = [o.stall_share for o in outcomes(row)]
     return statistics.median(vals) if vals else None
 
 
-def loader_rate(row: Row) -> float | None:
+def loader_rate(row: ConfigResult) -> float | None:
     """Samples/s of a loader run: over the wall time of its timed batches (not the
     batch over the median time, which bursts of batches from several workers inflate)."""
     return _median([o.loader_samples_per_s for o in outcomes(row)])
@@ -59,8 +64,8 @@ def _median(vals: list[float | None]) -> float | None:
 class Point:
     workers: int
     prefetch: int
-    step: Row
-    loader: Row | None = None
+    step: ConfigResult
+    loader: ConfigResult | None = None
 
     @property
     def share(self) -> float | None:
@@ -93,7 +98,7 @@ class Group:
     spec: RunSpec  # the first point's spec
     opts: InputOptions  # its input settings
     machine_id: str | None
-    floor: Row | None = None
+    floor: ConfigResult | None = None
     points: list[Point] = field(default_factory=list)
 
     @property
@@ -112,10 +117,10 @@ class Group:
 def _key(spec: RunSpec, machine: str | None, **options_update) -> tuple[str | None, str]:
     """(machine, config id) of ``spec`` with its options changed: the identity of a
     whole sweep group (workers and prefetch dropped), of its floor, of its loader run."""
-    opts = {k: v for k, v in spec.options.items() if k not in options_update}
+    opts = {k: v for k, v in input_of(spec).to_options().items() if k not in options_update}
     opts.update({k: v for k, v in options_update.items() if v is not None})
-    return machine, spec.model_copy(update={"options": opts, "repeat": 0,
-                                            "kind": "step"}).config_id
+    return machine, spec.model_copy(update={"options": StepOptions.model_validate(opts),
+                                            "repeat": 0, "kind": "step"}).config_id
 
 
 def groups(store: Store, filters: Filters = Filters()) -> list[Group]:
@@ -123,16 +128,18 @@ def groups(store: Store, filters: Filters = Filters()) -> list[Group]:
     steps = aggregate(store.results(kind="step", **where))
     loaders = {(r.machine_id, r.spec.model_copy(update={"kind": "step"}).config_id): r
                for r in aggregate(store.results(kind="loader", **where))}
-    floors = {(r.machine_id, r.spec.config_id): r for r in steps if not r.spec.options}
+    floors = {(r.machine_id, r.spec.config_id): r for r in steps
+              if not input_of(r.spec).to_options()}
     out: dict[tuple, Group] = {}
     for r in steps:
-        if not has_pipeline(r.spec.options):
+        if not has_pipeline(r.spec):
             continue
-        o = input_of(r.spec.options)
+        o = input_of(r.spec)
         key = _key(r.spec, r.machine_id, loader_workers=None, prefetch=None)
         g = out.get(key)
         if g is None:
-            floor = floors.get((r.machine_id, r.spec.model_copy(update={"options": {}}).config_id))
+            floor = floors.get((r.machine_id,
+                                r.spec.model_copy(update={"options": StepOptions()}).config_id))
             g = out[key] = Group(r.spec, o, r.machine_id, floor)
         g.points.append(Point(o.loader_workers, o.prefetch, r,
                               loaders.get((r.machine_id, r.spec.config_id))))
@@ -280,18 +287,18 @@ def _oversubscribed(g: Group, measured: list[Point]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- storage
-def storage_rows(store: Store) -> list[Row]:
+def storage_rows(store: Store) -> list[ConfigResult]:
     """Every storage measured (its newest result), failures included."""
     return aggregate(store.results(kind="storage"))
 
 
-def storage_table(rows: list[Row]) -> Table:
+def storage_table(rows: list[ConfigResult]) -> Table:
     headers = ["path", "tool", "sequential", "random", "blocks", "how the cache was kept out"]
     cells, values = [], []
     for r in rows:
         res = (r.ok or r.results)[-1]
-        o = StorageOutcome.of(res.extra)
-        path = str(r.spec.options.get("path", ""))
+        o = res.outcome if isinstance(res.outcome, StorageOutcome) else None
+        path = r.spec.options.path if isinstance(r.spec.options, StorageOptions) else ""
         if o is None:
             f = res.failure
             cells.append([path, r.spec.framework, f"- ({f.reason if f else 'failed'})", "-", "-",
@@ -326,12 +333,12 @@ def dataflow_section(store: Store, out: Path, filters: Filters) -> Section | Non
                    "workers and prefetching, beside the synthetic-data floor.")
 
 
-def run_lines(row: Row, loader: Row | None) -> list[str]:
+def run_lines(row: ConfigResult, loader: ConfigResult | None) -> list[str]:
     """What ``dlperf run --input ...`` prints below the time per mini-batch."""
     outs = outcomes(row)
     if not outs:
         return []
-    o, opts = outs[-1], input_of(row.spec.options)
+    o, opts = outs[-1], input_of(row.spec)
     share = stall_share(row)
     lines = [f"  input                {opts.describe()}"
              + (f" ({o.data_set}, {units.nbytes(o.data_set_bytes)})" if o.data_set else
@@ -364,9 +371,9 @@ def run_lines(row: Row, loader: Row | None) -> list[str]:
     return lines
 
 
-def dataflow_lines(row: Row, db: str | Path | None) -> list[str]:
+def dataflow_lines(row: ConfigResult, db: str | Path | None) -> list[str]:
     """``run_lines`` for a row of ``dlperf run``, its loader run read from the store."""
-    if not has_pipeline(row.spec.options):
+    if not has_pipeline(row.spec):
         return []
     with Store(db) as store:
         loader_id = row.spec.model_copy(update={"kind": "loader"}).config_id
