@@ -11,6 +11,11 @@ BIN := $(VENV)/bin
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
+	@# fio measures storage bandwidth (dlperf dataflow storage); without it dlperf's own
+	@# reader does, so a machine where it cannot be installed goes on (hence the '-')
+	-command -v fio >/dev/null || { command -v apt-get >/dev/null && \
+	    { apt-get install -y -q fio >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q fio >/dev/null 2>&1; }; }; } || echo "fio not installed: dlperf's built-in reader measures storage"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[all,dev]'

@@ -10,8 +10,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src" / "dlperf"
 FRAMEWORKS = ("torch", "tensorflow", "jax", "flax", "optax", "keras", "mxnet")
 
@@ -30,9 +28,11 @@ LAYERS: list[tuple[str, ...]] = [
      "dlperf.measure.timing", "dlperf.parallel.options", "dlperf.training"),
     # 2: configuration, planning, storage
     ("dlperf.config", "dlperf.store", "dlperf.migrate", "dlperf.plan", "dlperf.presets",
-     "dlperf.peak", "dlperf.store_import"),
+     "dlperf.peak", "dlperf.store_import", "dlperf.dataflow.plan",
+     "dlperf.dataflow.storage_run", "dlperf.dataflow.pipeline"),
     # 3: inside a worker process
-    ("dlperf.backends", "dlperf.worker", "dlperf.train", "dlperf.parallel"),
+    ("dlperf.backends", "dlperf.worker", "dlperf.training.loop", "dlperf.parallel",
+     "dlperf.dataflow.worker"),
     # 4: starting and watching workers
     ("dlperf.launch",),
     # 5: running specs and the experiments made of them
@@ -42,9 +42,7 @@ LAYERS: list[tuple[str, ...]] = [
     # 7: the Python API
     ("dlperf.api",),
     # 8: the command line
-    ("dlperf.cli", "dlperf.train_cli", "dlperf.calc_cli", "dlperf.predict_cli",
-     "dlperf.setup_cli", "dlperf.parallel.cli", "dlperf.import_cli", "dlperf.advise_cli",
-     "dlperf.__init__", "dlperf.__main__"),
+    ("dlperf.cli", "dlperf.__init__", "dlperf.__main__"),
 ]
 
 
@@ -108,8 +106,6 @@ def _layer(mod: str) -> int:
     return layer
 
 
-@pytest.mark.xfail(strict=True, reason="spec.RunSpec.label() reads parallel.options for a "
-                   "parallel run; typed per-kind options in spec.py remove the circle")
 def test_no_import_circles():
     graph = _graph()
     index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
@@ -161,9 +157,6 @@ def test_frameworks_are_imported_only_by_backends_and_the_torch_wing():
     assert found == []
 
 
-@pytest.mark.xfail(strict=True, reason="cli.py still loads train_cli, parallel.cli, calc_cli, "
-                   "predict_cli and setup_cli by name; a cli/ package with one explicit list "
-                   "of subcommands removes it")
 def test_no_registration_by_import_side_effect():
     # subcommands and report sections are explicit lists; nothing imports dlperf modules by
     # name at run time except the backend registry (which must not import a framework

@@ -29,6 +29,30 @@ def test_module_entry_point_has_the_extension_commands(command):
     assert f"usage: dlperf {command}" in p.stdout
 
 
+def test_every_subcommand_has_help():
+    from dlperf.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in sub.choices:
+        p = dlperf(name, "--help")
+        assert p.returncode == 0 and f"usage: dlperf {name}" in p.stdout, (name, p.stderr)
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])  # rich's console, and plain print
+def test_a_closed_pipe_ends_quietly(fmt):
+    # 'dlperf networks | head -1': the reader has left; here it is gone before the first
+    # line, so the first write fails (EPIPE) for certain
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "dlperf.cli", "networks", "--no-count", *fmt],
+                           stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    # no traceback, no line at all (rich ends its own broken pipe with status 1)
+    assert p.returncode in (0, 1) and p.stderr == "", p.stderr
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -165,9 +189,11 @@ def test_ctrl_c_keeps_what_was_measured_and_resume_finishes(db):
     deadline = time.time() + 180
     while time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)
-        if db.exists():
+        # a result is stored and the next run's worker is running: the interrupt lands on a
+        # run in flight (not in the moment between two runs, which a busy machine stretches)
+        if db.exists() and _worker_running(proc.pid):
             with Store(db) as st:
-                if st.results(kind="step"):
+                if st.results(kind="step") and _worker_running(proc.pid):
                     break
     assert proc.poll() is None, "the sweep ended before it could be interrupted"
     try:  # the sweep's signal state, for the message should the interrupt not take
@@ -191,6 +217,16 @@ def test_ctrl_c_keeps_what_was_measured_and_resume_finishes(db):
     assert f"{kept} already in" in p.stdout  # the interrupted one is measured again
     with Store(db) as st:
         assert sum(r.ok for r in st.results(kind="step")) == 6
+
+
+def _worker_running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return any("dlperf.worker" in " ".join(c.cmdline())
+                   for c in psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return False
 
 
 def _result(network, threads, median=None, fail=None, batch=None, device="cpu"):

@@ -8,6 +8,7 @@ import pytest
 from dlperf import experiments as ex
 from dlperf import plan
 from dlperf.cli import main
+from dlperf.kinds import TrainOutcome
 from dlperf.report import experiments as report_ex
 from dlperf.report import render, sections
 from dlperf.spec import Metrics, RunResult, RunSpec
@@ -21,16 +22,19 @@ def test_every_experiment_has_distinct_tagged_runs():
         "hidden-nodes",
         "init-scale",
         "dbn-pretraining",
+        "layout",
+        "task",
         "families",
+        "input-size",
     )
     for name in ex.NAMES:
         for quick in (True, False):
             specs = ex.specs(name, ex.Settings(quick=quick))
             assert len({s.run_id for s in specs}) == len(specs) > 1
-            if name != "families":
+            if name not in ("families", "input-size"):
                 assert {s.kind for s in specs} == {"train"}
-                assert all(s.options["experiment"] == name for s in specs)
-                assert len({s.options["arm"] for s in specs}) == len(specs)
+                assert all(s.options.experiment == name for s in specs)
+                assert len({s.options.arm for s in specs}) == len(specs)
     fam = ex.specs("families", ex.Settings(quick=True))
     assert {(s.network, s.size, s.threads) for s in fam} == {
         (n, z, t) for n in FAMILIES for z in ("small", "large") for t in (1, 2)
@@ -38,10 +42,10 @@ def test_every_experiment_has_distinct_tagged_runs():
 
 
 def test_experiment_arms_vary_what_the_guide_names():
-    arms = {s.options["arm"]: s for s in ex.specs("dbn-pretraining", ex.Settings())}
+    arms = {s.options.arm: s for s in ex.specs("dbn-pretraining", ex.Settings())}
     pre, rnd = arms["pre-trained, gentle lr 0.02"], arms["random init, lr 0.1"]
     assert pre.params == rnd.params == {"depth": 3}  # the same deep network
-    assert pre.options["pretrain_epochs"] > 0 and rnd.options["pretrain_epochs"] == 0
+    assert pre.options.pretrain_epochs > 0 and rnd.options.pretrain_epochs == 0
     hidden = [
         s.params["hidden"]
         for s in ex.specs("hidden-nodes", ex.Settings())
@@ -51,7 +55,7 @@ def test_experiment_arms_vary_what_the_guide_names():
     scales = {s.params["init_scale"] for s in ex.specs("init-scale", ex.Settings())}
     assert {0.1, "default"} <= scales and max(x for x in scales if x != "default") > 0.1
     s = ex.specs("init-scale", ex.Settings(threads=2, max_time_s=7))[0]
-    assert s.threads == 2 and s.options["max_time_s"] == 7
+    assert s.threads == 2 and s.options.max_time_s == 7
 
 
 def _train_result(spec: RunSpec, curve, reached: bool, **extra) -> RunResult:
@@ -74,11 +78,15 @@ def _train_result(spec: RunSpec, curve, reached: bool, **extra) -> RunResult:
         "time_per_epoch_s": 0.25,
         "epochs": 4.0,
         "train_s": curve[-1][1],
+        "steps": int(curve[-1][0]),
+        "dataset": "digits",
+        "n_train": 1437,
+        "n_test": 360,
         **extra,
     }
     if reached:
-        return RunResult(spec=spec, status="ok", extra=e)
-    return RunResult.failed(spec, "budget", "target not reached", extra=e)
+        return RunResult(spec=spec, status="ok", outcome=TrainOutcome(**e))
+    return RunResult.failed(spec, "budget", "target not reached", outcome=TrainOutcome(**e))
 
 
 def _step_result(spec: RunSpec, median: float) -> RunResult:
@@ -131,7 +139,7 @@ def test_sections_are_rendered_from_the_store(db, tmp_path, capsys):
     html = (out / "report.html").read_text()
     assert "one generator update" in html and html.count("data:image/png") >= 2
     # one section builder per experiment, listed once
-    assert sum(getattr(b, "__name__", "").startswith("experiment_") for b in sections()) == 5
+    assert sum(getattr(b, "__name__", "").startswith("experiment_") for b in sections()) == 8
 
 
 def test_experiment_dry_run_lists_and_runs_nothing(db, capsys):
@@ -150,4 +158,4 @@ def test_train_sections_plot_their_curves(name, db, tmp_path):
             st.add(_train_result(s, [[0, 0.0, 0.1], [5, 0.5 + i, 0.5 + i / 20]], i % 2 == 0))
         sec = report_ex.section(name, st, tmp_path)
     assert sec.images and sec.images[0].stat().st_size > 1000
-    assert [r[0] for r in sec.tables[0].rows] == [s.options["arm"] for s in specs]
+    assert [r[0] for r in sec.tables[0].rows] == [s.options.arm for s in specs]

@@ -16,7 +16,7 @@ from dlperf import data, workloads  # noqa: E402
 from dlperf.backends import torch_families as tf  # noqa: E402
 from dlperf.backends.torch_backend import TorchBackend, build_trainer, count_flops  # noqa: E402
 from dlperf.errors import UsageError  # noqa: E402
-from dlperf.train import load_data  # noqa: E402
+from dlperf.training.quality import load_data  # noqa: E402
 from dlperf.workloads import families as fam  # noqa: E402
 from dlperf.workloads.families import FAMILIES  # noqa: E402
 
@@ -104,7 +104,7 @@ def batch_loss(name: str, t, x, y) -> float:
         logp = z - np.log(np.exp(z).sum(1, keepdims=True))
         return float(-logp[np.arange(len(y)), y].mean())
     if name == "vae":
-        from dlperf.train import neg_elbo
+        from dlperf.training.quality import neg_elbo
 
         return neg_elbo(out["logits"], x, out["mu"], out["logvar"])
     return float(np.mean((out["recon"] - x) ** 2))
@@ -214,8 +214,8 @@ def test_vae_elbo_matches_the_closed_form_on_a_tiny_case():
     t.set_batch(x, y)
     loss = t.step().detach()  # the loss of the step, before its update
     assert float(loss) == pytest.approx(float(expected), rel=1e-5)
-    # the numpy measure of dlperf.train agrees with the torch loss
-    from dlperf.train import neg_elbo
+    # the numpy measure of dlperf.training agrees with the torch loss
+    from dlperf.training.quality import neg_elbo
 
     out = t.outputs(x)
     assert neg_elbo(out["logits"], x, out["mu"], out["logvar"]) == pytest.approx(

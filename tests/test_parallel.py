@@ -11,15 +11,17 @@ start-up.
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 
 import pytest
 
 from dlperf.cli import main
+from dlperf.kinds import ParallelOutcome
 from dlperf.parallel import make_spec
-from dlperf.parallel.analysis import breakdown, server_series, union_length
 from dlperf.parallel.partition import child_costs, layer_cost, split_by_cost
+from dlperf.parallel.results import breakdown, server_series, union_length
 from dlperf.parallel.status import Status, culprits
 from dlperf.spec import Metrics, RunResult
 from dlperf.store import Store
@@ -27,6 +29,11 @@ from tests.conftest import FAST
 
 TIMEOUTS = dict(timeout_s=240, stall_timeout_s=90)
 
+
+
+def as_dict(r: RunResult) -> dict:
+    """The run's typed outcome as plain data (fields that are None left out)."""
+    return r.outcome.model_dump(exclude_none=True)
 
 def spec_for(strategy: str, workers: int, **kw):
     kw.setdefault("batch_size", 16)
@@ -98,7 +105,7 @@ def test_sync_two_workers_equal_one_worker_on_the_global_batch(tmp_path, db):
         torch.testing.assert_close(w0["weights"][n], p.detach(), atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(w1["weights"][n], p.detach(), atol=1e-6, rtol=1e-5)
     # what is measured and recorded
-    e = r.extra
+    e = as_dict(r)
     assert r.metrics.steps == len(r.step_times_s) == 3
     assert len(e["per_rank"]) == 2 and e["threads_per_worker"] == r.spec.threads
     assert e["total_threads"] == sum(p["threads_in_force"] for p in e["per_rank"])
@@ -120,7 +127,7 @@ DELAY = 0.05
 def test_a_straggler_holds_up_every_synchronous_worker(tmp_path):
     r = launch(spec_for("sync", 2, steps=5, straggler_delay_s=DELAY), tmp_path)
     assert r.ok, r.failure
-    fast, slow = r.extra["per_rank"]  # rank 1 is the straggler
+    fast, slow = as_dict(r)["per_rank"]  # rank 1 is the straggler
     assert fast["steps"] == slow["steps"] == 5  # lockstep: the same steps, whatever the pace
     # the straggler's own step less its delay is a step without a straggler; the fast
     # worker's step exceeds that by about the delay, most of it spent waiting in the
@@ -142,7 +149,7 @@ def test_async_workers_do_not_wait_for_a_straggler_and_every_push_is_applied_onc
     r = launch(spec_for("async", 2, steps=None, warmup_steps=2, straggler_delay_s=DELAY,
                         measurement=slow_window), tmp_path)
     assert r.ok, r.failure
-    fast, slow = r.extra["per_rank"]
+    fast, slow = as_dict(r)["per_rank"]
     # nobody waits: in the same window the fast worker pushes several times as often, and
     # its step stays a small fraction of the delay that every straggler step carries (the
     # straggler's own step less its delay is no baseline here: it is mostly its RPCs)
@@ -155,14 +162,14 @@ def test_async_workers_do_not_wait_for_a_straggler_and_every_push_is_applied_onc
     server = load(tmp_path, "server", 0)
     late = [row[3] for row in server["log"] if row[1] == 1 and row[4] == "timed"]
     assert late and max(late) >= 1, late
-    assert r.extra["staleness"]["max"] >= 1
-    assert sum(r.extra["staleness"]["histogram"].values()) == r.extra["staleness"]["count"]
+    assert as_dict(r)["staleness"]["max"] >= 1
+    assert sum(as_dict(r)["staleness"]["histogram"].values()) == as_dict(r)["staleness"]["count"]
     # exactly once, with the two workers' pushes interleaved and of different counts
     pushed = [load(tmp_path, "pushed", k) for k in (0, 1)]
     applied = sorted((row[1], row[2]) for row in server["log"])
     assert applied == [(w, s) for w in (0, 1) for s in range(pushed[w]["pushes"])]
     assert server["duplicates"] == 0
-    assert sum(p["pushes"] for p in pushed) == len(applied) == r.extra["ps"]["applied"]
+    assert sum(p["pushes"] for p in pushed) == len(applied) == as_dict(r)["ps"]["applied"]
     # plain SGD: whatever the order, the weights end at w0 - lr * (sum of all pushes)
     expect = server["w0"].double() - server["lr"] * (pushed[0]["sum"] + pushed[1]["sum"])
     torch.testing.assert_close(server["w"].double(), expect, atol=1e-5, rtol=1e-5)
@@ -180,7 +187,7 @@ def test_mixed_groups_all_reduce_inside_push_between_and_stop_together(tmp_path)
 
     r = launch(train_spec("mixed", 4, groups=2), tmp_path, stall_timeout_s=20)
     assert r.ok, r.failure
-    e = r.extra
+    e = as_dict(r)
     assert e["groups"] == 2
     tr = e["training"]
     assert tr["reached"] and tr["final"]["accuracy"] >= 0.8 and tr["time_to_target_s"] > 0
@@ -205,13 +212,13 @@ def test_trains_to_the_target_and_stops_there(strategy, kw, tmp_path):
     """(async: the command test below; mixed: the test above)"""
     r = launch(train_spec(strategy, 2, **kw), tmp_path, stall_timeout_s=20)
     assert r.ok, r.failure
-    tr = r.extra["training"]
+    tr = as_dict(r)["training"]
     assert tr["reached"] and tr["final"]["accuracy"] >= 0.8
     # it stopped at the first evaluation that reached the target, well inside the budget
     assert 0 < tr["time_to_target_s"] == tr["curve"][-1]["train_s"]
     assert all(c["accuracy"] < 0.8 for c in tr["curve"][:-1])
     assert tr["steps_to_target"] < 400
-    assert len({p["steps"] for p in r.extra["per_rank"]}) == 1  # lockstep: every step
+    assert len({p["steps"] for p in as_dict(r)["per_rank"]}) == 1  # lockstep: every step
 
 
 @pytest.mark.slow
@@ -242,15 +249,15 @@ def test_pipeline_over_two_nodes_gives_the_unsplit_loss_and_gradients(tmp_path):
     assert len(got) == 1, results  # the node that held rank 0 returns the result
     r = got[0]
     assert r.ok, r.failure
-    assert sorted(p["node"] for p in r.extra["per_rank"]) == [0, 1]
-    assert r.extra["launcher"]["nnodes"] == 2 and r.extra["nodes"] == 2
+    assert sorted(p["node"] for p in as_dict(r)["per_rank"]) == [0, 1]
+    assert as_dict(r)["launcher"]["nnodes"] == 2 and as_dict(r)["nodes"] == 2
     # the split: every top-level module once, in order, one stage per worker
-    stages = r.extra["pipeline"]["stages"]
+    stages = as_dict(r)["pipeline"]["stages"]
     tr = reference(16)
     names = [n for n, _ in tr.model.named_children()]
     assert [layer for s in stages for layer in s["layers"]] == names
-    assert r.extra["pipeline"]["ideal_bubble_share"] == pytest.approx(1 / 5)
-    assert {"send", "recv"} <= set(r.extra["breakdown"]["comm_by_kind_s"])
+    assert as_dict(r)["pipeline"]["ideal_bubble_share"] == pytest.approx(1 / 5)
+    assert {"send", "recv"} <= set(as_dict(r)["breakdown"]["comm_by_kind_s"])
     # four micro-batches through two stages: the loss and gradients of the whole batch
     g0, g1 = load(tmp_path, "grads", 0), load(tmp_path, "grads", 1)
     assert set(g0["grads"]).isdisjoint(g1["grads"])
@@ -273,7 +280,7 @@ def test_killed_worker_is_recorded_with_the_steps_before_it(tmp_path, db):
     assert not r.ok and r.failure.reason == "crash", r.failure
     assert r.failure.message.startswith("rank 1: killed by signal SIGKILL")
     assert len(r.step_times_s) == 3  # the timed steps done before the kill are kept
-    assert r.extra["partial"]["steps_logged"]["0"] == 4  # and the warm-up step
+    assert as_dict(r)["partial"]["steps_logged"]["0"] == 4  # and the warm-up step
     with Store(db) as st:
         st.add(r)
         [stored] = st.results(kind="parallel")
@@ -290,8 +297,8 @@ def test_hung_worker_is_named_and_the_run_ends(tmp_path):
     assert "rank 0 waiting" in r.failure.message
     assert len(r.step_times_s) == 2
     # each worker's stacks at the kill: rank 1 in the injected hang, rank 0 in a transfer
-    assert "_inject_fault" in r.extra["stacks"]["1"]
-    assert "pipeline.py" in r.extra["stacks"]["0"]
+    assert "_inject_fault" in r.diagnostics.stacks["1"]
+    assert "pipeline.py" in r.diagnostics.stacks["0"]
 
 
 @pytest.mark.slow
@@ -316,13 +323,17 @@ def test_command_trains_to_a_target_resumes_and_reports(tmp_path, db, capsys):
     with Store(db) as st:
         [r] = st.results(kind="parallel")
     assert r.ok, r.failure
-    tr = r.extra["training"]
+    tr = as_dict(r)["training"]
     assert tr["reached"] and tr["final"]["accuracy"] >= 0.3
     assert 0 < tr["time_to_target_s"] == tr["curve"][-1]["train_s"]
     assert all(c["accuracy"] < 0.3 for c in tr["curve"][:-1])  # it stopped at the target
-    assert r.extra["staleness"]["count"] == r.extra["ps"]["applied"]
+    assert as_dict(r)["staleness"]["count"] == as_dict(r)["ps"]["applied"]
     # two workers with one thread each on this machine's cores (unless it has one core)
-    assert r.extra["total_threads"] == 2 * r.spec.threads
+    assert as_dict(r)["total_threads"] == 2 * r.spec.threads
+    # through the runner like any run: a share of the peak at the run's total threads
+    pk = r.outcome.peak
+    assert pk is not None and 0 < r.metrics.peak_share <= 1
+    assert pk.threads == min(2 * r.spec.threads, len(os.sched_getaffinity(0)))
     assert main(args) == 0  # resumed: nothing left to run
     assert "0 to measure" in " ".join(capsys.readouterr().out.split())
     rep = tmp_path / "rep"
@@ -336,7 +347,7 @@ def test_command_trains_to_a_target_resumes_and_reports(tmp_path, db, capsys):
     (["-s", "ring"], "unknown strategy 'ring'"),
     (["-s", "mixed", "-w", "4", "--groups", "3"], "--groups 3 does not divide --workers 4"),
     (["-s", "mixed", "-w", "3"], "give --groups"),
-    (["-s", "sync", "--groups", "2"], "mixed strategy only"),
+    (["-s", "sync", "--groups", "2"], "mixed and hybrid strategies only"),
     (["-s", "pipeline", "-b", "10", "--micro-batches", "4"], "does not divide the batch"),
     (["-s", "sync", "-w", "3", "-b", "16"], "does not split evenly"),
     (["-s", "sync", "-w", "0"], "at least 1"),
@@ -411,14 +422,14 @@ def test_breakdown_splits_blocked_time_into_waiting_and_transfer():
 def test_server_series_counts_one_global_batch_per_pushes():
     log = [[t, t % 2, t, 0, "timed", 8] for t in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0)]
     log.append([9.0, 0, 9, 0, "warmup", 8])
-    assert server_series({"log": log}, "timed", 2, 0.0) == [2.0, 2.0, 2.0]
+    assert server_series({"log": log}, "timed", 16, 0.0) == [2.0, 2.0, 2.0]
     assert union_length([(0, 1), (0.5, 2), (3, 4)]) == pytest.approx(3.0)
 
 
 def test_culprit_is_the_rank_still_computing():
     now = 100.0
-    st = {0: Status(0, "m", 70.0, "all-reduce, timed step 4"),
-          1: Status(1, "c", 71.0, "compute, timed step 4")}
+    st = {0: Status(0, "communication", 70.0, "all-reduce, timed step 4"),
+          1: Status(1, "compute", 71.0, "compute, timed step 4")}
     assert culprits(st, [0, 1], now) == (
         "rank 1: stuck in compute, timed step 4 for 29 s (rank 0 waiting for it)")
     assert culprits({0: st[0]}, [0, 1], now) == "rank 1: never started"
@@ -430,9 +441,9 @@ def _result(strategy: str, workers: int, median: float, threads: int, delay: flo
     m = Metrics(steps=3, median_s=median, mean_s=median, std_s=0.0, min_s=median,
                 max_s=median, mad_s=0.0, iqr_s=0.0, cv=0.0, samples_per_s=16 / median)
     shares = {"compute": 0.5, "comm": 0.3, "wait": 0.2, "server": 0.0}
-    return RunResult(spec=spec, status="ok", metrics=m, extra={
-        "breakdown": {"shares": shares}, "total_threads": workers * threads,
-        "physical_cores": 2})
+    return RunResult(spec=spec, status="ok", metrics=m, outcome=ParallelOutcome(
+        strategy=strategy, workers=workers, breakdown={"shares": shares},
+        total_threads=workers * threads, physical_cores=2))
 
 
 def test_report_tables_compare_against_one_worker_and_without_a_straggler(db, tmp_path):

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from dlperf import cpu_peak, peak
-from dlperf.report.analysis import aggregate, other_framework_rates
+from dlperf.report.aggregate import aggregate, other_framework_rates
 from dlperf.report.tables import detail_table
 from dlperf.runner import Runner
 from dlperf.spec import Metrics, RunResult, RunSpec
@@ -47,7 +47,7 @@ def test_fresh_kernel_rates_are_reused():
 def test_stale_kernel_rates_are_measured_again(change):
     stored_specs = _specs()
     if change == "kernel shape":  # a rate stored when dlperf defined the kernel differently
-        stored_specs = [s.model_copy(update={"options": {**s.options, "shape": "other"}})
+        stored_specs = [s.model_copy(update={"options": s.options.model_copy(update={"shape": "other"})})
                         for s in stored_specs]
     wanted = {
         "torch version": lambda: _specs(packages={**PACKAGES, "torch": "2.14.0+cpu"}),
@@ -96,7 +96,7 @@ def test_kernel_rate_is_its_best_rounds_median():
     # nine steps of 1 GFLOP: a disturbed first round, then two quiet ones
     steps = [0.05, 0.04, 0.05, 0.02, 0.021, 0.02, 0.025, 0.024, 0.026]
     r = _ok(spec, 1e9 / 0.024).model_copy(update={"step_times_s": steps})
-    [rate] = peak.Peak.of([r], 1, "cpu").rates
+    [rate] = peak.peak_of([r], 1, "cpu").rates
     assert rate.round_flops == pytest.approx((1e9 / 0.05, 1e9 / 0.02, 1e9 / 0.025))
     assert rate.flops == pytest.approx(1e9 / 0.02)
     # fewer steps than rounds: one round per step
@@ -111,7 +111,7 @@ def _run_result(achieved: float, framework="tensorflow") -> RunResult:
 
 
 def test_a_run_above_the_peak_raises_it_and_says_so(db):
-    low = peak.Peak.of([_ok(s, 50e9) for s in _specs()], 1, "cpu")
+    low = peak.peak_of([_ok(s, 50e9) for s in _specs()], 1, "cpu")
     with Store(db) as st:
         runner = Runner(st)
         result = runner.with_share(_run_result(120e9), low)
@@ -121,7 +121,7 @@ def test_a_run_above_the_peak_raises_it_and_says_so(db):
         assert "raised" in warning and "torch matmul" in warning
         # stored: the next run at this thread count compares with the raised peak
         found, _ = peak.lookup(st.peak_results(1, "cpu"), [], peak_packages())
-        later = peak.Peak.of(found, 1, "cpu")
+        later = peak.peak_of(found, 1, "cpu")
         assert later.flops == 120e9 and later.best.raised_by == result.spec.label()
         # and a slower run is measured against it, below 100%
         slower = runner.with_share(_run_result(60e9, framework="torch"), low.raised(later.best))
@@ -130,7 +130,7 @@ def test_a_run_above_the_peak_raises_it_and_says_so(db):
 
 
 def test_a_run_above_the_theoretical_peak_does_not_raise_it(db):
-    low = peak.Peak.of([_ok(s, 50e9) for s in _specs()], 1, "cpu", theoretical_flops=100e9)
+    low = peak.peak_of([_ok(s, 50e9) for s in _specs()], 1, "cpu", theoretical_flops=100e9)
     with Store(db) as st:
         result = Runner(st).with_share(_run_result(120e9), low)
         assert st.peak_results(1, "cpu") == []  # nothing stored: later runs keep 50 GFLOP/s
@@ -148,7 +148,7 @@ def peak_packages() -> dict[str, str]:
 
 
 def test_a_raised_peak_goes_stale_with_its_framework_version():
-    low = peak.Peak.of([], 1, "cpu")
+    low = peak.peak_of([], 1, "cpu")
     raised = peak.raised_result(_run_result(120e9), low, PACKAGES)
     assert peak.lookup([raised], [], PACKAGES)[0] == [raised]
     newer = {**PACKAGES, "tensorflow-cpu": "2.22.0"}
@@ -231,7 +231,7 @@ def _peak(**rates: float) -> peak.Peak:
     for key, f in rates.items():
         fw, kernel = key.split("_")
         ks.append(peak.KernelRate(framework=fw, kernel=kernel, flops=f, size=2048))
-    return peak.Peak(1, "cpu", tuple(ks))
+    return peak.Peak(threads=1, device="cpu", rates=tuple(ks))
 
 
 def _percents(text: str) -> list[float]:

@@ -238,12 +238,12 @@ def test_a_failed_store_write_keeps_the_result_for_the_next_command(db, monkeypa
 
 
 def test_an_internal_error_is_one_line(monkeypatch, capsys):
-    import dlperf.cli as cli
+    from dlperf.cli import networks
 
     def broken(a):
         raise RuntimeError("a defect")
 
-    monkeypatch.setattr(cli, "cmd_networks", broken)
+    monkeypatch.setattr(networks, "cmd_networks", broken)
     monkeypatch.delenv("DLPERF_DEBUG", raising=False)
     assert main(["networks"]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -14,7 +14,7 @@ from dlperf import store as store_module
 from dlperf.errors import UsageError
 from dlperf.migrate import GPU_PRECISION_WARNING
 from dlperf.presets import FULL_MEASUREMENT, QUICK_MEASUREMENT
-from dlperf.report.analysis import aggregate
+from dlperf.report.aggregate import aggregate
 from dlperf.spec import Measurement, Metrics, RunResult, RunSpec
 from dlperf.store import Store
 
@@ -183,3 +183,77 @@ def test_a_version_1_store_is_upgraded_keeping_every_row(db):
         assert GPU_PRECISION_WARNING in gpu.warnings
     with Store(db) as st:  # opening again changes nothing
         assert [r.spec.run_id for r in st.results(kind="step")] == [r.spec.run_id for r in results]
+
+
+def _v2_row(db: sqlite3.Connection, spec: dict, result: dict) -> None:
+    """A row as dlperf wrote it at schema 2: untyped options hashed as given, one untyped
+    ``extra`` mapping per result."""
+    ident = {**{k: spec[k] for k in (*_V1_IDENTITY, "precision")},
+             "measurement": spec["measurement"]}
+    if spec["options"]:
+        ident["options"] = spec["options"]
+    config_id = hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    result = {"schema_version": 2, "spec": spec, "warnings": [], "step_times_s": [], **result}
+    ok = result["status"] == "ok"
+    db.execute(
+        "INSERT INTO results(run_id, config_id, kind, network, size, framework, variant, device,"
+        " threads, batch_size, repeat, status, reason, median_s, env_id, machine_id, created_at,"
+        " result) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (f"{config_id}-r0", config_id, spec["kind"], spec["network"], spec["size"],
+         spec["framework"], spec["variant"], spec["device"], spec["threads"],
+         spec["batch_size"], 0, result["status"],
+         None if ok else result["failure"]["reason"], None, None,
+         environment.machine_id(), 0.0, json.dumps(result)))
+
+
+def test_a_version_2_store_opens_with_typed_options_and_outcomes_and_new_ids(db):
+    con = sqlite3.connect(db)
+    con.executescript(store_module._SCHEMA)
+    con.execute("INSERT INTO meta(key, value) VALUES ('schema_version', '2')")
+    base = {"size": "small", "framework": "torch", "variant": "eager", "device": "cpu",
+            "threads": 1, "batch_size": 32, "params": {}, "seed": 0, "repeat": 0,
+            "precision": "fp32", "measurement": Measurement().model_dump()}
+    train = {**base, "kind": "train", "network": "ffn",
+             "options": {"target": "none", "max_time_s": 60, "arm": "a"}}
+    curve = [[0, 0.0, 0.1], [10, 0.5, 0.93]]
+    _v2_row(con, train, {"status": "ok", "extra": {
+        "quality": {"name": "accuracy", "higher_is_better": True, "unit": "", "target": None,
+                    "reference": None, "description": "held-out accuracy"},
+        "target_reached": False, "time_to_target_s": None, "steps_to_target": None,
+        "train_s": 0.5, "eval_s": 0.1, "steps": 10, "epochs": 0.2, "final_quality": 0.93,
+        "best_quality": 0.93, "curve": curve, "loss_curve": [[10, 0.3]], "dataset": "digits",
+        "n_train": 1437, "n_test": 360, "options": {"target": None}, "stopped_by": "60 s"}})
+    par = {**base, "kind": "parallel", "network": "fcn5", "size": "tiny",
+           "options": {"strategy": "sync", "workers": 2, "lr": 0.01}}
+    _v2_row(con, par, {"status": "failed", "failure": {"reason": "crash", "message": "x"},
+                       "extra": {"strategy": "sync", "workers": 2, "log_tail": "the end",
+                                 "launcher": {"nnodes": 1}, "stacks": {"1": "frame"},
+                                 "partial": {"steps_logged": {"0": 3}}}})
+    step = {**base, "kind": "step", "network": "fcn5", "size": "tiny", "options": {}}
+    rate = {"framework": "torch", "kernel": "matmul", "flops": 1e11, "size": 2048,
+            "shape": "s", "versions": {"torch": "2"}, "measured_at": 1.0, "failure": None,
+            "raised_by": None, "round_flops": [1e11]}
+    _v2_row(con, step, {"status": "ok", "metrics": {
+        "steps": 3, "median_s": 1.0, "mean_s": 1.0, "std_s": 0.0, "min_s": 1.0, "max_s": 1.0,
+        "mad_s": 0.0, "iqr_s": 0.0, "cv": 0.0, "samples_per_s": 1.0},
+        "extra": {"peak": {"threads": 1, "device": "cpu", "rates": [rate],
+                           "theoretical_flops": None, "theoretical": "", "flops": 1e11,
+                           "best": "torch matmul"}}})
+    con.commit()
+    con.close()
+    with Store(db) as st:
+        [t] = st.results(kind="train")
+        [p] = st.results(kind="parallel")
+        [s] = st.results(kind="step")
+        # typed options and outcomes
+        assert t.spec.options.target == "none" and t.spec.options.arm == "a"
+        assert t.outcome.curve == curve and t.outcome.quality.name == "accuracy"
+        assert p.spec.options.strategy == "sync" and p.outcome.partial.steps_logged == {"0": 3}
+        assert p.diagnostics.log_tail == "the end" and p.diagnostics.stacks == {"1": "frame"}
+        assert s.outcome.peak.best.source == "torch matmul" and s.outcome.peak.flops == 1e11
+        # the ids of the kinds with options follow the typed identity; the step's is kept
+        ids = dict(st._db.execute("SELECT kind, run_id FROM results"))
+        assert ids == {"train": t.spec.run_id, "parallel": p.spec.run_id, "step": s.spec.run_id}
+        assert st.done([t.spec.run_id, p.spec.run_id]) == {t.spec.run_id, p.spec.run_id}
+        # a spec made today for the same configuration is the stored one
+        assert RunSpec(**train).run_id == t.spec.run_id

@@ -4,7 +4,7 @@ settings measured each number."""
 from __future__ import annotations
 
 from dlperf.presets import FULL_MEASUREMENT, QUICK_MEASUREMENT
-from dlperf.report.analysis import aggregate
+from dlperf.report.aggregate import aggregate
 from dlperf.report.exporters import to_markdown
 from dlperf.report.tables import detail_table, dlbench_table
 from dlperf.spec import Measurement, Metrics, RunResult, RunSpec

@@ -11,15 +11,20 @@ import pytest
 
 from dlperf.cli import main
 from dlperf.errors import UsageError
-from dlperf.spec import RunSpec
+from dlperf.spec import RunResult, RunSpec
 from dlperf.store import Store
-from dlperf.train import check_options, mmd2, neg_elbo
+from dlperf.training.options import check_options
+from dlperf.training.quality import mmd2, neg_elbo
 
 torch = pytest.importorskip("torch")
 
 from dlperf.backends.torch_backend import TorchBackend  # noqa: E402
-from dlperf.train import run_training  # noqa: E402
+from dlperf.training.loop import run_training  # noqa: E402
 
+
+def as_dict(r: RunResult) -> dict:
+    """The run's typed outcome as plain data."""
+    return r.outcome.model_dump()
 
 def train(network: str, size: str = "tiny", seed: int = 0, params=None, **options):
     spec = RunSpec(
@@ -85,7 +90,7 @@ def test_numpy_elbo_matches_torch():
 def test_training_stops_at_the_target():
     r, events = train("ffn", "small", target=0.7, eval_every=5, max_steps=2000)
     assert r.ok, r.failure
-    e = r.extra
+    e = as_dict(r)
     curve = e["curve"]
     assert e["target_reached"] and curve[-1][2] >= 0.7
     assert all(q < 0.7 for _, _, q in curve[:-1])  # it stopped at the first evaluation past it
@@ -100,24 +105,24 @@ def test_a_budget_that_ends_first_is_a_failure_that_keeps_the_curve():
     r, _ = train("autoencoder", target=1e-6, max_steps=12, eval_every=5)
     assert not r.ok and r.failure.reason == "budget"
     assert "12 steps" in r.failure.message and "not reached" in r.failure.message
-    e = r.extra
+    e = as_dict(r)
     assert [c[0] for c in e["curve"]] == [0, 5, 10, 12]  # a last evaluation at the end
     assert e["curve"][-1][2] < e["curve"][0][2]  # it did learn
     assert not e["target_reached"] and e["time_to_target_s"] is None
     r, _ = train("rbm", target=1e-6, max_time_s=0.3)
     assert r.failure.reason == "budget" and "0.3 s of training" in r.failure.message
-    assert r.extra["train_s"] >= 0.3
+    assert as_dict(r)["train_s"] >= 0.3
 
 
 def test_without_a_target_the_whole_budget_is_trained():
     r, _ = train("rnn", target="none", max_epochs=1)
-    assert r.ok and r.extra["stopped_by"] == "1 epochs" and r.extra["epochs"] >= 1
+    assert r.ok and as_dict(r)["stopped_by"] == "1 epochs" and as_dict(r)["epochs"] >= 1
 
 
 def test_a_run_is_reproducible_with_its_seed():
     def qualities(seed: int) -> list[float]:
         r, _ = train("vae", seed=seed, target="none", max_steps=10, eval_every=5)
-        return [c[2] for c in r.extra["curve"]] + [loss for _, loss in r.extra["loss_curve"]]
+        return [c[2] for c in as_dict(r)["curve"]] + [loss for _, loss in as_dict(r)["loss_curve"]]
 
     assert qualities(1) == qualities(1)
     assert qualities(1) != qualities(2)
@@ -125,18 +130,18 @@ def test_a_run_is_reproducible_with_its_seed():
 
 def test_dbn_times_pretraining_and_finetuning_separately():
     r, _ = train("dbn", target="none", max_steps=10, pretrain_epochs=0.5, eval_every=5)
-    e = r.extra
+    e = as_dict(r)
     assert r.ok and e["pretrain_steps"] == 2 * round(0.5 * (e["n_train"] // 32))
     assert e["pretrain_s"] > 0 and e["finetune_s"] > 0
     assert e["train_s"] == pytest.approx(e["pretrain_s"] + e["finetune_s"])
     assert e["curve"][0][1] == pytest.approx(e["pretrain_s"])  # the curve starts after it
     r0, _ = train("dbn", target="none", max_steps=10, pretrain_epochs=0)
-    assert r0.extra["pretrain_s"] == 0 and r0.extra["pretrain_steps"] == 0
+    assert as_dict(r0)["pretrain_s"] == 0 and as_dict(r0)["pretrain_steps"] == 0
 
 
 def test_gan_quality_is_mmd_with_its_real_data_floor():
     r, _ = train("gan", target="none", max_steps=10, eval_every=5)
-    e = r.extra
+    e = as_dict(r)
     assert e["quality"]["name"] == "mmd2" and "discriminator" in e["note"]
     floor = e["quality"]["reference"]
     assert abs(floor) < 0.05 < e["curve"][0][2]  # untrained samples are far from digits
@@ -144,12 +149,14 @@ def test_gan_quality_is_mmd_with_its_real_data_floor():
 
 def test_recursive_trains_on_generated_trees():
     r, _ = train("recursive", target="none", max_steps=6, eval_every=3)
-    assert r.ok and r.extra["dataset"] == "trees" and r.extra["n_test"] == 1000
+    assert r.ok and as_dict(r)["dataset"] == "trees" and as_dict(r)["n_test"] == 1000
 
 
-def test_bad_spec_is_recorded_not_raised():
-    r, _ = train("ffn", max_steps=-3)
-    assert not r.ok and r.failure.reason == "error" and "max_steps" in r.failure.message
+def test_bad_options_make_no_spec_and_an_unsupported_one_is_recorded_not_raised():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="max_steps must be positive"):
+        train("ffn", max_steps=-3)
     spec = RunSpec(kind="train", network="ffn", size="tiny", variant="compile", batch_size=4)
     r = run_training(spec, TorchBackend(), lambda e: None, {})
     assert r.failure.reason == "unsupported"
@@ -202,6 +209,6 @@ def test_train_command_runs_a_worker_and_stores_the_curve(db, capsys):
     assert "time to target" in text and "accuracy >= 0.5" in text and "curve" in text
     with Store(db) as st:
         [r] = st.results(kind="train")
-    assert r.ok and r.threads_in_force == 2 and r.env_id and r.extra["target_reached"]
-    assert r.extra["curve"][-1][2] >= 0.5 and r.software["framework"] == "torch"
-    json.dumps(r.extra)  # the curve is plain JSON
+    assert r.ok and r.threads_in_force == 2 and r.env_id and as_dict(r)["target_reached"]
+    assert as_dict(r)["curve"][-1][2] >= 0.5 and r.software["framework"] == "torch"
+    json.dumps(as_dict(r))  # the curve is plain JSON

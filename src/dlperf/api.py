@@ -1,20 +1,24 @@
 """The Python API: the same operations as the command line, returning objects.
 
     import dlperf
-    row = dlperf.run("fcn5", threads=2, batch_size=64)       # measured in fresh processes
-    print(row.median_s, row.samples_per_s, row.peak_share)
+    result = dlperf.run("fcn5", threads=2, batch_size=64)    # measured in fresh processes
+    print(result.median_s, result.samples_per_s, result.peak_share)
     dlperf.sweep("sweep.toml")                               # resumable, stored
     dlperf.report(out="results/")                            # tables, plots, HTML
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlperf import backends, config, plan, workloads
+from dlperf import backends, config, peak, plan, workloads
+from dlperf.dataflow import plan as dataflow_plan
+from dlperf.kinds.dataflow import InputOptions
 from dlperf.report import Filters, Predictor, Report, render
-from dlperf.report.analysis import Row, aggregate
+from dlperf.report.aggregate import ConfigResult, aggregate
 from dlperf.runner import Listener, Runner
 from dlperf.spec import Measurement, RunResult, RunSpec
 from dlperf.store import Store
@@ -38,11 +42,14 @@ def run(
     memory_limit: str | int | None = None,
     db: str | Path | None = None,
     listener: Listener | None = None,
-) -> Row:
+    input: InputOptions | None = None,
+) -> ConfigResult:
     """Measure one configuration in ``repeat`` fresh worker processes; store and return it.
 
     Unlike ``sweep``, ``run`` always measures (stored results of the same configuration are
-    kept; the new ones are added beside them).
+    kept; the new ones are added beside them). With an ``input`` pipeline (memory or disk;
+    ``dlperf.dataflow``), each step trains on its batches and the pipeline is also
+    measured alone, with no training, in a process of its own.
     """
     wl = workloads.get(network)
     cfg = config.build(
@@ -52,13 +59,47 @@ def run(
         size=size, params=params or {}, repeat=repeat, seed=seed, timeout=timeout_s,
         memory_limit=memory_limit, measurement=measurement or Measurement(),
     )
-    backends.require(framework)
     specs = plan.expand(cfg)
-    with Store(db) as store:
-        runner = Runner(store, timeout_s=cfg.timeout, memory_limit=cfg.memory_limit,
-                        peak_size=cfg.peak_size, listener=listener or Listener())
-        results = runner.run_all(specs)
+    if input is not None:
+        specs = dataflow_plan.with_loader(dataflow_plan.with_options(specs, input))
+    results = run_specs(specs, db=db, force=True, timeout_s=cfg.timeout,
+                        memory_limit=cfg.memory_limit, peak_size=cfg.peak_size,
+                        listener=listener)
     return aggregate(results)[0]
+
+
+def inference(
+    network: str,
+    *,
+    batch_sizes: Sequence[int] = (1,),
+    threads: Sequence[int] = (1,),
+    framework: str = "torch",
+    variant: str | None = None,
+    device: str = "cpu",
+    precision: str = "fp32",
+    size: str | None = None,
+    params: dict[str, Any] | None = None,
+    repeat: int = 1,
+    seed: int = 0,
+    measurement: Measurement | None = None,
+    timeout_s: float = 1800.0,
+    memory_limit: str | int | None = None,
+    db: str | Path | None = None,
+    listener: Listener | None = None,
+) -> list[ConfigResult]:
+    """Latency per query (forward only, the framework's inference mode) at every batch
+    size and thread count, each in fresh worker processes; stored and returned, one
+    ConfigResult per (threads, batch). Like ``run``, it always measures."""
+    cfg = config.build(
+        networks=[network], mode="inference", frameworks=[framework],
+        variants=[variant or "default"], devices=[device], precisions=[precision],
+        threads=list(threads), batch_sizes=list(batch_sizes), size=size,
+        params=params or {}, repeat=repeat, seed=seed, timeout=timeout_s,
+        memory_limit=memory_limit, measurement=measurement or Measurement(),
+    )
+    results = run_specs(plan.expand(cfg), db=db, force=True, timeout_s=cfg.timeout,
+                        memory_limit=cfg.memory_limit, listener=listener)
+    return aggregate(results)
 
 
 def sweep(
@@ -73,12 +114,85 @@ def sweep(
     cfg = load_config(source)
     for fw in cfg.frameworks:
         backends.require(fw)
+    return run_specs(plan.expand(cfg), db=db, force=force, retry_failed=retry_failed,
+                     timeout_s=cfg.timeout, memory_limit=cfg.memory_limit,
+                     peak_size=cfg.peak_size, listener=listener)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What a list of runs would do against a store: ``todo`` is what is not stored yet
+    (all of it with ``force``)."""
+
+    specs: list[RunSpec]
+    todo: list[RunSpec]
+    store_path: Path
+
+    @property
+    def stored(self) -> int:
+        return len(self.specs) - len(self.todo)
+
+
+def plan_runs(specs: Sequence[RunSpec], *, db: str | Path | None = None, force: bool = False,
+              retry_failed: bool = False) -> Planned:
+    """Which of ``specs`` the store already has (the resume rule; a dry run prints this)."""
     with Store(db) as store:
-        todo = plan.pending(plan.expand(cfg), store, force=force, retry_failed=retry_failed)
-        runner = Runner(store, timeout_s=cfg.timeout, memory_limit=cfg.memory_limit,
-                        peak_size=cfg.peak_size, listener=listener or Listener())
+        todo = plan.pending(list(specs), store, force=force, retry_failed=retry_failed)
+        return Planned(list(specs), todo, store.path)
+
+
+def run_specs(
+    specs: Sequence[RunSpec],
+    *,
+    db: str | Path | None = None,
+    force: bool = False,
+    retry_failed: bool = False,
+    timeout_s: float = 1800.0,
+    memory_limit: int | None = None,
+    peak_size: int = peak.DEFAULT_SIZE,
+    torchrun: dict[str, Any] | None = None,
+    listener: Listener | None = None,
+) -> list[RunResult]:
+    """The one place that runs a list of RunSpecs, whatever their kind: the frameworks
+    checked, what the store has skipped (unless ``force``), each run claimed, launched
+    (one worker, or a torchrun job for kind 'parallel'), stored as it finishes. Returns
+    the new results; raises ``runner.Interrupted`` on Ctrl-C with what was stored."""
+    for fw in sorted({s.framework for s in specs}):
+        backends.require(fw)
+    with Store(db) as store:
+        todo = plan.pending(list(specs), store, force=force, retry_failed=retry_failed)
+        runner = Runner(store, timeout_s=timeout_s, memory_limit=memory_limit,
+                        peak_size=peak_size, listener=listener or Listener(),
+                        torchrun=dict(torchrun or {}))
         return runner.run_all(todo, still_pending=None if force else (
             lambda s: bool(plan.pending([s], store, retry_failed=retry_failed))))
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """The machine's fp32 peak per thread count (and on the GPU), with the software that
+    measured it."""
+
+    by_threads: dict[int | str, peak.Peak]
+    software: dict[str, Any]
+
+
+def measure_peaks(threads: Sequence[int], *, gpu: bool = False, remeasure: bool = False,
+                  peak_size: int = peak.DEFAULT_SIZE, db: str | Path | None = None,
+                  listener: Listener | None = None) -> Peaks:
+    """The peak at each thread count (past the CPUs: the all-CPU peak), reusing what the
+    store has unless ``remeasure``; ``gpu`` adds the GPU's (key 'gpu')."""
+    from dlperf.runner import peak_threads
+
+    counts = sorted({peak_threads(t) for t in threads})
+    with Store(db) as store:
+        runner = Runner(store, peak_size=peak_size, listener=listener or Listener())
+        found: dict[int | str, peak.Peak] = {
+            t: runner.ensure_peak(t, "cpu", remeasure=remeasure) for t in counts}
+        if gpu:
+            found["gpu"] = runner.ensure_peak(1, "gpu", remeasure=remeasure)
+        latest = store.results(kind="peak", threads=counts[0], framework="torch", status="ok")
+    return Peaks(found, latest[-1].software if latest else {})
 
 
 def load_config(source: str | Path | config.SweepConfig | dict[str, Any]) -> config.SweepConfig:
@@ -91,16 +205,37 @@ def load_config(source: str | Path | config.SweepConfig | dict[str, Any]) -> con
 
 def report(*, db: str | Path | None = None, out: str | Path = "dlperf-report",
            networks: list[str] | None = None, frameworks: list[str] | None = None,
-           machines: str | None = None, predictor: Predictor | None = None) -> Report:
+           size: str | None = None, machines: str | None = None,
+           predictor: Predictor | None = None) -> Report:
     """Render every report section from the store into ``out`` (runs nothing).
     ``machines``: 'all' (default), 'this' or machine ids, comma-separated; ``predictor``
     adds the model's time beside every measured cell (``report.tables.Predictor``)."""
     from dlperf.report.machines import resolve_machines
 
     with Store(db) as store:
-        return render(store, out, Filters(tuple(networks or ()), tuple(frameworks or ()),
+        return render(store, out, Filters(tuple(networks or ()), tuple(frameworks or ()), size,
                                           machines=resolve_machines(store, machines)),
                       predictor=predictor)
+
+
+def experiment_report(name: str, out: str | Path, db: str | Path | None = None):
+    """The table(s) and plot of one experiment from the store, written into ``out`` in every
+    export format: (section or None when nothing is stored, files written)."""
+    from dlperf.report import experiments as report_experiments
+    from dlperf.report.exporters import EXPORTERS
+
+    out = Path(out)
+    with Store(db) as store:
+        sec = report_experiments.section(name, store, out)
+    if sec is None:
+        return None, []
+    files = []
+    for t in sec.tables:
+        for ex in EXPORTERS:
+            path = out / f"{sec.name}.{ex.suffix}"
+            path.write_text(ex.render(t))
+            files.append(path)
+    return sec, files + list(sec.images)
 
 
 def networks(group: str | None = None) -> list[dict[str, Any]]:
@@ -119,9 +254,40 @@ def networks(group: str | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def stored_rows(db: str | Path | None = None, kind: str = "step") -> list[Row]:
+def counted_flops(names: list[str]) -> dict[str, float]:
+    """FLOPs per step at the default batch from PyTorch's own counter (in a child process,
+    cached); empty without torch."""
+    if not backends.installed("torch"):
+        return {}
+    from dlperf.flopcache import counted_flops as count
+
+    return count(names)
+
+
+def other_framework_rates(spec: RunSpec, db: str | Path | None = None) -> dict[str, float]:
+    """FLOP/s of the same configuration in the other frameworks measured on this machine
+    (for the limit message of ``dlperf run``)."""
+    from dlperf.report.aggregate import other_framework_rates as rates
+
+    with Store(db) as store:
+        return rates(store, spec)
+
+
+def stored_results(specs: Sequence[RunSpec], db: str | Path | None = None) -> list[RunResult]:
+    """This machine's stored results (newest per run) of these specs, whatever their kind."""
+    from dlperf.environment import machine_id
+
+    ids = {s.run_id for s in specs}
+    with Store(db) as store:
+        found = store.results(kind=None, machine_id=machine_id(),
+                              network=sorted({s.network for s in specs}))
+    return [r for r in found if r.spec.run_id in ids]
+
+
+def stored_rows(db: str | Path | None = None, kind: str = "step") -> list[ConfigResult]:
     with Store(db) as store:
         return aggregate(store.results(kind=kind))
 
 
-__all__ = ["RunSpec", "load_config", "networks", "report", "run", "stored_rows", "sweep"]
+__all__ = ["ConfigResult", "Planned", "RunSpec", "inference", "load_config", "measure_peaks",
+           "networks", "plan_runs", "report", "run", "run_specs", "stored_rows", "sweep"]

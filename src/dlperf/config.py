@@ -11,6 +11,7 @@ A sweep file looks like this (every key optional but ``networks``)::
     threads = [1, 2, 4]             # or "auto": 1, 2, 4, ... past the logical CPUs
     batch_sizes = "default"         # "default" (DLBench's), "sweep" (DLBench's sweep) or a list
     size = "full"                   # "tiny" for a fast smoke test
+    mode = "train"                  # or "inference": forward-only queries (kind "inference")
     repeat = 3                      # separate worker processes per configuration
     timeout = 1800                  # seconds per worker (> 0)
     memory_limit = "16GiB"
@@ -73,6 +74,8 @@ class SweepConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     networks: list[str] = Field(min_length=1)
+    #: "train": time per mini-batch (kind "step"); "inference": latency per query
+    mode: Literal["train", "inference"] = "train"
     frameworks: list[str] = Field(default_factory=lambda: ["torch"], min_length=1)
     variants: list[str] = Field(default_factory=lambda: ["default"], min_length=1)
     devices: list[Device] = Field(default_factory=lambda: ["cpu"], min_length=1)

@@ -7,6 +7,10 @@
   digits 0-9, 4000 training and 1000 test examples, made locally and cached on disk.
   Shaped (N, 40, 1): a sequence of 40 scalar steps for the recurrent networks.
 - ``digits-seq``: the digits read row by row, a sequence of 8 steps of 8 values.
+- ``cancer``: scikit-learn's bundled Wisconsin breast-cancer table (569 rows, 30 numeric
+  features, 2 classes): the guide's "simple tabular data". Each feature is scaled to
+  [0, 1] by the training split's minimum and maximum (so that an RBM's visible units can
+  take it), shaped (N, 30).
 """
 
 from __future__ import annotations
@@ -65,6 +69,19 @@ def digits_seq(seed: int = 0, test_fraction: float = 0.25) -> Dataset:
     return Dataset("digits-seq", d.x_train[:, 0], d.y_train, d.x_test[:, 0], d.y_test, 10)
 
 
+def cancer(seed: int = 0, test_fraction: float = 0.25) -> Dataset:
+    from sklearn.datasets import load_breast_cancer
+
+    d = load_breast_cancer()
+    x_tr, y_tr, x_te, y_te = _split(d.data.astype(np.float32), d.target.astype(np.int64),
+                                    seed, test_fraction)
+    lo, hi = x_tr.min(0), x_tr.max(0)
+    scale = np.where(hi > lo, hi - lo, 1.0).astype(np.float32)
+    x_tr, x_te = ((a - lo) / scale for a in (x_tr, x_te))
+    return Dataset("cancer", x_tr, y_tr, np.clip(x_te, 0.0, 1.0).astype(np.float32), y_te,
+                   classes=2)
+
+
 def _cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dlperf"
 
@@ -92,7 +109,7 @@ def mnist1d(seed: int = 0) -> Dataset:
     return Dataset("mnist1d", x, y.astype(np.int64), xt, yt.astype(np.int64), classes=10)
 
 
-LOADERS = {"digits": digits, "digits-seq": digits_seq, "mnist1d": mnist1d}
+LOADERS = {"digits": digits, "digits-seq": digits_seq, "mnist1d": mnist1d, "cancer": cancer}
 
 
 def load(name: str, seed: int = 0) -> Dataset:

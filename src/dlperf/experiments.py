@@ -2,8 +2,8 @@
 
 Each experiment is a list of RunSpecs (``specs``) that ``dlperf experiment NAME`` runs
 (skipping what the store has); its report section (``dlperf.report.experiments``) reads
-the store alone. Train
-runs carry ``options["experiment"]`` and ``options["arm"]`` so the report finds them;
+the store alone. Train runs carry their experiment and arm in their options
+(``TrainOptions.experiment``, ``.arm``) so the report finds them;
 for every arm the newest stored result is shown.
 
 1. shallow-vs-deep: a one-hidden-layer net against deeper ones and a CNN on digits.
@@ -13,6 +13,11 @@ for every arm the newest stored result is shown.
 4. dbn-pretraining: a 3-layer DBN, pre-trained then fine-tuned gently, against the same
    network from random initialisation.
 5. families: time per mini-batch of every family at both sizes, 1 and 2 threads.
+6. input-size: time per mini-batch and memory of the feed-forward and convolutional nets
+   with synthetic inputs from 8x8 to 512x512 (step runs under a memory limit).
+7. layout: shrinking, constant and growing hidden widths at one parameter budget, trained
+   to a target on digits.
+8. task: for each task the guide names, its candidate families trained to one target.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from typing import Any
 
 from dlperf import workloads
 from dlperf.errors import UsageError
+from dlperf.kinds import TrainOptions
 from dlperf.spec import Measurement, RunResult, RunSpec
 from dlperf.store import Store
 from dlperf.workloads.families import FAMILIES
+from dlperf.workloads.families.layouts import equal_budget, params_of
 
 GAN_NOTE = (
     "One GAN mini-batch is one discriminator update (on a real and a generated "
@@ -77,13 +84,13 @@ class Experiment:
         out = []
         for arm in self.arms(s):
             wl = workloads.get(arm.network)
-            options = {
+            options = TrainOptions(**{
                 "stop_at_target": False,
                 **self.budget(s),
                 **arm.options,
                 "experiment": self.name,
                 "arm": arm.label,
-            }
+            })
             out.append(
                 RunSpec(
                     kind="train",
@@ -175,8 +182,68 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
     )
 }
+#: the layout experiment's budget: three hidden layers of 128 on the 64 digit inputs
+LAYOUT_BUDGET = params_of((128, 128, 128), FAMILIES["ffn"].config("small"))
+
+
+def _layout(s: Settings) -> list[Arm]:
+    return [Arm(f"{name} {'-'.join(map(str, w))}", "ffn", {"widths": "-".join(map(str, w))},
+                {"target": 0.95})
+            for name, w in equal_budget(LAYOUT_BUDGET, FAMILIES["ffn"].config("small")).items()]
+
+
+#: task -> (data set, [(family, params, options)], the guide's advice). One target per
+#: task, on one scale: accuracy for the classifiers, MMD^2 of generated digits for both
+#: generators (the VAE measured as the GAN is). The tabular entry is dlperf's reading of
+#: the guide (simple data: a shallow net).
+TASKS: dict[str, tuple[str, list[tuple[str, dict[str, Any], dict[str, Any]]], tuple[str, ...]]] = {
+    "image classification": ("digits", [
+        ("cnn", {}, {}), ("dbn", {}, {}), ("ffn", {}, {})], ("cnn", "dbn")),
+    "sequences": ("digits-seq", [
+        ("lstm", {"dataset": "digits-seq"}, {}), ("rnn", {"dataset": "digits-seq"}, {}),
+        ("ffn", {"dataset": "digits-seq"}, {})], ("lstm",)),
+    "generation": ("digits", [
+        ("gan", {}, {"measure": "mmd2"}), ("vae", {}, {"measure": "mmd2"})], ("gan", "vae")),
+    "simple tabular data": ("cancer", [
+        ("ffn", {"dataset": "cancer"}, {}), ("ffn", {"dataset": "cancer", "depth": 4}, {}),
+        ("dbn", {"dataset": "cancer"}, {})], ("ffn",)),
+}
+TASK_TARGETS = {"image classification": 0.95, "sequences": 0.9, "generation": 0.1,
+                "simple tabular data": 0.95}
+
+
+def task_arm_label(task: str, network: str, params: dict[str, Any]) -> str:
+    depth = f" depth {params['depth']}" if "depth" in params else ""
+    return f"{task}: {network}{depth}"
+
+
+def _task(s: Settings) -> list[Arm]:
+    return [Arm(task_arm_label(task, net, p), net, p, {"target": TASK_TARGETS[task], **o})
+            for task, (_, arms, _) in TASKS.items() for net, p, o in arms]
+
+
+EXPERIMENTS.update({
+    "layout": Experiment(
+        "layout", "Layer layout at an equal parameter budget (digits)",
+        "at one parameter budget, how the widths are laid out (shrinking like a "
+        "convolutional funnel, constant, growing like a deconvolutional net) changes the "
+        "time per mini-batch and the time to target", _layout, epochs=30, time_s=60.0),
+    "task": Experiment(
+        "task", "Task to network: the guide's candidates trained to one target per task",
+        "CNN or DBN for vision, LSTM for sequences, GAN or VAE for generation",
+        _task, epochs=40, time_s=60.0),
+})
 FAMILY_EXPERIMENT = "families"
-NAMES = (*EXPERIMENTS, FAMILY_EXPERIMENT)
+INPUT_SIZE = "input-size"
+NAMES = (*EXPERIMENTS, FAMILY_EXPERIMENT, INPUT_SIZE)
+#: input sides of the input-size experiment (the guide: 512 x 512 = 262,144 inputs)
+INPUT_SIDES = (8, 16, 32, 64, 128, 256, 512)
+QUICK_INPUT_SIDES = (8, 32, 128, 512)
+INPUT_SIZE_NETWORKS = ("ffn", "cnn")
+INPUT_SIZE_BATCH = 32
+#: the memory limit per worker of the input-size runs unless one is given: an input that
+#: does not fit is a stored 'oom', never a machine driven into swap
+INPUT_SIZE_MEMORY = 2 * 2**30
 
 
 def family_specs(s: Settings, threads: tuple[int, ...] = (1, 2)) -> list[RunSpec]:
@@ -198,9 +265,22 @@ def family_specs(s: Settings, threads: tuple[int, ...] = (1, 2)) -> list[RunSpec
     ]
 
 
+def input_size_specs(s: Settings) -> list[RunSpec]:
+    """Experiment 6: the small feed-forward and convolutional nets on synthetic side x side
+    inputs, time per mini-batch and memory, one worker each."""
+    m = QUICK_FAMILIES_MEASUREMENT if s.quick else FAMILIES_MEASUREMENT
+    return [RunSpec(kind="step", network=net, size="small", threads=s.threads,
+                    batch_size=INPUT_SIZE_BATCH, params={"side": side}, seed=s.seed,
+                    measurement=m)
+            for net in INPUT_SIZE_NETWORKS
+            for side in (QUICK_INPUT_SIDES if s.quick else INPUT_SIDES)]
+
+
 def specs(name: str, s: Settings) -> list[RunSpec]:
     if name == FAMILY_EXPERIMENT:
         return family_specs(s)
+    if name == INPUT_SIZE:
+        return input_size_specs(s)
     try:
         return EXPERIMENTS[name].specs(s)
     except KeyError:
@@ -215,7 +295,8 @@ def arm_results(store: Store, name: str, machine_id: str | None = None) -> dict[
 
     found: dict[str, RunResult] = {}
     for r in store.results(kind="train", machine_id=machine_id or environment.machine_id()):
-        if r.spec.options.get("experiment") == name:
-            found[r.spec.options.get("arm", r.spec.network)] = r  # later rows are newer
+        o: TrainOptions = r.spec.options  # type: ignore[assignment]
+        if o.experiment == name:
+            found[o.arm or r.spec.network] = r  # later rows are newer
     order = {a.label: i for i, a in enumerate(EXPERIMENTS[name].arms(Settings()))}
     return dict(sorted(found.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))

@@ -20,23 +20,17 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
 
 from dlperf import backends, units
 from dlperf.backends.base import conv_probe_shape
+from dlperf.kinds.peak import RAISED, KernelRate, Peak, PeakOptions
 from dlperf.spec import Measurement, RunResult, RunSpec
-
-if TYPE_CHECKING:
-    pass
 
 #: (framework, kernel): the peak kernels, each a probe of its backend (``Backend.probe``):
 #: PyTorch's matmul (MKL) and convolution (oneDNN), TensorFlow's and JAX/XLA's matmul.
 KERNELS: tuple[tuple[str, str], ...] = (
     ("torch", "matmul"), ("torch", "conv"), ("tensorflow", "matmul"), ("jax", "matmul"),
 )
-#: The kernel name of a peak raised by a training run that beat every kernel.
-RAISED = "raised"
 #: Matmul side (and conv size, ``conv_probe_shape``): large enough for every BLAS to reach
 #: its steady rate on a CPU, small enough that the four kernels cost seconds per thread count.
 DEFAULT_SIZE = 2048
@@ -79,7 +73,8 @@ def kernel_specs(threads: int, device: str, size: int, packages: Mapping[str, st
     return [
         RunSpec(kind="peak", network=kernel, framework=fw, device=device, threads=threads,
                 batch_size=size, measurement=measurement,
-                options={"shape": kernel_shape(kernel, size), "versions": versions(fw, packages)})
+                options=PeakOptions(shape=kernel_shape(kernel, size),
+                                    versions=versions(fw, packages)))
         for fw, kernel in kernels
         if backends.installed(fw)
     ]
@@ -117,7 +112,7 @@ def lookup(stored: Sequence[RunResult], wanted: Sequence[RunSpec],
     found = [newest[s.run_id] for s in wanted if s.run_id in newest]
     missing = [s for s in wanted if s.run_id not in newest]
     raised = [r for r in newest.values() if r.spec.network == RAISED and r.ok
-              and r.spec.options.get("versions") == versions(r.spec.framework, packages)]
+              and r.spec.options.versions == versions(r.spec.framework, packages)]
     return found + raised, missing
 
 
@@ -130,95 +125,32 @@ def _rates(r: RunResult) -> list[float]:
     return round_rates(m.flops_per_step, r.step_times_s)
 
 
-@dataclass(frozen=True)
-class KernelRate:
-    """One kernel's measured rate (or why it has none), with its provenance."""
-
-    framework: str
-    kernel: str  # 'matmul', 'conv', or RAISED
-    flops: float | None  # the best round's rate
-    size: int
-    shape: str = ""
-    versions: dict[str, str] = field(default_factory=dict)
-    measured_at: float | None = None
-    failure: str | None = None
-    raised_by: str | None = None  # the label of the run that raised the peak
-    round_flops: tuple[float, ...] = ()  # each round's rate (the median of its steps)
-
-    @classmethod
-    def of(cls, results: Sequence[RunResult]) -> KernelRate:
-        """The rate of one kernel from its results (one per worker process, normally one);
-        a raised peak's rate is the raising run's."""
-        r = results[-1]
-        rates = tuple(rate for x in results for rate in _rates(x))
-        failed = next((x.failure for x in reversed(results) if x.failure), None)
-        return cls(
-            framework=r.spec.framework, kernel=r.spec.network,
-            flops=max(rates) if rates else None,
-            size=r.spec.batch_size, shape=str(r.spec.options.get("shape", "")),
-            versions=dict(r.spec.options.get("versions", {})),
-            measured_at=max((x.finished_at or 0.0 for x in results), default=None) or None,
-            failure=None if rates else (f"{failed.reason}: {failed.message}" if failed else "no rate"),
-            raised_by=r.spec.options.get("by"), round_flops=rates,
-        )
-
-    @property
-    def source(self) -> str:
-        """'tensorflow matmul', or 'raised by fcn5 tensorflow/graph cpu x1 b64'."""
-        return f"raised by {self.raised_by}" if self.kernel == RAISED else f"{self.framework} {self.kernel}"
+def kernel_rate(results: Sequence[RunResult]) -> KernelRate:
+    """The rate of one kernel from its results (one per worker process, normally one); a
+    raised peak's rate is the raising run's."""
+    r = results[-1]
+    o: PeakOptions = r.spec.options  # type: ignore[assignment]
+    rates = tuple(rate for x in results for rate in _rates(x))
+    failed = next((x.failure for x in reversed(results) if x.failure), None)
+    return KernelRate(
+        framework=r.spec.framework, kernel=r.spec.network,
+        flops=max(rates) if rates else None,
+        size=r.spec.batch_size, shape=o.shape or "", versions=dict(o.versions),
+        measured_at=max((x.finished_at or 0.0 for x in results), default=None) or None,
+        failure=None if rates else (f"{failed.reason}: {failed.message}" if failed else "no rate"),
+        raised_by=o.by, round_flops=rates,
+    )
 
 
-@dataclass(frozen=True)
-class Peak:
-    """The peak at one thread count and device: every kernel's rate, the best of them, and
-    the theoretical peak where the CPU's FMA units are known (``dlperf.cpu_peak``)."""
-
-    threads: int
-    device: str
-    rates: tuple[KernelRate, ...] = ()
-    theoretical_flops: float | None = None
-    theoretical: str = ""  # how the theoretical peak was computed, or why it is unknown
-
-    @property
-    def best(self) -> KernelRate | None:
-        measured = [k for k in self.rates if k.flops]
-        return max(measured, key=lambda k: k.flops or 0.0) if measured else None
-
-    @property
-    def flops(self) -> float | None:
-        best = self.best
-        return best.flops if best else None
-
-    def library_best(self, framework: str) -> KernelRate | None:
-        """The best kernel of one library (raised rows excluded: they are not kernels)."""
-        own = [k for k in self.rates if k.framework == framework and k.kernel != RAISED and k.flops]
-        return max(own, key=lambda k: k.flops or 0.0) if own else None
-
-    def raised(self, rate: KernelRate) -> Peak:
-        return replace(self, rates=(*self.rates, rate))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The provenance kept in a step result's ``extra['peak']``."""
-        best = self.best
-        return {**asdict(self), "flops": self.flops, "best": best.source if best else None}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Peak:
-        return cls(threads=d["threads"], device=d["device"],
-                   rates=tuple(KernelRate(**{**k, "round_flops": tuple(k.get("round_flops", ()))})
-                               for k in d.get("rates", ())),
-                   theoretical_flops=d.get("theoretical_flops"), theoretical=d.get("theoretical", ""))
-
-    @classmethod
-    def of(cls, results: Sequence[RunResult], threads: int, device: str,
-           theoretical_flops: float | None = None, theoretical: str = "") -> Peak:
-        """The peak from stored and new peak rows: one rate per kernel and one per raised
-        peak."""
-        groups: dict[str, list[RunResult]] = {}
-        for r in results:
-            groups.setdefault(r.spec.config_id, []).append(r)
-        return cls(threads, device, tuple(KernelRate.of(g) for g in groups.values()),
-                   theoretical_flops, theoretical)
+def peak_of(results: Sequence[RunResult], threads: int, device: str,
+            theoretical_flops: float | None = None, theoretical: str = "") -> Peak:
+    """The peak from stored and new peak rows: one rate per kernel and one per raised peak."""
+    groups: dict[str, list[RunResult]] = {}
+    for r in results:
+        groups.setdefault(r.spec.config_id, []).append(r)
+    return Peak(threads=threads, device=device,
+                rates=tuple(kernel_rate(g) for g in groups.values()),
+                theoretical_flops=theoretical_flops, theoretical=theoretical)
 
 
 def raised_result(run: RunResult, peak: Peak, packages: Mapping[str, str]) -> RunResult:
@@ -227,8 +159,8 @@ def raised_result(run: RunResult, peak: Peak, packages: Mapping[str, str]) -> Ru
     s = run.spec
     spec = RunSpec(kind="peak", network=RAISED, framework=s.framework, variant=s.variant,
                    device=s.device, threads=peak.threads, batch_size=s.batch_size,
-                   options={"by": s.label(), "run_id": s.run_id,
-                            "versions": versions(s.framework, packages)})
+                   options=PeakOptions(by=s.label(), run_id=s.run_id,
+                                       versions=versions(s.framework, packages)))
     return RunResult(spec=spec, status="ok", metrics=run.metrics, software=run.software,
                      threads_in_force=run.threads_in_force, cpus=run.cpus,
                      started_at=run.started_at, finished_at=run.finished_at)

@@ -12,7 +12,7 @@ from dlperf.store import Store
 
 def expand(cfg: SweepConfig) -> list[RunSpec]:
     """Every (network, framework, variant, device, precision, threads, batch, repeat) of
-    the sweep.
+    the sweep: training steps, or inference queries with ``mode = "inference"``.
 
     The order runs all repetition 0s first, so an interrupted sweep already has one number
     for every configuration before it spends time on the second.
@@ -28,7 +28,7 @@ def expand(cfg: SweepConfig) -> list[RunSpec]:
                 ):
                     specs.append(
                         RunSpec(
-                            kind="step",
+                            kind="inference" if cfg.mode == "inference" else "step",
                             network=wl.name,
                             size=size,
                             framework=framework,

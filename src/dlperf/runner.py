@@ -20,6 +20,7 @@ from typing import Any
 
 from dlperf import environment, peak
 from dlperf.environment import usable_cpus
+from dlperf.kinds import StepOutcome
 from dlperf.launch import run_isolated
 from dlperf.launch.cpulock import cpus_held
 from dlperf.launch.isolated import LaunchInterrupted
@@ -27,6 +28,20 @@ from dlperf.spec import Measurement, RunResult, RunSpec
 from dlperf.store import Store
 
 PEAK_MEASUREMENT = peak.MEASUREMENT
+
+
+def share_threads(spec: RunSpec) -> int | None:
+    """The threads whose peak a run's achieved FLOP/s is a share of: a step's own; a
+    parallel run's workers x threads on its one machine (across machines no single
+    machine's peak bounds it: no share). None for what has no share: another precision
+    than fp32 (the peak is fp32; bf16 may well go past it), a kernel, a training curve."""
+    if spec.precision != "fp32":
+        return None
+    if spec.kind == "step":
+        return spec.threads
+    if spec.kind == "parallel" and spec.options.nodes == 1:
+        return spec.threads * spec.options.workers
+    return None
 
 
 def peak_threads(threads: int) -> int:
@@ -82,7 +97,7 @@ class Runner:
             missing = self.peak_specs(threads, device)
         found += [self._run_and_store(s) for s in missing]
         theory = environment.theoretical_peak(threads) if device == "cpu" else None
-        return peak.Peak.of(found, threads, device, theory.flops if theory else None,
+        return peak.peak_of(found, threads, device, theory.flops if theory else None,
                             theory.describe() if theory else "")
 
     def _launch(self, spec: RunSpec) -> RunResult | None:
@@ -112,9 +127,8 @@ class Runner:
     def run(self, spec: RunSpec) -> RunResult | None:
         """Measure one spec (and the peak it needs), store and return the result. None for
         a parallel run whose rank 0 lived on another machine (that machine stores it)."""
-        # the peak is fp32: a tf32, bf16 or fp16 run may well go past it
-        fp32_step = spec.kind == "step" and spec.precision == "fp32"
-        pk = self.ensure_peak(peak_threads(spec.threads), spec.device) if fp32_step else None
+        threads = share_threads(spec)
+        pk = self.ensure_peak(peak_threads(threads), spec.device) if threads else None
         result = self._launch(spec)
         if result is None:
             return None
@@ -136,11 +150,12 @@ class Runner:
             else:
                 row = self.store.add(peak.raised_result(result, pk, environment.packages()))
                 warnings.append(peak.raised_warning(achieved, best, pk))
-                pk = pk.raised(peak.KernelRate.of([row]))
+                pk = pk.raised(peak.kernel_rate([row]))
         metrics = m.model_copy(update={"peak_flops": pk.flops,
                                        "peak_share": min(achieved / pk.flops, 1.0)})
+        outcome = (result.outcome or StepOutcome()).model_copy(update={"peak": pk})
         return result.model_copy(update={"metrics": metrics, "warnings": warnings,
-                                         "extra": {**result.extra, "peak": pk.to_dict()}})
+                                         "outcome": outcome})
 
     def run_all(self, specs: Sequence[RunSpec], stop: Callable[[], bool] | None = None,
                 still_pending: Callable[[RunSpec], bool] | None = None) -> list[RunResult]:

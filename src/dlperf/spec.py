@@ -4,6 +4,9 @@ All three are frozen pydantic models that round-trip through JSON: the parent wr
 RunSpec to a file, the worker process reads it and writes a RunResult back, and the store
 keeps the JSON. ``SCHEMA_VERSION`` is stored with every result; bump it when a field
 changes meaning.
+
+What differs between kinds of run lives in ``dlperf.kinds``: a spec's ``options`` and a
+result's ``outcome`` are that kind's typed models, chosen by ``kind``.
 """
 
 from __future__ import annotations
@@ -14,9 +17,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 2  # 2: RunSpec.precision; measurement settings and precision in the ids
+from dlperf.kinds import KINDS, Diagnostics, Options, Outcome, StepOptions, StorageOptions
+from dlperf.kinds.dataflow import InputOptions
 
-Kind = Literal["step", "peak", "train", "parallel"]
+# 2: RunSpec.precision; measurement settings and precision in the ids
+# 3: typed options (identity: the options that differ from their defaults) and outcomes
+SCHEMA_VERSION = 3
+
+#: the kinds of run: "step", "peak", "train", "parallel" (``dlperf.kinds.KINDS``)
+Kind = str
 Device = Literal["cpu", "gpu"]
 #: Numeric precision of a run. fp32: IEEE single precision, TF32 and reduced-precision
 #: reductions off; tf32: fp32 storage with TF32 matrix products (NVIDIA Ampere and later);
@@ -93,28 +102,47 @@ class RunSpec(_Frozen):
     precision: Precision = "fp32"
     repeat: int = Field(0, ge=0)
     measurement: Measurement = Field(default_factory=Measurement)
-    # kind-specific settings (e.g. a training target); part of the identity through params
-    # would make them hard to read, so they live here and are hashed too.
-    options: dict[str, Any] = Field(default_factory=dict)
+    # the kind's own settings (``dlperf.kinds``: e.g. a training target, a strategy); part
+    # of the identity
+    options: Options = Field(default_factory=StepOptions)
 
     @model_validator(mode="before")
     @classmethod
-    def _resolve_variant(cls, data: Any) -> Any:
+    def _resolve(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
         # 'default' names the framework's own default (torch eager, tensorflow graph, jax
         # jit), so that a spec and its stored identity never depend on the spelling
-        if isinstance(data, dict) and data.get("variant", "default") in ("default", "", None):
+        if data.get("variant", "default") in ("default", "", None):
             from dlperf import backends
 
             fw = data.get("framework", "torch")
             if fw in backends.BACKENDS:
                 data = {**data, "variant": backends.BACKENDS[fw].default_variant}
+        # options as a plain mapping (JSON, a call site): the kind's own model reads them
+        kind = data.get("kind", "step")
+        options = data.get("options")
+        if kind in KINDS and (options is None or isinstance(options, dict)):
+            data = {**data, "options": KINDS[kind].options.model_validate(options or {})}
         return data
 
+    @model_validator(mode="after")
+    def _options_of_kind(self) -> RunSpec:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown kind of run '{self.kind}' (known: {', '.join(KINDS)})")
+        if not isinstance(self.options, KINDS[self.kind].options):
+            raise ValueError(f"a {self.kind} run takes {KINDS[self.kind].options.__name__}, "
+                             f"got {type(self.options).__name__}")
+        return self
+
     def identity(self) -> dict[str, Any]:
+        """What makes two specs the same configuration. Options count by what differs from
+        their defaults, so a kind that gains an option keeps every stored id."""
         ident = {k: getattr(self, k) for k in _IDENTITY}
         ident["measurement"] = self.measurement.model_dump()
-        if self.options:
-            ident["options"] = self.options
+        options = self.options.model_dump(exclude_defaults=True)
+        if options:
+            ident["options"] = options
         return ident
 
     @property
@@ -134,13 +162,35 @@ class RunSpec(_Frozen):
         workers, global batch, threads per worker). The measurement settings are not in
         the label: tables show them in a column of their own."""
         if self.kind == "parallel":
-            from dlperf.parallel.options import describe
-
-            return describe(self)
+            return self.options.label(self.network, self.size, self.batch_size, self.threads)
         size = "" if self.size in ("full", "") else f"[{self.size}]"
         dev = f"cpu x{self.threads}" if self.device == "cpu" else self.device
         prec = "" if self.precision == "fp32" else f" {self.precision}"
-        return f"{self.network}{size} {self.framework}/{self.variant} {dev} b{self.batch_size}{prec}"
+        label = f"{self.network}{size} {self.framework}/{self.variant} {dev} b{self.batch_size}{prec}"
+        if isinstance(self.options, InputOptions | StorageOptions):  # '... disk:jpeg w2 p2'
+            return self.options.labelled(label)
+        return label
+
+
+#: keys of a schema-2 ``extra`` that were the launcher's diagnostics -> their new name
+_LEGACY_DIAGNOSTICS = {"worker_log_tail": "log_tail", "log_tail": "log_tail",
+                       "peak_rss_bytes": "peak_rss_bytes", "stacks": "stacks"}
+
+
+def _split_legacy_extra(extra: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    outcome = {k: v for k, v in extra.items() if k not in _LEGACY_DIAGNOSTICS}
+    diagnostics = {_LEGACY_DIAGNOSTICS[k]: v for k, v in extra.items() if k in _LEGACY_DIAGNOSTICS}
+    return outcome, diagnostics
+
+
+def _legacy_outcome_is_whole(kind: str, outcome: dict[str, Any]) -> bool:
+    """Whether a schema-2 payload has what the kind's outcome needs (a failed training run
+    has no curve: its payload, if any, is kept as diagnostics)."""
+    if kind == "train":
+        return "curve" in outcome
+    if kind == "parallel":
+        return "strategy" in outcome and "workers" in outcome
+    return True
 
 
 class Failure(_Frozen):
@@ -196,8 +246,36 @@ class RunResult(_Frozen):
     warnings: list[str] = Field(default_factory=list)
     # CPU seconds the launcher spent watching this run (it shares the CPUs with it)
     launcher_cpu_s: float | None = None
-    # kind-specific payload: training curves, parallel-strategy breakdowns, ...
-    extra: dict[str, Any] = Field(default_factory=dict)
+    # the kind's own findings (``dlperf.kinds``): a training curve, a strategy's breakdown
+    outcome: Outcome | None = None
+    # what the launcher kept of a failed run (log tail, stacks)
+    diagnostics: Diagnostics | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_payload(cls, data: Any) -> Any:
+        """The outcome read by the kind's own model; a result stored before outcomes were
+        typed (schema 2) has one untyped ``extra`` mapping, split here into outcome and
+        diagnostics (nothing of it is dropped: unknown keys stay on the outcome)."""
+        if not isinstance(data, dict):
+            return data
+        spec = data.get("spec")
+        kind = spec.kind if isinstance(spec, RunSpec) else (spec or {}).get("kind", "step")
+        info = KINDS.get(kind)
+        data = dict(data)
+        if "extra" in data:
+            outcome, diagnostics = _split_legacy_extra(data.pop("extra") or {})
+            if outcome and info is not None and info.outcome is not None and \
+                    _legacy_outcome_is_whole(kind, outcome):
+                data.setdefault("outcome", outcome)
+            elif outcome:
+                diagnostics = {**(diagnostics or {}), **outcome}
+            if diagnostics:
+                data.setdefault("diagnostics", diagnostics)
+        outcome = data.get("outcome")
+        if isinstance(outcome, dict) and info is not None and info.outcome is not None:
+            data["outcome"] = info.outcome.model_validate(outcome)
+        return data
 
     @property
     def ok(self) -> bool:

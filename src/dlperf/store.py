@@ -26,7 +26,8 @@ from dlperf import environment, migrate
 from dlperf.errors import StoreWriteError, UsageError
 from dlperf.spec import RunResult, RunSpec
 
-SCHEMA_VERSION = 2  # 2: ids include the measurement settings and the precision
+# 2: ids include the measurement settings and the precision; 3: typed options in the ids
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from dlperf.errors import is_out_of_memory
+from dlperf.kinds.dataflow import InputOptions
 from dlperf.spec import Metrics, RunResult, RunSpec
 
 
@@ -85,10 +86,15 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
     except UnsupportedError as e:
         return RunResult.failed(spec, "unsupported", str(e), finished_at=time.time(), **base)
     if spec.kind == "train":
-        from dlperf.train import run_training
+        from dlperf.training.loop import run_training
 
         return run_training(spec, backend, emit, base)
-    if spec.kind not in ("step", "peak"):
+    if spec.kind == "loader" or (isinstance(spec.options, InputOptions)
+                                 and spec.options.has_pipeline):
+        from dlperf.dataflow.worker import run_dataflow  # a real input pipeline
+
+        return run_dataflow(spec, backend, emit, base)
+    if spec.kind not in ("step", "peak", "inference"):
         return RunResult.failed(spec, "unsupported", f"worker cannot run kind '{spec.kind}'", **base)
 
     from dlperf.measure.stats import instability_warning, summarize
@@ -100,6 +106,15 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
         if spec.kind == "peak":
             trainer = backend.probe(spec.network, spec.batch_size, spec.device)
             flops = trainer.flops_per_step()
+        elif spec.kind == "inference":
+            from dlperf import workloads
+
+            _, _, cfg = workloads.resolve(spec.network, spec.size, spec.params)
+            trainer = backend.build_inference(spec.network, cfg, spec.batch_size,
+                                              spec.variant, spec.device, spec.seed)
+            # the forward products of the neutral definition (no framework counts a
+            # forward-only call the same way in all of them)
+            flops = float(spec.batch_size * sum(x.fwd_flops for x in cfg.layers())) or None
         else:
             from dlperf import workloads
 
@@ -131,16 +146,22 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
     metrics = Metrics(
         steps=s.n, median_s=s.median, mean_s=s.mean, std_s=s.std, min_s=s.min, max_s=s.max,
         mad_s=s.mad, iqr_s=s.iqr, cv=s.cv,
-        samples_per_s=spec.batch_size / s.median if spec.kind == "step" else 0.0,
+        samples_per_s=spec.batch_size / s.median if spec.kind != "peak" else 0.0,
         flops_per_step=flops, achieved_flops=achieved,
         peak_rss_bytes=peak_rss, model_rss_bytes=max(0, peak_rss - rss_before),
         device_peak_bytes=trainer.device_peak_bytes(), cpu_util=timing.cpu_util,
         warmup_steps=len(timing.warmup_s), warmup_settled=timing.settled,
     )
+    outcome = None
+    if spec.kind == "inference":
+        from dlperf.kinds.inference import latency_outcome
+
+        outcome = latency_outcome(timing.steps_s, spec.batch_size, trainer.mode,
+                                  trainer.grad_free(), flops)
     return RunResult(
         spec=spec, status="ok", metrics=metrics, step_times_s=timing.steps_s,
         warmup_times_s=timing.warmup_s, param_count=trainer.param_count,
-        warnings=warnings, finished_at=time.time(), **base,
+        warnings=warnings, finished_at=time.time(), outcome=outcome, **base,
     )
 
 

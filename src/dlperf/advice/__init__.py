@@ -24,11 +24,11 @@ from dlperf.advice.records import (
 )
 from dlperf.advice.tasks import TASKS, task
 from dlperf.errors import UsageError
-from dlperf.report.analysis import Row
+from dlperf.report.aggregate import ConfigResult
 
 
 def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str = "this",
-           rows: list[Row] | None = None, errors: ErrorLookup | None = None) -> Advice:
+           rows: list[ConfigResult] | None = None, errors: ErrorLookup | None = None) -> Advice:
     """Advice for ``task_name`` on each piece of ``hardware`` ('this', a catalogue device
     with a count, or several, comma-separated). ``rows``: this machine's aggregated step
     and parallel rows, failures included. ``errors``: the model's validated error for a

@@ -15,10 +15,10 @@ from dlperf.advice.records import HardwareAdvice, Measured, Predicted, Recommend
 from dlperf.advice.tasks import Task
 from dlperf.perfmodel.predict import training_memory
 from dlperf.presets import settings_name
-from dlperf.report.analysis import Row, direction
+from dlperf.report.aggregate import ConfigResult, direction
 
 
-def dispersion(r: Row) -> str:
+def dispersion(r: ConfigResult) -> str:
     steps = sum(x.metrics.steps for x in r.ok if x.metrics)
     cv = units.percent(r.within_cv)
     procs = f" in {r.processes} processes" if r.processes > 1 else ""
@@ -26,16 +26,16 @@ def dispersion(r: Row) -> str:
             f"({settings_name(r.spec.measurement)} settings)")
 
 
-def measured(r: Row) -> Measured:
+def measured(r: ConfigResult) -> Measured:
     return Measured(configuration=r.spec.label(), dispersion=dispersion(r))
 
 
-def advise_here(task: Task, rows: list[Row], samples: int, epochs: float) -> HardwareAdvice:
+def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: float) -> HardwareAdvice:
     """``rows``: this machine's aggregated step and parallel rows (failures included)."""
     cores = environment.physical_cores()
     steps = [r for r in rows if r.spec.kind == "step" and r.spec.network in workloads.WORKLOADS]
     recs: list[Recommendation] = []
-    best_of: dict[tuple[str, str], Row] = {}
+    best_of: dict[tuple[str, str], ConfigResult] = {}
     for cand in task.candidates:
         for size in common.sizes(cand.network):
             mine = [r for r in steps if r.spec.network == cand.network and r.spec.size == size]
@@ -57,7 +57,7 @@ def advise_here(task: Task, rows: list[Row], samples: int, epochs: float) -> Har
     return HardwareAdvice("this machine", tuple(recs), tuple(notes))
 
 
-def _network(net: str, size: str, best: Row | None, samples: int, epochs: float,
+def _network(net: str, size: str, best: ConfigResult | None, samples: int, epochs: float,
              cores: int) -> Recommendation:
     name = common.name(net, size)
     if best is None:
@@ -69,11 +69,11 @@ def _network(net: str, size: str, best: Row | None, samples: int, epochs: float,
                           f"{best.samples_per_s:.4g} samples/s", hours, "h", measured(best))
 
 
-def _framework(net: str, size: str, mine: list[Row], best: Row, cores: int) -> list[Recommendation]:
+def _framework(net: str, size: str, mine: list[ConfigResult], best: ConfigResult, cores: int) -> list[Recommendation]:
     """The fastest framework at the best configuration's batch, device and threads."""
     same = [r for r in mine if r.measured and (r.spec.batch_size, r.spec.device, r.spec.threads)
             == (best.spec.batch_size, best.spec.device, best.spec.threads)]
-    by_fw: dict[str, Row] = {}
+    by_fw: dict[str, ConfigResult] = {}
     for r in same:
         if r.framework_label not in by_fw or r.median_s < by_fw[r.framework_label].median_s:
             by_fw[r.framework_label] = r
@@ -93,7 +93,7 @@ def _framework(net: str, size: str, mine: list[Row], best: Row, cores: int) -> l
                            top.median_s, "s", measured(top))]
 
 
-def _threads(net: str, size: str, mine: list[Row], best: Row, cores: int) -> Recommendation:
+def _threads(net: str, size: str, mine: list[ConfigResult], best: ConfigResult, cores: int) -> Recommendation:
     """The thread count of the fastest configuration, and what threads past the physical
     cores did, where measured."""
     curve = {r.spec.threads: r for r in mine if r.measured and r.spec.device == "cpu"
@@ -127,7 +127,7 @@ def _threads(net: str, size: str, mine: list[Row], best: Row, cores: int) -> Rec
                           measured(curve[t_best]))
 
 
-def _batch(net: str, size: str, mine: list[Row]) -> Recommendation:
+def _batch(net: str, size: str, mine: list[ConfigResult]) -> Recommendation:
     """The largest batch that fits: from runs that ran out of memory where there are any,
     else the model's memory estimate against this machine's memory."""
     name = common.name(net, size)
@@ -150,7 +150,7 @@ def _batch(net: str, size: str, mine: list[Row]) -> Recommendation:
                              "no run here ran out of memory"))
 
 
-def _devices(first: Row | None, rows: list[Row], task: Task, samples: int, epochs: float,
+def _devices(first: ConfigResult | None, rows: list[ConfigResult], task: Task, samples: int, epochs: float,
              cores: int) -> Recommendation:
     """Several worker processes on this machine: the measured parallel strategies."""
     from dlperf.report.parallel import opts, speedup
@@ -177,7 +177,7 @@ def _devices(first: Row | None, rows: list[Row], task: Task, samples: int, epoch
                           hours, "h", measured(r))
 
 
-def _data(first: Row | None, task: Task, cores: int) -> Recommendation:
+def _data(first: ConfigResult | None, task: Task, cores: int) -> Recommendation:
     """Whether storage keeps up with the fastest measured rate."""
     if first is None:
         net = task.candidates[0].network

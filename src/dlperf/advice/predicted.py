@@ -21,7 +21,7 @@ from dlperf.errors import UsageError
 from dlperf.perfmodel import catalogue, predict
 from dlperf.perfmodel.predict import training_memory
 from dlperf.perfmodel.result import Prediction
-from dlperf.report.analysis import Row
+from dlperf.report.aggregate import ConfigResult
 
 BASIS = "datasheet rates x public efficiency factors (dlperf predict --json shows them)"
 
@@ -57,7 +57,7 @@ def _source(p: Prediction, errors: ErrorLookup | None) -> Predicted:
     return Predicted(cfg, errors(p) if errors else None, BASIS)
 
 
-def advise_catalogue(task: Task, hw: Hardware, here: list[Row], samples: int, epochs: float,
+def advise_catalogue(task: Task, hw: Hardware, here: list[ConfigResult], samples: int, epochs: float,
                      errors: ErrorLookup | None = None) -> HardwareAdvice:
     """``here``: this machine's step rows, for the framework advice only."""
     dev = catalogue.device(hw.device)
@@ -89,7 +89,7 @@ def advise_catalogue(task: Task, hw: Hardware, here: list[Row], samples: int, ep
     return HardwareAdvice(hw.label(), tuple(recs), tuple(notes))
 
 
-def _framework(net: str, here: list[Row]) -> Recommendation:
+def _framework(net: str, here: list[ConfigResult]) -> Recommendation:
     mine = [r for r in here if r.spec.network == net and r.measured]
     if not mine:
         return Recommendation("framework", net, f"{net}: the model has no framework term, "

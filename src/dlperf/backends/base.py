@@ -60,6 +60,27 @@ class Trainer(ABC):
         """Replace the synthetic batch with numpy arrays in the neutral layout."""
         raise NotImplementedError
 
+    def train_on(self, x: Any, y: Any) -> Any:
+        """One step on a batch from this backend's input pipeline
+        (``Backend.input_pipeline``), in the framework's own tensor type on the host: the
+        trainer moves it to its device (no numpy round trip) and runs ``step()`` on it."""
+        raise UnsupportedError(f"{type(self).__name__} cannot train on an input pipeline")
+
+
+class ForwardOnly(Trainer):
+    """A built network in the framework's inference mode: ``step()`` is one forward pass
+    (one query) over a batch already on the device, with no autograd and the network in
+    evaluation mode (batch normalisation on its running statistics, dropout off). What
+    ``Backend.build_inference`` returns; the worker times it as it times a step."""
+
+    #: how the framework was put into inference mode (recorded with the result)
+    mode: str = ""
+
+    def grad_free(self) -> bool | None:
+        """After the timed queries: True when the framework's own state shows that no
+        gradient was recorded (None: this backend cannot tell)."""
+        return None
+
 
 #: The neutral layout of ``get_weights``/``set_weights`` (numpy float32 arrays), keyed by
 #: the layer names of ``dlperf.workloads`` plus a suffix:
@@ -164,6 +185,19 @@ class Backend(ABC):
         self, workload: str, config: Any, batch_size: int, variant: str, device: str, seed: int
     ) -> Trainer:
         """Build the network, optimizer (plain SGD) and synthetic data on the device."""
+
+    def input_pipeline(self, source: Any, batch_size: int, seed: int, device: str) -> Any:
+        """The framework's own input pipeline over ``source`` (a
+        ``dlperf.dataflow.pipeline.Source``): an ``InputPipeline`` whose batches are in
+        this framework's tensor type, for ``Trainer.train_on``."""
+        raise UnsupportedError(f"the {self.name} backend has no input pipeline")
+
+    def build_inference(
+        self, workload: str, config: Any, batch_size: int, variant: str, device: str, seed: int
+    ) -> ForwardOnly:
+        """The network and a synthetic batch of ``batch_size`` on the device, in the
+        framework's inference mode (``ForwardOnly``); the same weights as ``build``."""
+        raise UnsupportedError(f"the {self.name} backend has no inference mode")
 
     def matmul(self, n: int, device: str) -> Trainer:
         """An n x n fp32 matmul as a Trainer: one of the kernels whose best FLOP/s is the

@@ -28,7 +28,13 @@ import numpy as np
 import optax
 from jax.extend import core as jax_core
 
-from dlperf.backends.base import NO_TF32_ON_CPU, Backend, Trainer, UnsupportedError
+from dlperf.backends.base import (
+    NO_TF32_ON_CPU,
+    Backend,
+    ForwardOnly,
+    Trainer,
+    UnsupportedError,
+)
 from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
 
 LEARNING_RATE = 0.01
@@ -62,11 +68,12 @@ def _conv(features: int, kernel: int, stride: int, pad: int, name: str,
                    bias_init=nn.initializers.zeros, name=name)
 
 
-def _bn(name: str) -> nn.BatchNorm:
+def _bn(name: str, train: bool = True) -> nn.BatchNorm:
     # batch statistics in training, as torch's BatchNorm2d in train mode (the running
-    # averages are updated as in torch, except that Flax keeps the biased variance)
-    return nn.BatchNorm(use_running_average=False, momentum=BN_MOMENTUM, epsilon=BN_EPSILON,
-                        name=name)
+    # averages are updated as in torch, except that Flax keeps the biased variance); the
+    # running averages in inference (``train=False``), as torch's eval mode
+    return nn.BatchNorm(use_running_average=not train, momentum=BN_MOMENTUM,
+                        epsilon=BN_EPSILON, name=name)
 
 
 def _max_pool(x: jax.Array) -> jax.Array:
@@ -117,29 +124,34 @@ class Bottleneck(nn.Module):
     width: int
     c_out: int
     stride: int
+    train: bool = True
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = jax.nn.relu(_bn("bn1")(_conv(self.width, 1, 1, 0, "c1", bias=False)(x)))
-        y = jax.nn.relu(_bn("bn2")(_conv(self.width, 3, self.stride, 1, "c2", bias=False)(y)))
-        y = _bn("bn3")(_conv(self.c_out, 1, 1, 0, "c3", bias=False)(y))
+        t = self.train
+        y = jax.nn.relu(_bn("bn1", t)(_conv(self.width, 1, 1, 0, "c1", bias=False)(x)))
+        y = jax.nn.relu(_bn("bn2", t)(_conv(self.width, 3, self.stride, 1, "c2",
+                                             bias=False)(y)))
+        y = _bn("bn3", t)(_conv(self.c_out, 1, 1, 0, "c3", bias=False)(y))
         if self.stride != 1 or x.shape[-1] != self.c_out:
-            x = _bn("proj_bn")(_conv(self.c_out, 1, self.stride, 0, "proj", bias=False)(x))
+            x = _bn("proj_bn", t)(_conv(self.c_out, 1, self.stride, 0, "proj", bias=False)(x))
         return jax.nn.relu(y + x)
 
 
 class ResNet(nn.Module):
     cfg: ResNetConfig
+    train: bool = True  # False: batch normalisation on the running averages (inference)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:  # x: NHWC
         cfg = self.cfg
-        x = jax.nn.relu(_bn("stem_bn")(_conv(cfg.stem, 7, 2, 3, "stem", bias=False)(x)))
+        x = jax.nn.relu(_bn("stem_bn", self.train)(_conv(cfg.stem, 7, 2, 3, "stem",
+                                                         bias=False)(x)))
         x = _max_pool(x)
         for s, (width, blocks, stride) in enumerate(cfg.stages, start=1):
             for b in range(1, blocks + 1):
                 x = Bottleneck(width, width * cfg.expansion, stride if b == 1 else 1,
-                               name=f"s{s}b{b}")(x)
+                               self.train, name=f"s{s}b{b}")(x)
         x = jnp.mean(x, axis=(1, 2))
         return _dense(cfg.classes, "fc")(x)
 
@@ -480,6 +492,35 @@ class JaxTrainer(Trainer):
         self.y = jax.device_put(np.asarray(y, dtype=np.int32), self.device)
         self.batch_size = int(self.x.shape[0])
 
+    def train_on(self, x: Any, y: Any) -> jax.Array:
+        # Grain's numpy batch onto the device, JAX's way in; targets as int32
+        self.x, self.y = jax.device_put((x, np.asarray(y, dtype=np.int32)), self.device)
+        return self.step()
+
+
+class JaxInference(ForwardOnly):
+    """One forward pass: the model's apply function jitted on its own (never under
+    ``jax.grad``, so no gradient is traced), batch normalisation on its running averages."""
+
+    mode = "jax.jit(model.apply), no grad, batch norm on running averages"
+
+    def __init__(self, model: nn.Module, variables: dict[str, Any], x: Any,
+                 device: jax.Device):
+        self.device = device
+        self.x = jax.device_put(x, device)
+        self.batch_size = int(x.shape[0])
+        self.variables = jax.device_put(variables, device)
+        self.param_count = count_params(variables["params"])
+        self._apply = jax.jit(model.apply)
+        self._out: jax.Array | None = None
+
+    def step(self) -> jax.Array:
+        self._out = self._apply(self.variables, self.x)
+        return self._out
+
+    def sync(self) -> None:
+        jax.block_until_ready(self._out)
+
 
 def xla_cpu_threads() -> int:
     """Threads of XLA:CPU's intra-op pool, as created by the running CPU client.
@@ -557,6 +598,24 @@ class JaxBackend(Backend):
             variables = init_variables(model, config, batch_size, prng_key(seed))
         x, y = synthetic_batch(config, batch_size, seed + 1)
         return JaxTrainer(model, config, variables, x, y, dev)
+
+    def input_pipeline(self, source, batch_size: int, seed: int, device: str):
+        from dlperf.backends.jax_input import build_pipeline
+
+        return build_pipeline(source, batch_size, seed, device)
+
+    def build_inference(self, workload: str, config: Any, batch_size: int, variant: str,
+                        device: str, seed: int) -> JaxInference:
+        if variant != "jit":
+            raise UnsupportedError(f"jax backend has no variant '{variant}'")
+        dev = _device(device)
+        model = build_model(config)
+        with jax.default_device(dev):
+            variables = init_variables(model, config, batch_size, prng_key(seed))
+        if isinstance(model, ResNet):  # the same parameter tree, evaluation-mode norms
+            model = ResNet(config, train=False)
+        x, _ = synthetic_batch(config, batch_size, seed + 1)
+        return JaxInference(model, variables, x, dev)
 
     def matmul(self, n: int, device: str) -> Trainer:
         return MatmulProbe(n, _device(device))

@@ -31,7 +31,7 @@ if "keras" not in sys.modules and _wanted in backends.BACKENDS and not backends.
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from dlperf.backends.base import Backend, Trainer, UnsupportedError  # noqa: E402
+from dlperf.backends.base import Backend, ForwardOnly, Trainer, UnsupportedError  # noqa: E402
 from dlperf.backends.keras_models import (  # noqa: E402
     FlatRows,
     build_model,
@@ -105,6 +105,32 @@ class KerasTrainer(Trainer):
             self.x = keras.ops.convert_to_tensor(np.ascontiguousarray(x), dtype=dtype)
             self.y = keras.ops.convert_to_tensor(np.asarray(y), dtype="int32")
         self.batch_size = int(x.shape[0])
+
+
+class KerasInference(ForwardOnly):
+    """One query as a Keras user serves it: ``predict_on_batch`` (Keras' predict step,
+    ``training=False``, no gradient), which returns the output as a NumPy array, so when
+    it returns the device has finished."""
+
+    mode = "model.predict_on_batch (training=False)"
+
+    def __init__(self, tr: KerasTrainer):
+        self.model, self.x, self.device = tr.model, tr.x, tr.device
+        self.batch_size, self.param_count = tr.batch_size, tr.param_count
+
+    def step(self) -> Any:
+        with keras.device(self.device):
+            return self.model.predict_on_batch(self.x)
+
+    def sync(self) -> None:
+        """Nothing to wait for: the output is already on the host."""
+
+    def grad_free(self) -> bool | None:
+        """On Keras' torch backend: no variable's torch tensor holds a gradient (the
+        other Keras backends keep no gradient on their variables to look at)."""
+        if ENGINE != "torch":
+            return None
+        return all(getattr(v.value, "grad", None) is None for v in self.model.variables)
 
 
 # ----------------------------------------------------------------------------- flops
@@ -204,6 +230,10 @@ class KerasBackend(Backend):
             model, flat = build_model(config)
         x, y = synthetic_batch(config, batch_size, seed + 1)
         return KerasTrainer(model, flat, x, y, config, dev)
+
+    def build_inference(self, workload: str, config: Any, batch_size: int, variant: str,
+                        device: str, seed: int) -> KerasInference:
+        return KerasInference(self.build(workload, config, batch_size, variant, device, seed))
 
     def matmul(self, n: int, device: str) -> Trainer:
         return self._engine.matmul(n, device)

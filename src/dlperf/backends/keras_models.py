@@ -1,4 +1,5 @@
-"""The DLBench networks written once in Keras 3 layers, for any Keras backend.
+"""The DLBench networks written once in Keras 3 layers, for any Keras backend: the Keras
+framework (``keras_backend``) and the TensorFlow backend (``tf_backend``) both build them.
 
 Nothing here imports TensorFlow, PyTorch or JAX: Keras runs these layers on whichever
 backend ``KERAS_BACKEND`` named when Keras was imported (``keras_backend`` sets it per
@@ -158,7 +159,7 @@ def build_model(cfg: Any, **kw: Any) -> tuple[keras.Model, FlatRows]:
     try:
         builder = BUILDERS[type(cfg)]
     except KeyError:
-        raise UnsupportedError(f"keras backend cannot build {type(cfg).__name__}") from None
+        raise UnsupportedError(f"no Keras model of {type(cfg).__name__}") from None
     return builder(cfg, **kw)
 
 

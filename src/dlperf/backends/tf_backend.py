@@ -11,10 +11,8 @@ FLOPs come from TensorFlow's graph profiler (``tf.compat.v1.profiler``), see
 
 from __future__ import annotations
 
-import math
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 if "keras" not in sys.modules:
@@ -26,12 +24,22 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import deprecation
 
-from dlperf.backends.base import NO_TF32_ON_CPU, Backend, Trainer, UnsupportedError
-from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
+from dlperf.backends.base import (
+    NO_TF32_ON_CPU,
+    Backend,
+    ForwardOnly,
+    Trainer,
+    UnsupportedError,
+)
+from dlperf.backends.keras_models import (
+    build_model,
+    export_weights,
+    import_weights,
+    trainable_params,
+)
+from dlperf.workloads.dlbench import LSTMLMConfig
 
 LEARNING_RATE = 0.01
-BN_EPSILON = 1e-5  # PyTorch's default; Keras' own default is 1e-3
-BN_MOMENTUM = 0.9  # PyTorch's momentum=0.1 in Keras' convention (running stats only)
 
 #: Keras mixed-precision policies: fp32 weights, bf16/fp16 compute
 POLICIES = {"fp32": "float32", "tf32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
@@ -43,147 +51,10 @@ MATMUL_CONV_OPS = frozenset({
 })
 
 
-# ----------------------------------------------------------------------------- init
-def _uniform(bound: float) -> keras.initializers.Initializer:
-    return keras.initializers.RandomUniform(-bound, bound)
-
-
-def _fan_in_uniform(fan_in: int) -> keras.initializers.Initializer:
-    """U(-1/sqrt(fan_in), +1/sqrt(fan_in)) (dlperf.workloads.init); biases are zeros."""
-    return _uniform(1.0 / math.sqrt(fan_in))
-
-
 # ----------------------------------------------------------------------------- models
-def _dense(n_in: int, n_out: int, name: str, activation: str | None = None) -> keras.layers.Dense:
-    return keras.layers.Dense(
-        n_out, activation=activation, name=name,
-        kernel_initializer=_fan_in_uniform(n_in), bias_initializer="zeros",
-    )
-
-
-def _conv(x, c_in: int, c_out: int, k: int, stride: int, pad: int, name: str,
-          activation: str | None = None, bias: bool = True):
-    """A convolution with PyTorch's symmetric padding. 'same' is used only where it pads
-    exactly as PyTorch does (stride 1, pad (k-1)/2); otherwise an explicit ZeroPadding2D
-    and a 'valid' convolution (TensorFlow's 'SAME' pads asymmetrically at stride 2)."""
-    if stride == 1 and 2 * pad == k - 1:
-        padding = "same"
-    else:
-        padding = "valid"
-        if pad:
-            x = keras.layers.ZeroPadding2D(pad, name=f"{name}_pad")(x)
-    return keras.layers.Conv2D(
-        c_out, k, strides=stride, padding=padding, activation=activation, use_bias=bias,
-        name=name, kernel_initializer=_fan_in_uniform(k * k * c_in),
-        bias_initializer="zeros",
-    )(x)
-
-
-def _max_pool(x, name: str):
-    """Max-pool 3x3, stride 2, padding 1. Zero padding is exact here: every pool follows
-    a ReLU, so the window maximum is never below zero."""
-    x = keras.layers.ZeroPadding2D(1, name=f"{name}_pad")(x)
-    return keras.layers.MaxPooling2D(3, 2, padding="valid", name=name)(x)
-
-
-def _bn(x, name: str):
-    return keras.layers.BatchNormalization(
-        epsilon=BN_EPSILON, momentum=BN_MOMENTUM, name=name,
-        gamma_initializer="ones", beta_initializer="zeros",
-    )(x)
-
-
-def build_fcn(cfg: FCNConfig) -> tuple[keras.Model, dict[str, tuple[int, int, int]]]:
-    widths = (cfg.inputs, *cfg.hidden, cfg.classes)
-    x = inputs = keras.Input((cfg.inputs,), name="x")
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
-        act = cfg.activation if i < len(widths) - 2 else None
-        x = _dense(a, b, f"fc{i + 1}", act)(x)
-    return keras.Model(inputs, x, name="fcn"), {}
-
-
-def build_alexnet(cfg: AlexNetConfig) -> tuple[keras.Model, dict[str, tuple[int, int, int]]]:
-    x = inputs = keras.Input((cfg.image, cfg.image, cfg.channels_in), name="x")
-    c_in = cfg.channels_in
-    for i, c in enumerate(cfg.convs, start=1):
-        x = _conv(x, c_in, c.out, c.kernel, c.stride, c.pad, f"conv{i}", "relu")
-        if c.pool_after:
-            x = _max_pool(x, f"pool{i}")
-        c_in = c.out
-    side = cfg.feature_side()
-    x = keras.layers.Flatten(name="flatten")(x)  # (H, W, C) order; see _flat_rows
-    widths = (c_in * side * side, *cfg.fc, cfg.classes)
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
-        x = _dense(a, b, f"fc{i + 1}", "relu" if i < len(widths) - 2 else None)(x)
-    return keras.Model(inputs, x, name="alexnet"), {"fc1": (c_in, side, side)}
-
-
-def _bottleneck(x, c_in: int, width: int, c_out: int, stride: int, name: str):
-    y = _conv(x, c_in, width, 1, 1, 0, f"{name}_c1", bias=False)
-    y = keras.layers.ReLU()(_bn(y, f"{name}_bn1"))
-    y = _conv(y, width, width, 3, stride, 1, f"{name}_c2", bias=False)
-    y = keras.layers.ReLU()(_bn(y, f"{name}_bn2"))
-    y = _bn(_conv(y, width, c_out, 1, 1, 0, f"{name}_c3", bias=False), f"{name}_bn3")
-    if stride != 1 or c_in != c_out:
-        x = _bn(_conv(x, c_in, c_out, 1, stride, 0, f"{name}_proj", bias=False),
-                f"{name}_proj_bn")
-    return keras.layers.ReLU()(keras.layers.Add()([y, x]))
-
-
-def build_resnet(cfg: ResNetConfig) -> tuple[keras.Model, dict[str, tuple[int, int, int]]]:
-    x = inputs = keras.Input((cfg.image, cfg.image, cfg.channels_in), name="x")
-    x = _conv(x, cfg.channels_in, cfg.stem, 7, 2, 3, "stem", bias=False)
-    x = keras.layers.ReLU(name="stem_relu")(_bn(x, "stem_bn"))
-    x = _max_pool(x, "stem_pool")
-    c_in = cfg.stem
-    for s, (width, blocks, stride) in enumerate(cfg.stages, start=1):
-        for b in range(1, blocks + 1):
-            c_out = width * cfg.expansion
-            x = _bottleneck(x, c_in, width, c_out, stride if b == 1 else 1, f"s{s}b{b}")
-            c_in = c_out
-    x = keras.layers.GlobalAveragePooling2D(name="avgpool")(x)
-    x = _dense(c_in, cfg.classes, "fc")(x)
-    return keras.Model(inputs, x, name="resnet"), {}
-
-
-def build_lstm_lm(
-    cfg: LSTMLMConfig, unroll: bool = False
-) -> tuple[keras.Model, dict[str, tuple[int, int, int]]]:
-    """Embedding -> stacked LSTM -> vocabulary projection at every step. Keras' LSTM has
-    one bias per gate (the neutral definition) and gate order i, f, c, o."""
-    x = inputs = keras.Input((cfg.seq_len,), dtype="int32", name="tokens")
-    x = keras.layers.Embedding(
-        cfg.vocab, cfg.embed, name="embedding", embeddings_initializer=_uniform(0.1)
-    )(x)
-    for i in range(cfg.layers_n):
-        x = keras.layers.LSTM(
-            cfg.hidden, return_sequences=True, name=f"lstm{i + 1}", unroll=unroll,
-            kernel_initializer=_uniform(1.0 / math.sqrt(cfg.hidden)),
-            recurrent_initializer=_uniform(1.0 / math.sqrt(cfg.hidden)),
-            bias_initializer="zeros", unit_forget_bias=False,
-        )(x)
-    x = _dense(cfg.hidden, cfg.vocab, "softmax_proj")(x)
-    return keras.Model(inputs, x, name="lstm_lm"), {}
-
-
-BUILDERS: dict[type, Callable[..., tuple[keras.Model, dict[str, tuple[int, int, int]]]]] = {
-    FCNConfig: build_fcn,
-    AlexNetConfig: build_alexnet,
-    ResNetConfig: build_resnet,
-    LSTMLMConfig: build_lstm_lm,
-}
-
-
-def build_model(cfg: Any, **kw: Any) -> tuple[keras.Model, dict[str, tuple[int, int, int]]]:
-    """The Keras model, and for every dense layer fed by a flattened feature map the (C, H, W)
-    shape of that map (its rows are stored in TensorFlow's (H, W, C) order)."""
-    try:
-        builder = BUILDERS[type(cfg)]
-    except KeyError:
-        raise UnsupportedError(f"tensorflow backend cannot build {type(cfg).__name__}") from None
-    return builder(cfg, **kw)
-
-
+# The networks are the Keras models of ``keras_models`` (written once for every Keras
+# backend), on Keras' TensorFlow backend; only the synthetic batch is TensorFlow's own,
+# generated on the device.
 def synthetic_batch(cfg: Any, batch: int, seed: int) -> tuple[tf.Tensor, tf.Tensor]:
     """Inputs (images NHWC) and integer targets, generated on the current device."""
     gen = tf.random.Generator.from_seed(seed)
@@ -197,66 +68,6 @@ def synthetic_batch(cfg: Any, batch: int, seed: int) -> tuple[tf.Tensor, tf.Tens
     x = gen.normal(shape, dtype=tf.float32)
     y = gen.uniform((batch,), 0, cfg.classes, dtype=tf.int32)
     return x, y
-
-
-def trainable_params(model: keras.Model) -> int:
-    return int(sum(math.prod(v.shape) for v in model.trainable_variables))
-
-
-# ----------------------------------------------------------------------------- weights
-def _flat_rows(a: np.ndarray, chw: tuple[int, int, int], to_neutral: bool) -> np.ndarray:
-    """Permute a dense kernel's rows between (H, W, C) (TensorFlow) and (C, H, W) order."""
-    c, h, w = chw
-    out = a.shape[-1]
-    if to_neutral:
-        return a.reshape(h, w, c, out).transpose(2, 0, 1, 3).reshape(c * h * w, out)
-    return a.reshape(c, h, w, out).transpose(1, 2, 0, 3).reshape(h * w * c, out)
-
-
-def _neutral_vars(model: keras.Model) -> list[tuple[str, Any]]:
-    """(neutral name, Keras variable) for every trainable parameter."""
-    out: list[tuple[str, Any]] = []
-    for layer in model.layers:
-        n = layer.name
-        if isinstance(layer, keras.layers.Dense | keras.layers.Conv2D):
-            out.append((f"{n}.w", layer.kernel))
-            if layer.use_bias:
-                out.append((f"{n}.b", layer.bias))
-        elif isinstance(layer, keras.layers.BatchNormalization):
-            out += [(f"{n}.gamma", layer.gamma), (f"{n}.beta", layer.beta)]
-        elif isinstance(layer, keras.layers.Embedding):
-            out.append((f"{n}.w", layer.embeddings))
-        elif isinstance(layer, keras.layers.LSTM):
-            cell = layer.cell
-            out += [(f"{n}.wx", cell.kernel), (f"{n}.wh", cell.recurrent_kernel),
-                    (f"{n}.b", cell.bias)]
-    return out
-
-
-def export_weights(model: keras.Model, flat: dict[str, tuple[int, int, int]]) -> dict[str, np.ndarray]:
-    out = {}
-    for name, v in _neutral_vars(model):
-        a = np.array(v.numpy(), dtype=np.float32, copy=True)
-        layer = name.split(".")[0]
-        if layer in flat and name.endswith(".w"):
-            a = _flat_rows(a, flat[layer], to_neutral=True)
-        out[name] = a
-    return out
-
-
-def import_weights(
-    model: keras.Model, flat: dict[str, tuple[int, int, int]], weights: dict[str, np.ndarray]
-) -> None:
-    params = _neutral_vars(model)
-    missing = {n for n, _ in params} - set(weights)
-    if missing:
-        raise KeyError(f"weights missing: {sorted(missing)[:5]}")
-    for name, v in params:
-        a = np.asarray(weights[name], dtype=np.float32)
-        layer = name.split(".")[0]
-        if layer in flat and name.endswith(".w"):
-            a = _flat_rows(a, flat[layer], to_neutral=False)
-        v.assign(a.reshape(v.shape))
 
 
 # ----------------------------------------------------------------------------- flops
@@ -420,10 +231,45 @@ class TFTrainer(Trainer):
             self.y = tf.identity(tf.constant(np.asarray(y), dtype=tf.int32))
         self.batch_size = int(self.x.shape[0])
 
+    def train_on(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        # tf.data's tensors straight into the tf.function (traced once for their shapes)
+        self._last_loss = self._step(x, y)
+        return self._last_loss
+
     def device_peak_bytes(self) -> int | None:
         if self.device.startswith("/GPU"):
             return int(tf.config.experimental.get_memory_info(self.device[1:])["peak"])
         return None
+
+
+class TFInference(ForwardOnly):
+    """One forward pass: ``model(x, training=False)`` (batch normalisation on its moving
+    averages) in a tf.function, XLA-compiled for the 'xla' variant; no GradientTape, so
+    TensorFlow records no gradient."""
+
+    mode = "model(x, training=False) in a tf.function"
+
+    def __init__(self, model: keras.Model, x: tf.Tensor, variant: str, device: str):
+        self.model, self.x, self.device = model, x, device
+        self.batch_size = int(x.shape[0])
+        self.param_count = trainable_params(model)
+        self._fn = tf.function(lambda x: model(x, training=False),
+                               jit_compile=variant == "xla")
+        self._out: tf.Tensor | None = None
+
+    def step(self) -> tf.Tensor:
+        self._out = self._fn(self.x)
+        return self._out
+
+    def sync(self) -> None:
+        # fetching one element waits for the call that produced the output
+        if self._out is not None:
+            tf.reshape(self._out, [-1])[0].numpy()
+
+    def grad_free(self) -> bool:
+        """The traced call holds no gradient op."""
+        graph = self._fn.get_concrete_function(self.x).graph
+        return not any("Grad" in op.type for op in graph.get_operations())
 
 
 class TensorFlowBackend(Backend):
@@ -495,6 +341,16 @@ class TensorFlowBackend(Backend):
             model, flat = build_model(config)
             x, y = synthetic_batch(config, batch_size, seed + 1)
         return TFTrainer(model, flat, x, y, config, variant, dev)
+
+    def input_pipeline(self, source, batch_size: int, seed: int, device: str):
+        from dlperf.backends.tf_input import build_pipeline
+
+        return build_pipeline(source, batch_size, seed, device)
+
+    def build_inference(self, workload: str, config: Any, batch_size: int, variant: str,
+                        device: str, seed: int) -> TFInference:
+        tr = self.build(workload, config, batch_size, variant, device, seed)
+        return TFInference(tr.model, tr.x, variant, tr.device)
 
     def matmul(self, n: int, device: str) -> Trainer:
         if device == "gpu" and not self.has_gpu():

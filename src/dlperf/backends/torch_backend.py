@@ -23,6 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from dlperf.backends.base import (
     NO_TF32_ON_CPU,
     Backend,
+    ForwardOnly,
     Trainer,
     UnsupportedError,
     conv_probe_flops,
@@ -321,6 +322,13 @@ class TorchTrainer(Trainer):
             return int(torch.cuda.max_memory_allocated(self.device))
         return None
 
+    def train_on(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        # non_blocking: a copy from pinned memory overlaps the step it feeds
+        cuda = self.device.type == "cuda"
+        self.x = x.to(self.device, non_blocking=cuda)
+        self.y = y.to(self.device, non_blocking=cuda)
+        return self.step()
+
 
 def build_trainer(config: Any, batch_size: int, variant: str, device: torch.device,
                   seed: int = 0, precision: str = "fp32") -> Trainer:
@@ -346,6 +354,83 @@ def build_parts(config: Any, batch_size: int, device: torch.device, seed: int = 
     gen = torch.Generator().manual_seed(seed + 1)
     x, y = synthetic_batch(config, batch_size, device, gen)
     return model, x, y
+
+
+def build_classifier(config: Any, batch_size: int, device: torch.device, seed: int = 0):
+    """(model, x, y) of a network that trains as ``cross_entropy(model(x), y)`` on tensors,
+    seeded as a single-process run of it: the DLBench networks, and the guide's families
+    whose step is a classifier's. What the parallel strategies train (they apply their own
+    SGD, not the family's optimiser). Raises UnsupportedError for the others (a tree batch,
+    a reconstruction, a sampler)."""
+    if type(config) in BUILDERS:
+        return build_parts(config, batch_size, device, seed)
+    from dlperf.backends.torch_families import ClassifierTrainer
+
+    trainer = build_trainer(config, batch_size, "eager", device, seed)
+    if not (isinstance(trainer, ClassifierTrainer) and isinstance(trainer.x, torch.Tensor)
+            and isinstance(trainer.model, nn.Module)):
+        raise UnsupportedError(f"{type(config).__name__} trains with its own step, not as a "
+                               "classifier with cross-entropy on tensors; the parallel "
+                               "strategies split that step")
+    return trainer.model, trainer.x, trainer.y
+
+
+class TorchInference(ForwardOnly):
+    """One forward pass in PyTorch's inference mode: ``model.eval()`` (batch normalisation
+    on its running statistics) under ``torch.inference_mode()``, which records no autograd
+    graph and skips the version counters autograd would need (stronger than no_grad)."""
+
+    mode = "model.eval() + torch.inference_mode()"
+
+    def __init__(self, model: nn.Module, x: torch.Tensor, variant: str, device: torch.device,
+                 precision: str = "fp32"):
+        self.model = model.eval()
+        self.x, self.device = x, device
+        self.batch_size = x.shape[0]
+        self.param_count = trainable_params(model)
+        self._forward = torch.compile(model) if variant == "compile" else model
+        dtype = AUTOCAST.get(precision)
+        self._autocast = ((lambda: torch.autocast(device.type, dtype=dtype)) if dtype
+                          else contextlib.nullcontext)
+        self.out: torch.Tensor | None = None
+
+    def step(self) -> torch.Tensor:
+        with torch.inference_mode(), self._autocast():
+            self.out = self._forward(self.x)
+        return self.out
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def grad_free(self) -> bool:
+        """The last output is an inference tensor with no autograd history, and no
+        parameter holds a gradient: no backward pass ran."""
+        out = self.out
+        return (out is not None and torch.is_inference(out) and out.grad_fn is None
+                and all(p.grad is None for p in self.model.parameters()))
+
+    def device_peak_bytes(self) -> int | None:
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        return None
+
+
+def build_inference(config: Any, batch_size: int, variant: str, device: torch.device,
+                    seed: int = 0, precision: str = "fp32") -> TorchInference:
+    """The network of ``build_trainer`` (the same seed, weights and synthetic batch) in
+    inference mode. Networks whose step is not one forward pass of a classifier on
+    tensors (an RBM's Gibbs chain, a GAN's pair, a tree batch) have no query to time."""
+    if type(config) in BUILDERS:
+        model, x, _ = build_parts(config, batch_size, device, seed)
+    else:
+        try:
+            model, x, _ = build_classifier(config, batch_size, device, seed)
+        except UnsupportedError:
+            raise UnsupportedError(f"{type(config).__name__} answers no query with one "
+                                   "forward pass of a classifier; inference mode times "
+                                   "classifiers and the DLBench networks") from None
+    return TorchInference(model, x, variant, device, precision)
 
 
 def count_flops(config: Any, batch_size: int) -> float:
@@ -430,6 +515,19 @@ class TorchBackend(Backend):
         return build_trainer(config, batch_size, variant,
                              torch.device("cuda" if device == "gpu" else "cpu"), seed,
                              self.precision)
+
+    def input_pipeline(self, source, batch_size: int, seed: int, device: str):
+        from dlperf.backends.torch_input import build_pipeline
+
+        return build_pipeline(source, batch_size, seed,
+                              torch.device("cuda" if device == "gpu" else "cpu"))
+
+    def build_inference(self, workload, config, batch_size, variant, device, seed) -> ForwardOnly:
+        if device == "gpu" and not torch.cuda.is_available():
+            raise UnsupportedError("no CUDA GPU visible to torch")
+        return build_inference(config, batch_size, variant,
+                               torch.device("cuda" if device == "gpu" else "cpu"), seed,
+                               self.precision)
 
     def matmul(self, n: int, device: str) -> Trainer:
         if device == "gpu" and not torch.cuda.is_available():

@@ -1,2 +1,3 @@
-"""Data flow: what moving data costs (host-to-device transfer, storage bandwidth).
-Framework-free."""
+"""Data flow: input pipelines, how long training waits for its data, storage bandwidth,
+host-to-device transfer, memory limits. Framework-free (the pipelines themselves live in
+backends/<framework>_input.py)."""

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dlperf import backends
+from dlperf.kinds import Diagnostics
 from dlperf.launch.orphans import child_env
 from dlperf.launch.watch import (
     Outcome,
@@ -130,10 +131,10 @@ def run_isolated(
             return result.model_copy(update={"launcher_cpu_s": out.cpu_s})
         warm, steps = partial_steps(events)
         failure = out.failure or kill_reason(out, oom_before, tail)
-        extra = {"worker_log_tail": tail[-1500:], "peak_rss_bytes": out.peak_rss}
         result = RunResult.failed(
             spec, failure[0], failure[1], step_times_s=steps, warmup_times_s=warm,
-            started_at=started, finished_at=time.time(), extra=extra,
+            started_at=started, finished_at=time.time(),
+            diagnostics=Diagnostics(log_tail=tail[-1500:], peak_rss_bytes=out.peak_rss),
             launcher_cpu_s=out.cpu_s,
         )
         if interrupted:

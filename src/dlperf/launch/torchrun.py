@@ -24,7 +24,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -38,17 +37,16 @@ from typing import Any
 
 import psutil
 
+from dlperf.kinds.parallel import ParallelOptions
 from dlperf.launch.isolated import LaunchInterrupted, worker_env
 from dlperf.launch.orphans import child_env
+from dlperf.launch.torchrun_failure import diagnose, failed_result, oom_rose, read_progress
 from dlperf.launch.watch import (
     ProgressReader,
-    describe_exit,
-    last_meaningful_line,
     oom_kills,
     watch,
 )
-from dlperf.parallel import analysis, status
-from dlperf.parallel.options import Options
+from dlperf.parallel import results, status
 from dlperf.spec import RunResult, RunSpec
 
 DEFAULT_TIMEOUT_S = 1800.0
@@ -154,98 +152,6 @@ class _Progress:
                 self.last_change = max(self.last_change, s.since)
 
 
-def read_progress(outdir: Path) -> dict[int, dict[str, Any]]:
-    """Every rank's logged records (a partial report each), for a run that did not finish."""
-    out: dict[int, dict[str, Any]] = {}
-    for p in sorted(outdir.glob("progress_rank*.jsonl")):
-        rank = int(p.stem.removeprefix("progress_rank"))
-        rep: dict[str, Any] = {"rank": rank, "steps": [], "evals": []}
-        try:
-            lines = p.read_text().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the last line may be cut off by the kill
-            kind = ev.pop("log", None)
-            if kind == "start":
-                rep.update(ev)
-            elif kind == "step":
-                rep["steps"].append(ev)
-            elif kind == "eval":
-                rep["evals"].append(ev)
-        out[rank] = rep
-    return out
-
-
-_FAILURE_RE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
-
-
-def _torchrun_failures(log: str) -> dict[int, int]:
-    """{global rank: exit code} from torchrun's failure summary."""
-    return {int(m.group(1)): int(m.group(3)) for m in _FAILURE_RE.finditer(log)}
-
-
-def _errors(outdir: Path) -> dict[int, dict[str, Any]]:
-    out = {}
-    for p in outdir.glob("error_rank*.json"):
-        try:
-            e = json.loads(p.read_text())
-            out[int(e["rank"])] = e
-        except (OSError, ValueError, KeyError):
-            continue
-    return out
-
-
-def _progress_text(rep: dict[str, Any] | None) -> str:
-    if not rep or not rep.get("steps"):
-        return "before its first step"
-    s = rep["steps"][-1]
-    return f"after {s['phase']} step {s['i']}"
-
-
-def diagnose(outdir: Path, log: str, returncode: int, expected: list[int],
-             partial: dict[int, dict[str, Any]], *, oom_killed: bool = False
-             ) -> tuple[str, str]:
-    """(reason, message) for a torchrun that exited without a result. A rank killed by
-    SIGKILL is 'oom' only when ``oom_killed`` (the kernel counted an out-of-memory kill
-    during the run) or its log says it ran out of memory."""
-    if "RendezvousTimeoutError" in log or "RendezvousClosedError" in log:
-        return "timeout", "rendezvous: not every node joined within the rendezvous timeout"
-    if "RendezvousConnectionError" in log or "RendezvousError" in log:
-        line = next((ln for ln in log.splitlines() if "Rendezvous" in ln and "Error" in ln), "")
-        return "error", f"cannot reach the rendezvous: {line.strip()[:200]}"
-    codes = _torchrun_failures(log)
-    errors = _errors(outdir)
-    # a worker killed by a signal (not torchrun's SIGTERM to the survivors) is the cause;
-    # the collective errors of the others are its consequence
-    killed = sorted(r for r, c in codes.items() if c < 0 and c != -signal.SIGTERM)
-    if killed:
-        r = killed[0]
-        reason = "oom" if codes[r] == -signal.SIGKILL and (oom_killed or _oom_logged(log)) \
-            else "crash"
-        msg = f"rank {r}: {describe_exit(codes[r]).replace('worker ', '')} " \
-              f"{_progress_text(partial.get(r))}"
-        others = [f"rank {o}: {errors[o]['message']}" for o in sorted(errors) if o != r]
-        return reason, msg + (f"; then {others[0]}" if others else "")
-    if errors:
-        r = min(errors, key=lambda k: errors[k].get("time", 0))
-        e = errors[r]
-        return e.get("reason", "error"), f"rank {r}: {e['message']} ({_progress_text(partial.get(r))})"
-    if codes:
-        r = min(codes)
-        return "crash", f"rank {r}: exited with status {codes[r]} {_progress_text(partial.get(r))}"
-    last = last_meaningful_line(log)
-    return "crash", f"torchrun {describe_exit(returncode).replace('worker ', '')}" + (
-        f": {last}" if last else "")
-
-
-def _oom_logged(log: str) -> bool:
-    return "out of memory" in log.lower()
-
-
 # ----------------------------------------------------------------------------- running
 def run_parallel(
     spec: RunSpec,
@@ -272,11 +178,13 @@ def run_parallel(
     part failed; None on a node whose workers finished cleanly while rank 0 lived on
     another node (that node has the result). KeyboardInterrupt kills the run and propagates.
     """
-    o = Options.from_spec(spec)
+    o = spec.options
     nnodes = nnodes or o.nodes
-    nproc = nproc_per_node or o.workers // nnodes
-    if nproc * nnodes != o.workers:
-        raise ValueError(f"{nnodes} nodes x {nproc} workers != {o.workers} workers")
+    # dedicated parameter servers are extra ranks of the same job (one node): torchrun
+    # watches them with the workers, and they die with it
+    nproc = nproc_per_node or o.processes // nnodes
+    if nproc * nnodes != o.processes:
+        raise ValueError(f"{nnodes} nodes x {nproc} processes != {o.processes} processes")
     local = rdzv_endpoint is None
     endpoint = rdzv_endpoint or f"127.0.0.1:{free_port()}"
     host = endpoint.rsplit(":", 1)[0].strip("[]")
@@ -309,7 +217,7 @@ def run_parallel(
                       on_event=on_event)
 
 
-def _watch(spec: RunSpec, o: Options, cmd: list[str], env: dict[str, str], outdir: Path,
+def _watch(spec: RunSpec, o: ParallelOptions, cmd: list[str], env: dict[str, str], outdir: Path,
            meta: dict[str, Any], *, timeout_s: float | None, stall_timeout_s: float | None,
            memory_limit_bytes: int | None, on_event: Callable[[dict], None] | None
            ) -> RunResult | None:
@@ -320,7 +228,7 @@ def _watch(spec: RunSpec, o: Options, cmd: list[str], env: dict[str, str], outdi
                              start_new_session=True)  # its own group: killed as one
     progress = _Progress(outdir)
     forward = _Forward(outdir / "progress_rank0.jsonl", on_event)
-    expected = list(range(o.workers)) if meta["nnodes"] == 1 else None
+    expected = list(range(o.processes)) if meta["nnodes"] == 1 else None
 
     def check() -> tuple[str, str] | None:
         progress.poll()
@@ -331,7 +239,7 @@ def _watch(spec: RunSpec, o: Options, cmd: list[str], env: dict[str, str], outdi
                 status.read_all(outdir), expected, now))
         if stall_timeout_s and now - progress.last_change > stall_timeout_s and (
                 boards := status.read_all(outdir)) and all(
-                s.kind != "i" for s in boards.values()):
+                s.kind != "starting" for s in boards.values()):
             # (start-up, importing torch on a busy machine, is left to --timeout)
             return ("timeout", f"no progress for {stall_timeout_s:g} s (hung); "
                     + status.culprits(boards, expected, now))
@@ -353,59 +261,18 @@ def _watch(spec: RunSpec, o: Options, cmd: list[str], env: dict[str, str], outdi
     partial = read_progress(outdir)
     if interrupted:
         failure = ("interrupted", "interrupted by the user (Ctrl-C or SIGTERM) while running")
-        raise LaunchInterrupted(_failed(spec, o, failure, partial, text, meta, outdir))
+        raise LaunchInterrupted(failed_result(spec, o, failure, partial, text, meta, outdir))
     gathered = outdir / "all.json"
     if out.failure is None and out.returncode == 0:
         if gathered.exists():
             reports = json.loads(gathered.read_text())["reports"]
-            return analysis.assemble(spec, reports, launcher=meta)
+            return results.assemble(spec, reports, launcher=meta)
         if any(outdir.glob("result_rank*.json")):
             return None  # this node's workers finished; rank 0 (elsewhere) has the result
     failure = out.failure or diagnose(outdir, text, out.returncode or 0,
-                                      list(range(o.workers)), partial,
-                                      oom_killed=_oom_rose(oom_before))
-    return _failed(spec, o, failure, partial, text, meta, outdir)
-
-
-def _oom_rose(before: int | None) -> bool:
-    after = oom_kills()
-    return before is not None and after is not None and after > before
-
-
-def _failed(spec: RunSpec, o: Options, failure: tuple[str, str],
-            partial: dict[int, dict[str, Any]], log: str, meta: dict[str, Any],
-            outdir: Path) -> RunResult:
-    """A failure that keeps every step the ranks had logged."""
-    reports = [partial[r] for r in sorted(partial)]
-    extra: dict[str, Any] = {"strategy": o.strategy, "workers": o.workers,
-                             "log_tail": log[-6000:], "launcher": meta}
-    steps, warm = [], []
-    if reports:
-        phases = {s["phase"] for rep in reports for s in rep["steps"]}
-        phase = next((p for p in ("timed", "train", "warmup") if p in phases), "timed")
-        summary = analysis.summarize_ranks(spec, reports, phase)
-        summary.pop("series", None)
-        extra["partial"] = {**summary, "steps_logged": {str(rep["rank"]): len(rep["steps"])
-                                                         for rep in reports}}
-        r0 = partial.get(0, reports[0])
-        steps = [s["t1"] - s["t0"] for s in r0["steps"] if s["phase"] in ("timed", "train")]
-        warm = [s["t1"] - s["t0"] for s in r0["steps"] if s["phase"] == "warmup"]
-        evals = next((rep["evals"] for rep in reports if rep.get("evals")), [])
-        if evals:
-            extra["partial"]["evals"] = evals
-    stacks = {}
-    for p in sorted(outdir.glob("stacks_rank*.txt")):
-        try:
-            text = p.read_text(errors="replace").strip()
-        except OSError:
-            continue
-        if text:
-            stacks[p.stem.removeprefix("stacks_rank")] = text[-4000:]
-    if stacks:
-        extra["stacks"] = stacks  # every thread of every worker, just before the kill
-    return RunResult.failed(spec, failure[0], failure[1], step_times_s=steps,
-                            warmup_times_s=warm, started_at=meta.get("started_at"),
-                            finished_at=meta.get("finished_at"), extra=extra)
+                                      list(range(o.processes)), partial,
+                                      oom_killed=oom_rose(oom_before))
+    return failed_result(spec, o, failure, partial, text, meta, outdir)
 
 
 class _Forward:

@@ -44,6 +44,45 @@ def _timed(step: Callable[[], object], sync: Callable[[], None]) -> float:
     return (time.perf_counter_ns() - t0) * 1e-9
 
 
+class WarmUp:
+    """The warm-up rule one step at a time: ``add`` each warm-up step's time until it says
+    the warm-up is over, then ``timed_steps`` is the calibrated length of the sample. The
+    isolated worker's ``measure`` and every rank of a parallel run (rank 0 decides and
+    tells the others) follow this one rule."""
+
+    def __init__(self, m: Measurement):
+        self.m = m
+        self.times: list[float] = []
+        self.settled = False
+        self._start = time.perf_counter()
+
+    def add(self, seconds: float) -> bool:
+        """Record a warm-up step; True when the warm-up is over (settled, or its budget
+        spent: then ``settled`` stays False)."""
+        m, times = self.m, self.times
+        times.append(seconds)
+        n = len(times)
+        if n <= m.warmup_min_steps:
+            return False
+        a, b = times[-2], times[-1]
+        if n - 2 >= m.warmup_min_steps and abs(a - b) <= m.settle_tolerance * min(a, b):
+            self.settled = True  # the settling pair stays in the warm-up
+            return True
+        return n >= m.warmup_max_steps or time.perf_counter() - self._start >= m.warmup_max_time_s
+
+    @property
+    def estimate_s(self) -> float:
+        """The steady step time: the faster of the last two warm-up steps."""
+        return min(self.times[-2:]) if self.times else 0.0
+
+    def timed_steps(self) -> int:
+        """Steps to time: enough for ``min_time_s`` at the steady step time, within
+        ``min_steps`` .. ``max_steps``."""
+        m, est = self.m, self.estimate_s
+        n = max(m.min_steps, math.ceil(m.min_time_s / est) if est > 0 else m.min_steps)
+        return min(n, m.max_steps)
+
+
 def measure(
     step: Callable[[], object],
     sync: Callable[[], None],
@@ -53,34 +92,21 @@ def measure(
     """Warm up, then time. ``on_step(phase, seconds)`` is called after every step so a
     parent can keep partial results if this process is killed."""
     notify = on_step or (lambda phase, s: None)
-    times: list[float] = []
+    warm = WarmUp(m)
     cpu: list[float] = []
 
-    def one(phase: str) -> None:
+    def one(phase: str) -> float:
         c0 = time.process_time()
-        times.append(_timed(step, sync))
+        t = _timed(step, sync)
         cpu.append(time.process_time() - c0)
-        notify(phase, times[-1])
+        notify(phase, t)
+        return t
 
-    start, settled = None, False
-    w_start = time.perf_counter()
-    while start is None:
-        one("warmup")
-        n = len(times)
-        if n > m.warmup_min_steps:
-            a, b = times[-2], times[-1]
-            if n - 2 >= m.warmup_min_steps and abs(a - b) <= m.settle_tolerance * min(a, b):
-                start, settled = n, True  # the settling pair stays in the warm-up
-            elif n >= m.warmup_max_steps or time.perf_counter() - w_start >= m.warmup_max_time_s:
-                start = n  # budget spent: time from here on, flagged as not settled
-
-    # Calibrate the number of timed steps from the steady step time.
-    est = min(times[-2:])
-    n_steps = max(m.min_steps, math.ceil(m.min_time_s / est) if est > 0 else m.min_steps)
-    n_steps = min(n_steps, m.max_steps)
-    while len(times) - start < n_steps:
-        one("step")
-    t = Timing(warmup_s=times[:start], steps_s=times[start:], settled=settled)
+    while not warm.add(one("warmup")):
+        pass
+    t = Timing(warmup_s=list(warm.times), settled=warm.settled)
+    start = len(cpu)
+    t.steps_s = [one("step") for _ in range(warm.timed_steps())]
     t.cpu_s = sum(cpu[start:])
     t.wall_s = sum(t.steps_s)
     return t

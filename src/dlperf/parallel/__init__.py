@@ -11,7 +11,7 @@ asynchronous and mixed-asynchronous updates, each run for real under torchrun an
 
 ``dlperf.launch.torchrun.run_parallel`` runs one RunSpec(kind="parallel") under torchrun with timeouts
 and returns its RunResult; ``options.make_spec`` builds that spec. The launcher, the
-options, the analysis and the report import no framework; the strategies and the worker
+options, the results (from the ranks' records) and the report import no framework; the strategies and the worker
 (the torchrun entry point) do.
 """
 

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,10 @@ from torch import nn
 
 from dlperf.backends import torch_backend as tb
 from dlperf.backends.base import UnsupportedError
-from dlperf.parallel.options import Options
+from dlperf.kinds.parallel import ParallelOptions
 from dlperf.parallel.status import StatusBoard
 from dlperf.spec import RunSpec
+from dlperf.training.rules import Budget, Goal, accuracy_and_loss_goals
 
 
 class StepLog:
@@ -57,7 +59,7 @@ class StepLog:
 @dataclass
 class Context:
     spec: RunSpec
-    opts: Options
+    opts: ParallelOptions
     rank: int
     world: int
     local_rank: int
@@ -71,6 +73,13 @@ class Context:
     comm_timeout_s: float
     dump_dir: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the workers' own process group when dedicated servers share the world (None: all)
+    group: Any = None
+
+    @property
+    def is_server(self) -> bool:
+        """A dedicated parameter-server rank (ranks past the workers)."""
+        return self.rank >= self.opts.workers
 
     @property
     def is_straggler(self) -> bool:
@@ -85,10 +94,11 @@ class Context:
         return d
 
     def bcast(self, values: list[float], src: int, group: Any = None) -> list[float]:
-        """Broadcast a few numbers from ``src`` (decisions such as 'stop' or a step count)."""
+        """Broadcast a few numbers from ``src`` (decisions such as 'stop' or a step count)
+        to the workers (``group``: another group)."""
         dev = self.device if self.backend == "nccl" else torch.device("cpu")
         t = torch.tensor(values, dtype=torch.float64, device=dev)
-        dist.broadcast(t, src=src, group=group)
+        dist.broadcast(t, src=src, group=group if group is not None else self.group)
         return t.cpu().tolist()
 
     def dump(self, name: str, obj: Any) -> None:
@@ -160,33 +170,12 @@ def build_net(ctx: Context) -> Net:
     if ctx.opts.data:
         ds = data.load(ctx.opts.data, spec.seed)
         cfg, flatten = adapt_config(cfg, ds)
-    # the backend's own modules, initialisation and synthetic batch: the same weights and
-    # data as a single-process run of this network (the tests compare against build_trainer)
-    if type(cfg) in tb.BUILDERS:
-        model, x, y = tb.build_parts(cfg, spec.batch_size, ctx.device, spec.seed)
-    else:  # a family registered by an extension module (dlperf.backends.torch_families)
-        trainer = tb.build_trainer(cfg, spec.batch_size, "eager", ctx.device, spec.seed)
-        if not _is_classifier(trainer):
-            raise UnsupportedError(f"{spec.network} trains with its own step, not as a "
-                                   "classifier with cross-entropy on tensors; the parallel "
-                                   "strategies split that step")
-        # the family's own optimiser is not used: every strategy applies plain SGD (--lr)
-        model, x, y = trainer.model, trainer.x, trainer.y
+    # the torch backend builds it: the same weights and data as a single-process run of
+    # this network (the tests compare against its trainer); every strategy then applies
+    # plain SGD (--lr), not a family's own optimiser
+    model, x, y = tb.build_classifier(cfg, spec.batch_size, ctx.device, spec.seed)
     flops = float(sum(layer.train_flops() for layer in cfg.layers()))
     return Net(model, x, y, cfg, ds, flatten, flops, tb.trainable_params(model))
-
-
-def _is_classifier(trainer: Any) -> bool:
-    """A trainer whose step is ``cross_entropy(model(x), y)`` on tensors: the backend's own,
-    or a family's ClassifierTrainer (not a tree batch, not a reconstruction or a sampler)."""
-    if isinstance(trainer, tb.TorchTrainer):
-        return True
-    try:
-        from dlperf.backends.torch_families import ClassifierTrainer
-    except ImportError:
-        return False
-    return (isinstance(trainer, ClassifierTrainer) and isinstance(trainer.x, torch.Tensor)
-            and isinstance(trainer.model, nn.Module))
 
 
 def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -231,19 +220,47 @@ def evaluate(model: nn.Module, net: Net, device: torch.device) -> tuple[float, f
     return float(loss_fn(out, y)), float((out.argmax(-1) == y).float().mean())
 
 
-def target_reached(opts: Options, loss: float, acc: float) -> bool:
-    ok = opts.target_accuracy is not None or opts.target_loss is not None
-    if opts.target_accuracy is not None:
-        ok = ok and acc >= opts.target_accuracy
-    if opts.target_loss is not None:
-        ok = ok and loss <= opts.target_loss
-    return ok
+def goals(opts: ParallelOptions) -> list[Goal]:
+    """The held-out goals of a time-to-target run (``dlperf.training.rules``)."""
+    return accuracy_and_loss_goals(opts.target_accuracy, opts.target_loss)
 
 
-def budget_spent(opts: Options, samples: int, batch: int, elapsed: float) -> bool:
-    if opts.max_steps is not None and samples >= opts.max_steps * batch:
-        return True
-    return opts.max_time_s is not None and elapsed >= opts.max_time_s
+def budget(opts: ParallelOptions) -> Budget:
+    """The training budget of a time-to-target run, in global mini-batches and seconds."""
+    return Budget(max_steps=opts.max_steps, max_time_s=opts.max_time_s)
+
+
+# ----------------------------------------------------------------------------- one step
+def compute_step(ctx: Context, model: nn.Module, params: list[nn.Parameter],
+                 batch: tuple[torch.Tensor, torch.Tensor], label: str,
+                 timer: AllreduceTimer | None = None) -> tuple[float, torch.Tensor, float, float]:
+    """A worker's compute of one step: the straggler's delay, fresh gradients, the loss and
+    its backward pass (with DDP-wrapped ``model``, through the all-reduce, whose buckets
+    ``timer`` records). Returns (delay, loss, backward start, backward end)."""
+    x, y = batch
+    ctx.status.set("compute", f"compute, {label}")
+    delay = ctx.straggle()
+    for p in params:
+        p.grad = None
+    loss = loss_fn(model(x), y)
+    if timer is not None:
+        timer.begin(label)
+    bw0 = time.time()
+    loss.backward()
+    return delay, loss, bw0, time.time()
+
+
+def timed_exchange(ctx: Context, kind: str, label: str,
+                   call: Callable[[], Any]) -> tuple[Any, list[Any]]:
+    """A push or pull to the parameter server, timed: (its answer, its event record
+    [kind, key, start, end, lock wait, server work]); ``call`` returns the server's info
+    dict (a push) or a tuple ending with it (a pull)."""
+    ctx.status.set("communication", f"{kind}, {label}")
+    a = time.time()
+    out = call()
+    b = time.time()
+    info = out[-1] if isinstance(out, tuple) else out
+    return out, [kind, None, a, b, info["wait"], info["server"]]
 
 
 # ----------------------------------------------------------------------------- vectors
@@ -294,7 +311,7 @@ class AllreduceTimer:
     communication overlaps the rest of the backward pass. The launcher separates what the
     step waited for (from the last launch, when compute is done, to the end of backward)
     from what ran hidden behind compute, and splits the blocked part into waiting for the
-    slowest rank and transferring (see ``dlperf.parallel.analysis``).
+    slowest rank and transferring (see ``dlperf.parallel.results``).
     """
 
     def __init__(self, ddp: nn.Module, group: Any, size: int, ctx: Context):
@@ -307,7 +324,7 @@ class AllreduceTimer:
     def _hook(self, bucket: Any) -> torch.futures.Future:
         t = time.time()
         if bucket.is_last():
-            self.ctx.status.set("m", f"all-reduce, {self.label}")
+            self.ctx.status.set("communication", f"all-reduce, {self.label}")
         buf = bucket.buffer()
         buf.div_(self.size)
         fut = dist.all_reduce(buf, group=self.group, async_op=True).get_future()

@@ -21,13 +21,14 @@ from dlperf.parallel.common import (
     Batches,
     Strategy,
     build_net,
+    compute_step,
     flat_grads,
     load_flat,
-    loss_fn,
+    timed_exchange,
     trainable,
     wrap_ddp,
 )
-from dlperf.parallel.param_server import SERVER_RANK, ServerTraining
+from dlperf.parallel.ps_client import SERVER_RANK, ServerTraining
 
 
 class MixedAsync(ServerTraining, Strategy):
@@ -40,7 +41,7 @@ class MixedAsync(ServerTraining, Strategy):
         self.group = o.group_of(ctx.rank)
         members = o.group_ranks(self.group)
         self.leader = members[0]
-        ctx.status.set("i", "creating the group process groups")
+        ctx.status.set("starting", "creating the group process groups")
         # every rank takes part in creating every group, in the same order
         pgs = [dist.new_group(o.group_ranks(g)) for g in range(o.groups)]
         self.pg = pgs[self.group]
@@ -55,7 +56,6 @@ class MixedAsync(ServerTraining, Strategy):
         self.buf = torch.empty(self.n + 2, device=ctx.device)
         self.batches = Batches(ctx, self.net, ctx.rank, ctx.world, stream=ctx.rank)
         self.seq = 0
-        self._version = 0  # the server version this group's weights came from
         self.pushed_sum = None
         if ctx.dump_dir is not None and ctx.rank == self.leader:
             self.pushed_sum = torch.zeros(self.n, dtype=torch.float64)
@@ -64,45 +64,36 @@ class MixedAsync(ServerTraining, Strategy):
         ctx = self.ctx
         x, y = self.batches.next()
         t0 = time.time()
-        ctx.status.set("c", f"compute, {phase} step {i}")
-        delay = ctx.straggle()
-        for p in self.params:
-            p.grad = None
-        loss = loss_fn(self.ddp(x), y)
-        self.timer.begin(f"{phase} step {i}")
-        bw0 = time.time()
-        loss.backward()  # the group's all-reduce
-        bw1 = time.time()
+        label = f"{phase} step {i}"
+        # the group's all-reduce happens in the backward pass
+        delay, loss, bw0, bw1 = compute_step(ctx, self.ddp, self.params, (x, y), label,
+                                             self.timer)
         ev: list[list[Any]] = []
         staleness = None
         if ctx.rank == self.leader:
             g = flat_grads(self.params)
             if self.pushed_sum is not None:
                 self.pushed_sum += g.double().cpu()
-            ctx.status.set("m", f"push, {phase} step {i}")
-            a = time.time()
-            info = self.client.push(ctx.rank, self.seq, self._version, g,
-                                    len(x) * len(ctx.opts.group_ranks(self.group)), phase)
-            b = time.time()
-            ev.append(["push", None, a, b, info["wait"], info["server"]])
+            samples = len(x) * len(ctx.opts.group_ranks(self.group))
+            info, rec = timed_exchange(ctx, "push", label, lambda: self.client.push(
+                ctx.rank, self.seq, g, samples, phase))
+            ev.append(rec)
             staleness = info["staleness"]
+            self._server_samples = info["samples"]
             self.seq += 1
-            ctx.status.set("m", f"pull, {phase} step {i}")
-            a = time.time()
-            w, version, pinfo = self.client.pull()
-            b = time.time()
-            ev.append(["pull", None, a, b, pinfo["wait"], pinfo["server"]])
-            stop = info["stop"] or pinfo["stop"] or (deadline is not None and b >= deadline)
+            (w, version, pinfo), rec = timed_exchange(ctx, "pull", label,
+                                                      lambda: self.client.pull(ctx.rank))
+            ev.append(rec)
+            stop = info["stop"] or pinfo["stop"] or (deadline is not None and rec[3] >= deadline)
             self.buf[: self.n] = w
             self.buf[self.n] = 1.0 if stop else 0.0
             self.buf[self.n + 1] = float(version)
-        ctx.status.set("m", f"broadcast from the group leader, {phase} step {i}")
+        ctx.status.set("communication", f"broadcast from the group leader, {phase} step {i}")
         a = time.time()
         dist.broadcast(self.buf, src=self.leader, group=self.pg)
         b = time.time()
         ev.append(["bcast", f"{phase}:{i}:bc:{self.group}", a, b, None, None])
         load_flat(self.params, self.buf[: self.n])
-        self._version = int(self.buf[self.n + 1])
         self.updates += 1
         t1 = time.time()
         return {"phase": phase, "i": i, "t0": t0, "t1": t1, "delay": delay, "n": len(x),

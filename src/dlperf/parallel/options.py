@@ -1,76 +1,36 @@
-"""What a parallel run is: the strategy and its settings, carried in ``RunSpec.options``.
+"""Making a parallel run: ``make_spec`` checks a strategy's settings as a whole and builds
+the RunSpec, whose options are ``dlperf.kinds.ParallelOptions``.
 
 Framework-free: the CLI, the launcher and the report read these without importing torch.
-Only the settings that apply to a strategy are stored (``groups`` only for mixed,
-``micro_batches`` only for pipeline, the training target only with a data set), so the
-configuration id stays stable and the stored options read cleanly.
+Only the settings that apply to a strategy are set (``groups`` only for mixed and hybrid,
+``micro_batches`` only for pipeline and hybrid, ``push_every`` and ``servers`` only for
+async, the training target only with a data set).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from dlperf import workloads
 from dlperf.errors import UsageError
+from dlperf.kinds.parallel import (
+    DEFAULT_EVAL_EVERY,
+    DEFAULT_LR,
+    HYBRID_WITHIN,
+    LOCKSTEP,
+    STRATEGIES,
+    ParallelOptions,
+)
 from dlperf.spec import Measurement, RunSpec
 
-STRATEGIES = ("sync", "async", "mixed", "pipeline")
-#: strategies whose workers move in lockstep (every rank runs every step)
-LOCKSTEP = ("sync", "pipeline")
+__all__ = ["DATASETS", "DEFAULT_EVAL_EVERY", "DEFAULT_LR", "LOCKSTEP", "STRATEGIES", "Options",
+           "default_groups", "default_threads", "describe", "local_batch", "make_spec"]
+
 DATASETS = ("digits", "mnist1d")
-DEFAULT_LR = 0.01  # torch_backend.LEARNING_RATE; repeated here to stay framework-free
-DEFAULT_EVAL_EVERY = 10
 
-
-@dataclass(frozen=True)
-class Options:
-    """The parallel settings of one RunSpec (see ``make_spec`` for their meaning)."""
-
-    strategy: str
-    workers: int
-    groups: int = 1
-    micro_batches: int = 1
-    straggler_delay_s: float = 0.0
-    nodes: int = 1
-    lr: float = DEFAULT_LR
-    data: str | None = None
-    target_accuracy: float | None = None
-    target_loss: float | None = None
-    max_steps: int | None = None
-    max_time_s: float | None = None
-    eval_every: int = DEFAULT_EVAL_EVERY
-    steps: int | None = None
-    warmup_steps: int | None = None
-
-    @classmethod
-    def from_spec(cls, spec: RunSpec) -> Options:
-        o = dict(spec.options)
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in o.items() if k in known})
-
-    @property
-    def straggler_rank(self) -> int | None:
-        """The slowed worker: the last rank (never rank 0, which hosts the parameter server,
-        unless it is the only worker)."""
-        return self.workers - 1 if self.straggler_delay_s > 0 else None
-
-    @property
-    def lockstep(self) -> bool:
-        return self.strategy in LOCKSTEP
-
-    @property
-    def pushes_per_batch(self) -> int:
-        """Parameter-server pushes that together consume one global mini-batch."""
-        return self.workers if self.strategy == "async" else self.groups
-
-    def group_of(self, rank: int) -> int:
-        return rank // (self.workers // self.groups)
-
-    def group_ranks(self, group: int) -> list[int]:
-        size = self.workers // self.groups
-        return list(range(group * size, (group + 1) * size))
+#: the options of a parallel run (kept under their earlier name for the torch wing)
+Options = ParallelOptions
 
 
 def default_groups(workers: int) -> int:
@@ -91,6 +51,8 @@ def local_batch(batch_size: int, o: Options) -> int:
     """Samples one worker processes per step."""
     if o.strategy == "pipeline":
         return batch_size  # every stage sees the whole batch, in micro-batches
+    if o.strategy == "hybrid":
+        return batch_size // o.groups  # a group's stages see the group's share
     return batch_size // o.workers
 
 
@@ -115,6 +77,9 @@ def make_spec(
     eval_every: int | None = None,
     steps: int | None = None,
     warmup_steps: int | None = None,
+    push_every: int = 1,
+    servers: int = 0,
+    hybrid_within: str = "model",
     params: dict[str, Any] | None = None,
     device: str = "cpu",
     seed: int = 0,
@@ -139,17 +104,33 @@ def make_spec(
     if batch < 1:
         raise UsageError(f"--batch-size must be at least 1, got {batch}")
     opts: dict[str, Any] = {"strategy": strategy, "workers": workers}
-    if strategy == "mixed":
+    if strategy in ("mixed", "hybrid"):
         g = groups if groups is not None else default_groups(workers)
         if g < 1 or workers % g:
             raise UsageError(f"--groups {g} does not divide --workers {workers}")
         opts["groups"] = g
     elif groups not in (None, 1):
-        raise UsageError(f"--groups applies to the mixed strategy only (got --strategy {strategy})")
-    if strategy == "pipeline":
-        m = micro_batches if micro_batches is not None else min(batch, 4 * workers)
-        if m < 1 or batch % m:
-            raise UsageError(f"--micro-batches {m} does not divide the batch size {batch}")
+        raise UsageError(f"--groups applies to the mixed and hybrid strategies only (got "
+                         f"--strategy {strategy})")
+    _period_and_servers(strategy, push_every, servers, nodes, opts)
+    if strategy == "hybrid":
+        if hybrid_within not in HYBRID_WITHIN:
+            raise UsageError(f"--hybrid-within must be {' or '.join(HYBRID_WITHIN)}, got "
+                             f"'{hybrid_within}'")
+        if hybrid_within != "model":
+            opts["hybrid_within"] = hybrid_within
+    elif hybrid_within != "model":
+        raise UsageError("--hybrid-within applies to the hybrid strategy only")
+    if strategy in ("pipeline", "hybrid"):
+        share = batch // opts.get("groups", 1)  # what one pipeline sees per step
+        if strategy == "hybrid" and batch % opts["groups"]:
+            raise UsageError(f"the global batch {batch} does not split evenly over "
+                             f"{opts['groups']} groups; choose a multiple of --groups")
+        stages = workers // opts.get("groups", 1)
+        m = micro_batches if micro_batches is not None else min(share, 4 * stages)
+        if m < 1 or share % m:
+            raise UsageError(f"--micro-batches {m} does not divide the batch size {share}"
+                             + (" of a group" if strategy == "hybrid" else ""))
         opts["micro_batches"] = m
     else:
         if micro_batches not in (None, 1):
@@ -198,24 +179,30 @@ def make_spec(
     return RunSpec(kind="parallel", network=wl.name, size=size, framework="torch",
                    variant="eager", device=device, threads=threads, batch_size=batch,
                    params=dict(params or {}), seed=seed, repeat=repeat,
-                   measurement=measurement or Measurement(), options=opts)
+                   measurement=measurement or Measurement(), options=ParallelOptions(**opts))
+
+
+def _period_and_servers(strategy: str, push_every: int, servers: int, nodes: int,
+                        opts: dict[str, Any]) -> None:
+    """The asynchronous strategy's exchange period and dedicated servers."""
+    if push_every < 1:
+        raise UsageError(f"--push-every must be at least 1, got {push_every}")
+    if servers < 0:
+        raise UsageError(f"--servers must be 0 (beside rank 0) or more, got {servers}")
+    if strategy != "async":
+        if push_every != 1:
+            raise UsageError("--push-every applies to the async strategy only")
+        if servers:
+            raise UsageError("--servers applies to the async strategy only")
+        return
+    if servers and nodes > 1:
+        raise UsageError("dedicated --servers run on one machine only (--nnodes 1)")
+    if push_every != 1:
+        opts["push_every"] = push_every
+    if servers:
+        opts["servers"] = servers
 
 
 def describe(spec: RunSpec) -> str:
-    """Short label: 'fcn5[tiny] sync x2 b64' (+ groups, micro-batches, straggler, data)."""
-    o = Options.from_spec(spec)
-    size = "" if spec.size in ("full", "") else f"[{spec.size}]"
-    parts = [f"{spec.network}{size}", f"{o.strategy} x{o.workers}"]
-    if o.strategy == "mixed":
-        parts.append(f"g{o.groups}")
-    if o.strategy == "pipeline":
-        parts.append(f"mb{o.micro_batches}")
-    parts.append(f"b{spec.batch_size}")
-    parts.append(f"t{spec.threads}")
-    if o.nodes > 1:
-        parts.append(f"{o.nodes} nodes")
-    if o.straggler_delay_s:
-        parts.append(f"straggler +{o.straggler_delay_s:g}s")
-    if o.data:
-        parts.append(f"{o.data}")
-    return " ".join(parts)
+    """Short label: 'fcn5[tiny] sync x2 b64 t1' (+ groups, micro-batches, straggler, data)."""
+    return spec.label()

@@ -91,7 +91,21 @@ def split_by_cost(costs: Sequence[float], stages: int) -> list[list[int]]:
     return bounds[::-1]
 
 
-def ideal_bubble_share(stages: int, micro_batches: int) -> float:
-    """GPipe's idle share of a pipeline step with equal stages: (S-1)/(M+S-1)
-    (Huang et al., 2019, "GPipe", section 2.2)."""
-    return (stages - 1) / (micro_batches + stages - 1)
+def shard_layout(sizes: Sequence[int], servers: int) -> list[tuple[int, int]]:
+    """(offset, length) in the flat parameter vector of each parameter server's shard:
+    whole parameter tensors, in order, cut so that the largest shard is as small as
+    possible (``split_by_cost`` with each tensor's element count as its cost: a server's
+    work and traffic per exchange are proportional to the elements it holds). ``servers``
+    0 (the server beside rank 0) or 1: one shard of everything."""
+    total = int(sum(sizes))
+    if servers <= 1:
+        return [(0, total)]
+    if len(sizes) < servers:
+        raise ValueError(f"{len(sizes)} parameter tensors cannot be sharded over {servers} "
+                         "servers")
+    out, offset = [], 0
+    for part in split_by_cost([float(n) for n in sizes], servers):
+        n = int(sum(sizes[j] for j in part))
+        out.append((offset, n))
+        offset += n
+    return out

@@ -70,12 +70,22 @@ class Pipeline(Strategy):
     lockstep = True
 
     @property
-    def evaluator(self) -> int:  # the last stage holds the output
-        return self.ctx.world - 1
+    def evaluator(self) -> int:  # the last stage (of the first group) holds the output
+        return self.rank_of(0, self.ctx.opts.stages - 1)
+
+    def rank_of(self, group: int, stage: int) -> int:
+        """The rank running ``stage`` for replica ``group`` (the pipeline: one group)."""
+        return stage
 
     def setup(self) -> None:
-        ctx = self.ctx
-        S, M, B = ctx.world, ctx.opts.micro_batches, ctx.spec.batch_size
+        ctx, o = self.ctx, self.ctx.opts
+        S, M = o.stages, o.micro_batches
+        groups = o.groups if o.strategy == "hybrid" else 1
+        B = ctx.spec.batch_size // groups  # what one pipeline sees per step
+        self.group, self.stage_index = (o.hybrid_place(ctx.rank) if o.strategy == "hybrid"
+                                        else (0, ctx.rank))
+        self.prev = self.rank_of(self.group, self.stage_index - 1)
+        self.next = self.rank_of(self.group, self.stage_index + 1)
         self.net = build_net(ctx)
         model = self.net.model
         if not isinstance(model, nn.Sequential):
@@ -92,36 +102,41 @@ class Pipeline(Strategy):
         except ValueError as e:
             raise UnsupportedError(f"pipeline over {S} workers: {e}") from None
         shapes = boundary_shapes(model, sample)
-        mine = parts[ctx.rank]
+        mine = parts[self.stage_index]
         self.stage = nn.Sequential(OrderedDict((names[j], model[j]) for j in mine))
         self.in_shape = tuple(sample.shape[1:]) if mine[0] == 0 else shapes[mine[0] - 1]
         self.out_shape = shapes[mine[-1]]
         self.net.model = self.stage  # the other stages' modules are dropped with the model
-        self.first, self.last = ctx.rank == 0, ctx.rank == S - 1
+        self.first, self.last = self.stage_index == 0, self.stage_index == S - 1
         self.opt = SGD(trainable(self.stage), ctx.opts.lr)
-        # every stage draws the same batches: the first needs the inputs, the last the labels
-        self.batches = Batches(ctx, self.net, 0, 1, stream=0)
+        # every stage of a pipeline draws the same batches (the first needs the inputs, the
+        # last the labels): its group's share of the global batch, its own stream of data
+        self.batches = Batches(ctx, self.net, self.group, groups, stream=self.group)
         self.M, self.B = M, B
-        self.stages = [{"rank": r, "layers": [names[j] for j in p],
-                        "cost": sum(costs[j] for j in p)} for r, p in enumerate(parts)]
+        self.stages = [{"rank": self.rank_of(self.group, k), "stage": k,
+                        "layers": [names[j] for j in p], "cost": sum(costs[j] for j in p)}
+                       for k, p in enumerate(parts)]
 
     # --------------------------------------------------------------- transfers
     def _recv(self, shape: tuple, src: int, key: str, ev: list) -> torch.Tensor:
         t = torch.empty(shape, device=self.ctx.device)
-        self.ctx.status.set("m", f"receive from rank {src}, {key}")
+        self.ctx.status.set("communication", f"receive from rank {src}, {key}")
         a = time.time()
         dist.recv(t, src=src)
         ev.append(["recv", key, a, time.time(), None, None])
         return t
 
     def _send(self, t: torch.Tensor, dst: int, key: str, ev: list) -> None:
-        self.ctx.status.set("m", f"send to rank {dst}, {key}")
+        self.ctx.status.set("communication", f"send to rank {dst}, {key}")
         a = time.time()
         dist.send(t.contiguous(), dst=dst)
         ev.append(["send", key, a, time.time(), None, None])
 
+    def reduce_grads(self, i: int, phase: str, ev: list) -> None:
+        """After the backward passes, before the update (hybrid: average across groups)."""
+
     def step(self, i: int, phase: str, deadline: float | None = None) -> dict[str, Any]:
-        ctx, r = self.ctx, self.ctx.rank
+        ctx, r, prev, nxt = self.ctx, self.ctx.rank, self.prev, self.next
         x, y = self.batches.next()
         xs, ys = x.chunk(self.M), y.chunk(self.M)
         t0 = time.time()
@@ -134,9 +149,9 @@ class Pipeline(Strategy):
             if self.first:
                 inp = xs[m]
             else:
-                inp = self._recv((len(xs[m]), *self.in_shape), r - 1, f"{key}:{r - 1}>{r}", ev)
+                inp = self._recv((len(xs[m]), *self.in_shape), prev, f"{key}:{prev}>{r}", ev)
                 inp.requires_grad_()
-            ctx.status.set("c", f"forward, {phase} step {i} micro-batch {m}")
+            ctx.status.set("compute", f"forward, {phase} step {i} micro-batch {m}")
             delay += ctx.straggle(1.0 / self.M)
             # a received activation is a leaf that needs a gradient: feed a copy, so that a
             # stage starting with an in-place layer (AlexNet's ReLU) does not modify a leaf
@@ -145,21 +160,22 @@ class Pipeline(Strategy):
                 out = loss_fn(out, ys[m]) * (len(ys[m]) / len(y))
                 loss_sum += float(out.detach())
             else:
-                self._send(out.detach(), r + 1, f"{key}:{r}>{r + 1}", ev)
+                self._send(out.detach(), nxt, f"{key}:{r}>{nxt}", ev)
             inputs.append(inp)
             outputs.append(out)
         for m in reversed(range(self.M)):  # ... then all backwards (GPipe)
             key = f"{phase}:{i}:b{m}"
             if self.last:
-                ctx.status.set("c", f"backward, {phase} step {i} micro-batch {m}")
+                ctx.status.set("compute", f"backward, {phase} step {i} micro-batch {m}")
                 outputs[m].backward()
             else:
-                g = self._recv(tuple(outputs[m].shape), r + 1, f"{key}:{r + 1}>{r}", ev)
-                ctx.status.set("c", f"backward, {phase} step {i} micro-batch {m}")
+                g = self._recv(tuple(outputs[m].shape), nxt, f"{key}:{nxt}>{r}", ev)
+                ctx.status.set("compute", f"backward, {phase} step {i} micro-batch {m}")
                 outputs[m].backward(g)
             if not self.first:
-                self._send(inputs[m].grad, r - 1, f"{key}:{r}>{r - 1}", ev)
-        ctx.status.set("c", f"update, {phase} step {i}")
+                self._send(inputs[m].grad, prev, f"{key}:{r}>{prev}", ev)
+        self.reduce_grads(i, phase, ev)
+        ctx.status.set("compute", f"update, {phase} step {i}")
         self.dump_grads(self.stage, loss_sum)
         self.opt.step()
         self.updates += 1
@@ -170,19 +186,21 @@ class Pipeline(Strategy):
     @torch.no_grad()
     def evaluate(self) -> tuple[float, float] | None:
         """Held-out loss and accuracy: the test set forward through every stage."""
-        ctx, r = self.ctx, self.ctx.rank
+        ctx = self.ctx
+        if self.group != 0:  # the first group's pipeline evaluates (the weights agree)
+            return None
         xt, yt = self.net.test_set(ctx.device)
         self.stage.eval()
         outs = []
         try:
             for k, c in enumerate(xt.split(max(1, self.B // self.M))):
-                inp = c if self.first else self._recv((len(c), *self.in_shape), r - 1,
+                inp = c if self.first else self._recv((len(c), *self.in_shape), self.prev,
                                                       f"eval:{k}", [])
                 out = self.stage(inp)
                 if self.last:
                     outs.append(out)
                 else:
-                    self._send(out, r + 1, f"eval:{k}", [])
+                    self._send(out, self.next, f"eval:{k}", [])
         finally:
             self.stage.train()
         if not self.last:
@@ -192,6 +210,8 @@ class Pipeline(Strategy):
 
     def finish(self) -> dict[str, Any]:
         self.dump_weights(self.stage)
-        return {"role": f"stage {self.ctx.rank}", "stages": self.stages,
+        role = f"stage {self.stage_index}" + (f", group {self.group}"
+                                               if self.ctx.opts.strategy == "hybrid" else "")
+        return {"role": role, "stages": self.stages,
                 "cost_source": self.cost_source, "in_shape": list(self.in_shape),
                 "out_shape": list(self.out_shape)}

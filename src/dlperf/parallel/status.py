@@ -22,7 +22,7 @@ SIZE = 256
 #: phase kinds: starting up (until the first step: imports, rendezvous, building; a
 #: stall here is left to the run's timeout, as a busy machine can make it slow),
 #: computing, communicating or waiting for others, finished
-KINDS = {"i": "starting", "c": "compute", "m": "communication", "d": "done"}
+KINDS = ("starting", "compute", "communication", "done")
 
 
 class StatusBoard:
@@ -37,6 +37,8 @@ class StatusBoard:
             os.close(fd)
 
     def set(self, kind: str, text: str) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown phase kind '{kind}' (known: {', '.join(KINDS)})")
         blob = json.dumps([kind, time.time(), text[:160]]).encode()[: SIZE - 1]
         self._mm[:SIZE] = blob.ljust(SIZE, b"\0")
 
@@ -97,14 +99,14 @@ def culprits(statuses: dict[int, Status], expected: list[int] | None = None,
     missing = [r for r in (expected or []) if r not in statuses]
     if missing:
         return "; ".join(f"rank {r}: never started" for r in missing)
-    active = [s for s in statuses.values() if s.kind != "d"]
-    computing = [s for s in active if s.kind in ("c", "i")]
-    waiting = [s for s in active if s.kind == "m"]
+    active = [s for s in statuses.values() if s.kind != "done"]
+    computing = [s for s in active if s.kind in ("compute", "starting")]
+    waiting = [s for s in active if s.kind == "communication"]
     if computing and waiting:
         who = "; ".join(f"rank {s.rank}: stuck in {s.text} for {s.age(now):.0f} s"
                         for s in sorted(computing, key=lambda s: s.rank))
         others = ", ".join(str(s.rank) for s in sorted(waiting, key=lambda s: s.rank))
         return f"{who} (rank{'s' if len(waiting) > 1 else ''} {others} waiting for it)"
     shown = active or list(statuses.values())
-    return "; ".join(f"rank {s.rank}: {KINDS.get(s.kind, s.kind)} in {s.text} for "
+    return "; ".join(f"rank {s.rank}: {s.kind} in {s.text} for "
                      f"{s.age(now):.0f} s" for s in sorted(shown, key=lambda s: s.rank))

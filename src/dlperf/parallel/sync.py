@@ -18,8 +18,8 @@ from dlperf.parallel.common import (
     Batches,
     Strategy,
     build_net,
+    compute_step,
     evaluate,
-    loss_fn,
     trainable,
     wrap_ddp,
 )
@@ -43,15 +43,10 @@ class SyncDataParallel(Strategy):
         ctx = self.ctx
         x, y = self.batches.next()
         t0 = time.time()
-        ctx.status.set("c", f"compute, {phase} step {i}")
-        delay = ctx.straggle()
-        self.opt.zero_grad()
-        loss = loss_fn(self.ddp(x), y)
-        self.timer.begin(f"{phase} step {i}")
-        bw0 = time.time()
-        loss.backward()  # returns once every bucket's all-reduce has completed
-        bw1 = time.time()
-        ctx.status.set("c", f"update, {phase} step {i}")
+        # backward returns once every bucket's all-reduce has completed
+        delay, loss, bw0, bw1 = compute_step(ctx, self.ddp, self.opt.params, (x, y),
+                                             f"{phase} step {i}", self.timer)
+        ctx.status.set("compute", f"update, {phase} step {i}")
         self.dump_grads(self.model, float(loss.detach()))
         self.opt.step()
         self.updates += 1

@@ -17,7 +17,6 @@ the strategy, warms up, times, and writes into OUTDIR:
 from __future__ import annotations
 
 import json
-import math
 import os
 import resource
 import socket
@@ -28,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.errors import is_out_of_memory
-from dlperf.parallel.options import Options
 from dlperf.parallel.status import StatusBoard
 from dlperf.spec import RunSpec
 
@@ -71,15 +69,8 @@ def _inject_fault(rank: int, phase: str, i: int) -> None:
         raise RuntimeError(f"injected fault at step {i}")
 
 
-def _settled(times: list[float], tolerance: float, min_steps: int) -> bool:
-    if len(times) < max(2, min_steps):
-        return False
-    a, b = times[-2], times[-1]
-    return abs(a - b) <= tolerance * min(a, b)
-
-
 def _run_step(strat: Any, ctx: Any, i: int, phase: str, deadline: float | None = None) -> dict:
-    ctx.status.set("c", f"compute, {phase} step {i}")
+    ctx.status.set("compute", f"compute, {phase} step {i}")
     _inject_fault(ctx.rank, phase, i)
     rec = strat.step(i, phase, deadline)
     ctx.log.step(rec)
@@ -88,47 +79,41 @@ def _run_step(strat: Any, ctx: Any, i: int, phase: str, deadline: float | None =
 
 def time_steps(strat: Any, ctx: Any) -> dict[str, Any]:
     """Warm up until rank 0's step times settle, then time: a fixed number of steps for the
-    lockstep strategies, a common time window for the free-running ones."""
+    lockstep strategies, a common time window for the free-running ones. The warm-up rule
+    and the length of the sample are ``measure.timing``'s, the same as a single worker's;
+    rank 0 applies it and tells the others, so every rank runs the same steps."""
     import torch.distributed as dist
 
-    m, o = ctx.spec.measurement, ctx.opts
-    warm: list[float] = []
-    settled = False
+    from dlperf.measure.timing import WarmUp
+
+    o = ctx.opts
+    warm = WarmUp(ctx.spec.measurement)
     if o.warmup_steps != 0:
-        w0, n = time.time(), 0
+        n = 0
         while True:
             rec = _run_step(strat, ctx, n, "warmup")
             n += 1
-            warm.append(rec["t1"] - rec["t0"])
-            if o.warmup_steps is not None:
-                go = n < o.warmup_steps
-            else:
-                settled = _settled(warm, m.settle_tolerance, m.warmup_min_steps)
-                go = (not settled and n < m.warmup_max_steps
-                      and time.time() - w0 < m.warmup_max_time_s)
+            over = warm.add(rec["t1"] - rec["t0"])
+            go = n < o.warmup_steps if o.warmup_steps is not None else not over
             # rank 0 decides for everyone: the ranks must agree on the number of steps
             if not ctx.bcast([1.0 if go else 0.0], src=0)[0]:
                 break
-    est = min(warm[-2:]) if warm else 0.0
-    if o.steps:
-        n_timed = o.steps
-    else:
-        n_timed = math.ceil(m.min_time_s / est) if est > 0 else m.min_steps
-        n_timed = min(max(n_timed, m.min_steps), m.max_steps)
-    n_timed, window = ctx.bcast([float(n_timed), n_timed * est], src=0)
+    n_timed = o.steps or warm.timed_steps()
+    n_timed, window = ctx.bcast([float(n_timed), n_timed * warm.estimate_s], src=0)
     n_timed = int(n_timed)
-    ctx.status.set("m", "barrier before the timed steps")
-    dist.barrier()
+    ctx.status.set("communication", "barrier before the timed steps")
+    dist.barrier(group=ctx.group)
     start = time.time()
-    if strat.lockstep or o.steps or not warm:  # (no warm-up: no step time to size a window)
+    if strat.lockstep or o.steps or not warm.times:  # (no warm-up: no step time for a window)
         for i in range(n_timed):
             _run_step(strat, ctx, i, "timed")
     else:  # every worker runs freely until the common window ends
         deadline, i = start + window, 0
         while not _run_step(strat, ctx, i, "timed", deadline)["stop"]:
             i += 1
-    return {"start": start, "warmup_steps": len(warm), "settled": settled or bool(
-        o.warmup_steps is not None), "timed_steps": n_timed, "window_s": window}
+    return {"start": start, "warmup_steps": len(warm.times),
+            "settled": warm.settled or o.warmup_steps is not None, "timed_steps": n_timed,
+            "window_s": window}
 
 
 def train(strat: Any, ctx: Any) -> dict[str, Any]:
@@ -136,11 +121,12 @@ def train(strat: Any, ctx: Any) -> dict[str, Any]:
     ``eval_every`` global mini-batches."""
     import torch.distributed as dist
 
-    from dlperf.parallel.common import budget_spent, target_reached
+    from dlperf.parallel.common import budget, goals
+    from dlperf.training.rules import reached
 
     o, b = ctx.opts, ctx.spec.batch_size
-    ctx.status.set("m", "barrier before training")
-    dist.barrier()
+    ctx.status.set("communication", "barrier before training")
+    dist.barrier(group=ctx.group)
     start = time.time()
     i = 0
     if strat.lockstep:
@@ -151,14 +137,14 @@ def train(strat: Any, ctx: Any) -> dict[str, Any]:
             if i % o.eval_every and not (o.max_steps and i >= o.max_steps):
                 continue
             e0 = time.time()
-            ctx.status.set("c", f"evaluation after step {i}")
+            ctx.status.set("compute", f"evaluation after step {i}")
             res = strat.evaluate()
             stop_flag = 0.0
             if res is not None:
                 loss, acc = res
                 train_s = e0 - start - eval_s  # everyone waited for earlier evaluations
-                stop_flag = float(target_reached(o, loss, acc)
-                                  or budget_spent(o, i * b, b, train_s))
+                stop_flag = float(reached(goals(o), {"accuracy": acc, "loss": loss})
+                                  or budget(o).spent(steps=i, train_s=train_s) is not None)
                 eval_s += time.time() - e0
                 ctx.log.eval({"t": e0 - start, "samples": i * b, "loss": loss, "accuracy": acc,
                               "eval_s": eval_s, "train_s": train_s})
@@ -185,7 +171,7 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
     import torch.distributed as dist
 
     startup = {"process": started, "torch_imported": time.time()}
-    if spec.options.get("strategy") in ("sync", "mixed"):
+    if spec.options.strategy in ("sync", "mixed"):
         _preload("torch._dynamo")  # DDP imports it: seconds, overlapped with the rendezvous
 
     from dlperf.backends.base import UnsupportedError
@@ -193,12 +179,12 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
     from dlperf.environment import physical_cores
     from dlperf.parallel import common
 
-    opts = Options.from_spec(spec)
+    opts = spec.options
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if world != opts.workers:
-        raise UnsupportedError(f"torchrun started {world} workers, the run asks for "
-                               f"{opts.workers}")
+    if world != opts.processes:
+        raise UnsupportedError(f"torchrun started {world} processes, the run asks for "
+                               f"{opts.processes}")
     backend_impl = TorchBackend()
     in_force = backend_impl.set_threads(spec.threads)
     if spec.device == "gpu":
@@ -209,7 +195,7 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
     else:
         device, backend = torch.device("cpu"), "gloo"
     timeout = float(os.environ.get("DLPERF_PARALLEL_COMM_TIMEOUT", DEFAULT_COMM_TIMEOUT_S))
-    status.set("i", f"joining the {backend} process group")
+    status.set("starting", f"joining the {backend} process group")
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
     startup["group_joined"] = time.time()
     dump = os.environ.get("DLPERF_PARALLEL_DUMP")
@@ -221,8 +207,10 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
         outdir=outdir, status=status, log=log, comm_timeout_s=timeout,
         dump_dir=Path(dump) if dump else None,
     )
-    strat = _strategy(opts.strategy)(ctx)
-    status.set("i", "building the network")
+    if opts.servers:  # every rank takes part in creating it, servers included
+        ctx.group = dist.new_group(list(range(opts.workers)))
+    strat = _strategy("server" if ctx.is_server else opts.strategy)(ctx)
+    status.set("starting", "building the network")
     strat.setup()
     startup["built"] = time.time()
     info = {"rank": rank, "node": ctx.node, "local_rank": local_rank, "host": socket.gethostname(),
@@ -232,24 +220,26 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
             "backend": backend, "software": backend_impl.software() if rank == 0 else {},
             "startup": startup}
     log.emit({"log": "start", **info})
-    if opts.data:
+    if ctx.is_server:
+        timing = strat.serve()
+    elif opts.data:
         timing = train(strat, ctx)
     else:
         timing = time_steps(strat, ctx)
-    status.set("m", "finishing")
+    status.set("communication", "finishing")
     extra = strat.finish()
     report = {**info, "timing": timing, "strategy": extra, "steps": log.steps,
               "evals": log.evals, "updates": strat.updates,
               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     _write_json(outdir / f"result_rank{rank}.json", report)
-    status.set("m", "gathering the reports on rank 0")
+    status.set("communication", "gathering the reports on rank 0")
     gathered: list[Any] | None = [None] * world if rank == 0 else None
     dist.gather_object(report, gathered, dst=0)
     if rank == 0:
         _write_json(outdir / "all.json", {"reports": gathered})
     # no one leaves before rank 0 holds every report; the process then exits without
     # destroy_process_group (which once hung here at exit, and frees nothing os._exit won't)
-    status.set("m", "final barrier")
+    status.set("communication", "final barrier")
     dist.barrier()
     log.close()
     return report
@@ -265,6 +255,14 @@ def _preload(module: str) -> None:
 
 
 def _strategy(name: str) -> type:
+    if name == "server":
+        from dlperf.parallel.ps_server import ServerRank
+
+        return ServerRank
+    if name == "hybrid":
+        from dlperf.parallel.hybrid import Hybrid
+
+        return Hybrid
     if name == "sync":
         from dlperf.parallel.sync import SyncDataParallel
 
@@ -298,12 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     stacks = (outdir / f"stacks_rank{rank}.txt").open("w")
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     status = StatusBoard(outdir / f"status_rank{rank}.bin")
-    status.set("i", "starting")
+    status.set("starting", "starting")
     spec = RunSpec.model_validate_json(spec_path.read_text())
     # pin before torch loads, so that its thread pools are sized for these CPUs
     cpus = rank_cpus(int(os.environ.get("LOCAL_RANK", "0")), spec.threads)
     os.sched_setaffinity(0, cpus)
-    status.set("i", "importing torch")
+    status.set("starting", "importing torch")
     try:
         import warnings
 
@@ -319,10 +317,10 @@ def main(argv: list[str] | None = None) -> int:
             "rank": rank, "time": time.time(), "reason": reason,
             "message": f"{type(e).__name__}: {e}".strip()[:500],
             "traceback": traceback.format_exc(limit=8)[-3000:]})
-        status.set("d", f"failed: {type(e).__name__}")
+        status.set("done", f"failed: {type(e).__name__}")
         traceback.print_exc()
         return 1
-    status.set("d", "finished")
+    status.set("done", "finished")
     return 0
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from dlperf import environment, workloads
 from dlperf.errors import UsageError
+from dlperf.kinds.dataflow import InputOptions
 from dlperf.report import exporters, htmlpage, plots
-from dlperf.report.analysis import over_peak_note
+from dlperf.report.aggregate import over_peak_note
 from dlperf.report.base import Filters, Report, Section, step_rows
 from dlperf.report.machines import machine_names
 from dlperf.report.tables import Predictor, detail_table, dlbench_table
@@ -28,9 +29,11 @@ __all__ = ["Filters", "Predictor", "Report", "Section", "render", "sections", "s
 
 def dlbench_section(store: Store, out: Path, filters: Filters,
                     predictor: Predictor | None = None) -> Section | None:
-    # the DLBench networks only; the guide's families have their own section
+    # the DLBench networks only, on synthetic data; the guide's families and the runs on
+    # input pipelines have their own sections
     rows = [r for r in step_rows(store, filters)
-            if (wl := workloads.WORKLOADS.get(r.spec.network)) and wl.group == "dlbench"]
+            if (wl := workloads.WORKLOADS.get(r.spec.network)) and wl.group == "dlbench"
+            and not (isinstance(r.spec.options, InputOptions) and r.spec.options.has_pipeline)]
     if not rows:
         return None
     imgs = [p for p in (
@@ -50,8 +53,10 @@ def sections(predictor: Predictor | None = None) -> list[Callable[[Store, Path, 
     ones and a section comparing the two; without one neither appears."""
     from dlperf.report import (
         advice,
+        dataflow,
         experiments,
         failures,
+        inference,
         machines,
         parallel,
         prediction,
@@ -62,7 +67,8 @@ def sections(predictor: Predictor | None = None) -> list[Callable[[Store, Path, 
     return [machines.environment_section,
             functools.partial(dlbench_section, predictor=predictor),
             threads.thread_section, threads.ranking_section,
-            *experiments.sections(), parallel.parallel_section,
+            inference.inference_section, *experiments.sections(), parallel.parallel_section,
+            dataflow.dataflow_section,
             functools.partial(prediction.prediction_section, predictor=predictor),
             reference.reference_section, advice.advice_section, failures.failures_section]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from dlperf import environment, units
 from dlperf.advice import TASKS, Advice, HardwareAdvice, Recommendation, advise
 from dlperf.advice.common import duration
-from dlperf.report.analysis import Row, aggregate
+from dlperf.report.aggregate import ConfigResult, aggregate
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table
 from dlperf.store import Store
@@ -65,7 +65,7 @@ def advice_tables(a: Advice) -> list[Table]:
     return ([comp] if comp else []) + tables
 
 
-def rows_here(store: Store) -> list[Row]:
+def rows_here(store: Store) -> list[ConfigResult]:
     """This machine's step and parallel rows, failures included: what advice reads."""
     here = environment.machine_id()
     return (aggregate(store.results(kind="step", machine_id=here))

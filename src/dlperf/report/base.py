@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlperf.report.analysis import Row, aggregate
+from dlperf.report.aggregate import ConfigResult, aggregate
 from dlperf.report.tables import Table
 
 
@@ -47,7 +47,7 @@ class Filters:
         }
 
 
-def step_rows(store, filters: Filters = Filters()) -> list[Row]:
-    """The stored DLBench-style step results the filters select, one Row per configuration
+def step_rows(store, filters: Filters = Filters()) -> list[ConfigResult]:
+    """The stored DLBench-style step results the filters select, one ConfigResult per configuration
     and machine."""
     return aggregate(store.results(kind="step", **filters.where()))

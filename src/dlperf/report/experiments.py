@@ -11,17 +11,23 @@ from typing import Any
 
 from dlperf import environment, units
 from dlperf.experiments import EXPERIMENTS, FAMILY_EXPERIMENT, GAN_NOTE, NAMES, arm_results
-from dlperf.report.analysis import aggregate, settings_names, settings_notes
+from dlperf.kinds import TrainOutcome
+from dlperf.report.aggregate import aggregate, settings_names, settings_notes
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table, time_cell
 from dlperf.spec import RunResult
 from dlperf.store import Store
-from dlperf.train import QUALITY
+from dlperf.training.quality import QUALITY
 from dlperf.workloads.families import FAMILIES
 
 
+def _outcome(r: RunResult) -> TrainOutcome | None:
+    return r.outcome if isinstance(r.outcome, TrainOutcome) else None
+
+
 def _q(r: RunResult, key: str) -> float | None:
-    v = r.extra.get(key)
+    """A number of the run's training outcome (None when it has none)."""
+    v = getattr(_outcome(r), key, None)
     return float(v) if isinstance(v, int | float) else None
 
 
@@ -33,7 +39,7 @@ def _fmt_q(v: float | None, name: str) -> str:
 
 def _status(r: RunResult) -> str:
     if r.ok:
-        return "target reached" if r.extra.get("target_reached") else "ok"
+        return "target reached" if (o := _outcome(r)) and o.target_reached else "ok"
     if r.failure and r.failure.reason == "budget":
         return "target not reached"
     return f"{r.failure.reason}: {r.failure.message[:60]}" if r.failure else "failed"
@@ -58,8 +64,11 @@ def train_table(name: str, results: dict[str, RunResult], extra_cols=()) -> Tabl
     ]
     rows, values = [], []
     for arm, r in results.items():
-        q = r.extra.get("quality", {})
-        qn = q.get("name", "")
+        o = _outcome(r)
+        q = o.quality if o else None
+        qn = q.name if q else ""
+        target = q.target if q else None
+        steps_to_target = o.steps_to_target if o else None
         ttt, tpe = _q(r, "time_to_target_s"), _q(r, "time_per_epoch_s")
         final, best = _q(r, "final_quality"), _q(r, "best_quality")
         ex_cells = [fn(r) for _, fn in extra_cols]
@@ -68,10 +77,10 @@ def train_table(name: str, results: dict[str, RunResult], extra_cols=()) -> Tabl
                 arm,
                 r.spec.network,
                 qn,
-                _fmt_q(q.get("target"), qn),
+                _fmt_q(target, qn),
                 units.seconds(tpe),
                 units.seconds(ttt),
-                str(r.extra.get("steps_to_target") or "-"),
+                str(steps_to_target or "-"),
                 _fmt_q(final, qn),
                 _fmt_q(best, qn),
                 f"{_q(r, 'epochs') or 0:.1f}",
@@ -85,10 +94,10 @@ def train_table(name: str, results: dict[str, RunResult], extra_cols=()) -> Tabl
                 arm,
                 r.spec.network,
                 qn,
-                q.get("target"),
+                target,
                 tpe,
                 ttt,
-                r.extra.get("steps_to_target"),
+                steps_to_target,
                 final,
                 best,
                 _q(r, "epochs"),
@@ -124,7 +133,7 @@ def curves_plot(
     """Quality against training time, one panel per group, one line per arm."""
     groups: dict[str, dict[str, RunResult]] = {}
     for arm, r in results.items():
-        if r.extra.get("curve"):
+        if (o := _outcome(r)) and o.curve:
             groups.setdefault(group(r), {})[arm] = r
     if not groups:
         return None
@@ -132,18 +141,18 @@ def curves_plot(
     fig, axes = plt.subplots(1, len(groups), figsize=(5.2 * len(groups), 3.8), squeeze=False)
     for ax, (g, arms) in zip(axes[0], groups.items(), strict=True):
         for i, (arm, r) in enumerate(arms.items()):
-            c = r.extra["curve"]
+            c = r.outcome.curve
             ax.plot([p[1] for p in c], [p[2] for p in c], color=f"C{i}", label=arm)
-        q = next(iter(arms.values())).extra["quality"]
-        if q.get("target") is not None:
-            ax.axhline(q["target"], color="grey", ls=":", label=f"target {q['target']:g}")
-        if not q["higher_is_better"] and all(
-            p[2] > 0 for r in arms.values() for p in r.extra["curve"]
+        q = next(iter(arms.values())).outcome.quality
+        if q.target is not None:
+            ax.axhline(q.target, color="grey", ls=":", label=f"target {q.target:g}")
+        if not q.higher_is_better and all(
+            p[2] > 0 for r in arms.values() for p in r.outcome.curve
         ):
             ax.set_yscale("log")
         ax.set_title(f"{title}: {g}")
         ax.set_xlabel("training time (s)")
-        ax.set_ylabel(f"held-out {q['name']}")
+        ax.set_ylabel(f"held-out {q.name}")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     return _save(fig, path)
@@ -365,6 +374,12 @@ def section(name: str, store: Store, out: Path, filters: Filters | None = None) 
     filters = filters or Filters()
     if name == FAMILY_EXPERIMENT:
         return families_section(store, out, filters)
+    if name in ("input-size", "layout", "task"):  # the guide's remaining factors
+        from dlperf.report import factor_experiments as fx
+
+        if name == "input-size":
+            return fx.input_section(store, out, filters)
+        return fx.train_factor_section(name, store, out, filters, curves_plot)
     return train_section(name, store, out, filters)
 
 

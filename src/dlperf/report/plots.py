@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from dlperf import workloads  # noqa: E402
-from dlperf.report.analysis import Row, settings_names  # noqa: E402
+from dlperf.report.aggregate import ConfigResult, settings_names  # noqa: E402
 from dlperf.report.tables import machine_label, sort_rows  # noqa: E402
 
 
@@ -48,21 +48,21 @@ def _plain_log_axes(ax: plt.Axes, xs: list[int]) -> None:
     ax.tick_params(axis="y", which="minor", labelsize=7)
 
 
-def _name(r: Row) -> str:
+def _name(r: ConfigResult) -> str:
     return r.spec.network if r.spec.size in ("full", "") else f"{r.spec.network} [{r.spec.size}]"
 
 
-def _device(r: Row) -> str:
+def _device(r: ConfigResult) -> str:
     return f"{r.spec.threads} thr" if r.spec.device == "cpu" else r.spec.device
 
 
-def _provenance(rows: list[Row]):
+def _provenance(rows: list[ConfigResult]):
     """A label suffix naming the settings and the machine where the rows differ in them,
     so that rows of different settings or machines never join one curve or bar."""
     names = settings_names(rows)
     several_machines = len({r.machine_id for r in rows}) > 1
 
-    def suffix(r: Row) -> str:
+    def suffix(r: ConfigResult) -> str:
         parts = [names[r.spec.measurement]] if len(set(names.values())) > 1 else []
         parts += [machine_label(r.machine_id)] if several_machines else []
         return f" ({', '.join(parts)})" if parts else ""
@@ -70,7 +70,7 @@ def _provenance(rows: list[Row]):
     return suffix
 
 
-def batch_size_curves(rows: list[Row], path: Path) -> Path | None:
+def batch_size_curves(rows: list[ConfigResult], path: Path) -> Path | None:
     """DLBench Fig. 1: time per mini-batch against mini-batch size, one panel per network,
     one curve per framework/variant and device."""
     curves: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
@@ -87,16 +87,21 @@ def batch_size_curves(rows: list[Row], path: Path) -> Path | None:
         for label, pts in by_label.items():
             pts.sort()
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        _plain_log_axes(ax, [p[0] for pts in by_label.values() for p in pts])
-        ax.set_title(net)
-        ax.set_xlabel("mini-batch size")
-        ax.set_ylabel("time per mini-batch (s)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        _time_panel(ax, net, "mini-batch size", [p[0] for pts in by_label.values() for p in pts])
     return save(fig, path)
 
 
-def thread_scaling(rows: list[Row], path: Path, physical_cores: int | None = None) -> Path | None:
+def _time_panel(ax, title: str, xlabel: str, xs: list[int]) -> None:
+    """A panel of time per mini-batch against a log-scaled count (batch size, threads)."""
+    _plain_log_axes(ax, xs)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("time per mini-batch (s)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def thread_scaling(rows: list[ConfigResult], path: Path, physical_cores: int | None = None) -> Path | None:
     """Time per mini-batch against CPU threads at the DLBench default batch size, with
     ideal scaling (time at 1 thread / threads) dashed."""
     curves: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
@@ -120,16 +125,11 @@ def thread_scaling(rows: list[Row], path: Path, physical_cores: int | None = Non
                         label=f"{label} ideal")
         if physical_cores:
             ax.axvline(physical_cores, color="grey", ls=":", label=f"{physical_cores} cores")
-        _plain_log_axes(ax, [p[0] for pts in by_label.values() for p in pts])
-        ax.set_title(net)
-        ax.set_xlabel("CPU threads")
-        ax.set_ylabel("time per mini-batch (s)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        _time_panel(ax, net, "CPU threads", [p[0] for pts in by_label.values() for p in pts])
     return save(fig, path)
 
 
-def table_bars(rows: list[Row], path: Path) -> Path | None:
+def table_bars(rows: list[ConfigResult], path: Path) -> Path | None:
     """The DLBench table as grouped bars: one group per network, one bar per framework and
     CPU thread count (and GPU), time per mini-batch on a log scale; failures are absent."""
     cells: dict[str, dict[str, float]] = defaultdict(dict)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dlperf import units
 from dlperf.report import plots
-from dlperf.report.analysis import Row
+from dlperf.report.aggregate import ConfigResult
 from dlperf.report.base import Filters, Section, step_rows
 from dlperf.report.tables import Predictor, Table, machine_label, sort_rows
 from dlperf.store import Store
@@ -20,7 +20,7 @@ def relative_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
 
-def pairs(rows: list[Row], predictor: Predictor) -> list[tuple[Row, float, float | None]]:
+def pairs(rows: list[ConfigResult], predictor: Predictor) -> list[tuple[ConfigResult, float, float | None]]:
     """(measured row, predicted seconds, validated error) for every row the model predicts."""
     out = []
     for r in sort_rows(rows):
@@ -29,7 +29,7 @@ def pairs(rows: list[Row], predictor: Predictor) -> list[tuple[Row, float, float
     return out
 
 
-def prediction_table(found: list[tuple[Row, float, float | None]]) -> Table:
+def prediction_table(found: list[tuple[ConfigResult, float, float | None]]) -> Table:
     several = len({r.machine_id for r, _, _ in found}) > 1
     headers = ["network", "framework", "device", "batch", *(["machine"] if several else []),
                "measured", "predicted", "error", "validated error", "within it"]

@@ -17,7 +17,7 @@ from typing import Literal
 
 from dlperf import backends, environment, units
 from dlperf.reference import Reference, guide_table1
-from dlperf.report.analysis import Row, aggregate, direction
+from dlperf.report.aggregate import ConfigResult, aggregate, direction
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table
 from dlperf.store import Store
@@ -41,14 +41,14 @@ class Finding:
     command: str | None = None  # what to run when not measured here
 
 
-def local_times(store: Store, cores: int) -> dict[str, dict[int, Row]]:
+def local_times(store: Store, cores: int) -> dict[str, dict[int, ConfigResult]]:
     """This machine's fcn5 at the reference batch: framework -> threads -> measured row."""
     from dlperf.presets import settings_name
 
     ref = guide_table1()
     rows = aggregate(store.results(kind="step", network=NETWORK, batch_size=ref.batch_size,
                                    device="cpu", machine_id=environment.machine_id()))
-    best: dict[str, dict[int, Row]] = {}
+    best: dict[str, dict[int, ConfigResult]] = {}
     for r in rows:
         s = r.spec
         info = backends.BACKENDS.get(s.framework)
@@ -63,7 +63,7 @@ def local_times(store: Store, cores: int) -> dict[str, dict[int, Row]]:
     return best
 
 
-def _rank(r: Row) -> int:
+def _rank(r: ConfigResult) -> int:
     from dlperf.presets import settings_name
 
     name = settings_name(r.spec.measurement)
@@ -75,7 +75,7 @@ def _sweep(fw: str, threads: list[int]) -> str:
             f"{','.join(map(str, sorted(set(threads))))} --batch-size {guide_table1().batch_size}")
 
 
-def findings(here: dict[str, dict[int, Row]], cores: int,
+def findings(here: dict[str, dict[int, ConfigResult]], cores: int,
              ref: Reference | None = None) -> list[Finding]:
     """The paper's findings about threads, each checked on this machine's numbers. A ratio
     within 2% of 1 (``analysis.SAME_WITHIN``) counts as no difference."""
@@ -174,7 +174,7 @@ def _missing(claim: str, paper: str, fw: str, threads: list[int]) -> Finding:
                    _sweep(fw, threads))
 
 
-def reference_table(here: dict[str, dict[int, Row]], cores: int, ref: Reference) -> Table:
+def reference_table(here: dict[str, dict[int, ConfigResult]], cores: int, ref: Reference) -> Table:
     threads = sorted(set(ref.threads) | {n for by in here.values() for n in by})
     headers = ["source", "framework", *[f"{n} thread{'s' if n > 1 else ''}" for n in threads]]
     rows, values = [], []

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from dlperf import units, workloads
 from dlperf.backends import BACKENDS
-from dlperf.report.analysis import Row, settings_names, settings_notes
+from dlperf.report.aggregate import ConfigResult, settings_names, settings_notes
 from dlperf.spec import RunSpec
 
 #: A performance model as the report uses it: the predicted time per mini-batch of a
@@ -51,7 +51,7 @@ def _framework_order(fw: str, variant: str) -> tuple[int, int]:
     return i, variants.index(variant) if variant in variants else len(variants)
 
 
-def sort_rows(rows: list[Row]) -> list[Row]:
+def sort_rows(rows: list[ConfigResult]) -> list[ConfigResult]:
     return sorted(rows, key=lambda r: (
         _network_order(r.spec.network), r.spec.size, _framework_order(r.spec.framework, r.spec.variant),
         r.spec.device, r.spec.threads, r.spec.batch_size, r.spec.precision, r.machine_id or ""))
@@ -67,7 +67,7 @@ class Provenance:
     the footnotes that explain them: every number says what measured it. A table that
     lays machines out as column groups passes ``machine_column=False``."""
 
-    def __init__(self, rows: list[Row], machines: dict[str, str] | None = None,
+    def __init__(self, rows: list[ConfigResult], machines: dict[str, str] | None = None,
                  machine_column: bool = True):
         self.names = settings_names(rows)
         ids = list(dict.fromkeys(r.machine_id for r in rows))
@@ -81,16 +81,16 @@ class Provenance:
     def headers(self) -> list[str]:
         return ["settings"] + (["machine"] if self.several_machines else [])
 
-    def cells(self, r: Row) -> list[str]:
+    def cells(self, r: ConfigResult) -> list[str]:
         return [self.names[r.spec.measurement]] + (
             [machine_label(r.machine_id)] if self.several_machines else [])
 
 
-def _column(row: Row) -> str:
+def _column(row: ConfigResult) -> str:
     return f"{row.spec.threads}" if row.spec.device == "cpu" else "GPU"
 
 
-def time_cell(r: Row | None, notes: list[str], where: str,
+def time_cell(r: ConfigResult | None, notes: list[str], where: str,
               fmt=lambda s: f"{s:.4g}") -> tuple[str, float | None]:
     """A table cell of time per mini-batch and its value: blank when not run, the median
     when measured, and for a failure '-[n]' with its reason appended to ``notes``."""
@@ -102,7 +102,7 @@ def time_cell(r: Row | None, notes: list[str], where: str,
     return f"-[{len(notes)}]", None
 
 
-def dlbench_table(rows: list[Row], *, batch: str = "default",
+def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                   machines: dict[str, str] | None = None,
                   predictor: Predictor | None = None) -> Table:
     """DLBench's Table 4 layout: rows network x framework (x precision and settings),
@@ -131,7 +131,7 @@ def dlbench_table(rows: list[Row], *, batch: str = "default",
     headers = head + leaf * len(mids)
     groups = ([("", len(head))] + [(machine_group(m, machines), len(leaf)) for m in mids]
               if grouped_layout else [])
-    grouped: dict[tuple, dict[tuple[str | None, str], Row]] = {}
+    grouped: dict[tuple, dict[tuple[str | None, str], ConfigResult]] = {}
     for r in sort_rows(chosen):
         # one table row per everything but the column and the machine: a cell never holds
         # two measurements
@@ -179,7 +179,7 @@ def machine_group(machine_id: str | None, machines: dict[str, str] | None) -> st
     return f"{desc} [{machine_label(machine_id)}]" if desc else machine_label(machine_id)
 
 
-def detail_table(rows: list[Row], title: str = "Measurements",
+def detail_table(rows: list[ConfigResult], title: str = "Measurements",
                  machines: dict[str, str] | None = None) -> Table:
     """Every configuration with its dispersion, throughput, FLOP rate and memory, and the
     settings (and machine) that measured it."""

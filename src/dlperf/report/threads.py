@@ -14,26 +14,26 @@ from pathlib import Path
 
 from dlperf import units, workloads
 from dlperf.report import plots
-from dlperf.report.analysis import SAME_WITHIN, Row, direction, settings_names
+from dlperf.report.aggregate import SAME_WITHIN, ConfigResult, direction, settings_names
 from dlperf.report.base import Filters, Section, step_rows
 from dlperf.report.machines import machine_records
 from dlperf.report.tables import Table, machine_label, sort_rows
 from dlperf.store import Store
 
 
-def _name(r: Row) -> str:
+def _name(r: ConfigResult) -> str:
     return r.spec.network if r.spec.size in ("full", "") else f"{r.spec.network} [{r.spec.size}]"
 
 
-def default_batch_cpu(rows: list[Row]) -> list[Row]:
+def default_batch_cpu(rows: list[ConfigResult]) -> list[ConfigResult]:
     return [r for r in rows if r.spec.kind == "step" and r.spec.device == "cpu"
             and r.spec.network in workloads.WORKLOADS
             and r.spec.batch_size == workloads.get(r.spec.network).default_batch]
 
 
-def scaling_curves(rows: list[Row]) -> dict[tuple, dict[int, Row]]:
+def scaling_curves(rows: list[ConfigResult]) -> dict[tuple, dict[int, ConfigResult]]:
     """(network, size, framework label, settings, machine) -> threads -> measured row."""
-    curves: dict[tuple, dict[int, Row]] = defaultdict(dict)
+    curves: dict[tuple, dict[int, ConfigResult]] = defaultdict(dict)
     for r in sort_rows(default_batch_cpu(rows)):
         if r.measured:
             key = (r.spec.network, r.spec.size, r.framework_label, r.spec.measurement,
@@ -42,7 +42,7 @@ def scaling_curves(rows: list[Row]) -> dict[tuple, dict[int, Row]]:
     return {k: v for k, v in curves.items() if len(v) > 1}
 
 
-def past_cores(by_t: dict[int, Row], cores: int | None) -> tuple[int, int, float] | None:
+def past_cores(by_t: dict[int, ConfigResult], cores: int | None) -> tuple[int, int, float] | None:
     """(cores, most threads, time there / time at the cores) when the curve has the
     physical core count and a count above it; above 1: slower past the cores."""
     if not cores or cores not in by_t:
@@ -54,7 +54,7 @@ def past_cores(by_t: dict[int, Row], cores: int | None) -> tuple[int, int, float
     return cores, t, by_t[t].median_s / by_t[cores].median_s
 
 
-def scaling_table(rows: list[Row], cores_of: dict[str | None, int]) -> Table | None:
+def scaling_table(rows: list[ConfigResult], cores_of: dict[str | None, int]) -> Table | None:
     curves = scaling_curves(rows)
     if not curves:
         return None
@@ -110,10 +110,10 @@ def thread_section(store: Store, out: Path, filters: Filters) -> Section | None:
 
 
 # ----------------------------------------------------------------------------- ranking
-def ranking(rows: list[Row]) -> dict[tuple, list[Row]]:
+def ranking(rows: list[ConfigResult]) -> dict[tuple, list[ConfigResult]]:
     """(network, size, batch, device, threads, settings, machine) -> measured rows of
     different frameworks, fastest first; only where two or more frameworks ran."""
-    groups: dict[tuple, list[Row]] = defaultdict(list)
+    groups: dict[tuple, list[ConfigResult]] = defaultdict(list)
     for r in sort_rows(rows):
         if r.spec.kind == "step" and r.measured:
             groups[(r.spec.network, r.spec.size, r.spec.batch_size, r.spec.device,
@@ -122,7 +122,7 @@ def ranking(rows: list[Row]) -> dict[tuple, list[Row]]:
             if len({r.framework_label for r in v}) > 1}
 
 
-def ranking_tables(rows: list[Row]) -> list[Table]:
+def ranking_tables(rows: list[ConfigResult]) -> list[Table]:
     ranked = ranking(rows)
     if not ranked:
         return []

@@ -1,0 +1,46 @@
+"""``dlperf import FILE...``: merge results measured on other machines (their stores, or
+the results.json of their reports) into this store, without duplicates. Parsing and
+printing only; the merge lives in ``dlperf.store_import``.
+
+    dlperf import server.db laptop/results.json
+    dlperf report --machines all --html
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from dlperf.cli import args
+from dlperf.cli.progress import out
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("import", help="merge results of other machines (a dlperf store or "
+                       "a report's results.json) into this store")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    args.add_db(p)
+    p.set_defaults(func=cmd_import)
+
+
+def cmd_import(a: argparse.Namespace) -> int:
+    from dlperf.report.machines import describe
+    from dlperf.report.tables import machine_label
+    from dlperf.store import Store
+    from dlperf.store_import import import_file
+
+    with Store(a.db) as store:
+        for f in a.files:
+            got = import_file(store, f)
+            total = sum(got.added.values())
+            out.print(f"{f}: {total} result{'s' if total != 1 else ''} added, "
+                      f"{sum(got.present.values())} already here")
+            for mid in dict.fromkeys([*got.added, *got.present]):
+                m = got.machines.get(mid)
+                out.print(f"  machine {machine_label(mid)} ({describe(m) if m else 'unknown'}):"
+                          f" {got.added.get(mid, 0)} added, {got.present.get(mid, 0)} already here")
+            for why in dict.fromkeys(got.skipped):
+                n = got.skipped.count(why)
+                out.print(f"  [yellow]skipped[/] {n}: {why}")
+        out.print(f"store {store.path}: {store.count()} results", style="dim")
+    return 0
+

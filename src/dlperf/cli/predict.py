@@ -1,0 +1,120 @@
+"""``dlperf devices`` (the catalogue) and ``dlperf predict`` (the analytical model).
+Parsing and printing only; the model lives in ``dlperf.perfmodel``.
+
+    dlperf devices
+    dlperf predict -n resnet50 --device a100-40gb --precision bf16 -b 256 -s sync --devices 8
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from dlperf import units
+from dlperf.cli.args import parse_params
+from dlperf.cli.progress import out
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("devices", help="the device, link and storage catalogue of the model")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_devices)
+    _add_predict(sub)
+
+
+def _rate(tflops: float | None) -> str:
+    return "-" if tflops is None else f"{tflops:g}"
+
+
+def cmd_devices(a: argparse.Namespace) -> int:
+    from dlperf.perfmodel import catalogue
+    from dlperf.report.exporters import print_table
+    from dlperf.report.tables import Table
+
+    devices, links, storage = catalogue.devices(), catalogue.links(), catalogue.storage()
+    if a.json:
+        import json
+
+        print(json.dumps({"devices": [d.model_dump() for d in devices.values()],
+                          "links": [x.model_dump() for x in links.values()],
+                          "storage": [s.model_dump() for s in storage.values()]}, indent=1))
+        return 0
+    rows = [[d.name, d.kind, d.description, _rate(d.fp32_tflops), _rate(d.tf32_tflops),
+             _rate(d.fp16_tflops), _rate(d.bf16_tflops), f"{d.memory_gbps:g}",
+             f"{d.memory_gb:g}", ", ".join(x for x in (d.host_link, d.peer_link) if x)]
+            for d in devices.values()]
+    print_table(Table(title="Devices", headers=[
+        "name", "kind", "description", "fp32", "tf32", "fp16", "bf16", "GB/s", "GB", "links"],
+        rows=rows, caption="Peak TFLOP/s per precision (dense; '-': no fast path), memory "
+        "bandwidth and size. Sources: 'dlperf devices --json'; add your own in "
+        "$DLPERF_DEVICES or ~/.config/dlperf/devices.toml."), out)
+    print_table(Table(title="Links", headers=["name", "description", "GB/s", "latency"],
+                      rows=[[x.name, x.description, f"{x.gbps:g}", f"{x.latency_us:g} us"]
+                            for x in links.values()],
+                      caption="GB/s in one direction; latency per message step."), out)
+    print_table(Table(title="Storage", headers=["name", "description", "read GB/s"],
+                      rows=[[s.name, s.description, f"{s.read_gbps:g}"]
+                            for s in storage.values()]), out)
+    return 0
+
+
+def _add_predict(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("predict", help="predict time per mini-batch on catalogue hardware")
+    p.add_argument("--network", "-n", required=True)
+    p.add_argument("--size")
+    p.add_argument("--batch-size", "-b", type=int, help="global mini-batch (default: the "
+                   "network's)")
+    p.add_argument("--device", "-d", required=True, help="a catalogue device (dlperf devices)")
+    p.add_argument("--precision", default="fp32", help="fp32 (default), tf32, fp16, bf16")
+    p.add_argument("--strategy", "-s", default="single",
+                   help="single (default), sync, async, mixed, pipeline")
+    p.add_argument("--devices", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--link", help="between devices of a node (default: the device's own)")
+    p.add_argument("--inter-link", help="between nodes, e.g. ib-hdr")
+    p.add_argument("--collective", default="ring", help="ring (default) or tree, in a node")
+    p.add_argument("--groups", type=int, help="mixed: groups of devices (default: pairs)")
+    p.add_argument("--micro-batches", type=int, help="pipeline (default: min(batch, 4 x "
+                   "devices))")
+    p.add_argument("--straggler-delay", type=float, default=0.0,
+                   help="seconds one worker is slower per step")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE")
+    p.add_argument("--layers", action="store_true", help="also print the time of each layer")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_predict)
+
+
+def cmd_predict(a: argparse.Namespace) -> int:
+    from dlperf.perfmodel import predict
+    from dlperf.report.exporters import print_table
+    from dlperf.report.tables import Table
+
+    p = predict(a.network, device=a.device, size=a.size, batch_size=a.batch_size,
+                precision=a.precision, devices=a.devices, nodes=a.nodes,
+                strategy=a.strategy, link=a.link, inter_link=a.inter_link,
+                collective=a.collective, groups=a.groups, micro_batches=a.micro_batches,
+                straggler_s=a.straggler_delay, params=parse_params(a.param))
+    if a.json:
+        print(p.model_dump_json(indent=1))
+        return 0
+    links = ", ".join(f"{k} {v}" for k, v in p.links.items())
+    print(f"{p.network} ({p.size}), batch {p.batch_size}, {p.precision}, {p.devices} x "
+          f"{p.device} on {p.nodes} node{'s' if p.nodes > 1 else ''}, {p.strategy}"
+          + (f" ({links})" if links else ""))
+    print(f"predicted {units.seconds(p.time_s)} per mini-batch, "
+          f"{p.samples_per_s:.4g} samples/s, {units.flops(p.flops_per_step)} per step")
+    b = p.breakdown
+    rows = [[name.removesuffix("_s"), units.seconds(v), units.percent(v / p.time_s)]
+            for name, v in b.model_dump().items() if v]
+    print_table(Table(title="Where the time goes", headers=["term", "time", "share"],
+                      rows=rows), out)
+    if a.layers:
+        print_table(Table(title="Layers", headers=["layer", "op", "bound", "time", "FLOPs",
+                                                   "bytes"],
+                          rows=[[x.name, x.op, x.bound, units.seconds(x.time_s),
+                                 units.flops(x.flops), units.nbytes(x.bytes)]
+                                for x in p.layers]), out)
+    for note in p.notes:
+        print(f"  note: {note}")
+    print(f"  efficiency factors: {p.calibration}")
+    return 0
+

@@ -1,0 +1,170 @@
+"""``dlperf run``: measure one configuration and print it at a glance."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.markup import escape
+
+from dlperf import units
+from dlperf.cli import args
+from dlperf.cli.dataflow_flags import add_input_flags, input_for_run
+from dlperf.cli.progress import ProgressListener, out
+from dlperf.errors import UsageError
+from dlperf.spec import PRECISIONS
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="measure one configuration (or inference queries)")
+    p.add_argument("--mode", default="train", choices=["train", "inference"],
+                   help="train: time per mini-batch (default); inference: latency per query, "
+                   "forward only in the framework's inference mode (then --batch-size and "
+                   "--threads take comma-separated lists)")
+    p.add_argument("--network", "-n", required=True)
+    p.add_argument("--framework", "-f", default="torch")
+    p.add_argument("--variant", help="e.g. eager|compile (torch), graph|xla (tensorflow), jit (jax), "
+                   "hybrid|imperative (mxnet)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS, help=args.PRECISION_HELP)
+    p.add_argument("--threads", "-t", default="1", help="threads (default 1)")
+    p.add_argument("--batch-size", "-b", help="default: the network's DLBench default")
+    p.add_argument("--size", help="network size (full, tiny; small, large for the guide's families)")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="network parameter")
+    p.add_argument("--repeat", type=args.positive_int, default=1, help="worker processes (default 1)")
+    p.add_argument("--seed", type=args.seed_int, default=0)
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    args.add_limits(p)
+    add_input_flags(p)  # --input, --loader-workers, ... (docs/dataflow.md)
+    args.add_db(p)
+    p.set_defaults(func=cmd_run)
+
+
+def _counts(text: str | None, flag: str, many: bool) -> list[int] | None:
+    """A positive count, or in inference mode a comma-separated list of them."""
+    if text is None:
+        return None
+    vals = args.int_list(text, flag)
+    if any(v < 1 for v in vals):
+        raise UsageError(f"{flag} must be at least 1, got '{text}'")
+    if len(vals) > 1 and not many:
+        raise UsageError(f"{flag} takes one value in train mode (lists: --mode inference, "
+                         "or 'dlperf sweep')")
+    return vals
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from dlperf import api
+
+    m = args.measurement_from(a)
+    many = a.mode == "inference"
+    threads = _counts(a.threads, "--threads", many) or [1]
+    batches = _counts(a.batch_size, "--batch-size", many)
+    params = args.parse_params(a.param)
+    inp, notes = input_for_run(a, params, batches[0] if batches else None)
+    if many:
+        return cmd_inference(a, m, threads, batches)
+    for note in notes:
+        out.print(f"note: {escape(note)}")
+    with ProgressListener() as listener:
+        row = api.run(a.network, framework=a.framework, variant=a.variant, device=a.device,
+                      precision=a.precision, threads=threads[0],
+                      batch_size=batches[0] if batches else None,
+                      size=a.size, params=params, repeat=a.repeat,
+                      seed=a.seed, measurement=m,
+                      timeout_s=1800.0 if a.timeout is None else a.timeout,
+                      memory_limit=a.memory_limit, db=a.db, listener=listener, input=inp)
+    if a.json:
+        print(json.dumps([r.model_dump() for r in row.results], default=str))
+        return 0 if row.measured else 1
+    print_run(row, a.db)
+    return 0 if row.measured else 1
+
+
+def cmd_inference(a: argparse.Namespace, m, threads: list[int], batches: list[int] | None) -> int:
+    from dlperf import api, workloads
+    from dlperf.report.exporters import print_table
+    from dlperf.report.inference import finding, latency_table
+
+    with ProgressListener() as listener:
+        rows = api.inference(
+            a.network, batch_sizes=batches or [workloads.get(a.network).default_batch],
+            threads=threads, framework=a.framework, variant=a.variant, device=a.device,
+            precision=a.precision, size=a.size, params=args.parse_params(a.param),
+            repeat=a.repeat, seed=a.seed, measurement=m,
+            timeout_s=1800.0 if a.timeout is None else a.timeout,
+            memory_limit=a.memory_limit, db=a.db, listener=listener)
+    if a.json:
+        print(json.dumps([r.model_dump() for row in rows for r in row.results], default=str))
+    else:
+        print_table(latency_table(rows), out)
+        if text := finding(rows):
+            out.print(escape(text))
+    return 0 if all(row.measured for row in rows) else 1
+
+
+def print_run(row, db) -> None:
+    from dlperf.store import default_path
+
+    s = row.spec
+    out.print(f"[bold]{escape(s.label())}[/]  ({row.processes} process{'es' if row.processes != 1 else ''})")
+    if not row.measured:
+        out.print(f"  [red]not measured[/]: {row.failure}")
+        return
+    r0 = row.ok[0]
+    m = r0.metrics
+    steps = sum(r.metrics.steps for r in row.ok)
+    out.print(f"  time per mini-batch  {units.seconds(row.median_s)}  +- {units.seconds(row.mad_s)} MAD"
+              f"  (IQR {units.seconds(m.iqr_s)}, CV {units.percent(row.within_cv)}, "
+              f"min {units.seconds(m.min_s)}, max {units.seconds(m.max_s)}; {steps} timed steps "
+              f"after {m.warmup_steps} warm-up)")
+    if row.between_cv is not None:
+        out.print(f"  between processes    CV {units.percent(row.between_cv)} of the per-process medians")
+    out.print(f"  samples/s            {row.samples_per_s:.4g}")
+    if row.achieved_flops:
+        out.print(f"  achieved             {units.flops(row.achieved_flops, '/s')} "
+                  f"({units.flops(row.flops_per_step)}/step)")
+        for line in peak_lines(row, db):
+            out.print(escape(line))
+    out.print(f"  peak memory          {units.nbytes(row.peak_rss_bytes)} resident"
+              f" (model, data and activations {units.nbytes(m.model_rss_bytes)})"
+              + (f"; device {units.nbytes(m.device_peak_bytes)}" if m.device_peak_bytes else ""))
+    busy = f" (CPU busy {row.cpu_util:.2f} cores)" if row.cpu_util is not None else ""
+    out.print(f"  threads in force     {r0.threads_in_force} on CPUs {r0.cpus}{busy}")
+    from dlperf.report.dataflow import dataflow_lines
+
+    for line in dataflow_lines(row, db):  # stall, preparation, loader alone
+        out.print(escape(line))
+    for w in row.warnings:
+        out.print(f"  [yellow]warning[/]: {escape(w)}")
+    out.print(f"  stored in {db or default_path()}", style="dim")
+
+
+def peak_lines(row, db) -> list[str]:
+    """The share of peak of a measured row, against the best measured rate and the
+    theoretical one, and what limits it (``dlperf.peak.limit_message``)."""
+    from dlperf import api, peak
+
+    prov = row.peak_provenance
+    if prov is None:
+        return []
+    pk, s, achieved = prov, row.spec, row.achieved_flops
+    best = pk.best
+    if best is None or not best.flops:
+        return []
+    where = f"{pk.threads} thread{'s' if pk.threads != 1 else ''}" if pk.device == "cpu" else "GPU"
+    if pk.device == "cpu" and pk.threads < s.threads:
+        where += f" (all CPUs; {s.threads} threads oversubscribe them)"
+    share = (f"  share of peak        {units.percent(row.peak_share)} of {units.flops(best.flops, '/s')},"
+             f" this machine's best measured rate at {where} ({best.source})")
+    if pk.theoretical_flops:
+        theory = units.flops(pk.theoretical_flops, "/s")
+        share += (f"; {units.percent(achieved / pk.theoretical_flops)} of the theoretical {theory}"
+                  if achieved <= pk.theoretical_flops else
+                  f"; above the theoretical {theory}: the clock, the cores in use or the "
+                  "FLOP count differ from what dlperf assumes")
+    elif pk.device == "cpu":
+        share += f"; theoretical peak {pk.theoretical}"
+    others = api.other_framework_rates(s, db=db)
+    limit = peak.limit_message(s.label(), s.network, s.framework, achieved, pk, others)
+    return [share, f"  limit                {limit}"]

@@ -1,0 +1,37 @@
+"""``dlperf setup mxnet``: create the environment of a framework that cannot share dlperf's
+(see ``dlperf.envs``). Parsing and printing only."""
+
+from __future__ import annotations
+
+import argparse
+
+from dlperf import envs
+from dlperf.cli.progress import out
+from dlperf.errors import UsageError
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    names = ", ".join(envs.SEPARATE)
+    p = sub.add_parser(
+        "setup",
+        help=f"create the environment of a framework that needs its own ({names})",
+        description="Create a virtual environment for a framework whose dependencies "
+        "conflict with dlperf's, and install it there. Default place: "
+        "$XDG_DATA_HOME/dlperf/envs/NAME (~/.local/share/...); $DLPERF_NAME_PYTHON names "
+        "another interpreter (DIR/bin/python: the environment is made in DIR).",
+    )
+    p.add_argument("framework", help=names)
+    p.add_argument("--force", action="store_true", help="install again even if it works")
+    p.set_defaults(func=cmd_setup)
+
+
+def cmd_setup(a: argparse.Namespace) -> int:
+    name = a.framework.lower()
+    if name not in envs.SEPARATE:
+        raise UsageError(f"'{a.framework}' needs no environment of its own (setup knows: "
+                         f"{', '.join(envs.SEPARATE)})")
+    versions = envs.create(name, force=a.force, log=lambda msg: out.print(msg))
+    out.print(f"{name} ready: {envs.python(name)} ("
+              + ", ".join(f"{m} {v}" for m, v in versions.items()) + ")")
+    return 0
+
