@@ -29,10 +29,11 @@ LAYERS: list[tuple[str, ...]] = [
     # 2: configuration, planning, storage
     ("dlperf.config", "dlperf.store", "dlperf.migrate", "dlperf.plan", "dlperf.presets",
      "dlperf.peak", "dlperf.store_import", "dlperf.dataflow.plan",
-     "dlperf.dataflow.storage_run", "dlperf.dataflow.pipeline"),
+     "dlperf.dataflow.storage_run", "dlperf.dataflow.pipeline", "dlperf.calibrate.plan",
+     "dlperf.calibrate.prediction", "dlperf.calibrate.__init__"),
     # 3: inside a worker process
     ("dlperf.backends", "dlperf.worker", "dlperf.training.loop", "dlperf.parallel",
-     "dlperf.dataflow.worker"),
+     "dlperf.dataflow.worker", "dlperf.calibrate.worker"),
     # 4: starting and watching workers
     ("dlperf.launch",),
     # 5: running specs and the experiments made of them

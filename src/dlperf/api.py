@@ -17,6 +17,7 @@ from typing import Any
 from dlperf import backends, config, peak, plan, workloads
 from dlperf.dataflow import plan as dataflow_plan
 from dlperf.kinds.dataflow import InputOptions
+from dlperf.perfmodel.machine import LocalCalibration
 from dlperf.report import Filters, Predictor, Report, render
 from dlperf.report.aggregate import ConfigResult, aggregate
 from dlperf.runner import Listener, Runner
@@ -166,6 +167,32 @@ def run_specs(
                         torchrun=dict(torchrun or {}))
         return runner.run_all(todo, still_pending=None if force else (
             lambda s: bool(plan.pending([s], store, retry_failed=retry_failed))))
+
+
+def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | None = None,
+              *, db: str | Path | None = None, device: str = "cpu", fine: bool = False,
+              allreduce: bool = True, force: bool = False, timeout_s: float = 900.0,
+              listener: Listener | None = None) -> LocalCalibration:
+    """Time this machine's calibration kernels (``dlperf.calibrate.plan``: every installed
+    framework at 1, 2, 4, ... threads up to the physical cores unless given) through the
+    normal runner, and return the fitted calibration. A kernel run that failed is run
+    again: a calibration is only usable whole."""
+    from dlperf.calibrate import plan as calibration
+
+    todo = calibration.specs(list(frameworks or calibration.default_frameworks()),
+                             list(threads or calibration.default_threads()), device=device,
+                             fine=fine, allreduce=allreduce)
+    run_specs(todo, db=db, force=force, retry_failed=True, timeout_s=timeout_s,
+              listener=listener)
+    return local_calibration(db=db, device=device)
+
+
+def local_calibration(*, db: str | Path | None = None, device: str = "cpu") -> LocalCalibration:
+    """This machine's fitted kernel curves from the store (empty when never calibrated)."""
+    from dlperf.calibrate import plan as calibration
+
+    with Store(db) as store:
+        return calibration.local_calibration(store, device=device)
 
 
 @dataclass(frozen=True)

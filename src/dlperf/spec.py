@@ -163,6 +163,8 @@ class RunSpec(_Frozen):
         the label: tables show them in a column of their own."""
         if self.kind == "parallel":
             return self.options.label(self.network, self.size, self.batch_size, self.threads)
+        if self.kind == "kernel":
+            return self.options.label(self.framework, self.device, self.threads)
         size = "" if self.size in ("full", "") else f"[{self.size}]"
         dev = f"cpu x{self.threads}" if self.device == "cpu" else self.device
         prec = "" if self.precision == "fp32" else f" {self.precision}"

@@ -89,6 +89,10 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
         from dlperf.training.loop import run_training
 
         return run_training(spec, backend, emit, base)
+    if spec.kind == "kernel":
+        from dlperf.calibrate.worker import run_kernels  # the model's calibration kernels
+
+        return run_kernels(spec, backend, emit, base)
     if spec.kind == "loader" or (isinstance(spec.options, InputOptions)
                                  and spec.options.has_pipeline):
         from dlperf.dataflow.worker import run_dataflow  # a real input pipeline

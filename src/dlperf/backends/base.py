@@ -215,6 +215,18 @@ class Backend(ABC):
             raise UnsupportedError(f"no peak kernel '{kernel}' (known: {', '.join(probes)})")
         return probes[kernel](n, device)
 
+    def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Trainer:
+        """One calibration kernel (``dlperf.perfmodel.kernels``: 'gemm', 'conv', 'conv_bwd',
+        'memory', 'dispatch') of one shape as a Trainer: ``step()`` runs it once, the
+        way this framework runs a training step's ops."""
+        raise UnsupportedError(f"{self.name} has no calibration kernels")
+
+    def allreduce(self, sizes: list[int], world: int, repeats: int,
+                  warmup: int) -> list[list[float]]:
+        """Per size in bytes, the seconds of each of ``repeats`` all-reduces among
+        ``world`` processes on this machine (after ``warmup`` untimed ones)."""
+        raise UnsupportedError(f"{self.name} has no all-reduce kernel (torch's gloo has)")
+
 
 def conv_probe_shape(n: int) -> tuple[int, int, int]:
     """(batch, channels, height = width) of the conv probe of size ``n``: ResNet-50's

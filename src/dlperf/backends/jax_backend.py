@@ -620,6 +620,11 @@ class JaxBackend(Backend):
     def matmul(self, n: int, device: str) -> Trainer:
         return MatmulProbe(n, _device(device))
 
+    def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Trainer:
+        from dlperf.backends.jax_kernels import kernel
+
+        return kernel(op, shape, _device(device))
+
 
 class MatmulProbe(Trainer):
     """An n x n fp32 matmul as a 'step': the peak that achieved FLOP/s is compared with."""

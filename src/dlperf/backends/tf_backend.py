@@ -357,6 +357,13 @@ class TensorFlowBackend(Backend):
             raise UnsupportedError("no GPU visible to TensorFlow")
         return MatmulProbe(n, "/GPU:0" if device == "gpu" else "/CPU:0")
 
+    def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Trainer:
+        from dlperf.backends.tf_kernels import kernel
+
+        if device == "gpu" and not self.has_gpu():
+            raise UnsupportedError("no GPU visible to TensorFlow")
+        return kernel(op, shape, "/GPU:0" if device == "gpu" else "/CPU:0")
+
 
 class MatmulProbe(Trainer):
     """An n x n fp32 matmul as a 'step': the peak that achieved FLOP/s is compared with."""

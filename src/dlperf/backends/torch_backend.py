@@ -539,6 +539,17 @@ class TorchBackend(Backend):
             raise UnsupportedError("no CUDA GPU visible to torch")
         return ConvProbe(n, torch.device("cuda" if device == "gpu" else "cpu"))
 
+    def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Trainer:
+        from dlperf.backends.torch_kernels import kernel
+
+        return kernel(op, shape, device)
+
+    def allreduce(self, sizes: list[int], world: int, repeats: int,
+                  warmup: int) -> list[list[float]]:
+        from dlperf.backends.torch_kernels import allreduce
+
+        return allreduce(sizes, world, repeats, warmup)
+
 
 class MatmulProbe(Trainer):
     """An n x n fp32 matmul as a 'step': the peak that achieved FLOP/s is compared with."""

@@ -19,6 +19,7 @@ from dlperf import __version__
 from dlperf.cli import (
     advise,
     calc,
+    calibrate,
     dataflow,
     env,
     experiment,
@@ -31,6 +32,7 @@ from dlperf.cli import (
     setup,
     sweep,
     train,
+    validate,
 )
 from dlperf.cli.args import Parser
 from dlperf.errors import StoreWriteError, UsageError
@@ -38,7 +40,7 @@ from dlperf.runner import Interrupted
 
 #: every subcommand module, in the order ``dlperf --help`` lists them
 COMMANDS = (run, sweep, report, import_, networks, env, train, experiment, parallel, dataflow,
-            predict, advise, calc, setup)
+            predict, calibrate, validate, advise, calc, setup)
 
 
 def build_parser() -> Parser:

@@ -1,17 +1,23 @@
 """``dlperf devices`` (the catalogue) and ``dlperf predict`` (the analytical model).
-Parsing and printing only; the model lives in ``dlperf.perfmodel``.
+Parsing and printing only; the model lives in ``dlperf.perfmodel``, this machine's
+calibration in ``dlperf.calibrate``, the measured value beside it in
+``dlperf.report.validate``.
 
     dlperf devices
-    dlperf predict -n resnet50 --device a100-40gb --precision bf16 -b 256 -s sync --devices 8
+    dlperf predict -n resnet50 --device a100-40gb --precision bf16 -b 256 -s sync --gpus 8
+    dlperf predict -n resnet50 --framework torch --device cpu --threads 2 -b 32
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
-from dlperf import units
-from dlperf.cli.args import parse_params
+from dlperf import units, workloads
+from dlperf.cli.args import add_db, parse_params, positive_int
 from dlperf.cli.progress import out
+from dlperf.errors import UsageError
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -58,16 +64,23 @@ def cmd_devices(a: argparse.Namespace) -> int:
 
 
 def _add_predict(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("predict", help="predict time per mini-batch on catalogue hardware")
+    p = sub.add_parser("predict", help="predict time per mini-batch, on this machine (from "
+                       "its calibration) or on catalogue hardware")
     p.add_argument("--network", "-n", required=True)
     p.add_argument("--size")
     p.add_argument("--batch-size", "-b", type=int, help="global mini-batch (default: the "
                    "network's)")
-    p.add_argument("--device", "-d", required=True, help="a catalogue device (dlperf devices)")
+    p.add_argument("--device", "-d", required=True, help="cpu or gpu (this machine, as "
+                   "'dlperf calibrate' measured it) or a catalogue device (dlperf devices)")
+    p.add_argument("--framework", "-f", default="torch", help="this machine: whose kernels "
+                   "(default torch)")
+    p.add_argument("--threads", "-t", type=positive_int, default=1, help="this machine: "
+                   "threads per worker (default 1)")
     p.add_argument("--precision", default="fp32", help="fp32 (default), tf32, fp16, bf16")
     p.add_argument("--strategy", "-s", default="single",
                    help="single (default), sync, async, mixed, pipeline")
-    p.add_argument("--devices", type=int, default=1)
+    p.add_argument("--devices", "--gpus", "--workers", dest="devices", type=int, default=1,
+                   help="devices in all (workers, on this machine)")
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--link", help="between devices of a node (default: the device's own)")
     p.add_argument("--inter-link", help="between nodes, e.g. ib-hdr")
@@ -79,8 +92,44 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                    help="seconds one worker is slower per step")
     p.add_argument("--param", action="append", metavar="NAME=VALUE")
     p.add_argument("--layers", action="store_true", help="also print the time of each layer")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the prediction as JSON (time_s, "
+                   "breakdown, ...; measured_s and error when the store has the measurement)")
+    add_db(p)
     p.set_defaults(func=cmd_predict)
+
+
+#: --device names that mean this machine
+LOCAL_DEVICES = ("cpu", "gpu")
+
+
+def _local(a: argparse.Namespace, store: Any) -> tuple[Any, Any]:
+    """(this machine's model, the RunSpec a measurement of the prediction would have);
+    a one-line UsageError when the machine is not calibrated for it."""
+    from dlperf import backends
+    from dlperf.calibrate import plan as calibration
+    from dlperf.parallel.options import make_spec
+    from dlperf.spec import RunSpec
+
+    device = a.device
+    framework = backends.info(a.framework).name
+    cal = calibration.local_calibration(store, device=device)
+    params = parse_params(a.param)
+    wl, size, _ = workloads.resolve(a.network, a.size, params)
+    if a.strategy == "single":
+        m = cal.model(framework, a.threads, device)
+        spec = RunSpec(network=wl.name, size=size, framework=framework, device=device,
+                       threads=a.threads, precision=a.precision, params=params,
+                       batch_size=a.batch_size or wl.default_batch)
+        return m, spec
+    if framework != "torch":
+        raise UsageError("parallel strategies run PyTorch workers here (dlperf parallel); "
+                         "use --framework torch")
+    m = cal.model(framework, a.threads, device, workers=a.devices)
+    spec = make_spec(a.network, strategy=a.strategy, workers=a.devices, size=a.size,
+                     batch_size=a.batch_size, threads=a.threads, groups=a.groups,
+                     micro_batches=a.micro_batches, straggler_delay_s=a.straggler_delay,
+                     nodes=a.nodes, params=params, device=device)
+    return m, spec
 
 
 def cmd_predict(a: argparse.Namespace) -> int:
@@ -88,13 +137,32 @@ def cmd_predict(a: argparse.Namespace) -> int:
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import Table
 
-    p = predict(a.network, device=a.device, size=a.size, batch_size=a.batch_size,
-                precision=a.precision, devices=a.devices, nodes=a.nodes,
-                strategy=a.strategy, link=a.link, inter_link=a.inter_link,
-                collective=a.collective, groups=a.groups, micro_batches=a.micro_batches,
-                straggler_s=a.straggler_delay, params=parse_params(a.param))
+    measured = None
+    kw: dict[str, Any] = dict(
+        size=a.size, batch_size=a.batch_size, precision=a.precision, devices=a.devices,
+        nodes=a.nodes, strategy=a.strategy, link=a.link, inter_link=a.inter_link,
+        collective=a.collective, groups=a.groups, micro_batches=a.micro_batches,
+        straggler_s=a.straggler_delay, params=parse_params(a.param))
+    if a.device in LOCAL_DEVICES:
+        from dlperf.report.validate import measured as lookup
+        from dlperf.store import Store
+
+        if a.precision != "fp32":
+            raise UsageError("this machine's calibration is fp32 only; --precision applies "
+                             "to catalogue devices")
+        with Store(a.db) as store:
+            m, spec = _local(a, store)
+            p = predict(a.network, device=m.device, calibration=m.calibration,
+                        **{**kw, "link": a.link or m.link, "inter_link": a.inter_link or m.link})
+            row = lookup(store, spec)
+        measured = row.median_s if row else None
+    else:
+        p = predict(a.network, device=a.device, **kw)
     if a.json:
-        print(p.model_dump_json(indent=1))
+        doc = p.model_dump()
+        if measured is not None:
+            doc.update(measured_s=measured, error=p.time_s / measured - 1)
+        print(json.dumps(doc, indent=1))
         return 0
     links = ", ".join(f"{k} {v}" for k, v in p.links.items())
     print(f"{p.network} ({p.size}), batch {p.batch_size}, {p.precision}, {p.devices} x "
@@ -102,6 +170,11 @@ def cmd_predict(a: argparse.Namespace) -> int:
           + (f" ({links})" if links else ""))
     print(f"predicted {units.seconds(p.time_s)} per mini-batch, "
           f"{p.samples_per_s:.4g} samples/s, {units.flops(p.flops_per_step)} per step")
+    if measured is not None:
+        print(f"measured  {units.seconds(measured)} per mini-batch (this machine, the store): "
+              f"error {p.time_s / measured - 1:+.1%}")
+    elif a.device in LOCAL_DEVICES:
+        print("measured  - (the store has no measurement of this configuration here)")
     b = p.breakdown
     rows = [[name.removesuffix("_s"), units.seconds(v), units.percent(v / p.time_s)]
             for name, v in b.model_dump().items() if v]
@@ -115,6 +188,6 @@ def cmd_predict(a: argparse.Namespace) -> int:
                                 for x in p.layers]), out)
     for note in p.notes:
         print(f"  note: {note}")
-    print(f"  efficiency factors: {p.calibration}")
+    print(f"  calibration: {p.calibration}")
     return 0
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from dlperf.kinds.base import Diagnostics, Frozen, Payload
 from dlperf.kinds.dataflow import DataflowOutcome, LoaderOptions, StorageOptions, StorageOutcome
 from dlperf.kinds.inference import InferenceOptions, InferenceOutcome
+from dlperf.kinds.kernel import KernelOptions, KernelOutcome
 from dlperf.kinds.parallel import ParallelOptions, ParallelOutcome
 from dlperf.kinds.peak import KernelRate, Peak, PeakOptions
 from dlperf.kinds.step import StepOptions, StepOutcome
@@ -34,15 +35,17 @@ KINDS: dict[str, KindInfo] = {
     # data flow: an input pipeline alone; a storage's read bandwidth (dlperf.dataflow)
     "loader": KindInfo(LoaderOptions, DataflowOutcome),
     "storage": KindInfo(StorageOptions, StorageOutcome),
+    # the performance model's calibration kernels (dlperf.calibrate)
+    "kernel": KindInfo(KernelOptions, KernelOutcome),
 }
 
 Options = (StepOptions | PeakOptions | TrainOptions | ParallelOptions | InferenceOptions
-           | LoaderOptions | StorageOptions)
+           | LoaderOptions | StorageOptions | KernelOptions)
 Outcome = (StepOutcome | TrainOutcome | ParallelOutcome | InferenceOutcome | DataflowOutcome
-           | StorageOutcome)
+           | StorageOutcome | KernelOutcome)
 
 __all__ = ["KINDS", "DataflowOutcome", "Diagnostics", "LoaderOptions", "StorageOptions",
-           "StorageOutcome", "InferenceOptions", "InferenceOutcome", "KernelRate",
+           "StorageOutcome", "InferenceOptions", "InferenceOutcome", "KernelOptions", "KernelOutcome", "KernelRate",
            "KindInfo", "Options", "Outcome",
            "ParallelOptions", "ParallelOutcome", "Peak", "PeakOptions", "StepOptions",
            "StepOutcome", "TrainOptions", "TrainOutcome"]

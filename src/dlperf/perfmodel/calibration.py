@@ -1,9 +1,9 @@
 """Efficiency factors: the share of a datasheet rate that real kernels reach.
 
 The defaults are public measurements of other machines, cited below, never a fit to the
-time of the network being predicted. Calibration from this machine's own measured
-kernels (GEMM and bandwidth curves through the normal worker) will replace them per
-device through ``Calibration.devices``.
+time of the network being predicted. This machine's own measured kernels (``dlperf
+calibrate``: GEMM, convolution and bandwidth curves through the normal worker) replace
+them for its devices through ``Calibration.kernels`` (``dlperf.perfmodel.local``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from dlperf.perfmodel.catalogue import Device
+from dlperf.perfmodel.fit import LocalFit
 
 
 class Efficiency(BaseModel):
@@ -64,6 +65,9 @@ class Calibration(BaseModel):
     gpu: Efficiency = GPU
     cpu: Efficiency = CPU
     devices: dict[str, Efficiency] = Field(default_factory=dict)
+    #: fitted kernel curves per device name (this machine, ``dlperf calibrate``): a device
+    #: here is timed from its curves, not from a roofline with efficiency factors
+    kernels: dict[str, LocalFit] = Field(default_factory=dict)
     link: float = Field(default=0.8, gt=0, le=1)
     link_source: str = (
         "0.8: NCCL moves about 230 of NVLink 3's 300 GB/s per direction on A100 and 370 of "
@@ -71,6 +75,9 @@ class Calibration(BaseModel):
         "(https://github.com/NVIDIA/nccl-tests/issues/149, "
         "https://github.com/NVIDIA/nccl-tests/issues/212)"
     )
+
+    def fitted(self, device: Device) -> LocalFit | None:
+        return self.kernels.get(device.name)
 
     def for_device(self, device: Device) -> Efficiency:
         return self.devices.get(device.name) or (self.gpu if device.kind == "gpu" else self.cpu)

@@ -161,8 +161,14 @@ def device(name: str) -> Device:
     return _get("device", devices(), name)
 
 
+#: Other spellings of link names (the issue's, and the common short forms).
+LINK_ALIASES = {"pcie3": "pcie3x16", "pcie4": "pcie4x16", "pcie5": "pcie5x16",
+                "eth-10g": "eth10", "eth-25g": "eth25", "eth-100g": "eth100",
+                "10gbe": "eth10", "25gbe": "eth25", "100gbe": "eth100"}
+
+
 def link(name: str) -> Link:
-    return _get("link", links(), name)
+    return _get("link", links(), LINK_ALIASES.get(name, name))
 
 
 def storage_entry(name: str) -> Storage:

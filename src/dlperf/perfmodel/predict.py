@@ -13,7 +13,7 @@ from typing import Any
 
 from dlperf import workloads
 from dlperf.errors import UsageError
-from dlperf.perfmodel import catalogue
+from dlperf.perfmodel import catalogue, local
 from dlperf.perfmodel import formulas as f
 from dlperf.perfmodel.calibration import Calibration
 from dlperf.perfmodel.catalogue import PRECISIONS, Device, Link
@@ -58,8 +58,8 @@ def predict(
     devices: int = 1,
     nodes: int = 1,
     strategy: str = "single",
-    link: str | None = None,
-    inter_link: str | None = None,
+    link: str | Link | None = None,
+    inter_link: str | Link | None = None,
     collective: str = "ring",
     groups: int | None = None,
     micro_batches: int | None = None,
@@ -119,7 +119,7 @@ class _Context:
 
     def __init__(self, wl: workloads.Workload, size: str, cfg: Any, batch: int, dev: Device,
                  precision: str, cal: Calibration, devices: int, nodes: int, collective: str,
-                 straggler_s: float, link: str | None, inter_link: str | None):
+                 straggler_s: float, link: str | Link | None, inter_link: str | Link | None):
         self.wl, self.size, self.cfg, self.batch = wl, size, cfg, batch
         self.dev, self.precision, self.cal = dev, precision, cal
         self.devices, self.nodes, self.per_node = devices, nodes, devices // nodes
@@ -138,16 +138,19 @@ class _Context:
         if name is None:
             raise UsageError(f"device '{self.dev.name}' has no default link between devices; "
                              "give one (--link, e.g. eth100)")
-        self.links["intra"] = name
-        return catalogue.link(name)
+        return self._link("intra", name)
 
     def inter(self) -> Link:
         name = self._link_names[1]
         if name is None:
             raise UsageError(f"{self.nodes} nodes need a link between them "
                              "(--inter-link, e.g. ib-hdr or eth100)")
-        self.links["inter"] = name
-        return catalogue.link(name)
+        return self._link("inter", name)
+
+    def _link(self, role: str, name: str | Link) -> Link:
+        link = name if isinstance(name, Link) else catalogue.link(name)
+        self.links[role] = link.name
+        return link
 
     def server_link(self) -> Link:
         """Workers reach the parameter server over the network when there are nodes."""
@@ -157,9 +160,18 @@ class _Context:
         return link.bytes_per_s * self.cal.link
 
     def timings(self, batch: float) -> list[LayerTiming]:
-        eff = self.cal.for_device(self.dev)
         costs = layer_costs(self.layers, self.cfg.input_shape(), batch, self.elem)
+        fit = self.cal.fitted(self.dev)
+        if fit is not None:  # this machine: its measured kernel curves
+            return [local.layer_timing(layer, c, batch, fit)
+                    for layer, c in zip(self.layers, costs, strict=True)]
+        eff = self.cal.for_device(self.dev)
         return [layer_timing(c, self.dev, self.precision, eff) for c in costs]
+
+    def call_s(self) -> float:
+        """The fixed cost of calling a framework's step once (calibrated devices only)."""
+        fit = self.cal.fitted(self.dev)
+        return local.call_timing(fit).overhead_s if fit is not None else 0.0
 
     def allreduce(self, nbytes: float, p: int) -> float:
         """Gradients averaged over ``p`` devices of one node (ring or tree)."""
@@ -190,6 +202,9 @@ class _Context:
         )
 
     def _calibration(self) -> str:
+        fit = self.cal.fitted(self.dev)
+        if fit is not None:
+            return f"{self.dev.name}: {fit.describe()}"
         eff = self.cal.for_device(self.dev)
         return f"{self.dev.name}: {eff.source}; links: {self.cal.link_source}"
 
@@ -232,6 +247,7 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     local = ctx.batch // p
     timings = ctx.timings(local)
     compute, memory, overhead = _totals(timings)
+    overhead += ctx.call_s()
     step = compute + memory + overhead
     g_bytes = ctx.grad_bytes
     extra: dict[str, Any] = {}
@@ -330,8 +346,9 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     t_stage = stage_times[slow]
     compute, memory, overhead = _totals([timings[i] for i in stages[slow]], repeat=m)
     memory += max(updates) - sum(timings[i].update_s for i in stages[slow])
+    overhead += ctx.call_s()
     bubble = (p - 1) * t_stage
-    time = f.pipeline_time(t_stage, p, m) + max(updates) + ctx.straggler
+    time = f.pipeline_time(t_stage, p, m) + max(updates) + ctx.straggler + ctx.call_s()
     if p > 1:
         ctx.notes.append(f"GPipe schedule, {m} micro-batches of {mb:g}: ideal idle share "
                          f"{f.pipeline_bubble_fraction(p, m):.1%} with equal stages")

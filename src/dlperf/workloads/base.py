@@ -19,6 +19,29 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class Gemm:
+    """One forward matrix product of a layer, per sample: ``count`` products of an
+    (``m`` x ``k``) by a (``k`` x ``n``) matrix. How the batch B enters decides the shape
+    a library runs: ``batch_rows`` (dense, convolution as an implicit GEMM, an LSTM's
+    per-step products) stacks the samples into the rows, ``count`` products of
+    (B m x k) @ (k x n); otherwise (attention) each sample's products stay separate,
+    B x ``count`` products of (m x k) @ (k x n). Its FLOPs are 2 x count x m x n x k per
+    sample, and a layer's products add up to its ``fwd_flops`` (a test checks it).
+    ``window`` is a convolution's kernel side (1 for a plain matrix product)."""
+
+    m: int
+    n: int
+    k: int
+    count: int = 1
+    batch_rows: bool = True
+    window: int = 1
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.count * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
 class Layer:
     """One layer's cost for a single sample.
 
@@ -33,6 +56,7 @@ class Layer:
     out_elems: int = 0
     input_grad: bool = True  # False for the first layer fed by data
     dgrad_flops: int | None = None  # input-gradient FLOPs when they differ from fwd_flops
+    gemms: tuple[Gemm, ...] = ()  # the forward's matrix products (the performance model's shapes)
 
     def train_flops(self) -> int:
         """Forward + weight gradient + (input gradient) matmul FLOPs for one sample."""
@@ -93,6 +117,7 @@ def dense(name: str, n_in: int, n_out: int, *, bias: bool = True, first: bool = 
         fwd_flops=2 * n_in * n_out,
         out_elems=n_out,
         input_grad=not first,
+        gemms=(Gemm(1, n_out, n_in),),
     )
 
 
@@ -113,4 +138,6 @@ def conv(
         fwd_flops=2 * k * k * c_in * c_out * out_hw * out_hw,
         out_elems=c_out * out_hw * out_hw,
         input_grad=not first,
+        # the implicit GEMM: one row per output pixel, one column per output channel
+        gemms=(Gemm(out_hw * out_hw, c_out, k * k * c_in, window=k),),
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlperf.workloads.base import Layer, Workload, conv, conv_out, dense
+from dlperf.workloads.base import Gemm, Layer, Workload, conv, conv_out, dense
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,8 @@ class LSTMLMConfig:
                     out_elems=t * self.hidden,
                     # no gradient flows into the zero initial state h0
                     dgrad_flops=t * 2 * gates * (n_in + self.hidden) - 2 * gates * self.hidden,
+                    # the input projection of all t steps at once, then t recurrent steps
+                    gemms=(Gemm(t, gates, n_in), Gemm(1, gates, self.hidden, count=t)),
                 )
             )
             n_in = self.hidden
@@ -183,6 +185,7 @@ class LSTMLMConfig:
                 params=proj.params,
                 fwd_flops=t * proj.fwd_flops,
                 out_elems=t * self.vocab,
+                gemms=(Gemm(t, self.vocab, self.hidden),),
             )
         )
         out.append(Layer("softmax_xent", "loss", out_elems=t * self.vocab))

@@ -27,9 +27,9 @@ biases and the LayerNorm parameters cost no matmul. About 0.6% for GPT-2 small.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from dlperf.workloads.base import Layer, Workload, dense
+from dlperf.workloads.base import Gemm, Layer, Workload, dense
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,10 @@ class TransformerConfig:
             # two activation inputs (Q and K, or P and V), no weights: the backward is
             # one product for each input, each the forward's size
             Layer(f"b{i}_scores", "attention", fwd_flops=attn, out_elems=h * t * t,
-                  dgrad_flops=2 * attn),
+                  dgrad_flops=2 * attn, gemms=(Gemm(t, t, d // h, count=h, batch_rows=False),)),
             Layer(f"b{i}_softmax", "softmax", out_elems=h * t * t),
             Layer(f"b{i}_values", "attention", fwd_flops=attn, out_elems=t * d,
-                  dgrad_flops=2 * attn),
+                  dgrad_flops=2 * attn, gemms=(Gemm(t, d // h, t, count=h, batch_rows=False),)),
             _per_token(dense(f"b{i}_proj", d, d), t),
             Layer(f"b{i}_residual1", "add", out_elems=t * d),
             Layer(f"b{i}_ln2", "ln", params=2 * d, out_elems=t * d),
@@ -105,7 +105,8 @@ def _per_token(layer: Layer, t: int) -> Layer:
     """A dense layer applied at each of ``t`` positions: the same weights, t times the
     products and the output."""
     return Layer(layer.name, layer.op, params=layer.params, fwd_flops=t * layer.fwd_flops,
-                 out_elems=t * layer.out_elems)
+                 out_elems=t * layer.out_elems,
+                 gemms=tuple(replace(g, m=g.m * t) for g in layer.gemms))
 
 
 MODERN: dict[str, Workload] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlperf.workloads.base import Layer, dense
+from dlperf.workloads.base import Gemm, Layer, dense
 from dlperf.workloads.families.common import (
     DATA_SHAPES,
     check_fields,
@@ -85,4 +85,6 @@ def deconv(name: str, c_in: int, c_out: int, k: int, in_hw: int) -> Layer:
         params=k * k * c_in * c_out + c_out,
         fwd_flops=2 * k * k * c_in * c_out * in_hw * in_hw,
         out_elems=c_out * (2 * in_hw) ** 2,
+        # the gradient of a convolution: one row per input pixel, k x k x c_out columns
+        gemms=(Gemm(in_hw * in_hw, k * k * c_out, c_in, window=k),),
     )

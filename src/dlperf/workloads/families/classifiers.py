@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dlperf.workloads.base import Layer, conv, dense
+from dlperf.workloads.base import Gemm, Layer, conv, dense
 from dlperf.workloads.families.common import (
     CLASSES,
     DATA_SHAPES,
@@ -143,6 +143,7 @@ class RNNConfig:
                     fwd_flops=t * 2 * g * (n_in + self.hidden),
                     out_elems=t * self.hidden,
                     dgrad_flops=dgrad,
+                    gemms=(Gemm(t, g, n_in), Gemm(1, g, self.hidden, count=t)),
                 )
             )
             n_in = self.hidden
@@ -182,6 +183,7 @@ class RecursiveConfig:
                 params=compose.params,
                 fwd_flops=n * compose.fwd_flops,
                 out_elems=n * h,
+                gemms=(Gemm(1, h, 2 * h, count=n),),  # bottom-up, one node after another
             ),
             dense("fc", h, CLASSES),
             Layer("softmax_xent", "loss", out_elems=CLASSES),

@@ -69,4 +69,5 @@ def dense_stack(name: str, widths: tuple[int, ...], *, first: bool, act: str) ->
 def generator_step(layer: Layer) -> Layer:
     """The extra pass of a layer that the generator's update goes through (GAN): one more
     forward and one input gradient, no weight gradient (the layer is held fixed)."""
-    return Layer(f"{layer.name}_gstep", layer.op, fwd_flops=layer.fwd_flops, input_grad=True)
+    return Layer(f"{layer.name}_gstep", layer.op, fwd_flops=layer.fwd_flops, input_grad=True,
+                 gemms=layer.gemms)

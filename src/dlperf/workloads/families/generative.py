@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlperf.workloads.base import Layer, dense
 from dlperf.workloads.families.classifiers import FFNConfig
@@ -176,6 +176,7 @@ class GANConfig:
                         out_elems=layer.out_elems,
                         input_grad=layer.input_grad,
                         dgrad_flops=dgrad,
+                        gemms=tuple(replace(g, count=2 * g.count) for g in layer.gemms),
                     )
                 )
                 out.append(generator_step(layer))

@@ -1,0 +1,84 @@
+"""JAX's calibration kernels (``dlperf.perfmodel.kernels``): each op under jax.jit, as
+the 'jit' variant runs a training step (NHWC, fp32 at HIGHEST precision)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dlperf.backends.base import Trainer, UnsupportedError
+from dlperf.perfmodel.kernels import DISPATCH_SIDE, flops
+
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+class KernelTrainer(Trainer):
+    """One call of a jitted calibration kernel per step."""
+
+    batch_size = 1
+    param_count = 0
+
+    def __init__(self, op: str, shape: tuple[int, ...], device: jax.Device):
+        self.op, self.shape = op, shape
+        rng = np.random.default_rng(0)
+
+        def normal(*dims: int) -> np.ndarray:
+            return rng.standard_normal(dims, np.float32)
+
+        if op == "gemm":
+            m, n, k = shape
+            args = (normal(m, k), normal(k, n))
+
+            def fn(a, b):
+                return jnp.matmul(a, b, precision=HIGHEST)
+        elif op in ("conv", "conv_bwd"):
+            batch, c_in, c_out, side, window, stride = shape
+            p = window // 2
+
+            def conv(x, w):
+                return jax.lax.conv_general_dilated(
+                    x, w, (stride, stride), ((p, p), (p, p)),
+                    dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=HIGHEST)
+
+            x, w = normal(batch, side, side, c_in), normal(window, window, c_in, c_out)
+            if op == "conv":
+                args, fn = (x, w), conv
+            else:  # both gradients; the forward's output is not needed and XLA drops it
+                y = jax.eval_shape(conv, x, w)
+                args = (x, w, normal(*y.shape))
+
+                def fn(x, w, g):
+                    return jax.vjp(conv, x, w)[1](g)
+        elif op == "memory":
+            args = (normal(shape[0]),)
+
+            def fn(x):
+                return x * 2.0
+        elif op == "dispatch":
+            args = (normal(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE,)
+
+            def fn(a):
+                z = a
+                for _ in range(shape[0]):
+                    z = jnp.matmul(z, a, precision=HIGHEST)
+                return z
+        else:
+            raise UnsupportedError(f"jax has no calibration kernel '{op}'")
+        self.args = jax.device_put(args, device)
+        self._fn = jax.jit(fn)
+        self._out = None
+
+    def step(self) -> None:
+        self._out = self._fn(*self.args)
+
+    def sync(self) -> None:
+        if self._out is not None:
+            jax.block_until_ready(self._out)
+
+    def flops_per_step(self) -> float:
+        return flops(self.op, self.shape)
+
+
+def kernel(op: str, shape: tuple[int, ...], device: jax.Device) -> Trainer:
+    return KernelTrainer(op, shape, device)

@@ -1,0 +1,84 @@
+"""TensorFlow's calibration kernels (``dlperf.perfmodel.kernels``): each op under
+tf.function, as the 'graph' variant runs a training step (NHWC, fp32, TF32 off)."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from dlperf.backends.base import Trainer, UnsupportedError
+from dlperf.perfmodel.kernels import DISPATCH_SIDE, flops
+
+
+class KernelTrainer(Trainer):
+    """One call of a calibration kernel per step (one tf.function call)."""
+
+    batch_size = 1
+    param_count = 0
+
+    def __init__(self, op: str, shape: tuple[int, ...], device: str):
+        self.op, self.shape = op, shape
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        with tf.device(device):
+            gen = tf.random.Generator.from_seed(0)
+            if op == "gemm":
+                m, n, k = shape
+                args = (gen.normal((m, k)), gen.normal((k, n)))
+                fn = tf.linalg.matmul
+            elif op in ("conv", "conv_bwd"):
+                batch, c_in, c_out, side, window, stride = shape
+                p = window // 2
+                pad = [[0, 0], [p, p], [p, p], [0, 0]]
+                x, w = gen.normal((batch, side, side, c_in)), gen.normal((window, window, c_in, c_out))
+                y = tf.nn.conv2d(x, w, stride, pad)
+                if op == "conv":
+                    args = (x, w)
+
+                    def fn(x, w):
+                        return tf.nn.conv2d(x, w, stride, pad)
+                else:  # the two ops a Conv2D's gradient runs
+                    args = (x, w, gen.normal(y.shape))
+
+                    def fn(x, w, g):
+                        dx = tf.raw_ops.Conv2DBackpropInput(
+                            input_sizes=tf.shape(x), filter=w, out_backprop=g,
+                            strides=[1, stride, stride, 1], padding="EXPLICIT",
+                            explicit_paddings=[0, 0, p, p, p, p, 0, 0])
+                        dw = tf.raw_ops.Conv2DBackpropFilter(
+                            input=x, filter_sizes=tf.shape(w), out_backprop=g,
+                            strides=[1, stride, stride, 1], padding="EXPLICIT",
+                            explicit_paddings=[0, 0, p, p, p, p, 0, 0])
+                        return dx, dw
+            elif op == "memory":
+                args = (gen.normal(shape),)
+
+                def fn(x):
+                    return x * 2.0
+            elif op == "dispatch":
+                args = (gen.normal((DISPATCH_SIDE, DISPATCH_SIDE)) / DISPATCH_SIDE,)
+
+                def fn(a):
+                    z = a
+                    for _ in range(shape[0]):
+                        z = tf.linalg.matmul(z, a)
+                    return z
+            else:
+                raise UnsupportedError(f"tensorflow has no calibration kernel '{op}'")
+        self.args = args
+        self._fn = tf.function(fn)
+        self._out = None
+
+    def step(self) -> None:
+        self._out = self._fn(*self.args)
+
+    def sync(self) -> None:
+        out = self._out
+        if out is not None:  # a value read back: the call's work is done
+            first = out[0] if isinstance(out, tuple) else out
+            tf.reshape(first, [-1])[0].numpy()
+
+    def flops_per_step(self) -> float:
+        return flops(self.op, self.shape)
+
+
+def kernel(op: str, shape: tuple[int, ...], device: str) -> Trainer:
+    return KernelTrainer(op, shape, device)

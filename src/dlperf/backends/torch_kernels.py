@@ -1,0 +1,174 @@
+"""PyTorch's calibration kernels (``dlperf.perfmodel.kernels``): each op as a Trainer
+whose ``step()`` runs one call the way a DLBench network runs it (eager, NCHW, fp32),
+and the gloo all-reduce on loopback among spawned processes."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import tempfile
+import time
+from datetime import timedelta
+
+import torch
+import torch.nn.functional as F
+
+from dlperf.backends.base import Trainer, UnsupportedError
+from dlperf.perfmodel.kernels import DISPATCH_SIDE, flops
+
+
+def _device(device: str) -> torch.device:
+    if device == "gpu":
+        if not torch.cuda.is_available():
+            raise UnsupportedError("no CUDA GPU visible to torch")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+class KernelTrainer(Trainer):
+    """One call of a calibration kernel per step."""
+
+    batch_size = 1
+    param_count = 0
+
+    def __init__(self, op: str, shape: tuple[int, ...], device: torch.device):
+        self.op, self.shape, self.device = op, shape, device
+        gen = torch.Generator().manual_seed(0)
+
+        def randn(*dims: int) -> torch.Tensor:
+            return torch.randn(dims, generator=gen).to(device)
+
+        if op == "gemm":
+            m, n, k = shape
+            self.a, self.b, self.out = randn(m, k), randn(k, n), torch.empty(m, n, device=device)
+        elif op in ("conv", "conv_bwd"):
+            batch, c_in, c_out, side, window, stride = shape
+            self.x, self.w = randn(batch, c_in, side, side), randn(c_out, c_in, window, window)
+            self.stride, self.pad = (stride, stride), (window // 2, window // 2)
+            with torch.no_grad():
+                self.g = torch.randn_like(F.conv2d(self.x, self.w, stride=stride,
+                                                   padding=window // 2))
+        elif op == "memory":
+            self.x, self.out = randn(shape[0]), torch.empty(shape[0], device=device)
+        elif op == "dispatch":
+            self.a = randn(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE
+        else:
+            raise UnsupportedError(f"torch has no calibration kernel '{op}'")
+
+    def step(self) -> None:
+        op = self.op
+        if op == "gemm":
+            torch.mm(self.a, self.b, out=self.out)
+        elif op == "conv":
+            with torch.no_grad():
+                F.conv2d(self.x, self.w, stride=self.stride, padding=self.pad)
+        elif op == "conv_bwd":  # what autograd runs for a Conv2d: both gradients at once
+            torch.ops.aten.convolution_backward(
+                self.g, self.x, self.w, None, self.stride, self.pad, (1, 1), False, (0, 0), 1,
+                (True, True, False))
+        elif op == "memory":
+            torch.mul(self.x, 2.0, out=self.out)
+        else:  # dispatch: a chain of dependent tiny products, one op each
+            z = self.a
+            for _ in range(self.shape[0]):
+                z = torch.mm(z, self.a)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def flops_per_step(self) -> float:
+        return flops(self.op, self.shape)
+
+
+def kernel(op: str, shape: tuple[int, ...], device: str) -> Trainer:
+    return KernelTrainer(op, shape, _device(device))
+
+
+# ----------------------------------------------------------------------------- all-reduce
+def _rank_cpus(rank: int) -> list[int]:
+    """One CPU per rank, wrapping around when there are more ranks than CPUs (as the
+    parallel runs place one-thread workers)."""
+    from dlperf.environment import usable_cpus
+
+    cpus = usable_cpus()
+    return [cpus[rank % len(cpus)]]
+
+
+def _loopback_interface() -> str | None:
+    """The interface holding 127.0.0.1 ('lo' on Linux), as the parallel runs use."""
+    import socket
+
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+            return name
+    return None
+
+
+def _allreduce_rank(rank: int, world: int, path: str, sizes: list[int], repeats: int,
+                    warmup: int, parent: int) -> list[list[float]]:
+    """Every rank: ``warmup`` then ``repeats`` all-reduces of each size, each after a
+    barrier; the time of a repetition is the slowest rank's (when the collective was over
+    for everyone)."""
+    if rank:
+        from dlperf.launch.orphans import die_with_parent
+
+        die_with_parent(parent)
+    os.sched_setaffinity(0, _rank_cpus(rank))
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    store = dist.FileStore(path, world)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=120))
+    out = []
+    try:
+        for nbytes in sizes:
+            buf = torch.ones(max(1, nbytes // 4))
+            times = []
+            for k in range(warmup + repeats):
+                dist.barrier()
+                t = time.perf_counter()
+                dist.all_reduce(buf)
+                if k >= warmup:
+                    times.append(time.perf_counter() - t)
+            slowest = torch.tensor(times, dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            out.append(slowest.tolist())
+    finally:
+        dist.destroy_process_group()
+    return out
+
+
+def _helper(rank: int, world: int, path: str, sizes: list[int], repeats: int, warmup: int,
+            parent: int) -> None:
+    _allreduce_rank(rank, world, path, sizes, repeats, warmup, parent)
+    os._exit(0)  # no interpreter teardown: nothing to flush, and it takes seconds
+
+
+def allreduce(sizes: list[int], world: int, repeats: int, warmup: int) -> list[list[float]]:
+    """Per size, the time of each timed all-reduce among ``world`` processes on loopback
+    (this one is rank 0; the others are spawned and die with it)."""
+    if world < 2:
+        raise UnsupportedError("an all-reduce needs at least 2 processes (world >= 2)")
+    if "GLOO_SOCKET_IFNAME" not in os.environ:
+        lo = _loopback_interface()
+        if lo:
+            os.environ["GLOO_SOCKET_IFNAME"] = lo  # inherited by the spawned ranks
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="dlperf-allreduce-") as tmp:
+        path = os.path.join(tmp, "store")
+        procs = [ctx.Process(target=_helper, args=(r, world, path, sizes, repeats, warmup,
+                                                   os.getpid()), daemon=True)
+                 for r in range(1, world)]
+        for p in procs:
+            p.start()
+        try:
+            return _allreduce_rank(0, world, path, sizes, repeats, warmup, os.getpid())
+        finally:
+            for p in procs:
+                p.join(timeout=30)
+                if p.is_alive():
+                    p.kill()

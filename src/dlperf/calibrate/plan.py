@@ -1,0 +1,123 @@
+"""Calibration of the performance model on this machine: plan the kernel runs (``dlperf.api
+.calibrate`` runs them through the normal runner: stored, claimed, resumable, under the
+machine lock), and read the stored samples back for ``dlperf.perfmodel.fit``.
+
+One run of kind 'kernel' per (framework, thread count) times every op's grid of shapes
+in one worker: one framework start (seconds for TensorFlow) per thread count, not per
+shape or op. The all-reduce is
+timed once per process count (2 and 4 on loopback, PyTorch's gloo, the library
+``dlperf parallel`` uses), its processes spawned inside the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dlperf import backends, environment, peak
+from dlperf.kinds.kernel import KernelOptions, KernelOutcome, KernelPart
+from dlperf.perfmodel.fit import Samples
+from dlperf.perfmodel.kernels import grid
+from dlperf.perfmodel.machine import LocalCalibration
+from dlperf.spec import RunResult, RunSpec
+from dlperf.store import Store
+
+#: the ops timed per (framework, thread count); the all-reduce is separate
+LOCAL_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
+#: processes of the all-reduce calibration (the worker counts of the loopback runs)
+WORLDS = (2, 4)
+#: the frameworks calibrated by default: those with kernels, when installed
+FRAMEWORKS = ("torch", "tensorflow", "jax")
+#: seconds each shape is timed for (after its warm-up): short by default
+MIN_TIME_S, FINE_MIN_TIME_S = 0.05, 0.2
+
+
+def default_threads() -> list[int]:
+    """1, 2, 4, ... up to this machine's physical cores (and the core count itself)."""
+    cores = environment.physical_cores()
+    out, t = [], 1
+    while t < cores:
+        out.append(t)
+        t *= 2
+    return [*out, cores]
+
+
+def default_frameworks() -> list[str]:
+    return [fw for fw in FRAMEWORKS if backends.installed(fw)]
+
+
+def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "cpu",
+          fine: bool = False, allreduce: bool = True) -> list[RunSpec]:
+    """The kernel runs of a calibration: every op's grid per framework and thread count,
+    and the all-reduce at 2 and 4 processes (when PyTorch is among the frameworks)."""
+    packages = environment.packages()
+    min_time = FINE_MIN_TIME_S if fine else MIN_TIME_S
+    out = []
+    for fw in frameworks:
+        backends.require(fw)
+        versions = peak.versions(fw, packages)
+        parts = tuple(KernelPart(op=op, shapes=tuple(grid(op, fine))) for op in LOCAL_OPS)
+        for t in threads:
+            o = KernelOptions(parts=parts, min_time_s=min_time, versions=versions)
+            out.append(RunSpec(kind="kernel", network="kernels", framework=fw, device=device,
+                               threads=t, batch_size=1, options=o))
+    if allreduce and "torch" in frameworks and device == "cpu":
+        versions = peak.versions("torch", packages)
+        cpus = len(environment.usable_cpus())
+        for world in WORLDS:
+            o = KernelOptions(parts=(KernelPart(op="allreduce", shapes=tuple(grid(
+                "allreduce", fine))),), world=world, versions=versions)
+            # the worker holds every CPU its ranks are spread over
+            out.append(RunSpec(kind="kernel", network="allreduce", framework="torch",
+                               device=device, threads=min(world, cpus), batch_size=1,
+                               options=o))
+    return out
+
+
+@dataclass(frozen=True)
+class Stored:
+    """The calibration samples of one framework, thread count and device."""
+
+    framework: str
+    threads: int
+    device: str
+    samples: Samples
+
+
+def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
+    """A kernel row counts while its framework's versions are the installed ones."""
+    o = r.spec.options
+    return isinstance(o, KernelOptions) and o.versions == peak.versions(r.spec.framework, packages)
+
+
+def load(store: Store, *, device: str = "cpu", machine_id: str | None = None) -> list[Stored]:
+    """Every (framework, threads) this machine has calibration samples for, newest row per
+    kernel run, rows of other library versions left out. The all-reduce samples (keyed by
+    process count) are added to every entry."""
+    packages = environment.packages()
+    rows = store.results(kind="kernel", status="ok", device=device,
+                         machine_id=machine_id or environment.machine_id())
+    rows = [r for r in rows if _current(r, packages)]
+    by_key: dict[tuple[str, int], list] = {}
+    collective = []
+    for r in rows:
+        if not isinstance(r.outcome, KernelOutcome):
+            continue
+        samples = r.outcome.samples
+        collective.extend(s for s in samples if s.op == "allreduce")
+        local = [s for s in samples if s.op != "allreduce"]
+        if local:
+            by_key.setdefault((r.spec.framework, r.spec.threads), []).extend(local)
+    return [Stored(fw, t, device, Samples.of([*s, *collective]))
+            for (fw, t), s in sorted(by_key.items())]
+
+
+def local_calibration(store: Store, *, device: str = "cpu") -> LocalCalibration:
+    """This machine's fitted calibration from the store: every (framework, threads) whose
+    samples cover every op (an incomplete one is left out; ``find`` then says what to
+    run)."""
+    complete = [s for s in load(store, device=device)
+                if all(s.samples.of_op(op) for op in LOCAL_OPS)]
+    memory = float(environment.machine().get("memory_bytes") or 0) / 1e9 or 1.0
+    return LocalCalibration.of([(s.framework, s.threads, s.device, s.samples) for s in complete],
+                               memory, environment.physical_cores())

@@ -1,0 +1,125 @@
+"""Inside a worker: a run of kind 'kernel' times every shape of one calibration op
+(``dlperf.perfmodel.kernels``) with the framework's own kernel, one after another in
+this one process, and returns their times as the run's ``KernelOutcome``.
+
+Each shape is warmed up and timed like a training step (``measure.timing``), briefly: a
+calibration grid has tens of shapes and must finish in minutes. A shape that fails (out
+of memory, a missing kernel) is recorded by name and the others go on.
+
+A machine shared with other work slows a kernel by taking its cores away, which shows as
+CPU time below the wall time. A shape whose timed calls kept its threads less than
+``BUSY`` busy is timed again (``ATTEMPTS`` in all) and the attempt that kept them busiest
+is kept: the choice is by the measurement's own CPU accounting, never by its time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dlperf.backends.base import Backend, UnsupportedError
+from dlperf.errors import is_out_of_memory
+from dlperf.measure.timing import Timing, measure
+from dlperf.perfmodel.kernels import (
+    KernelOptions,
+    KernelOutcome,
+    KernelPart,
+    KernelSample,
+    flops,
+    label,
+    nbytes,
+)
+from dlperf.spec import Measurement, RunResult, RunSpec
+
+#: the share of its threads a kernel must keep busy to count as undisturbed
+BUSY = 0.85
+ATTEMPTS = 3
+
+
+def _timing(o: KernelOptions) -> Measurement:
+    return Measurement(min_time_s=o.min_time_s, min_steps=o.min_steps,
+                       warmup_min_steps=max(1, o.warmup), warmup_max_steps=max(1, o.warmup) + 3,
+                       warmup_max_time_s=max(1.0, 10 * o.min_time_s), settle_tolerance=0.1)
+
+
+def _sample(op: str, shape: tuple[int, ...], times: list[float], world: int = 1,
+            cpu_util: float | None = None) -> KernelSample:
+    return KernelSample(op=op, shape=shape, median_s=statistics.median(times),  # type: ignore[arg-type]
+                        times_s=tuple(times), flops=flops(op, shape), bytes=nbytes(op, shape),
+                        world=world, cpu_util=cpu_util)
+
+
+def _timed(trainer: Any, o: KernelOptions, threads: int) -> Timing:
+    """The least disturbed of up to ``ATTEMPTS`` timings (module docstring). Calls shorter
+    than a millisecond are left to the median of their many repetitions: the CPU clock
+    cannot tell a short call's disturbance from the framework's idle threads."""
+    best: Timing | None = None
+    for _ in range(ATTEMPTS):
+        t = measure(trainer.step, trainer.sync, _timing(o))
+        if best is None or t.cpu_util > best.cpu_util:
+            best = t
+        if statistics.median(t.steps_s) < 1e-3 or t.cpu_util >= BUSY * threads:
+            break
+    assert best is not None
+    return best
+
+
+def _allreduce(o: KernelOptions, part: KernelPart, backend: Backend,
+               emit: Callable[[dict], None]) -> list[KernelSample]:
+    sizes = [s[0] for s in part.shapes]
+    series = backend.allreduce(sizes, o.world, max(o.min_steps, 5), max(o.warmup, 2))
+    samples = [_sample(part.op, (n,), times, o.world) for n, times in zip(sizes, series, strict=True)]
+    for s in samples:
+        emit({"phase": "kernel", "op": part.op, "shape": list(s.shape), "s": s.median_s})
+    return samples
+
+
+def _shapes(o: KernelOptions, part: KernelPart, spec: RunSpec, backend: Backend,
+            emit: Callable[[dict], None], failures: dict[str, str]) -> list[KernelSample]:
+    samples = []
+    for shape in part.shapes:
+        try:
+            trainer = backend.kernel(part.op, tuple(shape), spec.device)
+            timing = _timed(trainer, o, spec.threads)
+        except UnsupportedError as e:
+            failures[f"{part.op} {label(shape)}"] = f"unsupported: {e}"
+            continue
+        except Exception as e:
+            reason = "oom" if is_out_of_memory(e) else "error"
+            failures[f"{part.op} {label(shape)}"] = f"{reason}: {type(e).__name__}: {e}"[:300]
+            continue
+        samples.append(_sample(part.op, tuple(shape), timing.steps_s, cpu_util=timing.cpu_util))
+        emit({"phase": "kernel", "op": part.op, "shape": list(shape), "s": samples[-1].median_s})
+        del trainer
+    return samples
+
+
+def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]], None],
+                base: dict[str, Any]) -> RunResult:
+    """Time every shape of every op of ``spec``'s kernel options; a failing shape is
+    recorded and the others go on. Fails only when no shape ran."""
+    o = spec.options
+    assert isinstance(o, KernelOptions)
+    samples: list[KernelSample] = []
+    failures: dict[str, str] = {}
+    for part in o.parts:
+        if part.op == "allreduce":
+            try:
+                samples += _allreduce(o, part, backend, emit)
+            except Exception as e:
+                failures[part.op] = f"{type(e).__name__}: {e}"[:300]
+        else:
+            samples += _shapes(o, part, spec, backend, emit, failures)
+    outcome = KernelOutcome(samples=tuple(samples), failures=failures)
+    if not samples:
+        why = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:3]) or "no shapes"
+        unsupported = all(v.startswith("unsupported") or "Unsupported" in v
+                          for v in failures.values())
+        return RunResult.failed(spec, "unsupported" if failures and unsupported else "error",
+                                f"no kernel ran: {why}", outcome=outcome,
+                                finished_at=time.time(), **base)
+    return RunResult(spec=spec, status="ok", outcome=outcome, finished_at=time.time(),
+                     warnings=[f"{len(failures)} kernel shapes failed"] if failures else [],
+                     **base)

@@ -1,0 +1,138 @@
+"""``dlperf validate``: predict every step and parallel configuration the store has
+measured on this machine and print the errors. Parsing and printing only
+(``dlperf.report.validate``).
+
+    dlperf validate                                # the kernel-calibrated model alone
+    dlperf validate --leave-one-network-out        # plus factors fitted on other networks
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from dlperf import units
+from dlperf.cli.args import add_db, nonneg_int, str_list
+from dlperf.cli.progress import out
+
+if TYPE_CHECKING:
+    from dlperf.report.validate import Case
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "validate", help="the model's error on every configuration measured here",
+        description="Predict every step and parallel configuration stored for this machine "
+        "from its kernel calibration (dlperf calibrate) and print the error per network, "
+        "framework, threads, batch size and strategy, and the worst cases. The calibration "
+        "never saw a network; --leave-one-network-out adds per-framework factors fitted on "
+        "the other networks' measurements, never the predicted one's.")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--leave-one-network-out", action="store_true",
+                     help="correct each network by factors fitted on the other networks")
+    how.add_argument("--leave-one-family-out", action="store_true",
+                     help="stricter: fitted on other families (fcn5 without fcn8 too)")
+    p.add_argument("--networks", help="comma-separated (default: all measured)")
+    p.add_argument("--frameworks", help="comma-separated (default: all measured)")
+    p.add_argument("--kinds", default="step,parallel", help="step, parallel (default both)")
+    p.add_argument("--worst", type=nonneg_int, default=5, help="worst cases to explain "
+                   "(default 5)")
+    p.add_argument("--json", action="store_true", help="every case and summary as JSON")
+    add_db(p)
+    p.set_defaults(func=cmd_validate)
+
+
+def cmd_validate(a: argparse.Namespace) -> int:
+    from dlperf.calibrate import plan as calibration
+    from dlperf.errors import UsageError
+    from dlperf.report import validate
+    from dlperf.report.exporters import print_table
+    from dlperf.report.tables import Table
+    from dlperf.store import Store
+
+    kinds = str_list(a.kinds) or ["step", "parallel"]
+    bad = [k for k in kinds if k not in ("step", "parallel")]
+    if bad:
+        raise UsageError(f"--kinds: unknown kind '{bad[0]}' (known: step, parallel)")
+    mode = ("lono" if a.leave_one_network_out else "lofo" if a.leave_one_family_out
+            else "kernels")
+    with Store(a.db) as store:
+        cal = calibration.local_calibration(store)
+        if not cal.fits:
+            raise UsageError("this machine has no calibration in the store; run 'dlperf "
+                             "calibrate' first (about 4 minutes)")
+        cases, skipped = validate.cases(store, cal, kinds=kinds)
+    nets, fws = str_list(a.networks), str_list(a.frameworks)
+    cases = [c for c in cases if (not nets or c.row.spec.network in nets)
+             and (not fws or c.key("framework") in fws)]
+    cases = validate.corrected(cases, mode)
+    if not cases:
+        raise UsageError("no measured configuration here that the model can predict (measure "
+                         "some: dlperf sweep, dlperf parallel)"
+                         + (f"; left out: {skipped[0][1]}" if skipped else ""))
+    if a.json:
+        print(json.dumps(_json(cases, mode), indent=1))
+        return 0
+    corrected = mode != "kernels"
+    rows = []
+    for c in sorted(cases, key=lambda c: (c.key("network"), c.key("framework"), c.row.spec.threads,
+                                          c.row.spec.batch_size, c.key("strategy"))):
+        r = [c.row.spec.label(), units.seconds(c.measured_s),
+             units.seconds(c.prediction.time_s), f"{c.prediction.time_s / c.measured_s - 1:+.0%}"]
+        if corrected:
+            r += [units.seconds(c.predicted_s), f"{c.error:+.0%}"]
+        rows.append(r)
+    headers = ["configuration", "measured", "kernels", "error"]
+    if corrected:
+        headers += [mode.upper(), "error"]
+    print_table(Table(title="Predicted against measured (this machine)", headers=headers,
+                      rows=rows, caption=_caption(mode)), out)
+    for group in validate.GROUPS:
+        summ = validate.summarize(cases, group)
+        if len(summ) < 2 and group != "network":
+            continue
+        print_table(Table(title=f"Error by {group}", headers=[group, "n", "median |error|",
+                                                              "p90 |error|", "median error"],
+                          rows=[[s.value, str(s.n), units.percent(s.median_abs),
+                                 units.percent(s.p90_abs), f"{s.median_signed:+.1%}"]
+                                for s in summ]), out)
+    (total,) = validate.summarize(cases)
+    out.print(f"[bold]all {total.n} configurations[/] ({mode}): median |error| "
+              f"{units.percent(total.median_abs)}, p90 {units.percent(total.p90_abs)}")
+    if a.worst:
+        out.print("[bold]worst cases[/]")
+        for c in validate.worst(cases, a.worst):
+            out.print(f"  {c.row.spec.label()}: {validate.explain(c)}", markup=False)
+    if skipped:
+        why = Counter(reason for _, reason in skipped)
+        out.print("left out: " + "; ".join(f"{n} ({r})" for r, n in why.most_common()),
+                  markup=False)
+    return 0
+
+
+def _caption(mode: str) -> str:
+    if mode == "kernels":
+        return "kernels: the model from this machine's kernel calibration alone (no network fitted)"
+    held = "network" if mode == "lono" else "family"
+    return (f"kernels: the kernel calibration alone; {mode.upper()}: times per-framework factors "
+            f"fitted on the other {held}s' measurements (never this one's)")
+
+
+def _json(cases: list[Case], mode: str) -> dict:
+    from dlperf.report import validate
+
+    return {
+        "mode": mode,
+        "cases": [{"label": c.row.spec.label(), "kind": c.row.spec.kind,
+                   "network": c.row.spec.network, "framework": c.key("framework"),
+                   "threads": c.row.spec.threads, "batch_size": c.row.spec.batch_size,
+                   "strategy": c.key("strategy"), "measured_s": c.measured_s,
+                   "kernels_s": c.prediction.time_s, "predicted_s": c.predicted_s,
+                   "error": c.error, "factors": c.factors.model_dump() if c.factors else None,
+                   "breakdown": c.prediction.breakdown.model_dump()} for c in cases],
+        "summary": {g or "all": [s.__dict__ for s in validate.summarize(cases, g)]
+                    for g in (None, *validate.GROUPS)},
+    }
+

@@ -1,0 +1,293 @@
+"""Fitted kernel curves: from the calibration samples of one framework and thread count
+(plain ``KernelSample`` values; reading the store happens outside this package) to the
+times the model adds up.
+
+- ``Dispatch``: a chain of n dependent tiny ops costs call + n x op (least squares); the
+  call is paid once per training step, the op once per kernel a layer launches. Every
+  other sample is one op in one call, so the call minus one op is taken off its time.
+- ``GemmCurve``: t(m, n, k) = t0 + 2mnk / (R phi(m) phi(n) phi(k)) + 4(mk + kn + mn) / W,
+  phi(x) = x / (x + h): a rate that saturates as each side grows past the blocking a
+  BLAS uses (the shape of the efficiency curves of Yu et al., Habitat, USENIX ATC 2021,
+  and of NeuSight's tile model, ASPLOS 2025, reduced to one saturation per side), plus
+  the operands' traffic at a bandwidth W (the roofline's memory side, added rather than
+  maxed so that the curve stays smooth), fitted in log time. What the
+  form misses near the measured shapes is kept as residuals and added back by a kernel
+  smoother in log-shape space (Nadaraya 1964, Watson 1964), shrunk to zero far from
+  every sample, so nothing is extrapolated from a single point.
+- ``ConvCurve``: a convolution as its implicit GEMM (M = output pixels x batch,
+  N = output channels, K = window^2 x input channels), the GEMM's saturations, a rate
+  and a fixed cost of its own (forward and backward fitted apart), and its residuals.
+- ``MemoryCurve``: time against bytes moved, interpolated in log-log over the sizes
+  measured (caches, then DRAM), the op's fixed cost taken off.
+- ``AlphaBeta``: an all-reduce of n bytes among p processes, t = alpha + n / beta (Hockney
+  1994), per p.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from dlperf.perfmodel.kernels import KernelSample, conv_gemm
+
+#: bandwidth of the kernel smoother, in octaves of each shape dimension
+SMOOTH_OCTAVES = 1.0
+#: weight of "no correction" in the smoother: far from every sample the correction fades
+SMOOTH_PRIOR = 0.25
+
+
+@dataclass(frozen=True)
+class Samples:
+    """The calibration samples of one framework, thread count and device."""
+
+    items: tuple[KernelSample, ...]
+
+    @classmethod
+    def of(cls, items: Sequence[KernelSample]) -> Samples:
+        return cls(tuple(items))
+
+    def of_op(self, op: str, world: int | None = None) -> list[KernelSample]:
+        return [s for s in self.items if s.op == op and (world is None or s.world == world)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Dispatch(_Frozen):
+    call_s: float  # once per call into the framework (a training step)
+    op_s: float  # once per op (kernel) inside it
+
+
+def fit_dispatch(samples: Sequence[KernelSample]) -> Dispatch:
+    """Least squares of t = call + n x op over the chain lengths n (both >= 0)."""
+    n = np.array([s.shape[0] for s in samples], float)
+    t = np.array([s.median_s for s in samples], float)
+    if len(set(n)) < 2:
+        return Dispatch(call_s=0.0, op_s=float(t.min() / max(n.min(), 1)))
+    slope, icpt = np.polyfit(n, t, 1)
+    op = max(float(slope), 0.0)
+    return Dispatch(call_s=max(float(icpt), 0.0), op_s=op)
+
+
+def net_time(s: KernelSample, d: Dispatch) -> float:
+    """A one-op call's time without the call's own cost (one op's cost stays). Never below
+    half the measured time: noise must not make a kernel free."""
+    return max(s.median_s - d.call_s, 0.5 * s.median_s)
+
+
+def _phi(x: np.ndarray | float, h: float) -> np.ndarray | float:
+    return x / (x + h)
+
+
+def _smooth(point: Sequence[float], points: Sequence[Sequence[float]],
+            residuals: Sequence[float]) -> float:
+    """Nadaraya-Watson average of the residuals near ``point`` (log2 coordinates), with a
+    prior weight on zero so that a lone or distant sample moves the curve little."""
+    if not points:
+        return 0.0
+    p = np.asarray(points, float)
+    d2 = ((p - np.asarray(point, float)) ** 2).sum(axis=1) / SMOOTH_OCTAVES**2
+    w = np.exp(-0.5 * d2)
+    return float((w * np.asarray(residuals)).sum() / (w.sum() + SMOOTH_PRIOR))
+
+
+class GemmCurve(_Frozen):
+    rate: float  # FLOP/s as every side grows without bound
+    h: tuple[float, float, float]  # the side at which phi is 1/2, for m, n, k
+    t0: float  # the fixed cost of one product (one op)
+    bandwidth: float = float("inf")  # bytes/s of the operands' traffic
+    points: tuple[tuple[float, float, float], ...] = ()  # log2 (m, n, k) of the samples
+    residuals: tuple[float, ...] = ()  # log(measured / curve) at each
+
+    def curve(self, m: float, n: float, k: float) -> float:
+        hm, hn, hk = self.h
+        return (self.t0 + 2 * m * n * k / (self.rate * _phi(m, hm) * _phi(n, hn) * _phi(k, hk))
+                + 4 * (m * k + k * n + m * n) / self.bandwidth)
+
+    def time(self, m: float, n: float, k: float) -> float:
+        """Seconds of one (m x k) @ (k x n) product."""
+        pt = (math.log2(m), math.log2(n), math.log2(k))
+        return self.curve(m, n, k) * math.exp(_smooth(pt, self.points, self.residuals))
+
+
+class ConvCurve(_Frozen):
+    rate: float
+    t0: float
+    h: tuple[float, float, float]  # the GEMM's saturations, on the implicit GEMM's sides
+    points: tuple[tuple[float, float, float, float], ...] = ()  # log2 (M, N, K, window)
+    residuals: tuple[float, ...] = ()
+
+    def curve(self, m: float, n: float, k: float, passes: float = 1.0) -> float:
+        hm, hn, hk = self.h
+        return self.t0 + passes * 2 * m * n * k / (
+            self.rate * _phi(m, hm) * _phi(n, hn) * _phi(k, hk))
+
+    def time(self, m: float, n: float, k: float, window: int) -> float:
+        """Seconds of the convolution whose implicit GEMM is (m, n, k)."""
+        pt = (math.log2(m), math.log2(n), math.log2(k), math.log2(window))
+        return self.curve(m, n, k) * math.exp(_smooth(pt, self.points, self.residuals))
+
+
+class MemoryCurve(_Frozen):
+    nbytes: tuple[float, ...]  # bytes moved, ascending
+    seconds: tuple[float, ...]  # the op's time less its fixed cost
+
+    def time(self, nbytes: float) -> float:
+        """Seconds to move ``nbytes``: log-log interpolation; beyond the ends, the end's
+        bandwidth."""
+        if nbytes <= 0:
+            return 0.0
+        x, y = np.log(self.nbytes), np.log(self.seconds)
+        lx = math.log(nbytes)
+        if lx <= x[0]:
+            return nbytes * self.seconds[0] / self.nbytes[0]
+        if lx >= x[-1]:
+            return nbytes * self.seconds[-1] / self.nbytes[-1]
+        return float(math.exp(np.interp(lx, x, y)))
+
+    @property
+    def dram_bytes_per_s(self) -> float:
+        """The bandwidth of the largest working set measured (out of every cache)."""
+        return self.nbytes[-1] / self.seconds[-1]
+
+
+class AlphaBeta(_Frozen):
+    world: int
+    alpha_s: float
+    beta_bytes_per_s: float
+
+    def time(self, nbytes: float) -> float:
+        return self.alpha_s + nbytes / self.beta_bytes_per_s
+
+
+def _least_squares(fun: Callable[[np.ndarray], np.ndarray], x0: Sequence[float],
+                   lower: Sequence[float], upper: Sequence[float]) -> np.ndarray:
+    from scipy.optimize import least_squares
+
+    return least_squares(fun, np.asarray(x0, float), bounds=(lower, upper), loss="soft_l1",
+                         f_scale=0.1).x
+
+
+def fit_gemm(samples: Sequence[KernelSample], d: Dispatch) -> GemmCurve:
+    """The GEMM curve of the module docstring, fitted on log time (robust loss)."""
+    shp = np.array([s.shape for s in samples], float)
+    t = np.array([net_time(s, d) for s in samples])
+    f = 2 * shp.prod(axis=1)
+    m, n, k = shp[:, 0], shp[:, 1], shp[:, 2]
+    traffic = 4 * (m * k + k * n + m * n)
+    best = float((f / t).max())
+    stream = float((traffic / t).max())
+
+    def model(p: np.ndarray) -> np.ndarray:
+        rate, hm, hn, hk, t0, bw = math.exp(p[0]), *np.exp(p[1:4]), math.exp(p[4]), math.exp(p[5])
+        return t0 + f / (rate * _phi(m, hm) * _phi(n, hn) * _phi(k, hk)) + traffic / bw
+
+    x0 = [math.log(best * 1.2), math.log(16), math.log(16), math.log(16),
+          math.log(max(d.op_s, 1e-7)), math.log(stream * 2)]
+    lo = [math.log(best * 0.5), math.log(0.1), math.log(0.1), math.log(0.1), math.log(1e-8),
+          math.log(stream * 0.5)]
+    hi = [math.log(best * 20), math.log(1e5), math.log(1e5), math.log(1e5), math.log(1e-2),
+          math.log(stream * 1e4)]
+    p = _least_squares(lambda p: np.log(model(p)) - np.log(t), x0, lo, hi)
+    res = np.log(t) - np.log(model(p))
+    return GemmCurve(rate=math.exp(p[0]), h=tuple(float(v) for v in np.exp(p[1:4])),
+                     t0=math.exp(p[4]), bandwidth=math.exp(p[5]),
+                     points=tuple(tuple(math.log2(v) for v in s) for s in shp),
+                     residuals=tuple(float(r) for r in res))
+
+
+def fit_conv(samples: Sequence[KernelSample], d: Dispatch, gemm: GemmCurve) -> ConvCurve:
+    """A rate and a fixed cost on the GEMM's saturations, fitted on log time."""
+    geo = [conv_gemm(s.shape) for s in samples]
+    mnk = np.array(geo, float)
+    passes = 2.0 if samples and samples[0].op == "conv_bwd" else 1.0
+    t = np.array([net_time(s, d) for s in samples])
+    hm, hn, hk = gemm.h
+    work = passes * 2 * mnk.prod(axis=1) / (_phi(mnk[:, 0], hm) * _phi(mnk[:, 1], hn)
+                                            * _phi(mnk[:, 2], hk))
+    best = float((work / t).max())
+
+    def model(p: np.ndarray) -> np.ndarray:
+        return math.exp(p[1]) + work / math.exp(p[0])
+
+    x0 = [math.log(best), math.log(max(d.op_s, 1e-7))]
+    lo, hi = [math.log(best * 0.3), math.log(1e-8)], [math.log(best * 20), math.log(1e-2)]
+    p = _least_squares(lambda p: np.log(model(p)) - np.log(t), x0, lo, hi)
+    res = np.log(t) - np.log(model(p))
+    pts = tuple((*(math.log2(v) for v in g), math.log2(s.shape[4]))
+                for g, s in zip(geo, samples, strict=True))
+    return ConvCurve(rate=math.exp(p[0]) / passes, t0=math.exp(p[1]), h=gemm.h, points=pts,
+                     residuals=tuple(float(r) for r in res))
+
+
+def fit_memory(samples: Sequence[KernelSample], d: Dispatch) -> MemoryCurve:
+    """Per size measured (the median where a size repeats): seconds less the op's fixed
+    cost, made non-decreasing in size (moving more bytes never takes less time)."""
+    by: dict[float, list[float]] = {}
+    for s in samples:
+        by.setdefault(s.bytes, []).append(max(net_time(s, d) - d.op_s, 0.1 * s.median_s))
+    xs = sorted(by)
+    ys = [statistics.median(by[x]) for x in xs]
+    for i in range(1, len(ys)):
+        ys[i] = max(ys[i], ys[i - 1])
+    return MemoryCurve(nbytes=tuple(xs), seconds=tuple(ys))
+
+
+def fit_allreduce(samples: Sequence[KernelSample]) -> dict[int, AlphaBeta]:
+    """Per process count: alpha and beta by least squares on relative error."""
+    out = {}
+    for world in sorted({s.world for s in samples}):
+        pts = [s for s in samples if s.world == world]
+        n = np.array([s.bytes for s in pts], float)
+        t = np.array([s.median_s for s in pts], float)
+        # minimise sum((alpha + n/beta)/t - 1)^2: linear in (alpha, 1/beta)
+        a = np.stack([1 / t, n / t], axis=1)
+        (alpha, inv_beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+        if alpha < 0 or inv_beta <= 0:  # noise: fall back to the largest and smallest sizes
+            alpha = float(t[n.argmin()])
+            inv_beta = float(max(t[n.argmax()] - alpha, 1e-9) / n.max())
+        out[world] = AlphaBeta(world=world, alpha_s=float(alpha), beta_bytes_per_s=1 / float(inv_beta))
+    return out
+
+
+class LocalFit(_Frozen):
+    """The fitted curves of one framework at one thread count on this machine."""
+
+    framework: str
+    threads: int
+    device: str = "cpu"
+    dispatch: Dispatch
+    gemm: GemmCurve
+    conv: ConvCurve
+    conv_bwd: ConvCurve
+    memory: MemoryCurve
+    allreduce: dict[int, AlphaBeta] = Field(default_factory=dict)
+    samples: int = 0
+    #: compute slows by this factor when workers share cores (parallel runs)
+    slowdown: float = Field(1.0, ge=1.0)
+
+    def describe(self) -> str:
+        g = self.gemm
+        return (f"calibrated on this machine ({self.framework}, {self.threads} thread"
+                f"{'s' if self.threads != 1 else ''}, {self.samples} kernel samples): GEMM up "
+                f"to {g.rate / 1e9:.3g} GFLOP/s, DRAM {self.memory.dram_bytes_per_s / 1e9:.3g} GB/s, "
+                f"{self.dispatch.op_s * 1e6:.3g} us per op, {self.dispatch.call_s * 1e6:.3g} us "
+                "per step call")
+
+
+def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu") -> LocalFit:
+    """Every curve from the samples of one framework at one thread count."""
+    d = fit_dispatch(samples.of_op("dispatch"))
+    gemm = fit_gemm(samples.of_op("gemm"), d)
+    return LocalFit(framework=framework, threads=threads, device=device, dispatch=d, gemm=gemm,
+                    conv=fit_conv(samples.of_op("conv"), d, gemm),
+                    conv_bwd=fit_conv(samples.of_op("conv_bwd"), d, gemm),
+                    memory=fit_memory(samples.of_op("memory"), d),
+                    allreduce=fit_allreduce(samples.of_op("allreduce")),
+                    samples=len(samples.items))

@@ -1,0 +1,216 @@
+"""The calibration kernels, framework-free: what each one computes, its FLOPs and bytes,
+the grid of shapes ``dlperf calibrate`` times, and the typed options and outcome of a
+run of kind 'kernel'.
+
+A kernel run times a list of shapes of one op in one worker (one framework start for
+the whole list) and returns one ``KernelSample`` per shape. The ops:
+
+- ``gemm`` (m, n, k): C = A @ B with A m x k, B k x n, fp32;
+- ``conv`` (batch, c_in, c_out, side, window, stride): a 2-D convolution, padding
+  window // 2, forward only; ``conv_bwd`` the same layer's backward (input and weight
+  gradients from a given output gradient);
+- ``memory`` (elements,): y = 2 x, one read and one write per element: the bandwidth a
+  memory-bound layer gets, for a working set of that size;
+- ``dispatch`` (ops,): a chain of ``ops`` dependent 8 x 8 matrix products, nothing to
+  compute: the fixed cost of one op in this framework's step (the slope over the
+  chain length) and of one call (the intercept);
+- ``allreduce`` (bytes,): a gloo all-reduce of fp32 on loopback among ``world``
+  processes (PyTorch only).
+
+The grids are generic (powers of two across the range layers use), never the shapes of
+the networks that are then predicted: a prediction for resnet50 uses kernel rates, not
+resnet50's layers measured.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Op = Literal["gemm", "conv", "conv_bwd", "memory", "dispatch", "allreduce"]
+OPS: tuple[str, ...] = ("gemm", "conv", "conv_bwd", "memory", "dispatch", "allreduce")
+#: the fp32 element
+ELEM = 4
+#: side of the dependent matrix products of the dispatch chain
+DISPATCH_SIDE = 8
+
+
+class KernelPart(BaseModel):
+    """One op and the shapes to time it at."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    op: Op
+    shapes: tuple[tuple[int, ...], ...]
+
+
+class KernelOptions(BaseModel):
+    """``RunSpec.options`` of a run of kind 'kernel': the ops and their shapes, timed one
+    after another in one worker, and how long to time each shape (after ``warmup``
+    untimed calls; at least ``min_steps`` calls)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    parts: tuple[KernelPart, ...] = Field(min_length=1)
+    world: int = Field(1, ge=1)  # processes of an all-reduce
+    min_time_s: float = Field(0.05, gt=0)
+    min_steps: int = Field(3, ge=1)
+    warmup: int = Field(1, ge=0)
+    #: the versions of the framework's packages: a new version is a new calibration
+    versions: dict[str, str] = Field(default_factory=dict)
+
+    def label(self, framework: str, device: str, threads: int) -> str:
+        """'kernels torch cpu x1 (gemm, conv, ...)', 'allreduce torch cpu 4 processes'."""
+        ops = [p.op for p in self.parts]
+        if ops == ["allreduce"]:
+            return f"allreduce {framework} {device} {self.world} processes"
+        return f"kernels {framework} {device} x{threads} ({', '.join(ops)})"
+
+
+class KernelSample(BaseModel):
+    """One shape's time: the median of its timed calls, and every call."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    op: Op
+    shape: tuple[int, ...]
+    median_s: float
+    times_s: tuple[float, ...] = ()
+    flops: float = 0.0
+    bytes: float = 0.0
+    world: int = 1
+    cpu_util: float | None = None  # process CPU seconds per second over the timed calls
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.flops / self.median_s
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bytes / self.median_s
+
+
+class KernelOutcome(BaseModel):
+    """``RunResult.outcome`` of a kernel run: one sample per shape that ran, and why the
+    others did not. Fields written by another version of dlperf are kept (a store stays
+    readable both ways)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    samples: tuple[KernelSample, ...] = ()
+    failures: dict[str, str] = Field(default_factory=dict)  # 'm x n x k' -> reason
+
+
+def conv_out(side: int, window: int, stride: int) -> int:
+    """Output side with padding window // 2 (floor mode)."""
+    return (side + 2 * (window // 2) - window) // stride + 1
+
+
+def conv_gemm(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """The implicit GEMM (M, N, K) of a convolution: one row per output pixel of the
+    batch, one column per output channel, window^2 x c_in products per output."""
+    batch, c_in, c_out, side, window, stride = shape
+    out = conv_out(side, window, stride)
+    return batch * out * out, c_out, window * window * c_in
+
+
+def flops(op: str, shape: tuple[int, ...]) -> float:
+    """FLOPs of one call (2 per multiply-add, the convention of ``dlperf.workloads``)."""
+    if op == "gemm":
+        m, n, k = shape
+        return 2.0 * m * n * k
+    if op in ("conv", "conv_bwd"):
+        m, n, k = conv_gemm(shape)
+        return 2.0 * m * n * k * (2 if op == "conv_bwd" else 1)
+    if op == "dispatch":
+        return 2.0 * shape[0] * DISPATCH_SIDE**3
+    return 0.0
+
+
+def nbytes(op: str, shape: tuple[int, ...]) -> float:
+    """Bytes one call must move at least (each operand read once, each result written
+    once): the memory side of the roofline."""
+    if op == "gemm":
+        m, n, k = shape
+        return float(ELEM * (m * k + k * n + m * n))
+    if op in ("conv", "conv_bwd"):
+        batch, c_in, c_out, side, window, _ = shape
+        out = conv_out(side, window, shape[5])
+        x, w, y = batch * c_in * side * side, window * window * c_in * c_out, batch * c_out * out * out
+        return float(ELEM * ((x + w + y) if op == "conv" else (2 * y + 2 * x + 2 * w)))
+    if op == "memory":
+        return float(2 * ELEM * shape[0])
+    if op == "allreduce":
+        return float(shape[0])
+    return 0.0
+
+
+def label(shape: tuple[int, ...]) -> str:
+    return " x ".join(str(d) for d in shape)
+
+
+# ----------------------------------------------------------------------------- grids
+#: GEMM sides: rows and columns from 64 to 8192, inner dimensions from 16 to 4096 (the
+#: inner dimension of a weight gradient is the batch, often small).
+GEMM_SIDES = (64, 512, 4096)
+GEMM_INNER = (16, 128, 1024, 8192)
+#: a GEMM larger than this takes too long at one thread to be worth its calibration time
+MAX_GEMM_FLOPS = 8e9
+#: Convolutions: (c_in, c_out, side, window, stride), at the batch that brings each to
+#: about CONV_FLOPS: 1x1, 3x3 and 5x5 windows, few and many channels, large and small maps.
+CONV_LAYERS = (
+    (3, 32, 64, 3, 1), (3, 32, 128, 7, 2), (32, 32, 32, 3, 1), (32, 128, 32, 1, 1),
+    (128, 32, 32, 1, 1), (128, 128, 16, 3, 1), (64, 64, 32, 5, 1), (256, 256, 8, 3, 1),
+    (256, 512, 8, 1, 2), (512, 512, 4, 3, 1),
+)
+CONV_FLOPS = 4e8
+#: Elements of the memory kernel: 16 KB to 256 MB per operand (caches to DRAM).
+MEMORY_ELEMS = tuple(2**e for e in range(12, 27, 2))
+#: Lengths of the dispatch chain.
+DISPATCH_OPS = (1, 16, 64)
+#: All-reduce sizes: 4 KB to 64 MB (latency- to bandwidth-bound).
+ALLREDUCE_BYTES = tuple(4 * 2**e for e in range(10, 25, 3))
+
+
+def gemm_grid(fine: bool = False) -> list[tuple[int, int, int]]:
+    sides = (64, 256, 1024, 4096) if fine else GEMM_SIDES
+    inner = (16, 64, 256, 1024, 4096, 16384) if fine else GEMM_INNER
+    cap = MAX_GEMM_FLOPS * (4 if fine else 1)
+    return [(m, n, k) for m in sides for n in sides for k in inner if 2 * m * n * k <= cap]
+
+
+def conv_grid(fine: bool = False) -> list[tuple[int, ...]]:
+    out = []
+    for c_in, c_out, side, window, stride in CONV_LAYERS:
+        per_sample = flops("conv", (1, c_in, c_out, side, window, stride))
+        batch = max(1, round(CONV_FLOPS * (2 if fine else 1) / per_sample))
+        out.append((batch, c_in, c_out, side, window, stride))
+    return out
+
+
+def grid(op: str, fine: bool = False) -> list[tuple[int, ...]]:
+    """The shapes ``dlperf calibrate`` times for ``op`` (``fine``: a denser grid)."""
+    if op == "gemm":
+        return list(gemm_grid(fine))
+    if op in ("conv", "conv_bwd"):
+        return conv_grid(fine)
+    if op == "memory":
+        return [(n,) for n in (tuple(2**e for e in range(10, 28)) if fine else MEMORY_ELEMS)]
+    if op == "dispatch":
+        return [(n,) for n in ((1, 4, 16, 64, 256) if fine else DISPATCH_OPS)]
+    if op == "allreduce":
+        return [(n,) for n in (tuple(4 * 2**e for e in range(8, 25)) if fine else ALLREDUCE_BYTES)]
+    raise ValueError(f"unknown kernel op '{op}' (known: {', '.join(OPS)})")
+
+
+def grid_seconds(op: str, shapes: list[tuple[int, ...]], flops_per_s: float,
+                 bytes_per_s: float) -> float:
+    """A rough duration of timing ``shapes`` at the given rates (for planning)."""
+    per = [max(flops(op, s) / flops_per_s, nbytes(op, s) / bytes_per_s, 1e-5) for s in shapes]
+    return sum(max(4 * t, 0.05) for t in per)
+
+
+def log2(x: float) -> float:
+    return math.log2(max(x, 1e-30))

@@ -1,0 +1,115 @@
+"""This machine as the model sees it: the fitted kernel curves of one framework at one
+thread count (``LocalFit``), a ``Device`` for it, the loopback ``Link`` of its
+all-reduce, and each layer's time from the curves instead of a datasheet roofline.
+
+A layer's time per step (batch B):
+
+- each forward matrix product (``Layer.gemms``) at the shape the library runs, and for
+  the backward the input gradient (m x n) @ (n x k) and the weight gradient
+  (k x m) @ (m x n), each timed by the GEMM curve; a convolution by the convolution
+  curves (forward; both gradients together), on its implicit GEMM;
+- a layer without products (activation, normalisation, pooling, loss, embedding) moves
+  its bytes (``costs``) at the bandwidth the memory curve gives for that many bytes;
+- the optimizer update moves 3 x its parameters' bytes, the same way;
+- every kernel launch costs the framework's per-op time, and a training step one call.
+"""
+
+from __future__ import annotations
+
+from dlperf.perfmodel.catalogue import Device, Link
+from dlperf.perfmodel.compute import LayerTiming
+from dlperf.perfmodel.costs import LayerCost, kernels
+from dlperf.perfmodel.fit import AlphaBeta, LocalFit
+from dlperf.workloads.base import Gemm, Layer
+
+#: ops whose products run as convolutions (the others as matrix products)
+CONV_OPS = ("conv", "deconv")
+
+
+def device_name(framework: str, threads: int, device: str = "cpu") -> str:
+    return f"{device}:{framework}:x{threads}"
+
+
+def local_device(fit: LocalFit, memory_gb: float) -> Device:
+    """A Device for this machine as ``fit`` sees it: its GEMM rate as the fp32 peak, its
+    DRAM bandwidth, its memory."""
+    return Device(name=device_name(fit.framework, fit.threads, fit.device),
+                  description=f"this machine, {fit.framework} at {fit.threads} thread(s)",
+                  kind="gpu" if fit.device == "gpu" else "cpu",
+                  fp32_tflops=fit.gemm.rate / 1e12,
+                  memory_gbps=fit.memory.dram_bytes_per_s / 1e9, memory_gb=memory_gb,
+                  source=fit.describe())
+
+
+def loopback_link(ab: AlphaBeta) -> Link:
+    """A link on which the ring formula gives the measured all-reduce of ``ab.world``
+    processes: 2(p-1) x latency = alpha, 2(p-1)/p x bytes / bandwidth = bytes / beta."""
+    p = ab.world
+    return Link(name=f"loopback-{p}", kind="other",
+                description=f"gloo on loopback among {p} processes (calibrated)",
+                gbps=2 * (p - 1) / p * ab.beta_bytes_per_s / 1e9,
+                latency_us=ab.alpha_s / (2 * (p - 1)) * 1e6,
+                source=f"dlperf calibrate: all-reduce among {p} processes, alpha "
+                       f"{ab.alpha_s * 1e6:.3g} us, beta {ab.beta_bytes_per_s / 1e9:.3g} GB/s")
+
+
+def _gemm_rows(g: Gemm, batch: float) -> tuple[float, float]:
+    """(rows of each product, number of products) at this batch."""
+    if g.batch_rows:
+        return g.m * batch, g.count
+    return g.m, g.count * batch
+
+
+def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, float]:
+    """(forward, backward) seconds of a layer's matrix products or convolutions."""
+    fwd = bwd = 0.0
+    gemms = layer.gemms or _guess(layer)
+    for g in gemms:
+        rows, calls = _gemm_rows(g, batch)
+        if layer.op in CONV_OPS:
+            fwd += calls * fit.conv.time(rows, g.n, g.k, g.window)
+            share = (1.0 if layer.input_grad else 0.0) + (1.0 if layer.params else 0.0)
+            bwd += calls * fit.conv_bwd.time(rows, g.n, g.k, g.window) * share / 2
+            continue
+        fwd += calls * fit.gemm.time(rows, g.n, g.k)
+        if layer.input_grad:  # dX = dY @ W^T; two inputs (attention): one product each
+            bwd += calls * fit.gemm.time(rows, g.k, g.n) * (1 if layer.params else 2)
+        if layer.params:  # dW = X^T @ dY: the batch is the inner dimension
+            bwd += calls * fit.gemm.time(g.k, g.n, rows)
+    return fwd, bwd
+
+
+def _guess(layer: Layer) -> tuple[Gemm, ...]:
+    """A layer with FLOPs but no recorded products: one square-ish product per sample."""
+    if not layer.fwd_flops:
+        return ()
+    side = max(1, round((layer.fwd_flops / 2) ** 0.5))
+    return (Gemm(1, side, max(1, round(layer.fwd_flops / 2 / side))),)
+
+
+def launches(layer: Layer) -> int:
+    """Kernel launches per step: ``costs.kernels``, plus the extra calls of products run
+    one after another (an LSTM's steps), forward and backward."""
+    extra = sum(g.count - 1 for g in layer.gemms if g.batch_rows)
+    return kernels(layer) + extra * (1 + (1 if layer.input_grad else 0) + (1 if layer.params else 0))
+
+
+def layer_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) -> LayerTiming:
+    """One layer's step on this machine from the fitted curves (module docstring)."""
+    fwd, bwd = product_times(layer, batch, fit)
+    if layer.fwd_flops:
+        compute, memory = fwd + bwd, 0.0
+    else:
+        compute = 0.0
+        memory = fit.memory.time(cost.fwd_bytes) + fit.memory.time(cost.bwd_bytes)
+    s = fit.slowdown
+    return LayerTiming(name=cost.name, op=cost.op, compute_s=compute * s, memory_s=memory * s,
+                       update_s=fit.memory.time(cost.update_bytes) * s,
+                       overhead_s=launches(layer) * fit.dispatch.op_s * s,
+                       flops=cost.flops, bytes=cost.bytes)
+
+
+def call_timing(fit: LocalFit) -> LayerTiming:
+    """The fixed cost of calling the framework's step once."""
+    return LayerTiming(name="step call", op="call", compute_s=0.0, memory_s=0.0, update_s=0.0,
+                       overhead_s=fit.dispatch.call_s * fit.slowdown, flops=0.0, bytes=0.0)

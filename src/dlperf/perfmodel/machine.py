@@ -1,0 +1,69 @@
+"""This machine's calibration as a whole: the fitted curves of every framework and thread
+count calibrated here, and from them the ``Device``, ``Calibration`` and loopback
+``Link`` that ``predict()`` takes for ``--device cpu``. Built from plain samples (the
+store is read by ``dlperf.calibrate``); imports no framework."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dlperf.errors import UsageError
+from dlperf.perfmodel.calibration import Calibration
+from dlperf.perfmodel.catalogue import Device, Link
+from dlperf.perfmodel.fit import LocalFit, Samples, fit_local
+from dlperf.perfmodel.local import local_device, loopback_link
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """What predict() needs for one framework and thread count here."""
+
+    device: Device
+    calibration: Calibration
+    link: Link | None  # gloo on loopback among the workers, where calibrated
+    fit: LocalFit
+
+
+@dataclass(frozen=True)
+class LocalCalibration:
+    """Every fitted (framework, thread count, device) of this machine."""
+
+    fits: tuple[LocalFit, ...]
+    memory_gb: float
+    cores: int
+
+    @classmethod
+    def of(cls, samples: Sequence[tuple[str, int, str, Samples]], memory_gb: float,
+           cores: int) -> LocalCalibration:
+        """Fit each (framework, threads, device, samples)."""
+        return cls(tuple(fit_local(s, fw, t, dev) for fw, t, dev, s in samples), memory_gb, cores)
+
+    def find(self, framework: str, threads: int, device: str = "cpu") -> LocalFit | None:
+        return next((f for f in self.fits if (f.framework, f.threads, f.device)
+                     == (framework, threads, device)), None)
+
+    def model(self, framework: str, threads: int, device: str = "cpu", *,
+              workers: int = 1) -> LocalModel:
+        """The model of ``workers`` processes of ``framework`` at ``threads`` each on this
+        machine: compute slowed by max(1, workers x threads / cores) when they share
+        cores, and the all-reduce link measured among that many processes (else the
+        nearest count measured). One-line UsageError when not calibrated."""
+        fit = self.find(framework, threads, device)
+        if not self.fits:
+            raise UsageError("this machine has no calibration in the store; run 'dlperf "
+                             "calibrate' first (about 4 minutes)")
+        if fit is None:
+            have = ", ".join(f"{f.framework} x{f.threads}" for f in self.fits) or "none"
+            raise UsageError(f"no calibration of {framework} at {threads} thread(s) on this "
+                             f"{device} (calibrated: {have}); run 'dlperf calibrate "
+                             f"--frameworks {framework} --threads {threads}'")
+        slowdown = max(1.0, workers * threads / self.cores)
+        if slowdown > 1:
+            fit = fit.model_copy(update={"slowdown": slowdown})
+        dev = local_device(fit, self.memory_gb)
+        link = None
+        if fit.allreduce:
+            world = min(fit.allreduce, key=lambda w: (abs(w - workers), -w))
+            link = loopback_link(fit.allreduce[world])
+        return LocalModel(dev, Calibration(kernels={dev.name: fit}), link, fit)

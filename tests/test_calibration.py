@@ -1,0 +1,314 @@
+"""The performance model calibrated on this machine: kernel FLOPs and bytes, the fits
+(against a made-up machine whose curves are known), the kernel kind through the worker
+and the runner, predict --device cpu with the measured value beside it, and validate
+(the leave-one-network-out factors never see the network they predict)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from dlperf import backends, workloads
+from dlperf.calibrate import plan as calibration
+from dlperf.calibrate.prediction import predict_for_spec, why_not
+from dlperf.cli import main
+from dlperf.kinds.kernel import KernelOptions, KernelOutcome, KernelPart
+from dlperf.perfmodel import fit
+from dlperf.perfmodel import kernels as k
+from dlperf.report import validate
+from dlperf.spec import RunSpec
+from dlperf.store import Store
+from tests import calibration_fixtures as made_up
+from tests.conftest import FAST
+from tests.report_fixtures import result
+
+
+# ----------------------------------------------------------------------------- workloads
+@pytest.mark.parametrize("name", sorted(workloads.WORKLOADS))
+def test_each_layers_matrix_products_add_up_to_its_forward_flops(name):
+    """The shapes the model times are the layer's own products: 2 x count x m n k per
+    sample summed over a layer's products is its forward FLOPs, at every size."""
+    wl = workloads.WORKLOADS[name]
+    for size in wl.sizes:
+        _, _, cfg = workloads.resolve(name, size)
+        for layer in cfg.layers():
+            if layer.gemms:
+                assert sum(g.flops for g in layer.gemms) == layer.fwd_flops, (name, size, layer.name)
+
+
+# ----------------------------------------------------------------------------- kernels
+def test_kernel_flops_and_bytes_are_the_closed_forms():
+    assert k.flops("gemm", (3, 5, 7)) == 2 * 3 * 5 * 7
+    assert k.nbytes("gemm", (3, 5, 7)) == 4 * (3 * 7 + 7 * 5 + 3 * 5)
+    # a 3x3 convolution, stride 1, padding 1: the output keeps the side
+    shape = (2, 3, 8, 10, 3, 1)
+    assert k.conv_gemm(shape) == (2 * 10 * 10, 8, 9 * 3)
+    assert k.flops("conv", shape) == 2 * (2 * 100) * 8 * 27
+    assert k.flops("conv_bwd", shape) == 2 * k.flops("conv", shape)
+    x, w, y = 2 * 3 * 100, 9 * 3 * 8, 2 * 8 * 100
+    assert k.nbytes("conv", shape) == 4 * (x + w + y)
+    assert k.conv_gemm((1, 4, 4, 9, 3, 2)) == (5 * 5, 4, 36)  # (9 + 2 - 3) // 2 + 1 = 5
+    assert k.nbytes("memory", (1000,)) == 8000  # one read, one write
+    assert k.flops("dispatch", (3,)) == 3 * 2 * 8**3
+
+
+def test_the_default_grid_is_generic_and_bounded():
+    for op in ("gemm", "conv", "conv_bwd", "memory", "dispatch", "allreduce"):
+        assert k.grid(op), op
+    assert all(k.flops("gemm", s) <= k.MAX_GEMM_FLOPS for s in k.grid("gemm"))
+    assert len(k.grid("gemm", fine=True)) > len(k.grid("gemm"))
+    with pytest.raises(ValueError, match="unknown kernel op"):
+        k.grid("fft")
+
+
+def test_kernel_options_are_a_kinds_identity_and_label():
+    o = KernelOptions(parts=(KernelPart(op="gemm", shapes=((8, 8, 8),)),))
+    spec = RunSpec(kind="kernel", network="kernels", framework="torch", batch_size=1, options=o)
+    again = RunSpec.model_validate_json(spec.model_dump_json())
+    assert again.options == o and again.config_id == spec.config_id
+    assert spec.label() == "kernels torch cpu x1 (gemm)"
+    with pytest.raises(ValueError):
+        KernelOptions(parts=())
+
+
+# ----------------------------------------------------------------------------- fits
+def _samples(op: str, world: int = 1) -> list:
+    return [made_up.sample(op, tuple(s), world) for s in k.grid(op)]
+
+
+def test_dispatch_and_allreduce_fits_recover_the_made_up_machine():
+    d = fit.fit_dispatch(_samples("dispatch"))
+    assert d.op_s == pytest.approx(made_up.OP_S, rel=1e-6)
+    assert d.call_s == pytest.approx(made_up.CALL_S, rel=1e-6)
+    ab = fit.fit_allreduce(_samples("allreduce", 2) + _samples("allreduce", 4))
+    for world in (2, 4):
+        alpha, beta = made_up.alpha_beta(world)
+        assert ab[world].alpha_s == pytest.approx(alpha, rel=1e-3)
+        assert ab[world].beta_bytes_per_s == pytest.approx(beta, rel=1e-3)
+
+
+def test_gemm_curve_predicts_shapes_it_was_not_fitted_on():
+    d = fit.fit_dispatch(_samples("dispatch"))
+    g = fit.fit_gemm(_samples("gemm"), d)
+    for shape in ((128, 256, 64), (2048, 1024, 512), (100, 3000, 40), (4096, 64, 2048)):
+        assert shape not in k.grid("gemm")
+        assert g.time(*shape) == pytest.approx(made_up.gemm_s(*shape), rel=0.05), shape
+
+
+def test_memory_curve_is_the_bandwidth_and_never_falls_with_size():
+    d = fit.fit_dispatch(_samples("dispatch"))
+    m = fit.fit_memory(_samples("memory"), d)
+    assert m.dram_bytes_per_s == pytest.approx(made_up.DRAM_BPS, rel=0.02)
+    assert list(m.seconds) == sorted(m.seconds)
+    assert m.time(3e7) == pytest.approx(3e7 / made_up.DRAM_BPS, rel=0.05)
+
+
+# ----------------------------------------------------------------------------- the kernel kind
+def _kernel_spec(framework: str, parts: dict[str, list[tuple[int, ...]]], **kw) -> RunSpec:
+    o = KernelOptions(parts=tuple(KernelPart(op=op, shapes=tuple(s)) for op, s in parts.items()),
+                      min_time_s=0.01, **kw)
+    return RunSpec(kind="kernel", network="kernels", framework=framework, batch_size=1,
+                   options=o)
+
+
+TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "conv": [(1, 3, 4, 8, 3, 1)],
+        "conv_bwd": [(1, 3, 4, 8, 3, 1)], "memory": [(1024,)], "dispatch": [(1,), (4,)]}
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow", "jax"])
+def test_worker_times_every_op_with_the_frameworks_own_kernels(framework):
+    if not backends.installed(framework):
+        pytest.skip(f"{framework} not installed")
+    from dlperf.worker import execute
+
+    r = execute(_kernel_spec(framework, TINY))
+    assert r.ok, r.failure
+    assert isinstance(r.outcome, KernelOutcome)
+    got = {(s.op, s.shape) for s in r.outcome.samples}
+    assert got == {(op, s) for op, shapes in TINY.items() for s in shapes}
+    for s in r.outcome.samples:
+        assert s.median_s > 0 and len(s.times_s) >= 3
+        assert s.flops == k.flops(s.op, s.shape) and s.bytes == k.nbytes(s.op, s.shape)
+
+
+def test_a_failing_shape_is_recorded_and_the_others_go_on():
+    from dlperf.worker import execute
+
+    # a tensor of negative size cannot be made
+    r = execute(_kernel_spec("torch", {"gemm": [(8, 8, 8)], "memory": [(-1,)]}))
+    assert r.ok and len(r.outcome.samples) == 1
+    assert list(r.outcome.failures) == ["memory -1"]
+    assert r.warnings == ["1 kernel shapes failed"]
+
+
+def test_kernel_runs_go_through_the_runner_and_the_calibration_reads_them(db):
+    """One real kernel run (a tiny grid) and one all-reduce among 2 gloo processes,
+    launched, stored and read back as samples of torch at 1 thread."""
+    from dlperf import api
+
+    versions = calibration.specs(["torch"], [1], allreduce=False)[0].options.versions
+    todo = [_kernel_spec("torch", TINY, versions=versions),
+            _kernel_spec("torch", {"allreduce": [(4096,), (65536,)]}, world=2,
+                         versions=versions).model_copy(update={"network": "allreduce"})]
+    results = api.run_specs(todo, db=db, timeout_s=300)
+    assert [r.status for r in results] == ["ok", "ok"], [r.failure for r in results]
+    with Store(db) as store:
+        (stored,) = calibration.load(store)
+        assert again_same(store, results)
+    assert (stored.framework, stored.threads) == ("torch", 1)
+    assert {s.op for s in stored.samples.items} == {*TINY, "allreduce"}
+    ar = stored.samples.of_op("allreduce", world=2)
+    assert len(ar) == 2 and all(s.median_s > 0 for s in ar)
+
+
+def again_same(store: Store, results) -> bool:
+    back = {r.spec.run_id: r.outcome for r in store.results(kind="kernel")}
+    return all(back[r.spec.run_id] == r.outcome for r in results)
+
+
+# ----------------------------------------------------------------------------- prediction
+def test_calibration_fits_every_framework_and_thread_count_stored(db):
+    with Store(db) as store:
+        made_up.calibrated(store, threads=(1, 2))
+        cal = calibration.local_calibration(store)
+    assert {(f.framework, f.threads) for f in cal.fits} == {("torch", 1), ("torch", 2)}
+    f = cal.find("torch", 1)
+    assert f.gemm.time(512, 512, 512) == pytest.approx(made_up.gemm_s(512, 512, 512), rel=0.05)
+    assert set(f.allreduce) == {2, 4}
+
+
+def test_a_calibration_of_other_library_versions_is_not_used(db, monkeypatch):
+    from dlperf import environment
+
+    with Store(db) as store:
+        made_up.calibrated(store)
+        real = environment.packages()
+        monkeypatch.setattr(environment, "packages", lambda: {**real, "torch": "0.0.1"})
+        assert calibration.local_calibration(store).fits == ()
+
+
+def test_a_step_is_predicted_from_the_kernels_and_says_what_it_cannot_predict(db):
+    with Store(db) as store:
+        made_up.calibrated(store)
+        cal = calibration.local_calibration(store)
+    spec = RunSpec(network="fcn5", framework="torch", threads=1, batch_size=64)
+    p = predict_for_spec(spec, cal)
+    assert p is not None and p.time_s > 0
+    b = p.breakdown
+    assert b.compute_s > 0 and b.overhead_s > 0
+    assert p.time_s == pytest.approx(sum(b.model_dump().values()), rel=1e-9)
+    # fcn5's first layer at batch 64: its forward product alone, from the made-up machine
+    assert b.compute_s > made_up.gemm_s(64, 4096, 26752) - made_up.OP_S
+    assert "tensorflow at 1 thread(s) is not calibrated" == why_not(
+        RunSpec(network="fcn5", framework="tensorflow", threads=1, batch_size=64), cal)
+    assert "fp32" in why_not(spec.model_copy(update={"precision": "bf16"}), cal)
+    assert why_not(RunSpec(kind="inference", network="fcn5", batch_size=1), cal)
+
+
+def test_parallel_runs_use_the_loopback_all_reduce_and_share_the_cores(db):
+    from dlperf.parallel.options import make_spec
+
+    with Store(db) as store:
+        made_up.calibrated(store)
+        cal = calibration.local_calibration(store)
+    one = predict_for_spec(RunSpec(network="fcn5", size="tiny", framework="torch", threads=1,
+                                   batch_size=64), cal)
+    sync = predict_for_spec(make_spec("fcn5", size="tiny", strategy="sync", workers=4,
+                                      batch_size=64), cal)
+    assert sync is not None and sync.breakdown.communication_s > 0
+    alpha, _ = made_up.alpha_beta(4)
+    assert sync.breakdown.communication_s >= alpha
+    hybrid = make_spec("fcn5", size="tiny", strategy="hybrid", workers=4, groups=2, batch_size=64)
+    assert "no formula" in why_not(hybrid, cal)
+    assert one is not None
+
+
+# ----------------------------------------------------------------------------- validate
+NETS = ("fcn5", "alexnet", "lstm32")
+TIMES = {"fcn5": 1.25, "alexnet": 0.8, "lstm32": 1.5}  # measured / predicted
+
+
+def _measured_store(store, times=TIMES) -> list:
+    made_up.calibrated(store)
+    cal = calibration.local_calibration(store)
+    for net in NETS:
+        spec = RunSpec(network=net, framework="torch", threads=1,
+                       batch_size=workloads.get(net).default_batch)
+        store.add(result(net, 1, predict_for_spec(spec, cal).time_s * times[net]))
+    return cal
+
+
+def test_validate_compares_every_measured_configuration_with_its_prediction(db):
+    with Store(db) as store:
+        cal = _measured_store(store)
+        cases, skipped = validate.cases(store, cal)
+    assert {c.row.spec.network for c in cases} == set(NETS) and not skipped
+    for c in cases:  # predicted / measured - 1, from the made-up measurements
+        assert c.error == pytest.approx(1 / TIMES[c.row.spec.network] - 1, rel=1e-9)
+    (total,) = validate.summarize(cases)
+    # |errors| 0.2 (fcn5), 0.25 (alexnet), 0.333 (lstm32)
+    assert total.n == 3 and total.median_abs == pytest.approx(0.25, rel=1e-6)
+
+
+def test_leave_one_network_out_never_fits_on_the_network_it_predicts(db, tmp_path):
+    def corrected(times):
+        with Store(tmp_path / f"{times['alexnet']}.db") as store:
+            cal = _measured_store(store, times)
+            cases, _ = validate.cases(store, cal)
+        return {c.row.spec.network: c for c in validate.corrected(cases, "lono")}
+
+    a = corrected(TIMES)
+    b = corrected({**TIMES, "alexnet": 3.0})  # only alexnet's measurement differs
+    assert "alexnet" not in a["alexnet"].factors.fitted_on
+    assert a["alexnet"].corrected_s == pytest.approx(b["alexnet"].corrected_s, rel=1e-9)
+    assert a["fcn5"].corrected_s != pytest.approx(b["fcn5"].corrected_s, rel=1e-3)
+
+
+# ----------------------------------------------------------------------------- commands
+def test_predict_on_this_machine_needs_a_calibration(db, capsys):
+    assert main(["predict", "-n", "fcn5", "--device", "cpu", "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "dlperf calibrate" in err
+    assert main(["predict", "-n", "fcn5", "--device", "cpu", "--precision", "bf16",
+                 "--db", str(db)]) == 2
+
+
+def test_predict_on_this_machine_prints_the_measurement_beside_it(db, capsys):
+    with Store(db) as store:
+        _measured_store(store)
+    assert main(["predict", "-n", "fcn5", "--device", "cpu", "--threads", "1",
+                 "--db", str(db), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["measured_s"] == pytest.approx(doc["time_s"] * TIMES["fcn5"], rel=1e-9)
+    assert doc["error"] == pytest.approx(1 / TIMES["fcn5"] - 1, rel=1e-9)
+    assert main(["predict", "-n", "fcn5", "--device", "cpu", "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "measured" in text and "error -20.0%" in text and "calibrated on this machine" in text
+    # no measurement at another batch size: said, not invented
+    assert main(["predict", "-n", "fcn5", "--device", "cpu", "-b", "7", "--db", str(db)]) == 0
+    assert "no measurement of this configuration" in capsys.readouterr().out
+
+
+def test_validate_command_prints_the_error_table_and_json(db, capsys):
+    assert main(["validate", "--db", str(db)]) == 2
+    assert "dlperf calibrate" in capsys.readouterr().err
+    with Store(db) as store:
+        _measured_store(store)
+    assert main(["validate", "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "median |error|" in text and "worst cases" in text
+    assert main(["validate", "--leave-one-network-out", "--json", "--db", str(db)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mode"] == "lono" and len(doc["cases"]) == 3
+    assert doc["summary"]["all"][0]["n"] == 3
+    assert all(math.isfinite(c["predicted_s"]) for c in doc["cases"])
+    assert main(["validate", "--kinds", "nope", "--db", str(db)]) == 2
+
+
+def test_calibrate_dry_run_lists_the_kernel_runs(capsys):
+    assert main(["calibrate", "--frameworks", "torch", "--threads", "1", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and "kernels" in lines[0] and "allreduce" in lines[1]
+    assert main(["calibrate", "--frameworks", "nope", "--dry-run"]) == 2
