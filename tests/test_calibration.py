@@ -21,7 +21,6 @@ from dlperf.report import validate
 from dlperf.spec import RunSpec
 from dlperf.store import Store
 from tests import calibration_fixtures as made_up
-from tests.conftest import FAST
 from tests.report_fixtures import result
 
 
