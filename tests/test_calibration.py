@@ -311,3 +311,26 @@ def test_calibrate_dry_run_lists_the_kernel_runs(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and "kernels" in lines[0] and "allreduce" in lines[1]
     assert main(["calibrate", "--frameworks", "nope", "--dry-run"]) == 2
+
+
+def test_the_report_puts_the_calibrated_prediction_beside_each_measured_cell(db, tmp_path,
+                                                                              monkeypatch):
+    from dlperf import api
+    from tests.report_fixtures import other_machine
+
+    with Store(db) as store:
+        _measured_store(store)
+        with other_machine(monkeypatch):  # never predicted from this machine's curves
+            store.add(result("fcn5", 1, 9.0))
+    rep = api.report(db=db, out=tmp_path / "rep")
+    pred = next(s for s in rep.sections if s.name == "prediction").tables[0]
+    assert len(pred.rows) == 3  # this machine's three, not the other machine's
+    by_net = {v[0]: v for v in pred.values}
+    # validated error of alexnet: the 90th percentile of the other two networks' |error|
+    others = [abs(1 / TIMES[n] - 1) for n in ("fcn5", "lstm32")]
+    assert by_net["alexnet"][-2] == pytest.approx(validate.p90(others), rel=1e-9)
+    assert by_net["alexnet"][-3] == pytest.approx(1 / TIMES["alexnet"] - 1, rel=1e-9)
+    dl = next(s for s in rep.sections if s.name == "dlbench").tables[0]
+    assert "pred." in dl.headers
+    plain = api.report(db=db, out=tmp_path / "plain", predictions=False)
+    assert "prediction" not in {s.name for s in plain.sections}

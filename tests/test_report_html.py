@@ -100,7 +100,8 @@ def test_html_is_well_formed_self_contained_and_has_no_empty_sections(db, tmp_pa
 
 
 def test_a_predictor_adds_predicted_cells_and_a_section_and_nothing_without_one(db, tmp_path):
-    def stand_in(spec):  # a model that knows fcn5 only, validated to +-25%
+    def stand_in(row):  # a model that knows fcn5 only, validated to +-25%
+        spec = row.spec
         return (0.7 * spec.threads ** -0.5, 0.25) if spec.network == "fcn5" else None
 
     with Store(db) as st:

@@ -233,13 +233,18 @@ def load_config(source: str | Path | config.SweepConfig | dict[str, Any]) -> con
 def report(*, db: str | Path | None = None, out: str | Path = "dlperf-report",
            networks: list[str] | None = None, frameworks: list[str] | None = None,
            size: str | None = None, machines: str | None = None,
-           predictor: Predictor | None = None) -> Report:
+           predictor: Predictor | None = None, predictions: bool = True) -> Report:
     """Render every report section from the store into ``out`` (runs nothing).
     ``machines``: 'all' (default), 'this' or machine ids, comma-separated; ``predictor``
-    adds the model's time beside every measured cell (``report.tables.Predictor``)."""
+    adds the model's time beside every measured cell (``report.tables.Predictor``); by
+    default (``predictions``) the model calibrated on this machine, when the store holds
+    its calibration (``dlperf calibrate``)."""
+    from dlperf.report import validate
     from dlperf.report.machines import resolve_machines
 
     with Store(db) as store:
+        if predictor is None and predictions:
+            predictor = validate.predictor(store)
         return render(store, out, Filters(tuple(networks or ()), tuple(frameworks or ()), size,
                                           machines=resolve_machines(store, machines)),
                       predictor=predictor)

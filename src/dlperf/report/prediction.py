@@ -24,7 +24,7 @@ def pairs(rows: list[ConfigResult], predictor: Predictor) -> list[tuple[ConfigRe
     """(measured row, predicted seconds, validated error) for every row the model predicts."""
     out = []
     for r in sort_rows(rows):
-        if r.measured and (p := predictor(r.spec)) is not None:
+        if r.measured and (p := predictor(r)) is not None:
             out.append((r, p[0], p[1]))
     return out
 

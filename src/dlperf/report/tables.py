@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 from dlperf import units, workloads
 from dlperf.backends import BACKENDS
 from dlperf.report.aggregate import ConfigResult, settings_names, settings_notes
-from dlperf.spec import RunSpec
 
 #: A performance model as the report uses it: the predicted time per mini-batch of a
-#: configuration and the model's validated relative error for that kind of configuration
-#: (None: not validated yet), or None when it cannot predict the configuration.
-Predictor = Callable[[RunSpec], tuple[float, float | None] | None]
+#: measured configuration (on its machine) and the model's validated relative error for
+#: that kind of configuration (None: not validated yet), or None when it cannot predict it.
+Predictor = Callable[[ConfigResult], tuple[float, float | None] | None]
 
 
 @dataclass
@@ -152,7 +151,7 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                 line.append(text)
                 vals.append(value)
                 if predictor:
-                    p = predictor(cell.spec) if cell else None
+                    p = predictor(cell) if cell else None
                     line.append(f"{p[0]:.4g}" if p else "")
                     vals.append(p[0] if p else None)
         out_rows.append(line)

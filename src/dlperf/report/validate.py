@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dlperf import environment, workloads
+from dlperf.calibrate.plan import local_calibration as plan_calibration
 from dlperf.calibrate.prediction import predict_for_spec, why_not
 from dlperf.perfmodel.correct import Factors, fit_factors
 from dlperf.perfmodel.machine import LocalCalibration
@@ -98,7 +99,7 @@ class Case:
     def key(self, group: str) -> str:
         s = self.row.spec
         return {"network": s.network if s.size in ("full", "") else f"{s.network}[{s.size}]",
-                "framework": "torch" if s.kind == "parallel" else s.framework,
+                "framework": framework(s),
                 "threads": str(s.threads), "batch": str(s.batch_size),
                 "strategy": self.prediction.strategy if s.kind == "parallel"
                 else "single"}[group]
@@ -205,3 +206,34 @@ def explain(c: Case) -> str:
     if warn:
         text += "; measured unsteadily"
     return text
+
+
+def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | None] | None] | None:
+    """The report's model for this machine (``report.tables.Predictor``), or None when the
+    store holds no calibration of it. A row of this machine gets the kernel-calibrated
+    prediction and, as the validated error, the 90th percentile of the model's absolute
+    error on the other networks measured here with the same framework (at least two
+    of them; else None, 'not validated yet'), so that 'within it' is a check, not an echo.
+    A row of another machine gets none: this machine's curves say nothing of it."""
+    cal = plan_calibration(store)
+    if not cal.fits:
+        return None
+    found, _ = cases(store, cal)
+    mine = environment.machine_id()
+
+    def predict_row(row: ConfigResult) -> tuple[float, float | None] | None:
+        if row.machine_id not in (None, mine):
+            return None
+        p = predict_for_spec(row.spec, cal)
+        if p is None:
+            return None
+        others = [abs(c.error) for c in found if c.key("framework") == framework(row.spec)
+                  and c.row.spec.network != row.spec.network]
+        return p.time_s, (p90(others) if len(others) >= 2 else None)
+
+    return predict_row
+
+
+def framework(spec: RunSpec) -> str:
+    """The framework whose kernels predict ``spec`` (parallel runs are PyTorch workers)."""
+    return "torch" if spec.kind == "parallel" else spec.framework
