@@ -33,13 +33,13 @@ LAYERS: list[tuple[str, ...]] = [
      "dlperf.calibrate.prediction", "dlperf.calibrate.__init__"),
     # 3: inside a worker process
     ("dlperf.backends", "dlperf.worker", "dlperf.training.loop", "dlperf.parallel",
-     "dlperf.dataflow.worker", "dlperf.calibrate.worker"),
+     "dlperf.dataflow.worker", "dlperf.calibrate.worker", "dlperf.explain.worker"),
     # 4: starting and watching workers
     ("dlperf.launch",),
     # 5: running specs and the experiments made of them
     ("dlperf.runner", "dlperf.experiments", "dlperf.flopcache"),
     # 6: reading the store (advice reads the report's rows and the model)
-    ("dlperf.report", "dlperf.advice"),
+    ("dlperf.report", "dlperf.advice", "dlperf.explain.analysis", "dlperf.explain.__init__"),
     # 7: the Python API
     ("dlperf.api",),
     # 8: the command line

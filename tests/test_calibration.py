@@ -334,3 +334,74 @@ def test_the_report_puts_the_calibrated_prediction_beside_each_measured_cell(db,
     assert "pred." in dl.headers
     plain = api.report(db=db, out=tmp_path / "plain", predictions=False)
     assert "prediction" not in {s.name for s in plain.sections}
+
+
+# ----------------------------------------------------------------------------- explain
+def _fit():
+    return fit.fit_local(fit.Samples.of([made_up.sample(p.op, tuple(s), o.world)
+                                         for spec in calibration.specs(["torch"], [1])
+                                         for o in [spec.options] for p in o.parts
+                                         for s in p.shapes]), "torch", 1)
+
+
+def test_profiled_ops_are_timed_by_the_curve_of_what_does_their_work():
+    from dlperf.kinds.profile import ProfiledOp
+    from dlperf.perfmodel import ops
+
+    f = _fit()
+    mm = ops.op_time(ProfiledOp(name="aten::mm", shapes=((2048, 64), (64, 4096)), calls=2,
+                                time_s=0.01), f)
+    assert mm.kind == "gemm" and mm.flops == 2 * 2 * 2048 * 4096 * 64
+    assert mm.model_s == pytest.approx(2 * f.gemm.time(2048, 4096, 64), rel=1e-12)
+    assert "(2048x64) @ (64x4096), inner dimension 64" == mm.shape_text()
+    addmm = ops.op_time(ProfiledOp(name="aten::addmm", shapes=((10,), (8, 5), (5, 10), (), ()),
+                                   calls=1, time_s=1e-4), f)
+    assert ops.gemm_shape("aten::addmm", addmm.shapes) == (1, 8, 10, 5)
+    bmm = ops.gemm_shape("aten::bmm", ((12, 16, 8), (12, 8, 16)))
+    assert bmm == (12, 16, 16, 8)
+    relu = ops.op_time(ProfiledOp(name="aten::relu", shapes=((64, 4096),), calls=1,
+                                  time_s=1e-4), f)
+    assert relu.kind == "memory" and relu.bytes == 4 * 2 * 64 * 4096
+    assert relu.model_s == pytest.approx(f.dispatch.op_s + f.memory.time(relu.bytes))
+    view = ops.op_time(ProfiledOp(name="aten::view", shapes=((64, 4096), ()), calls=3,
+                                  time_s=1e-6), f)
+    assert view.kind == "dispatch" and view.model_s == pytest.approx(3 * f.dispatch.op_s)
+    assert ops.classify("autograd::engine::evaluate_function: AddmmBackward0") == "dispatch"
+    conv = ops.op_time(ProfiledOp(name="aten::mkldnn_convolution",
+                                  shapes=((2, 3, 8, 8), (4, 3, 3, 3), (4,), (), ()), calls=1,
+                                  time_s=1e-4, flops=2.0 * 2 * 64 * 4 * 27), f)
+    assert conv.kind == "conv" and conv.model_s == pytest.approx(f.conv.time(128, 4, 27, 3))
+
+
+def test_explain_profiles_a_torch_step_and_names_the_op_that_loses_most(db, capsys):
+    with Store(db) as store:
+        made_up.calibrated(store)
+    assert main(["explain", "-n", "fcn5", "--size", "tiny", "-b", "16", "--steps", "2",
+                 "--db", str(db), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    names = {o["name"] for o in doc["ops"]}
+    assert {"aten::addmm", "aten::mm"} & names  # the framework's own op names
+    assert doc["measured_s"] > 0 and doc["profiled_step_s"] > 0
+    assert doc["ops_s"] == pytest.approx(sum(o["measured_s"] for o in doc["ops"]))
+    gemms = [o for o in doc["ops"] if o["kind"] == "gemm"]
+    assert gemms and all(o["model_s"] > 0 and o["flops"] > 0 for o in gemms)
+    assert doc["diagnosis"] and doc["predicted_s"] > 0
+    assert main(["explain", "-n", "fcn5", "--size", "tiny", "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "diagnosis:" in text and "Op groups per step" in text
+
+
+def test_explain_needs_a_calibration_and_a_profiler(db, capsys):
+    assert main(["explain", "-n", "fcn5", "--db", str(db)]) == 2
+    assert "dlperf calibrate" in capsys.readouterr().err
+    with Store(db) as store:
+        made_up.calibrated(store)
+    if backends.installed("tensorflow"):
+        from tests import calibration_fixtures
+
+        with Store(db) as store:
+            calibration_fixtures.calibrated(store, frameworks=("tensorflow",), allreduce=False)
+        assert main(["explain", "-n", "fcn5", "--size", "tiny", "-f", "tensorflow",
+                     "--db", str(db)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "torch.profiler" in err

@@ -16,6 +16,7 @@ from typing import Any
 
 from dlperf import backends, config, peak, plan, workloads
 from dlperf.dataflow import plan as dataflow_plan
+from dlperf.explain.analysis import Explanation
 from dlperf.kinds.dataflow import InputOptions
 from dlperf.perfmodel.machine import LocalCalibration
 from dlperf.report import Filters, Predictor, Report, render
@@ -193,6 +194,35 @@ def local_calibration(*, db: str | Path | None = None, device: str = "cpu") -> L
 
     with Store(db) as store:
         return calibration.local_calibration(store, device=device)
+
+
+def explain(network: str, *, framework: str = "torch", threads: int = 1,
+            batch_size: int | None = None, size: str | None = None,
+            params: dict[str, Any] | None = None, device: str = "cpu", steps: int = 5,
+            measurement: Measurement | None = None, db: str | Path | None = None,
+            listener: Listener | None = None) -> Explanation:
+    """Profile ``network``'s training step with the framework's own profiler (a fresh run of
+    kind 'profile', stored) and set each op group beside the model calibrated here. One-line
+    UsageError when this machine has no calibration for the framework and thread count, or
+    the framework cannot be profiled."""
+    from dlperf.errors import UsageError
+    from dlperf.explain.analysis import explain as explained
+    from dlperf.kinds.profile import ProfileOptions
+
+    cal = local_calibration(db=db, device=device)
+    cal.model(backends.info(framework).name, threads, device)  # calibrated? (else: what to run)
+    wl, size, _ = workloads.resolve(network, size, params)
+    spec = RunSpec(kind="profile", network=wl.name, size=size,
+                   framework=backends.info(framework).name, device=device, threads=threads,
+                   batch_size=batch_size or wl.default_batch, params=params or {},
+                   options=ProfileOptions(steps=steps),
+                   measurement=measurement or Measurement(min_time_s=1.0))
+    (result,) = run_specs([spec], db=db, force=True, listener=listener)
+    if not result.ok:
+        assert result.failure is not None
+        raise UsageError(f"{spec.label()} could not be profiled: {result.failure.reason}: "
+                         f"{result.failure.message}")
+    return explained(result, cal)
 
 
 @dataclass(frozen=True)

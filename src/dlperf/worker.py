@@ -89,6 +89,10 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
         from dlperf.training.loop import run_training
 
         return run_training(spec, backend, emit, base)
+    if spec.kind == "profile":
+        from dlperf.explain.worker import run_profile  # a step under the profiler
+
+        return run_profile(spec, backend, emit, base)
     if spec.kind == "kernel":
         from dlperf.calibrate.worker import run_kernels  # the model's calibration kernels
 

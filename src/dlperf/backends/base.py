@@ -221,6 +221,12 @@ class Backend(ABC):
         way this framework runs a training step's ops."""
         raise UnsupportedError(f"{self.name} has no calibration kernels")
 
+    def profile(self, trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
+        """Run ``steps`` of ``trainer`` under this framework's own profiler: (each op group
+        as ``kinds.profile.ProfiledOp`` fields, per step; the mean wall time of a step)."""
+        raise UnsupportedError(f"dlperf explain cannot profile {self.name} steps yet "
+                               "(torch.profiler is wired; use --framework torch)")
+
     def allreduce(self, sizes: list[int], world: int, repeats: int,
                   warmup: int) -> list[list[float]]:
         """Per size in bytes, the seconds of each of ``repeats`` all-reduces among

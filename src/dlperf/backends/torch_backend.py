@@ -544,6 +544,11 @@ class TorchBackend(Backend):
 
         return kernel(op, shape, device)
 
+    def profile(self, trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
+        from dlperf.backends.torch_profile import profile
+
+        return profile(trainer, steps, device)
+
     def allreduce(self, sizes: list[int], world: int, repeats: int,
                   warmup: int) -> list[list[float]]:
         from dlperf.backends.torch_kernels import allreduce

@@ -23,6 +23,7 @@ from dlperf.cli import (
     dataflow,
     env,
     experiment,
+    explain,
     import_,
     networks,
     parallel,
@@ -40,7 +41,7 @@ from dlperf.runner import Interrupted
 
 #: every subcommand module, in the order ``dlperf --help`` lists them
 COMMANDS = (run, sweep, report, import_, networks, env, train, experiment, parallel, dataflow,
-            predict, calibrate, validate, advise, calc, setup)
+            predict, calibrate, validate, explain, advise, calc, setup)
 
 
 def build_parser() -> Parser:

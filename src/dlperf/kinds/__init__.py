@@ -15,6 +15,7 @@ from dlperf.kinds.inference import InferenceOptions, InferenceOutcome
 from dlperf.kinds.kernel import KernelOptions, KernelOutcome
 from dlperf.kinds.parallel import ParallelOptions, ParallelOutcome
 from dlperf.kinds.peak import KernelRate, Peak, PeakOptions
+from dlperf.kinds.profile import ProfileOptions, ProfileOutcome
 from dlperf.kinds.step import StepOptions, StepOutcome
 from dlperf.kinds.train import TrainOptions, TrainOutcome
 
@@ -37,15 +38,18 @@ KINDS: dict[str, KindInfo] = {
     "storage": KindInfo(StorageOptions, StorageOutcome),
     # the performance model's calibration kernels (dlperf.calibrate)
     "kernel": KindInfo(KernelOptions, KernelOutcome),
+    # one network's steps under the framework's profiler (dlperf explain)
+    "profile": KindInfo(ProfileOptions, ProfileOutcome),
 }
 
 Options = (StepOptions | PeakOptions | TrainOptions | ParallelOptions | InferenceOptions
-           | LoaderOptions | StorageOptions | KernelOptions)
+           | LoaderOptions | StorageOptions | KernelOptions | ProfileOptions)
 Outcome = (StepOutcome | TrainOutcome | ParallelOutcome | InferenceOutcome | DataflowOutcome
-           | StorageOutcome | KernelOutcome)
+           | StorageOutcome | KernelOutcome | ProfileOutcome)
 
 __all__ = ["KINDS", "DataflowOutcome", "Diagnostics", "LoaderOptions", "StorageOptions",
            "StorageOutcome", "InferenceOptions", "InferenceOutcome", "KernelOptions", "KernelOutcome", "KernelRate",
            "KindInfo", "Options", "Outcome",
-           "ParallelOptions", "ParallelOutcome", "Peak", "PeakOptions", "StepOptions",
+           "ParallelOptions", "ParallelOutcome", "Peak", "PeakOptions", "ProfileOptions",
+           "ProfileOutcome", "StepOptions",
            "StepOutcome", "TrainOptions", "TrainOutcome"]

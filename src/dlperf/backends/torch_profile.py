@@ -1,0 +1,42 @@
+"""PyTorch's own profiler over a few training steps (``dlperf explain``): every op's self
+time (its children excluded, so that nothing is counted twice), call count and FLOPs,
+grouped by op and operand shapes (``key_averages(group_by_input_shape=True)``), per step.
+On a GPU the device's kernel time is the op's time."""
+
+from __future__ import annotations
+
+import time
+
+from torch.profiler import ProfilerActivity
+from torch.profiler import profile as torch_profile
+
+from dlperf.backends.base import Trainer
+
+
+def _device_time(e: object) -> float:
+    # the attribute's name changed across releases (cuda -> device)
+    for name in ("self_device_time_total", "self_cuda_time_total"):
+        if hasattr(e, name):
+            return float(getattr(e, name))
+    return 0.0
+
+
+def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
+    gpu = device == "gpu"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    with torch_profile(activities=activities, record_shapes=True, with_flops=True) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            trainer.step()
+        trainer.sync()
+        wall = (time.perf_counter() - t0) / steps
+    ops = []
+    for e in prof.key_averages(group_by_input_shape=True):
+        us = _device_time(e) if gpu else float(e.self_cpu_time_total)
+        if us <= 0 or e.key.startswith("ProfilerStep"):
+            continue
+        shapes = tuple(tuple(int(d) for d in s) for s in (e.input_shapes or [])
+                       if isinstance(s, list | tuple))
+        ops.append({"name": e.key, "shapes": shapes, "calls": e.count / steps,
+                    "time_s": us * 1e-6 / steps, "flops": (e.flops / steps) if e.flops else None})
+    return ops, wall

@@ -1,0 +1,92 @@
+"""``dlperf explain``: one network's training step under the framework's own profiler, each
+op group beside the model calibrated on this machine, and the diagnosis. Parsing and
+printing only (``dlperf.api.explain``, ``dlperf.explain.analysis``).
+
+    dlperf explain --network fcn5 --framework torch --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+
+from dlperf import units
+from dlperf.cli.args import add_db, parse_params, positive_int
+from dlperf.cli.progress import ProgressListener, out
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "explain", help="profile one step and set each op beside the calibrated model",
+        description="Time one network's training step (the usual warm-up rule), run a few "
+        "more under the framework's own profiler (torch.profiler), and print per op group "
+        "(op and operand shapes) the measured time, the model's time from this machine's "
+        "kernel calibration (dlperf calibrate), the achieved FLOP/s against the calibrated "
+        "rate for that shape, and a one-line diagnosis.")
+    p.add_argument("--network", "-n", required=True)
+    p.add_argument("--framework", "-f", default="torch")
+    p.add_argument("--threads", "-t", type=positive_int, default=1)
+    p.add_argument("--batch-size", "-b", type=positive_int, help="(default: the network's)")
+    p.add_argument("--size")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE")
+    p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
+    p.add_argument("--steps", type=positive_int, default=5, help="steps under the profiler "
+                   "(default 5)")
+    p.add_argument("--top", type=positive_int, default=12, help="op groups to list (default 12)")
+    p.add_argument("--json", action="store_true")
+    add_db(p)
+    p.set_defaults(func=cmd_explain)
+
+
+def cmd_explain(a: argparse.Namespace) -> int:
+    from dlperf import api
+    from dlperf.explain.analysis import KIND_NAMES
+    from dlperf.report.exporters import print_table
+    from dlperf.report.tables import Table
+
+    from dlperf.runner import Listener
+
+    # --json: stdout holds the document alone
+    with (contextlib.nullcontext(Listener()) if a.json else ProgressListener()) as listener:
+        e = api.explain(a.network, framework=a.framework, threads=a.threads,
+                        batch_size=a.batch_size, size=a.size, params=parse_params(a.param),
+                        device=a.device, steps=a.steps, db=a.db, listener=listener)
+    if a.json:
+        print(json.dumps(_json(e), indent=1))
+        return 0
+    step = e.profile.step_s
+    out.print(f"[bold]{e.result.spec.label()}[/]: measured {units.seconds(e.measured_s)} per "
+              f"step (timed, unprofiled); under {e.profile.profiler}: "
+              f"{units.seconds(step)}, of which ops {units.seconds(e.ops_s)} and outside them "
+              f"{units.seconds(e.outside_s)}"
+              + (f"; the model predicts {units.seconds(e.prediction.time_s)}"
+                 if e.prediction else ""))
+    rows = []
+    for o in e.ops[:a.top]:
+        rows.append([o.name, o.shape_text(), o.kind, f"{o.calls:g}", units.seconds(o.measured_s),
+                     units.seconds(o.model_s), units.percent(o.measured_s / step),
+                     units.flops(o.achieved_flops, "/s") if o.achieved_flops else "-",
+                     units.flops(o.calibrated_flops, "/s") if o.calibrated_flops else "-",
+                     units.percent(o.share_of_calibrated)])
+    print_table(Table(title="Op groups per step (most time first)", headers=[
+        "op", "operands", "kind", "calls", "measured", "model", "of step", "achieved",
+        "calibrated", "of calibrated"], rows=rows, caption=f"{len(e.ops)} op groups in all; "
+        "'model': this machine's kernel curves for the op's shape; 'of calibrated': model / "
+        "measured (100%: runs as the calibration expects)."), out)
+    print_table(Table(title="By kind of op", headers=["kind", "measured", "model", "of step"],
+                      rows=[[KIND_NAMES[k], units.seconds(m), units.seconds(p),
+                             units.percent(m / step)] for k, m, p in e.by_kind()]), out)
+    out.print(f"[bold]diagnosis:[/] {e.diagnosis()}", markup=True)
+    out.print(f"calibration: {e.fit.describe()}", markup=False)
+    return 0
+
+
+def _json(e) -> dict:
+    return {"label": e.result.spec.label(), "measured_s": e.measured_s,
+            "profiled_step_s": e.profile.step_s, "ops_s": e.ops_s, "outside_s": e.outside_s,
+            "predicted_s": e.prediction.time_s if e.prediction else None,
+            "diagnosis": e.diagnosis(),
+            "ops": [{"name": o.name, "shapes": o.shapes, "kind": o.kind, "calls": o.calls,
+                     "measured_s": o.measured_s, "model_s": o.model_s, "flops": o.flops,
+                     "bytes": o.bytes} for o in e.ops]}

@@ -1,0 +1,94 @@
+"""One profiled step explained: each op group's measured time beside the model's time for
+it (``perfmodel.ops``, from this machine's calibration), the framework's own time outside
+the ops, the whole step's prediction, and a one-line diagnosis of where the step loses
+most against the calibration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlperf import units
+from dlperf.calibrate.prediction import predict_for_spec
+from dlperf.kinds.profile import ProfileOutcome
+from dlperf.perfmodel.fit import LocalFit
+from dlperf.perfmodel.machine import LocalCalibration
+from dlperf.perfmodel.ops import OpTime, op_times
+from dlperf.perfmodel.result import Prediction
+from dlperf.spec import RunResult, RunSpec
+
+KINDS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
+KIND_NAMES = {"gemm": "matrix products", "conv": "convolutions", "conv_bwd":
+              "convolution gradients", "memory": "memory-bound ops", "dispatch":
+              "dispatch-only ops (wrappers, views, autograd)"}
+#: an op group whose time beyond the model's is at least this share of the step is named
+NOTABLE = 0.10
+
+
+@dataclass(frozen=True)
+class Explanation:
+    result: RunResult
+    profile: ProfileOutcome
+    ops: list[OpTime]
+    fit: LocalFit
+    prediction: Prediction | None
+
+    @property
+    def measured_s(self) -> float:
+        """The timed median, without the profiler."""
+        assert self.result.metrics is not None
+        return self.result.metrics.median_s
+
+    @property
+    def ops_s(self) -> float:
+        return sum(o.measured_s for o in self.ops)
+
+    @property
+    def outside_s(self) -> float:
+        """The profiled step's wall time not spent inside any op (Python, the autograd
+        engine's scheduling, the allocator, the profiler itself)."""
+        return max(self.profile.step_s - self.ops_s, 0.0)
+
+    def by_kind(self) -> list[tuple[str, float, float]]:
+        """(kind, measured, model) per step, for each kind of op present."""
+        out = []
+        for k in KINDS:
+            mine = [o for o in self.ops if o.kind == k]
+            if mine:
+                out.append((k, sum(o.measured_s for o in mine), sum(o.model_s for o in mine)))
+        return out
+
+    def diagnosis(self) -> str:
+        step = self.profile.step_s
+        worst = max(self.ops, key=lambda o: o.excess_s, default=None)
+        if worst is not None and worst.excess_s >= NOTABLE * step:
+            rate = ""
+            if worst.achieved_flops and worst.calibrated_flops:
+                rate = (f" ({units.flops(worst.achieved_flops, '/s')} against "
+                        f"{units.flops(worst.calibrated_flops, '/s')} calibrated)")
+            calls = f"{worst.calls:g}"
+            return (f"the {calls} {worst.name} call{'s' if worst.calls != 1 else ''} per step "
+                    f"at {worst.shape_text()} run at {worst.share_of_calibrated:.0%} of this "
+                    f"machine's calibrated rate for that shape{rate} and take "
+                    f"{worst.measured_s / step:.0%} of the step")
+        if self.outside_s >= 0.2 * step:
+            return (f"the framework's own time outside the ops (Python, autograd, allocation) "
+                    f"takes {self.outside_s / step:.0%} of the step; the ops themselves run "
+                    f"within {NOTABLE:.0%} of a step of their calibrated times")
+        kinds = self.by_kind()
+        if not kinds:
+            return "the profiler recorded no ops"
+        k, measured, _ = max(kinds, key=lambda x: x[1])
+        return (f"every op group runs within {NOTABLE:.0%} of a step of its calibrated time; "
+                f"{KIND_NAMES[k]} take {measured / step:.0%} of the step")
+
+
+def explain(result: RunResult, calibration: LocalCalibration) -> Explanation:
+    """The explanation of a stored profile run (kind 'profile') from this machine's
+    calibration of its framework and thread count."""
+    assert isinstance(result.outcome, ProfileOutcome)
+    s = result.spec
+    model = calibration.model(s.framework, s.threads, s.device)
+    step = RunSpec.model_validate({**s.model_dump(), "kind": "step", "options": {}})
+    return Explanation(result, result.outcome, op_times(result.outcome.ops, model.fit),
+                       model.fit, predict_for_spec(step, calibration))
+

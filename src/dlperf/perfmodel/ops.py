@@ -1,0 +1,179 @@
+"""Profiled ops beside the model: each op group a framework's profiler reports (an op at one
+set of operand shapes, per step) timed by this machine's fitted kernel curves, so that
+``dlperf explain`` can say which ops run slower than the calibration expects for their
+shape, and by how much.
+
+An op is classed by what does its work (PyTorch's op names; the profiler's own time of
+an op excludes its children, so a wrapper that only calls others costs its dispatch):
+
+- ``gemm``: ``mm`` (m x k) @ (k x n), ``addmm`` (bias, m x k, k x n), ``bmm``/``baddbmm``
+  (b products), timed by the GEMM curve;
+- ``conv``: the library convolution a ``conv2d`` ends in, on its implicit GEMM (rows =
+  output pixels x batch, taken from the profiler's FLOP count where it has one, else the
+  input's pixels); ``conv_bwd``: ``convolution_backward`` (both gradients), from the
+  output gradient's shape;
+- ``dispatch``: wrappers, views and autograd's bookkeeping: the per-op cost alone;
+- ``memory``: everything else (elementwise, reductions, normalisation, pooling, the
+  optimizer's update): its operands read and a result as large as the largest written,
+  at the bandwidth the memory curve gives for that many bytes, plus the per-op cost.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from dlperf.perfmodel.fit import LocalFit
+from dlperf.perfmodel.kernels import ELEM
+
+GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+CONV = {"aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::_slow_conv2d_forward",
+        "aten::_nnpack_spatial_convolution", "aten::thnn_conv2d"}
+CONV_BWD = {"aten::convolution_backward"}
+#: ops whose own time is their dispatch: they call others, or move no data
+DISPATCH = {"aten::linear", "aten::matmul", "aten::conv2d", "aten::convolution",
+            "aten::_convolution", "aten::t", "aten::transpose", "aten::view", "aten::reshape",
+            "aten::_reshape_alias", "aten::expand", "aten::permute", "aten::as_strided",
+            "aten::detach", "aten::detach_", "aten::empty", "aten::empty_like",
+            "aten::empty_strided", "aten::resize_", "aten::unsqueeze", "aten::squeeze",
+            "aten::select", "aten::slice", "aten::alias", "aten::lift_fresh", "aten::zeros",
+            "aten::_unsafe_view", "aten::numpy_T", "aten::contiguous", "aten::flatten"}
+
+
+class ProfiledOp(Protocol):
+    """What the model reads of one op group (``dlperf.kinds.profile.ProfiledOp``)."""
+
+    name: str
+    shapes: tuple[tuple[int, ...], ...]
+    calls: float
+    time_s: float
+    flops: float | None
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """One op group per step: measured and modelled."""
+
+    name: str
+    shapes: tuple[tuple[int, ...], ...]
+    kind: str  # gemm, conv, conv_bwd, memory, dispatch
+    calls: float
+    measured_s: float
+    model_s: float
+    flops: float  # per step (the product's closed form for gemm/conv; the profiler's else)
+    bytes: float  # per step, memory-bound ops
+
+    @property
+    def achieved_flops(self) -> float | None:
+        return self.flops / self.measured_s if self.flops and self.measured_s else None
+
+    @property
+    def calibrated_flops(self) -> float | None:
+        """The rate the calibration expects for this shape."""
+        return self.flops / self.model_s if self.flops and self.model_s else None
+
+    @property
+    def share_of_calibrated(self) -> float:
+        """Model over measured: 1 runs as calibrated, 0.3 takes 3.3 times as long."""
+        return self.model_s / self.measured_s if self.measured_s else 1.0
+
+    @property
+    def excess_s(self) -> float:
+        return self.measured_s - self.model_s
+
+    def shape_text(self) -> str:
+        dims = [s for s in self.shapes if s]
+        if self.kind == "gemm" and (mnk := gemm_shape(self.name, self.shapes)):
+            b, m, n, k = mnk
+            head = f"{b} x " if b > 1 else ""
+            return f"{head}({m}x{k}) @ ({k}x{n}), inner dimension {k}"
+        return ", ".join("x".join(map(str, s)) for s in dims[:3])
+
+
+def _numel(shape: Sequence[int]) -> int:
+    return math.prod(shape) if shape else 0
+
+
+def gemm_shape(name: str, shapes: Sequence[Sequence[int]]) -> tuple[int, int, int, int] | None:
+    """(b, m, n, k) of a matrix-product op from its operands' shapes, or None."""
+    ops = [tuple(s) for s in shapes]
+    if name == "aten::addmm":
+        ops = ops[1:3]
+    elif name == "aten::baddbmm":
+        ops = ops[1:3]
+    else:
+        ops = ops[:2]
+    if len(ops) < 2:
+        return None
+    a, b = ops
+    if len(a) == 2 and len(b) == 2 and a[1] == b[0]:
+        return 1, a[0], b[1], a[1]
+    if len(a) == 3 and len(b) == 3 and a[2] == b[1]:
+        return a[0], a[1], b[2], a[2]
+    return None
+
+
+def classify(name: str) -> str:
+    if name in GEMM:
+        return "gemm"
+    if name in CONV:
+        return "conv"
+    if name in CONV_BWD:
+        return "conv_bwd"
+    if name in DISPATCH or name.startswith("autograd::") or name.endswith("Backward0") \
+            or name.endswith("Backward1"):
+        return "dispatch"
+    return "memory"
+
+
+def _conv(op: ProfiledOp, kind: str, fit: LocalFit) -> tuple[float, float] | None:
+    """(seconds per call, FLOPs per call) of a convolution op, or None when its operands
+    are not those of a 2-D convolution."""
+    calls = max(op.calls, 1e-12)
+    if len(op.shapes) < 3:
+        return None
+    if kind == "conv":
+        x, w = op.shapes[0], op.shapes[1]
+        if len(x) != 4 or len(w) != 4:
+            return None
+        o, cg, kh, kw = w
+        k = cg * kh * kw
+        rows = op.flops / calls / (2 * o * k) if op.flops else x[0] * x[2] * x[3]
+        return fit.conv.time(rows, o, k, kh), 2.0 * rows * o * k
+    g, w = op.shapes[0], op.shapes[2]
+    if len(g) != 4 or len(w) != 4:
+        return None
+    o, cg, kh, kw = w
+    k = cg * kh * kw
+    rows = g[0] * g[2] * g[3]
+    return fit.conv_bwd.time(rows, o, k, kh), 4.0 * rows * o * k
+
+
+def op_time(op: ProfiledOp, fit: LocalFit) -> OpTime:
+    """The model's time for one op group (module docstring), per step."""
+    kind = classify(op.name)
+    per_call, flops_call, bytes_call = fit.dispatch.op_s, 0.0, 0.0
+    found: tuple[float, float] | None = None
+    if kind == "gemm" and (mnk := gemm_shape(op.name, op.shapes)):
+        b, m, n, k = mnk
+        found = b * fit.gemm.time(m, n, k), 2.0 * b * m * n * k
+    elif kind in ("conv", "conv_bwd"):
+        found = _conv(op, kind, fit)
+    if found is not None:
+        per_call, flops_call = found
+    elif kind != "dispatch":  # elementwise and the like, or a product of unknown layout
+        kind = "memory"
+        sizes = [_numel(s) for s in op.shapes]
+        bytes_call = float(ELEM * (sum(sizes) + max(sizes, default=0)))
+        per_call = fit.dispatch.op_s + fit.memory.time(bytes_call)
+        flops_call = (op.flops or 0.0) / max(op.calls, 1e-12)
+    return OpTime(op.name, tuple(op.shapes), kind, op.calls, op.time_s,
+                  per_call * op.calls * fit.slowdown, flops_call * op.calls,
+                  bytes_call * op.calls)
+
+
+def op_times(ops: Sequence[ProfiledOp], fit: LocalFit) -> list[OpTime]:
+    """Every op group with its model time, the most measured time first."""
+    return sorted((op_time(op, fit) for op in ops), key=lambda t: t.measured_s, reverse=True)
