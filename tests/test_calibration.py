@@ -405,3 +405,22 @@ def test_explain_needs_a_calibration_and_a_profiler(db, capsys):
                      "--db", str(db)]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "torch.profiler" in err
+
+
+def test_a_calibration_measured_again_replaces_the_earlier_one(db):
+    """Another grid (another identity) measured later: only the newer samples are fitted."""
+    with Store(db) as store:
+        made_up.calibrated(store)
+        (old,) = calibration.load(store)
+        later = made_up.kernel_results()[0]
+        o = later.spec.options
+        small = o.model_copy(update={"parts": o.parts[:1] + tuple(
+            p.model_copy(update={"shapes": p.shapes[:2]}) for p in o.parts[1:])})
+        spec = later.spec.model_copy(update={"options": small})
+        keep = {(p.op, tuple(s)) for p in small.parts for s in p.shapes}
+        samples = tuple(s for s in later.outcome.samples if (s.op, s.shape) in keep)
+        store.add(later.model_copy(update={"spec": spec, "outcome": KernelOutcome(
+            samples=samples), "finished_at": later.finished_at + 10}))
+        (new,) = calibration.load(store)
+    local = [s for s in new.samples.items if s.op != "allreduce"]
+    assert len(local) == len(samples) < len([s for s in old.samples.items if s.op != "allreduce"])

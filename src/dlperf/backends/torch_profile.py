@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity
 from torch.profiler import profile as torch_profile
 
@@ -21,6 +22,13 @@ def _device_time(e: object) -> float:
     return 0.0
 
 
+def _shape(s: object) -> tuple[int, ...]:
+    """A tensor operand's shape; () for anything else (a scalar, a list of tensors)."""
+    if isinstance(s, list | tuple) and all(isinstance(d, int) for d in s):
+        return tuple(s)
+    return ()
+
+
 def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
     gpu = device == "gpu"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
@@ -32,11 +40,14 @@ def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], floa
         wall = (time.perf_counter() - t0) / steps
     ops = []
     for e in prof.key_averages(group_by_input_shape=True):
+        # on a GPU, the ops (CPU-side events) with the device time of the kernels each one
+        # launched itself; the kernels' own events would count that time twice
+        if gpu and getattr(e, "device_type", DeviceType.CPU) != DeviceType.CPU:
+            continue
         us = _device_time(e) if gpu else float(e.self_cpu_time_total)
         if us <= 0 or e.key.startswith("ProfilerStep"):
             continue
-        shapes = tuple(tuple(int(d) for d in s) for s in (e.input_shapes or [])
-                       if isinstance(s, list | tuple))
+        shapes = tuple(_shape(s) for s in (e.input_shapes or []))
         ops.append({"name": e.key, "shapes": shapes, "calls": e.count / steps,
                     "time_s": us * 1e-6 / steps, "flops": (e.flops / steps) if e.flops else None})
     return ops, wall

@@ -90,15 +90,31 @@ def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
     return isinstance(o, KernelOptions) and o.versions == peak.versions(r.spec.framework, packages)
 
 
-def load(store: Store, *, device: str = "cpu", machine_id: str | None = None) -> list[Stored]:
-    """Every (framework, threads) this machine has calibration samples for, newest row per
-    kernel run, rows of other library versions left out. The all-reduce samples (keyed by
-    process count) are added to every entry."""
+def _newest(rows: Sequence[RunResult]) -> list[RunResult]:
+    """The newest kernel run of each framework, thread count, device and kind of kernel run
+    (the kernels, or the all-reduce among a process count): a calibration measured again
+    with another grid replaces the earlier one instead of mixing with it."""
+    newest: dict[tuple, RunResult] = {}
+    for r in rows:
+        o = r.spec.options
+        key = (r.spec.framework, r.spec.threads, r.spec.device, r.spec.network,
+               getattr(o, "world", 1))
+        if key not in newest or (r.finished_at or 0) > (newest[key].finished_at or 0):
+            newest[key] = r
+    return list(newest.values())
+
+
+def load(store: Store, *, device: str | None = "cpu",
+         machine_id: str | None = None) -> list[Stored]:
+    """Every (framework, threads, device) this machine has calibration samples for (on one
+    device, or on every one with None), newest row per kernel run, rows of other library
+    versions left out. The all-reduce samples (keyed by process count) are added to every
+    entry."""
     packages = environment.packages()
     rows = store.results(kind="kernel", status="ok", device=device,
                          machine_id=machine_id or environment.machine_id())
-    rows = [r for r in rows if _current(r, packages)]
-    by_key: dict[tuple[str, int], list] = {}
+    rows = _newest([r for r in rows if _current(r, packages)])
+    by_key: dict[tuple[str, int, str], list] = {}
     collective = []
     for r in rows:
         if not isinstance(r.outcome, KernelOutcome):
@@ -107,15 +123,16 @@ def load(store: Store, *, device: str = "cpu", machine_id: str | None = None) ->
         collective.extend(s for s in samples if s.op == "allreduce")
         local = [s for s in samples if s.op != "allreduce"]
         if local:
-            by_key.setdefault((r.spec.framework, r.spec.threads), []).extend(local)
-    return [Stored(fw, t, device, Samples.of([*s, *collective]))
-            for (fw, t), s in sorted(by_key.items())]
+            by_key.setdefault((r.spec.framework, r.spec.threads, r.spec.device),
+                              []).extend(local)
+    return [Stored(fw, t, dev, Samples.of([*s, *collective]))
+            for (fw, t, dev), s in sorted(by_key.items())]
 
 
-def local_calibration(store: Store, *, device: str = "cpu") -> LocalCalibration:
-    """This machine's fitted calibration from the store: every (framework, threads) whose
-    samples cover every op (an incomplete one is left out; ``find`` then says what to
-    run)."""
+def local_calibration(store: Store, *, device: str | None = "cpu") -> LocalCalibration:
+    """This machine's fitted calibration from the store: every (framework, threads) on
+    ``device`` (every device with None) whose samples cover every op (an incomplete one
+    is left out; ``find`` then says what to run)."""
     complete = [s for s in load(store, device=device)
                 if all(s.samples.of_op(op) for op in LOCAL_OPS)]
     memory = float(environment.machine().get("memory_bytes") or 0) / 1e9 or 1.0

@@ -44,7 +44,6 @@ def cmd_explain(a: argparse.Namespace) -> int:
     from dlperf.explain.analysis import KIND_NAMES
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import Table
-
     from dlperf.runner import Listener
 
     # --json: stdout holds the document alone

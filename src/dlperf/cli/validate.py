@@ -59,7 +59,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
     mode = ("lono" if a.leave_one_network_out else "lofo" if a.leave_one_family_out
             else "kernels")
     with Store(a.db) as store:
-        cal = calibration.local_calibration(store)
+        cal = calibration.local_calibration(store, device=None)  # each run's own device
         if not cal.fits:
             raise UsageError("this machine has no calibration in the store; run 'dlperf "
                              "calibrate' first (about 4 minutes)")

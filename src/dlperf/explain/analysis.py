@@ -66,8 +66,9 @@ class Explanation:
                 rate = (f" ({units.flops(worst.achieved_flops, '/s')} against "
                         f"{units.flops(worst.calibrated_flops, '/s')} calibrated)")
             calls = f"{worst.calls:g}"
+            shape = worst.shape_text()
             return (f"the {calls} {worst.name} call{'s' if worst.calls != 1 else ''} per step "
-                    f"at {worst.shape_text()} run at {worst.share_of_calibrated:.0%} of this "
+                    f"{f'at {shape} ' if shape else ''}run at {worst.share_of_calibrated:.0%} of this "
                     f"machine's calibrated rate for that shape{rate} and take "
                     f"{worst.measured_s / step:.0%} of the step")
         if self.outside_s >= 0.2 * step:

@@ -152,9 +152,10 @@ def label(shape: tuple[int, ...]) -> str:
 
 
 # ----------------------------------------------------------------------------- grids
-#: GEMM sides: rows and columns from 64 to 8192, inner dimensions from 16 to 4096 (the
-#: inner dimension of a weight gradient is the batch, often small).
-GEMM_SIDES = (64, 512, 4096)
+#: GEMM sides: rows and columns from 64 to 32768 (a weight gradient's rows are a layer's
+#: inputs: tens of thousands for a wide dense layer), inner dimensions from 16 to 8192
+#: (the inner dimension of a weight gradient is the batch, often small).
+GEMM_SIDES = (64, 512, 4096, 32768)
 GEMM_INNER = (16, 128, 1024, 8192)
 #: a GEMM larger than this takes too long at one thread to be worth its calibration time
 MAX_GEMM_FLOPS = 8e9
@@ -175,7 +176,7 @@ ALLREDUCE_BYTES = tuple(4 * 2**e for e in range(10, 25, 3))
 
 
 def gemm_grid(fine: bool = False) -> list[tuple[int, int, int]]:
-    sides = (64, 256, 1024, 4096) if fine else GEMM_SIDES
+    sides = (64, 256, 1024, 4096, 16384, 32768) if fine else GEMM_SIDES
     inner = (16, 64, 256, 1024, 4096, 16384) if fine else GEMM_INNER
     cap = MAX_GEMM_FLOPS * (4 if fine else 1)
     return [(m, n, k) for m in sides for n in sides for k in inner if 2 * m * n * k <= cap]

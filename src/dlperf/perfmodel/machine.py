@@ -52,13 +52,17 @@ class LocalCalibration:
         fit = self.find(framework, threads, device)
         if not self.fits:
             raise UsageError("this machine has no calibration in the store; run 'dlperf "
-                             "calibrate' first (about 4 minutes)")
+                             f"calibrate{' --device gpu' if device == 'gpu' else ''}' first "
+                             "(about 4 minutes)")
         if fit is None:
-            have = ", ".join(f"{f.framework} x{f.threads}" for f in self.fits) or "none"
+            have = ", ".join(f"{f.framework} x{f.threads}" for f in self.fits
+                             if f.device == device) or "none"
             raise UsageError(f"no calibration of {framework} at {threads} thread(s) on this "
                              f"{device} (calibrated: {have}); run 'dlperf calibrate "
-                             f"--frameworks {framework} --threads {threads}'")
-        slowdown = max(1.0, workers * threads / self.cores)
+                             f"--frameworks {framework} --threads {threads}"
+                             f"{' --device gpu' if device == 'gpu' else ''}'")
+        # CPU workers share the cores; a GPU's workers would each have their own device
+        slowdown = max(1.0, workers * threads / self.cores) if device == "cpu" else 1.0
         if slowdown > 1:
             fit = fit.model_copy(update={"slowdown": slowdown})
         dev = local_device(fit, self.memory_gb)

@@ -215,7 +215,7 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
     error on the other networks measured here with the same framework (at least two
     of them; else None, 'not validated yet'), so that 'within it' is a check, not an echo.
     A row of another machine gets none: this machine's curves say nothing of it."""
-    cal = plan_calibration(store)
+    cal = plan_calibration(store, device=None)
     if not cal.fits:
         return None
     found, _ = cases(store, cal)
