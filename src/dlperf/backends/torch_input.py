@@ -136,9 +136,11 @@ def to_device(b: Batch, device: torch.device) -> Batch:
 def cap_device_memory(nbytes: int, device: torch.device) -> float:
     """Let this process allocate at most ``nbytes`` of the GPU (the caching allocator
     raises out-of-memory past it), so a large GPU stands in for a smaller one."""
-    total = torch.cuda.get_device_properties(device).total_memory
+    # the cap takes a device index ('cuda' alone names none: the current device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(index).total_memory
     fraction = min(1.0, nbytes / total)
-    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
     return fraction
 
 

@@ -22,11 +22,19 @@ def _device_time(e: object) -> float:
     return 0.0
 
 
-def _shape(s: object) -> tuple[int, ...]:
-    """A tensor operand's shape; () for anything else (a scalar, a list of tensors)."""
-    if isinstance(s, list | tuple) and all(isinstance(d, int) for d in s):
-        return tuple(s)
-    return ()
+def _shapes(operands: list) -> tuple[tuple[int, ...], ...]:
+    """Each operand's shape, in order: () for a scalar, and a list of tensors (the
+    optimizer's fused ``_foreach_*`` ops) spread out into its tensors' shapes, so that the
+    bytes such an op moves are counted."""
+    out: list[tuple[int, ...]] = []
+    for s in operands:
+        if isinstance(s, list | tuple) and all(isinstance(d, int) for d in s):
+            out.append(tuple(s))
+        elif isinstance(s, list | tuple) and s and all(isinstance(t, list | tuple) for t in s):
+            out.extend(tuple(int(d) for d in t) for t in s)
+        else:
+            out.append(())
+    return tuple(out)
 
 
 def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
@@ -47,7 +55,7 @@ def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], floa
         us = _device_time(e) if gpu else float(e.self_cpu_time_total)
         if us <= 0 or e.key.startswith("ProfilerStep"):
             continue
-        shapes = tuple(_shape(s) for s in (e.input_shapes or []))
+        shapes = _shapes(list(e.input_shapes or []))
         ops.append({"name": e.key, "shapes": shapes, "calls": e.count / steps,
                     "time_s": us * 1e-6 / steps, "flops": (e.flops / steps) if e.flops else None})
     return ops, wall
