@@ -17,6 +17,7 @@ GEMM_RATE, H = 60e9, (32.0, 32.0, 16.0)  # FLOP/s, half-rate sides
 TRAFFIC_BPS = 20e9
 CONV_RATE, CONV_BWD_RATE = 40e9, 30e9
 DRAM_BPS = 15e9
+TN_SLOWER = 1.5
 
 
 def alpha_beta(world: int) -> tuple[float, float]:
@@ -38,6 +39,8 @@ def true_s(op: str, shape: tuple[int, ...], world: int = 1) -> float:
         return CALL_S + shape[0] * OP_S
     if op == "gemm":
         return CALL_S + gemm_s(*shape)
+    if op == "gemm_tn":  # the transposed form, half again as slow
+        return CALL_S + TN_SLOWER * gemm_s(*shape)
     if op in ("conv", "conv_bwd"):
         m, n, k = conv_gemm(shape)
         rate = CONV_RATE if op == "conv" else CONV_BWD_RATE

@@ -96,6 +96,28 @@ def test_gemm_curve_predicts_shapes_it_was_not_fitted_on():
         assert g.time(*shape) == pytest.approx(made_up.gemm_s(*shape), rel=0.05), shape
 
 
+def test_the_weight_gradient_is_timed_by_the_transposed_products_curve(db):
+    """fcn5's weight gradients (X^T @ dY) from the transposed curve, the rest from the plain
+    one: the made-up machine's transposed form is 1.5 times as slow."""
+    from dlperf.perfmodel.local import product_times
+
+    with Store(db) as store:
+        made_up.calibrated(store)
+        f = calibration.local_calibration(store).find("torch", 1)
+    assert f.gemm_tn is not None
+    for shape in ((2048, 4096, 64), (26752, 2048, 64)):
+        assert f.gemm_tn.time(*shape) == pytest.approx(
+            made_up.TN_SLOWER * made_up.gemm_s(*shape), rel=0.05)
+    _, _, cfg = workloads.resolve("fcn5", None)
+    fc2 = next(layer for layer in cfg.layers() if layer.name == "fc2")  # 2048 -> 2048
+    fwd, bwd = product_times(fc2, 64, f)
+    assert fwd == pytest.approx(f.gemm.time(64, 2048, 2048), rel=1e-12)
+    assert bwd == pytest.approx(f.gemm.time(64, 2048, 2048) + f.gemm_tn.time(2048, 2048, 64),
+                                rel=1e-12)
+    without = f.model_copy(update={"gemm_tn": None})  # a calibration made before it
+    assert product_times(fc2, 64, without)[1] < bwd
+
+
 def test_memory_curve_is_the_bandwidth_and_never_falls_with_size():
     d = fit.fit_dispatch(_samples("dispatch"))
     m = fit.fit_memory(_samples("memory"), d)
@@ -112,7 +134,7 @@ def _kernel_spec(framework: str, parts: dict[str, list[tuple[int, ...]]], **kw) 
                    options=o)
 
 
-TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "conv": [(1, 3, 4, 8, 3, 1)],
+TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)], "conv": [(1, 3, 4, 8, 3, 1)],
         "conv_bwd": [(1, 3, 4, 8, 3, 1)], "memory": [(1024,)], "dispatch": [(1,), (4,)]}
 
 

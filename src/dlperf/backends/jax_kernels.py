@@ -32,6 +32,12 @@ class KernelTrainer(Trainer):
 
             def fn(a, b):
                 return jnp.matmul(a, b, precision=HIGHEST)
+        elif op == "gemm_tn":
+            m, n, k = shape
+            args = (normal(k, m), normal(k, n))
+
+            def fn(a, b):
+                return jnp.matmul(a.T, b, precision=HIGHEST)
         elif op in ("conv", "conv_bwd"):
             batch, c_in, c_out, side, window, stride = shape
             p = window // 2
@@ -53,8 +59,8 @@ class KernelTrainer(Trainer):
         elif op == "memory":
             args = (normal(shape[0]),)
 
-            def fn(x):
-                return x * 2.0
+            def fn(x):  # scaled by less than 1 so that repeated calls stay finite
+                return x * 0.999
         elif op == "dispatch":
             args = (normal(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE,)
 
@@ -66,11 +72,17 @@ class KernelTrainer(Trainer):
         else:
             raise UnsupportedError(f"jax has no calibration kernel '{op}'")
         self.args = jax.device_put(args, device)
-        self._fn = jax.jit(fn)
+        # the memory kernel updates its array in place (its input donated), as a training
+        # step updates its state: a fresh 256 MB result per call would time the allocator's
+        # first touch of new pages, not the bandwidth
+        self._donate = op == "memory"
+        self._fn = jax.jit(fn, donate_argnums=(0,) if self._donate else ())
         self._out = None
 
     def step(self) -> None:
         self._out = self._fn(*self.args)
+        if self._donate:
+            self.args = (self._out,)
 
     def sync(self) -> None:
         if self._out is not None:

@@ -24,6 +24,12 @@ class KernelTrainer(Trainer):
                 m, n, k = shape
                 args = (gen.normal((m, k)), gen.normal((k, n)))
                 fn = tf.linalg.matmul
+            elif op == "gemm_tn":
+                m, n, k = shape
+                args = (gen.normal((k, m)), gen.normal((k, n)))
+
+                def fn(a, b):
+                    return tf.linalg.matmul(a, b, transpose_a=True)
             elif op in ("conv", "conv_bwd"):
                 batch, c_in, c_out, side, window, stride = shape
                 p = window // 2

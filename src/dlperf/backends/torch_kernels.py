@@ -41,6 +41,9 @@ class KernelTrainer(Trainer):
         if op == "gemm":
             m, n, k = shape
             self.a, self.b, self.out = randn(m, k), randn(k, n), torch.empty(m, n, device=device)
+        elif op == "gemm_tn":  # A stored k x m, used transposed (a view, as autograd does)
+            m, n, k = shape
+            self.a, self.b, self.out = randn(k, m).t(), randn(k, n), torch.empty(m, n, device=device)
         elif op in ("conv", "conv_bwd"):
             batch, c_in, c_out, side, window, stride = shape
             self.x, self.w = randn(batch, c_in, side, side), randn(c_out, c_in, window, window)
@@ -57,7 +60,7 @@ class KernelTrainer(Trainer):
 
     def step(self) -> None:
         op = self.op
-        if op == "gemm":
+        if op in ("gemm", "gemm_tn"):
             torch.mm(self.a, self.b, out=self.out)
         elif op == "conv":
             with torch.no_grad():

@@ -23,7 +23,9 @@ from dlperf.spec import RunResult, RunSpec
 from dlperf.store import Store
 
 #: the ops timed per (framework, thread count); the all-reduce is separate
-LOCAL_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
+LOCAL_OPS = ("gemm", "gemm_tn", "conv", "conv_bwd", "memory", "dispatch")
+#: what a calibration needs to be used (one of a version before 'gemm_tn' still is)
+REQUIRED_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
 #: processes of the all-reduce calibration (the worker counts of the loopback runs)
 WORLDS = (2, 4)
 #: the frameworks calibrated by default: those with kernels, when installed
@@ -134,7 +136,7 @@ def local_calibration(store: Store, *, device: str | None = "cpu") -> LocalCalib
     ``device`` (every device with None) whose samples cover every op (an incomplete one
     is left out; ``find`` then says what to run)."""
     complete = [s for s in load(store, device=device)
-                if all(s.samples.of_op(op) for op in LOCAL_OPS)]
+                if all(s.samples.of_op(op) for op in REQUIRED_OPS)]
     memory = float(environment.machine().get("memory_bytes") or 0) / 1e9 or 1.0
     return LocalCalibration.of([(s.framework, s.threads, s.device, s.samples) for s in complete],
                                memory, environment.physical_cores())

@@ -264,6 +264,9 @@ class LocalFit(_Frozen):
     device: str = "cpu"
     dispatch: Dispatch
     gemm: GemmCurve
+    #: the weight gradient's transposed product (None: calibrated before it was timed; the
+    #: plain product's curve stands in)
+    gemm_tn: GemmCurve | None = None
     conv: ConvCurve
     conv_bwd: ConvCurve
     memory: MemoryCurve
@@ -285,7 +288,9 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
     """Every curve from the samples of one framework at one thread count."""
     d = fit_dispatch(samples.of_op("dispatch"))
     gemm = fit_gemm(samples.of_op("gemm"), d)
+    tn = samples.of_op("gemm_tn")
     return LocalFit(framework=framework, threads=threads, device=device, dispatch=d, gemm=gemm,
+                    gemm_tn=fit_gemm(tn, d) if len(tn) >= 6 else None,
                     conv=fit_conv(samples.of_op("conv"), d, gemm),
                     conv_bwd=fit_conv(samples.of_op("conv_bwd"), d, gemm),
                     memory=fit_memory(samples.of_op("memory"), d),

@@ -6,6 +6,9 @@ A kernel run times a list of shapes of one op in one worker (one framework start
 the whole list) and returns one ``KernelSample`` per shape. The ops:
 
 - ``gemm`` (m, n, k): C = A @ B with A m x k, B k x n, fp32;
+- ``gemm_tn`` (m, n, k): C = A^T @ B with A stored k x m: the weight gradient's form
+  (inputs transposed against the output gradient, inner dimension the batch), which a
+  BLAS can run at another speed than the plain product;
 - ``conv`` (batch, c_in, c_out, side, window, stride): a 2-D convolution, padding
   window // 2, forward only; ``conv_bwd`` the same layer's backward (input and weight
   gradients from a given output gradient);
@@ -29,8 +32,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Op = Literal["gemm", "conv", "conv_bwd", "memory", "dispatch", "allreduce"]
-OPS: tuple[str, ...] = ("gemm", "conv", "conv_bwd", "memory", "dispatch", "allreduce")
+Op = Literal["gemm", "gemm_tn", "conv", "conv_bwd", "memory", "dispatch", "allreduce"]
+OPS: tuple[str, ...] = ("gemm", "gemm_tn", "conv", "conv_bwd", "memory", "dispatch",
+                        "allreduce")
 #: the fp32 element
 ELEM = 4
 #: side of the dependent matrix products of the dispatch chain
@@ -118,7 +122,7 @@ def conv_gemm(shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 def flops(op: str, shape: tuple[int, ...]) -> float:
     """FLOPs of one call (2 per multiply-add, the convention of ``dlperf.workloads``)."""
-    if op == "gemm":
+    if op in ("gemm", "gemm_tn"):
         m, n, k = shape
         return 2.0 * m * n * k
     if op in ("conv", "conv_bwd"):
@@ -132,7 +136,7 @@ def flops(op: str, shape: tuple[int, ...]) -> float:
 def nbytes(op: str, shape: tuple[int, ...]) -> float:
     """Bytes one call must move at least (each operand read once, each result written
     once): the memory side of the roofline."""
-    if op == "gemm":
+    if op in ("gemm", "gemm_tn"):
         m, n, k = shape
         return float(ELEM * (m * k + k * n + m * n))
     if op in ("conv", "conv_bwd"):
@@ -157,6 +161,8 @@ def label(shape: tuple[int, ...]) -> str:
 #: (the inner dimension of a weight gradient is the batch, often small).
 GEMM_SIDES = (64, 512, 4096, 32768)
 GEMM_INNER = (16, 128, 1024, 8192)
+#: the transposed form is timed at inner dimensions up to this (batches, not layers)
+GEMM_TN_INNER_MAX = 1024
 #: a GEMM larger than this takes too long at one thread to be worth its calibration time
 MAX_GEMM_FLOPS = 8e9
 #: Convolutions: (c_in, c_out, side, window, stride), at the batch that brings each to
@@ -195,6 +201,8 @@ def grid(op: str, fine: bool = False) -> list[tuple[int, ...]]:
     """The shapes ``dlperf calibrate`` times for ``op`` (``fine``: a denser grid)."""
     if op == "gemm":
         return list(gemm_grid(fine))
+    if op == "gemm_tn":  # a weight gradient's inner dimension is a batch: small to medium
+        return [s for s in gemm_grid(fine) if s[2] <= GEMM_TN_INNER_MAX]
     if op in ("conv", "conv_bwd"):
         return conv_grid(fine)
     if op == "memory":

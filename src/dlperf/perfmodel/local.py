@@ -74,8 +74,8 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
         fwd += calls * fit.gemm.time(rows, g.n, g.k)
         if layer.input_grad:  # dX = dY @ W^T; two inputs (attention): one product each
             bwd += calls * fit.gemm.time(rows, g.k, g.n) * (1 if layer.params else 2)
-        if layer.params:  # dW = X^T @ dY: the batch is the inner dimension
-            bwd += calls * fit.gemm.time(g.k, g.n, rows)
+        if layer.params:  # dW = X^T @ dY: transposed inputs, the batch the inner dimension
+            bwd += calls * (fit.gemm_tn or fit.gemm).time(g.k, g.n, rows)
     return fwd, bwd
 
 
