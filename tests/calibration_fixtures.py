@@ -17,6 +17,7 @@ GEMM_RATE, H = 60e9, (32.0, 32.0, 16.0)  # FLOP/s, half-rate sides
 TRAFFIC_BPS = 20e9
 CONV_RATE, CONV_BWD_RATE = 40e9, 30e9
 DRAM_BPS = 15e9
+UPDATE_BPS = 25e9
 TN_SLOWER = 1.5
 
 
@@ -49,6 +50,8 @@ def true_s(op: str, shape: tuple[int, ...], world: int = 1) -> float:
             rate * _phi(m, H[0]) * _phi(n, H[1]) * _phi(k, H[2]))
     if op == "memory":
         return CALL_S + OP_S + nbytes(op, shape) / DRAM_BPS
+    if op == "update":  # in place: faster than a fresh result
+        return CALL_S + OP_S + nbytes(op, shape) / UPDATE_BPS
     if op == "allreduce":
         a, b = alpha_beta(world)
         return a + shape[0] / b

@@ -124,6 +124,8 @@ def test_memory_curve_is_the_bandwidth_and_never_falls_with_size():
     assert m.dram_bytes_per_s == pytest.approx(made_up.DRAM_BPS, rel=0.02)
     assert list(m.seconds) == sorted(m.seconds)
     assert m.time(3e7) == pytest.approx(3e7 / made_up.DRAM_BPS, rel=0.05)
+    u = fit.fit_memory(_samples("update"), d)
+    assert u.dram_bytes_per_s == pytest.approx(made_up.UPDATE_BPS, rel=0.02)
 
 
 # ----------------------------------------------------------------------------- the kernel kind
@@ -135,7 +137,8 @@ def _kernel_spec(framework: str, parts: dict[str, list[tuple[int, ...]]], **kw) 
 
 
 TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)], "conv": [(1, 3, 4, 8, 3, 1)],
-        "conv_bwd": [(1, 3, 4, 8, 3, 1)], "memory": [(1024,)], "dispatch": [(1,), (4,)]}
+        "conv_bwd": [(1, 3, 4, 8, 3, 1)], "memory": [(1024,)], "update": [(2048,)],
+        "dispatch": [(1,), (4,)]}
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow", "jax"])

@@ -56,7 +56,7 @@ class KernelTrainer(Trainer):
 
                 def fn(x, w, g):
                     return jax.vjp(conv, x, w)[1](g)
-        elif op == "memory":
+        elif op in ("memory", "update"):
             args = (normal(shape[0]),)
 
             def fn(x):  # scaled by less than 1 so that repeated calls stay finite
@@ -72,10 +72,9 @@ class KernelTrainer(Trainer):
         else:
             raise UnsupportedError(f"jax has no calibration kernel '{op}'")
         self.args = jax.device_put(args, device)
-        # the memory kernel updates its array in place (its input donated), as a training
-        # step updates its state: a fresh 256 MB result per call would time the allocator's
-        # first touch of new pages, not the bandwidth
-        self._donate = op == "memory"
+        # the update writes over its array (its input donated), as a training step updates
+        # its weights; the memory pass makes a fresh result, as a layer does
+        self._donate = op == "update"
         self._fn = jax.jit(fn, donate_argnums=(0,) if self._donate else ())
         self._out = None
 

@@ -59,6 +59,13 @@ class KernelTrainer(Trainer):
 
                 def fn(x):
                     return x * 2.0
+            elif op == "update":  # a variable written over, as an optimizer's apply does
+                var = tf.Variable(gen.normal(shape))
+                args = ()
+
+                def fn():
+                    var.assign(var * 0.999)
+                    return var[:1]  # after the assignment (tf.function orders them)
             elif op == "dispatch":
                 args = (gen.normal((DISPATCH_SIDE, DISPATCH_SIDE)) / DISPATCH_SIDE,)
 

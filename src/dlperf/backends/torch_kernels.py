@@ -51,7 +51,7 @@ class KernelTrainer(Trainer):
             with torch.no_grad():
                 self.g = torch.randn_like(F.conv2d(self.x, self.w, stride=stride,
                                                    padding=window // 2))
-        elif op == "memory":
+        elif op in ("memory", "update"):
             self.x, self.out = randn(shape[0]), torch.empty(shape[0], device=device)
         elif op == "dispatch":
             self.a = randn(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE
@@ -60,8 +60,10 @@ class KernelTrainer(Trainer):
 
     def step(self) -> None:
         op = self.op
+        # a fresh result per call, as autograd and eager layers make theirs: a large one
+        # costs the allocator's new pages, which a reused output would hide
         if op in ("gemm", "gemm_tn"):
-            torch.mm(self.a, self.b, out=self.out)
+            self.out = torch.mm(self.a, self.b)
         elif op == "conv":
             with torch.no_grad():
                 F.conv2d(self.x, self.w, stride=self.stride, padding=self.pad)
@@ -70,7 +72,9 @@ class KernelTrainer(Trainer):
                 self.g, self.x, self.w, None, self.stride, self.pad, (1, 1), False, (0, 0), 1,
                 (True, True, False))
         elif op == "memory":
-            torch.mul(self.x, 2.0, out=self.out)
+            self.out = torch.mul(self.x, 2.0)
+        elif op == "update":
+            self.x.mul_(0.999)
         else:  # dispatch: a chain of dependent tiny products, one op each
             z = self.a
             for _ in range(self.shape[0]):

@@ -17,14 +17,15 @@ from dataclasses import dataclass
 from dlperf import backends, environment, peak
 from dlperf.kinds.kernel import KernelOptions, KernelOutcome, KernelPart
 from dlperf.perfmodel.fit import Samples
-from dlperf.perfmodel.kernels import grid
+from dlperf.perfmodel.kernels import REVISION, grid
 from dlperf.perfmodel.machine import LocalCalibration
 from dlperf.spec import RunResult, RunSpec
 from dlperf.store import Store
 
 #: the ops timed per (framework, thread count); the all-reduce is separate
-LOCAL_OPS = ("gemm", "gemm_tn", "conv", "conv_bwd", "memory", "dispatch")
-#: what a calibration needs to be used (one of a version before 'gemm_tn' still is)
+LOCAL_OPS = ("gemm", "gemm_tn", "conv", "conv_bwd", "memory", "update", "dispatch")
+#: what a calibration needs to be used (one of a version before 'gemm_tn' and 'update'
+#: still is)
 REQUIRED_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
 #: processes of the all-reduce calibration (the worker counts of the loopback runs)
 WORLDS = (2, 4)
@@ -60,7 +61,8 @@ def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "c
         versions = peak.versions(fw, packages)
         parts = tuple(KernelPart(op=op, shapes=tuple(grid(op, fine))) for op in LOCAL_OPS)
         for t in threads:
-            o = KernelOptions(parts=parts, min_time_s=min_time, versions=versions)
+            o = KernelOptions(parts=parts, min_time_s=min_time, versions=versions,
+                              revision=REVISION)
             out.append(RunSpec(kind="kernel", network="kernels", framework=fw, device=device,
                                threads=t, batch_size=1, options=o))
     if allreduce and "torch" in frameworks and device == "cpu":
@@ -68,7 +70,8 @@ def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "c
         cpus = len(environment.usable_cpus())
         for world in WORLDS:
             o = KernelOptions(parts=(KernelPart(op="allreduce", shapes=tuple(grid(
-                "allreduce", fine))),), world=world, versions=versions)
+                "allreduce", fine))),), world=world, versions=versions,
+                              revision=REVISION)
             # the worker holds every CPU its ranks are spread over
             out.append(RunSpec(kind="kernel", network="allreduce", framework="torch",
                                device=device, threads=min(world, cpus), batch_size=1,

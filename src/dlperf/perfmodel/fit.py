@@ -270,6 +270,8 @@ class LocalFit(_Frozen):
     conv: ConvCurve
     conv_bwd: ConvCurve
     memory: MemoryCurve
+    #: the in-place update (None: calibrated before it was timed; ``memory`` stands in)
+    update: MemoryCurve | None = None
     allreduce: dict[int, AlphaBeta] = Field(default_factory=dict)
     samples: int = 0
     #: compute slows by this factor when workers share cores (parallel runs)
@@ -294,5 +296,6 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     conv=fit_conv(samples.of_op("conv"), d, gemm),
                     conv_bwd=fit_conv(samples.of_op("conv_bwd"), d, gemm),
                     memory=fit_memory(samples.of_op("memory"), d),
+                    update=fit_memory(up, d) if (up := samples.of_op("update")) else None,
                     allreduce=fit_allreduce(samples.of_op("allreduce")),
                     samples=len(samples.items))

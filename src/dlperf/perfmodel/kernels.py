@@ -12,8 +12,11 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
 - ``conv`` (batch, c_in, c_out, side, window, stride): a 2-D convolution, padding
   window // 2, forward only; ``conv_bwd`` the same layer's backward (input and weight
   gradients from a given output gradient);
-- ``memory`` (elements,): y = 2 x, one read and one write per element: the bandwidth a
-  memory-bound layer gets, for a working set of that size;
+- ``memory`` (elements,): y = 2 x into a fresh result, one read and one write per
+  element: the bandwidth a memory-bound layer gets for a working set of that size (its
+  result newly allocated, as a layer's is);
+- ``update`` (elements,): x = 0.999 x in place: the optimizer's update of a weight, which
+  writes over what it read;
 - ``dispatch`` (ops,): a chain of ``ops`` dependent 8 x 8 matrix products, nothing to
   compute: the fixed cost of one op in this framework's step (the slope over the
   chain length) and of one call (the intercept);
@@ -32,11 +35,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Op = Literal["gemm", "gemm_tn", "conv", "conv_bwd", "memory", "dispatch", "allreduce"]
-OPS: tuple[str, ...] = ("gemm", "gemm_tn", "conv", "conv_bwd", "memory", "dispatch",
+Op = Literal["gemm", "gemm_tn", "conv", "conv_bwd", "memory", "update", "dispatch",
+             "allreduce"]
+OPS: tuple[str, ...] = ("gemm", "gemm_tn", "conv", "conv_bwd", "memory", "update", "dispatch",
                         "allreduce")
 #: the fp32 element
 ELEM = 4
+#: the kernels' own revision, part of a kernel run's identity. 1: the first kernels;
+#: 2: the transposed product, the in-place update, and the products and memory pass make a
+#: fresh result per call (as a training step's ops do)
+REVISION = 2
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
 
@@ -64,6 +72,8 @@ class KernelOptions(BaseModel):
     warmup: int = Field(1, ge=0)
     #: the versions of the framework's packages: a new version is a new calibration
     versions: dict[str, str] = Field(default_factory=dict)
+    #: how dlperf's kernels run (``REVISION``): kernels that changed measure again
+    revision: int = 0
 
     def label(self, framework: str, device: str, threads: int) -> str:
         """'kernels torch cpu x1 (gemm, conv, ...)', 'allreduce torch cpu 4 processes'."""
@@ -144,7 +154,7 @@ def nbytes(op: str, shape: tuple[int, ...]) -> float:
         out = conv_out(side, window, shape[5])
         x, w, y = batch * c_in * side * side, window * window * c_in * c_out, batch * c_out * out * out
         return float(ELEM * ((x + w + y) if op == "conv" else (2 * y + 2 * x + 2 * w)))
-    if op == "memory":
+    if op in ("memory", "update"):
         return float(2 * ELEM * shape[0])
     if op == "allreduce":
         return float(shape[0])
@@ -205,7 +215,7 @@ def grid(op: str, fine: bool = False) -> list[tuple[int, ...]]:
         return [s for s in gemm_grid(fine) if s[2] <= GEMM_TN_INNER_MAX]
     if op in ("conv", "conv_bwd"):
         return conv_grid(fine)
-    if op == "memory":
+    if op in ("memory", "update"):
         return [(n,) for n in (tuple(2**e for e in range(10, 28)) if fine else MEMORY_ELEMS)]
     if op == "dispatch":
         return [(n,) for n in ((1, 4, 16, 64, 256) if fine else DISPATCH_OPS)]

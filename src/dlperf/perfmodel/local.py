@@ -10,7 +10,8 @@ A layer's time per step (batch B):
   curves (forward; both gradients together), on its implicit GEMM;
 - a layer without products (activation, normalisation, pooling, loss, embedding) moves
   its bytes (``costs``) at the bandwidth the memory curve gives for that many bytes;
-- the optimizer update moves 3 x its parameters' bytes, the same way;
+- the optimizer update moves 3 x its parameters' bytes, at the in-place update's
+  bandwidth;
 - every kernel launch costs the framework's per-op time, and a training step one call.
 """
 
@@ -104,7 +105,7 @@ def layer_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) -> 
         memory = fit.memory.time(cost.fwd_bytes) + fit.memory.time(cost.bwd_bytes)
     s = fit.slowdown
     return LayerTiming(name=cost.name, op=cost.op, compute_s=compute * s, memory_s=memory * s,
-                       update_s=fit.memory.time(cost.update_bytes) * s,
+                       update_s=(fit.update or fit.memory).time(cost.update_bytes) * s,
                        overhead_s=launches(layer) * fit.dispatch.op_s * s,
                        flops=cost.flops, bytes=cost.bytes)
 
