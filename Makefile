@@ -21,9 +21,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
 	touch $@
 
-# The brief DLBench study (fcn5, alexnet, lstm32 x PyTorch, TensorFlow, JAX x 1, P, 2P
-# threads; about 6 minutes on 2 cores), the advice for this machine, the report's path last
+# The performance model calibrated here (about 3 minutes on 2 cores; kept in the store),
+# the brief DLBench study (fcn5, alexnet, lstm32 x PyTorch, TensorFlow, JAX x 1, P, 2P
+# threads; about 5 minutes) with the model's prediction beside each cell, the advice for
+# this machine, the report's path last
 reproduce: install
+	$(BIN)/dlperf calibrate --frameworks torch,tensorflow,jax --no-allreduce
 	$(BIN)/dlperf reproduce dlbench --brief --frameworks torch,tensorflow,jax --out results/dlbench
 	$(BIN)/dlperf advise --task image-classification --samples 1.2M --epochs 90 --hardware this
 	@echo "HTML report: $(CURDIR)/results/dlbench/report.html"
