@@ -392,6 +392,10 @@ def test_profiled_ops_are_timed_by_the_curve_of_what_does_their_work():
                                   time_s=1e-6), f)
     assert view.kind == "dispatch" and view.model_s == pytest.approx(3 * f.dispatch.op_s)
     assert ops.classify("autograd::engine::evaluate_function: AddmmBackward0") == "dispatch"
+    # operands not recorded: shown, never given a model time it could be compared with
+    fused = ops.op_time(ProfiledOp(name="aten::_foreach_add_", shapes=((), (), ()), calls=1,
+                                   time_s=5e-4), f)
+    assert fused.kind == "unmodelled" and fused.excess_s == 0
     conv = ops.op_time(ProfiledOp(name="aten::mkldnn_convolution",
                                   shapes=((2, 3, 8, 8), (4, 3, 3, 3), (4,), (), ()), calls=1,
                                   time_s=1e-4, flops=2.0 * 2 * 64 * 4 * 27), f)

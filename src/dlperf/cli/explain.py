@@ -63,18 +63,21 @@ def cmd_explain(a: argparse.Namespace) -> int:
                  if e.prediction else ""))
     rows = []
     for o in e.ops[:a.top]:
+        modelled = o.kind != "unmodelled"
         rows.append([o.name, o.shape_text(), o.kind, f"{o.calls:g}", units.seconds(o.measured_s),
-                     units.seconds(o.model_s), units.percent(o.measured_s / step),
+                     units.seconds(o.model_s) if modelled else "-",
+                     units.percent(o.measured_s / step),
                      units.flops(o.achieved_flops, "/s") if o.achieved_flops else "-",
                      units.flops(o.calibrated_flops, "/s") if o.calibrated_flops else "-",
-                     units.percent(o.share_of_calibrated)])
+                     units.percent(o.share_of_calibrated) if modelled else "-"])
     print_table(Table(title="Op groups per step (most time first)", headers=[
         "op", "operands", "kind", "calls", "measured", "model", "of step", "achieved",
         "calibrated", "of calibrated"], rows=rows, caption=f"{len(e.ops)} op groups in all; "
         "'model': this machine's kernel curves for the op's shape; 'of calibrated': model / "
         "measured (100%: runs as the calibration expects)."), out)
     print_table(Table(title="By kind of op", headers=["kind", "measured", "model", "of step"],
-                      rows=[[KIND_NAMES[k], units.seconds(m), units.seconds(p),
+                      rows=[[KIND_NAMES[k], units.seconds(m),
+                             units.seconds(p) if k != "unmodelled" else "-",
                              units.percent(m / step)] for k, m, p in e.by_kind()]), out)
     out.print(f"[bold]diagnosis:[/] {e.diagnosis()}", markup=True)
     out.print(f"calibration: {e.fit.describe()}", markup=False)

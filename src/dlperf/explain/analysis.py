@@ -16,10 +16,11 @@ from dlperf.perfmodel.ops import OpTime, op_times
 from dlperf.perfmodel.result import Prediction
 from dlperf.spec import RunResult, RunSpec
 
-KINDS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
+KINDS = ("gemm", "conv", "conv_bwd", "memory", "dispatch", "unmodelled")
 KIND_NAMES = {"gemm": "matrix products", "conv": "convolutions", "conv_bwd":
               "convolution gradients", "memory": "memory-bound ops", "dispatch":
-              "dispatch-only ops (wrappers, views, autograd)"}
+              "dispatch-only ops (wrappers, views, autograd)", "unmodelled":
+              "ops whose operands were not recorded (no model time)"}
 #: an op group whose time beyond the model's is at least this share of the step is named
 NOTABLE = 0.10
 

@@ -15,7 +15,9 @@ an op excludes its children, so a wrapper that only calls others costs its dispa
 - ``dispatch``: wrappers, views and autograd's bookkeeping: the per-op cost alone;
 - ``memory``: everything else (elementwise, reductions, normalisation, pooling, the
   optimizer's update): its operands read and a result as large as the largest written,
-  at the bandwidth the memory curve gives for that many bytes, plus the per-op cost.
+  at the bandwidth the memory curve gives for that many bytes, plus the per-op cost;
+- ``unmodelled``: an op whose operands the profiler did not record (the optimizer's fused
+  ``_foreach_*`` ops on some builds): its time is shown, the model claims none for it.
 """
 
 from __future__ import annotations
@@ -163,6 +165,9 @@ def op_time(op: ProfiledOp, fit: LocalFit) -> OpTime:
         found = _conv(op, kind, fit)
     if found is not None:
         per_call, flops_call = found
+    elif kind != "dispatch" and not any(op.shapes):  # nothing recorded: no claim
+        return OpTime(op.name, tuple(op.shapes), "unmodelled", op.calls, op.time_s, op.time_s,
+                      op.flops or 0.0, 0.0)
     elif kind != "dispatch":  # elementwise and the like, or a product of unknown layout
         kind = "memory"
         sizes = [_numel(s) for s in op.shapes]
