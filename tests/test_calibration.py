@@ -453,3 +453,23 @@ def test_a_calibration_measured_again_replaces_the_earlier_one(db):
         (new,) = calibration.load(store)
     local = [s for s in new.samples.items if s.op != "allreduce"]
     assert len(local) == len(samples) < len([s for s in old.samples.items if s.op != "allreduce"])
+
+
+def test_validate_against_a_catalogue_entry_needs_no_calibration(db, capsys):
+    """The measured steps predicted from a catalogue entry alone: how far to trust the
+    model for hardware that was never calibrated, checked on hardware that was measured."""
+    from dlperf.perfmodel import predict
+
+    with Store(db) as store:
+        store.add(result("fcn5", 1, 0.5))
+        store.add(result("alexnet", 2, 1.5))
+    assert main(["validate", "--catalogue", "xeon-8380", "--json", "--db", str(db)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mode"] == "catalogue" and len(doc["cases"]) == 2
+    fcn5 = next(c for c in doc["cases"] if c["network"] == "fcn5")
+    expected = predict("fcn5", device="xeon-8380", batch_size=64).time_s
+    assert fcn5["predicted_s"] == pytest.approx(expected, rel=1e-12)
+    assert fcn5["error"] == pytest.approx(expected / 0.5 - 1, rel=1e-12)
+    assert main(["validate", "--catalogue", "no-such-gpu", "--db", str(db)]) == 2
+    assert main(["validate", "--catalogue", "xeon-8380", "--machine", "zzz", "--db", str(db)]) == 2
+    assert "--machine:" in capsys.readouterr().err

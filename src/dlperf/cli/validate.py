@@ -34,6 +34,11 @@ def add(sub: argparse._SubParsersAction) -> None:
                      help="correct each network by factors fitted on the other networks")
     how.add_argument("--leave-one-family-out", action="store_true",
                      help="stricter: fitted on other families (fcn5 without fcn8 too)")
+    how.add_argument("--catalogue", metavar="DEVICE", help="predict the measured steps from "
+                     "this catalogue entry alone (datasheet and public efficiency factors, "
+                     "no calibration), e.g. h100-sxm for the measurements of an H100")
+    p.add_argument("--machine", help="with --catalogue: whose measurements (a machine id as "
+                   "the report shows it, or 'all'; default this machine)")
     p.add_argument("--networks", help="comma-separated (default: all measured)")
     p.add_argument("--frameworks", help="comma-separated (default: all measured)")
     p.add_argument("--kinds", default="step,parallel", help="step, parallel (default both)")
@@ -57,13 +62,17 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if bad:
         raise UsageError(f"--kinds: unknown kind '{bad[0]}' (known: step, parallel)")
     mode = ("lono" if a.leave_one_network_out else "lofo" if a.leave_one_family_out
-            else "kernels")
+            else "catalogue" if a.catalogue else "kernels")
     with Store(a.db) as store:
-        cal = calibration.local_calibration(store, device=None)  # each run's own device
-        if not cal.fits:
-            raise UsageError("this machine has no calibration in the store; run 'dlperf "
-                             "calibrate' first (about 4 minutes)")
-        cases, skipped = validate.cases(store, cal, kinds=kinds)
+        if a.catalogue:
+            machine = _machine(store, a.machine)
+            cases, skipped = validate.catalogue_cases(store, a.catalogue, machine_id=machine)
+        else:
+            cal = calibration.local_calibration(store, device=None)  # each run's own device
+            if not cal.fits:
+                raise UsageError("this machine has no calibration in the store; run 'dlperf "
+                                 "calibrate' first (about 4 minutes)")
+            cases, skipped = validate.cases(store, cal, kinds=kinds)
     nets, fws = str_list(a.networks), str_list(a.frameworks)
     cases = [c for c in cases if (not nets or c.row.spec.network in nets)
              and (not fws or c.key("framework") in fws)]
@@ -75,7 +84,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(_json(cases, mode), indent=1))
         return 0
-    corrected = mode != "kernels"
+    corrected = mode in ("lono", "lofo")
     rows = []
     for c in sorted(cases, key=lambda c: (c.key("network"), c.key("framework"), c.row.spec.threads,
                                           c.row.spec.batch_size, c.key("strategy"))):
@@ -84,7 +93,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
         if corrected:
             r += [units.seconds(c.predicted_s), f"{c.error:+.0%}"]
         rows.append(r)
-    headers = ["configuration", "measured", "kernels", "error"]
+    headers = ["configuration", "measured", a.catalogue or "kernels", "error"]
     if corrected:
         headers += [mode.upper(), "error"]
     print_table(Table(title="Predicted against measured (this machine)", headers=headers,
@@ -112,7 +121,26 @@ def cmd_validate(a: argparse.Namespace) -> int:
     return 0
 
 
+def _machine(store, given: str | None) -> str | None:
+    """--machine: None (this machine), 'all', or the one machine a (short) id names."""
+    from dlperf.errors import UsageError
+    from dlperf.report.machines import resolve_machines
+
+    if given in (None, "all"):
+        return given
+    try:
+        ids = resolve_machines(store, given)
+    except UsageError as e:
+        raise UsageError(str(e).replace("--machines:", "--machine:", 1)) from None
+    if len(ids) != 1:
+        raise UsageError(f"--machine takes one machine, got '{given}'")
+    return ids[0]
+
+
 def _caption(mode: str) -> str:
+    if mode == "catalogue":
+        return ("the catalogue entry's prediction from its datasheet and the public efficiency "
+                "factors alone (no calibration), against the measured steps")
     if mode == "kernels":
         return "kernels: the model from this machine's kernel calibration alone (no network fitted)"
     held = "network" if mode == "lono" else "family"

@@ -127,6 +127,37 @@ def cases(store: Store, calibration: LocalCalibration, *,
     return out, skipped
 
 
+def catalogue_cases(store: Store, device: str, *, machine_id: str | None = None
+                    ) -> tuple[list[Case], list[tuple[ConfigResult, str]]]:
+    """Every single-device step measured on ``machine_id`` (this machine by default; 'all'
+    for every machine in the store) on a device of the catalogue entry's kind, predicted
+    from the catalogue entry alone (its datasheet and the public efficiency factors, no
+    calibration): how far to trust the model for hardware that was not calibrated, on
+    hardware that was measured."""
+    from dlperf.errors import UsageError
+    from dlperf.perfmodel import catalogue, predict
+
+    dev = catalogue.device(device)
+    where = {} if machine_id == "all" else {"machine_id": machine_id or environment.machine_id()}
+    rows = aggregate(store.results(kind="step", status="ok", device=dev.kind, **where))
+    out, skipped = [], []
+    for row in rows:
+        s = row.spec
+        if not row.median_s:
+            continue
+        if s.options.model_dump(exclude_defaults=True):
+            skipped.append((row, "the model knows no input pipeline"))
+            continue
+        try:
+            p = predict(s.network, device=dev.name, size=s.size, params=dict(s.params),
+                        batch_size=s.batch_size, precision=s.precision)
+        except UsageError as e:
+            skipped.append((row, str(e)))
+            continue
+        out.append(Case(row, undisturbed_s(row) or row.median_s, p))
+    return out, skipped
+
+
 def family(network: str) -> str:
     return workloads.WORKLOADS[network].family if network in workloads.WORKLOADS else network
 
@@ -135,7 +166,7 @@ def corrected(all_cases: Sequence[Case], mode: str) -> list[Case]:
     """``mode`` 'kernels': the cases as they are. 'lono'/'lofo': each single-device case
     corrected by its framework's factors fitted on the single-device cases of the other
     networks (families), never its own."""
-    if mode == "kernels":
+    if mode not in ("lono", "lofo"):  # the model as it is
         return list(all_cases)
     hold: Callable[[Case], str] = ((lambda c: c.row.spec.network) if mode == "lono"
                                    else (lambda c: family(c.row.spec.network)))
