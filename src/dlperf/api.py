@@ -209,9 +209,9 @@ def explain(network: str, *, framework: str = "torch", threads: int = 1,
     from dlperf.explain.analysis import explain as explained
     from dlperf.kinds.profile import ProfileOptions
 
+    wl, size, _ = workloads.resolve(network, size, params)  # a bad name first, in one line
     cal = local_calibration(db=db, device=device)
     cal.model(backends.info(framework).name, threads, device)  # calibrated? (else: what to run)
-    wl, size, _ = workloads.resolve(network, size, params)
     spec = RunSpec(kind="profile", network=wl.name, size=size,
                    framework=backends.info(framework).name, device=device, threads=threads,
                    batch_size=batch_size or wl.default_batch, params=params or {},

@@ -112,9 +112,9 @@ def _local(a: argparse.Namespace, store: Any) -> tuple[Any, Any]:
 
     device = a.device
     framework = backends.info(a.framework).name
-    cal = calibration.local_calibration(store, device=device)
     params = parse_params(a.param)
-    wl, size, _ = workloads.resolve(a.network, a.size, params)
+    wl, size, _ = workloads.resolve(a.network, a.size, params)  # a bad name first
+    cal = calibration.local_calibration(store, device=device)
     if a.strategy == "single":
         m = cal.model(framework, a.threads, device)
         spec = RunSpec(network=wl.name, size=size, framework=framework, device=device,
