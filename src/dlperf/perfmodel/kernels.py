@@ -43,8 +43,8 @@ OPS: tuple[str, ...] = ("gemm", "gemm_tn", "conv", "conv_bwd", "memory", "update
 ELEM = 4
 #: the kernels' own revision, part of a kernel run's identity. 1: the first kernels;
 #: 2: the transposed product, the in-place update, and the products and memory pass make a
-#: fresh result per call (as a training step's ops do)
-REVISION = 2
+#: fresh result per call (as a training step's ops do); 3: small convolutions
+REVISION = 3
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
 
@@ -183,6 +183,7 @@ CONV_LAYERS = (
     (256, 512, 8, 1, 2), (512, 512, 4, 3, 1),
 )
 CONV_FLOPS = 4e8
+CONV_SMALL_FLOPS = 4e6
 #: Elements of the memory kernel: 16 KB to 256 MB per operand (caches to DRAM).
 MEMORY_ELEMS = tuple(2**e for e in range(12, 27, 2))
 #: Lengths of the dispatch chain.
@@ -199,11 +200,19 @@ def gemm_grid(fine: bool = False) -> list[tuple[int, int, int]]:
 
 
 def conv_grid(fine: bool = False) -> list[tuple[int, ...]]:
+    """Each of ``CONV_LAYERS`` at the batch that brings it to about ``CONV_FLOPS``, and
+    again at ``CONV_SMALL_FLOPS`` (a quarter of its side where even one sample is more):
+    the small convolutions of a small network or batch, where the library's fixed cost
+    per call, not its rate, sets the time."""
     out = []
     for c_in, c_out, side, window, stride in CONV_LAYERS:
         per_sample = flops("conv", (1, c_in, c_out, side, window, stride))
         batch = max(1, round(CONV_FLOPS * (2 if fine else 1) / per_sample))
         out.append((batch, c_in, c_out, side, window, stride))
+        small = side if per_sample <= CONV_SMALL_FLOPS else max(window, side // 4)
+        per_small = flops("conv", (1, c_in, c_out, small, window, stride))
+        out.append((max(1, round(CONV_SMALL_FLOPS / per_small)), c_in, c_out, small, window,
+                    stride))
     return out
 
 
