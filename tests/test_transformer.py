@@ -1,5 +1,5 @@
 """The GPT-2-style transformer workload: exact parameter count, FLOPs against the
-6N + 12 L d T estimate, validation. Closed forms only (no framework builds it yet)."""
+6N + 12 L d T estimate, validation; the PyTorch model against them."""
 
 from __future__ import annotations
 
@@ -73,10 +73,40 @@ def test_listed_in_its_own_group():
     assert nets["gpt2"]["params"] == 124_439_808
 
 
-def test_torch_flop_counter_skips_it_until_a_builder_exists():
-    """'dlperf networks' asks torch's counter for every network; with no torch builder for
-    the transformer yet, it must fall back to the closed form, not fail."""
+@pytest.mark.parametrize("overrides", [{}, {"tied": False}])
+def test_torch_model_has_the_neutral_parameter_count(overrides):
+    """Tied, the head reuses the embedding matrix; untied, it adds its own (no bias)."""
     pytest.importorskip("torch")
+    from dlperf.backends.torch_backend import TorchBackend
+
+    wl, _, cfg = workloads.resolve("gpt2", "tiny", overrides)
+    t = TorchBackend().build("gpt2", cfg, 2, "eager", "cpu", 0)
+    assert t.param_count == wl.param_count("tiny", overrides)
+
+
+def test_torch_counter_matches_the_neutral_train_flops():
+    """PyTorch's FlopCounterMode over one forward and backward (on the meta device) counts
+    exactly the neutral matmuls, attention's QK^T and AV included, at tiny size and at the
+    default size and batch ('dlperf networks' shows the latter)."""
+    pytest.importorskip("torch")
+    from dlperf.backends.torch_backend import TorchBackend
     from dlperf.flopcache import counted_flops
 
-    assert counted_flops(["gpt2"]) == {}
+    wl, _, cfg = workloads.resolve("gpt2", "tiny")
+    t = TorchBackend().build("gpt2", cfg, 2, "eager", "cpu", 0)
+    assert t.flops_per_step() == wl.train_flops(2, "tiny")
+    assert counted_flops(["gpt2"]) == {"gpt2": wl.train_flops(wl.default_batch)}
+
+
+def test_torch_measures_a_tiny_step():
+    pytest.importorskip("torch")
+    from dlperf.spec import RunSpec
+    from dlperf.worker import execute
+    from tests.conftest import FAST
+
+    r = execute(RunSpec(network="gpt2", size="tiny", batch_size=2, measurement=FAST))
+    assert r.ok, r.failure
+    wl = workloads.get("gpt2")
+    assert r.param_count == wl.param_count("tiny")
+    assert r.metrics.flops_per_step == wl.train_flops(2, "tiny")
+    assert r.step_times_s

@@ -29,7 +29,9 @@ from dlperf.backends.base import (
     conv_probe_flops,
     conv_probe_shape,
 )
+from dlperf.backends.torch_transformer import GPT
 from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
+from dlperf.workloads.transformer import TransformerConfig
 
 LEARNING_RATE = 0.01
 
@@ -46,6 +48,9 @@ def init_uniform_fan_in(module: nn.Module) -> None:
             nn.init.uniform_(m.weight, -bound, bound)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
         elif isinstance(m, nn.BatchNorm2d):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
@@ -165,6 +170,7 @@ BUILDERS: dict[type, Callable[[Any], nn.Module]] = {
     AlexNetConfig: build_alexnet,
     ResNetConfig: build_resnet,
     LSTMLMConfig: LSTMLanguageModel,
+    TransformerConfig: GPT,
 }
 
 
@@ -185,8 +191,9 @@ def build_model(cfg: Any) -> nn.Module:
 
 def synthetic_batch(cfg: Any, batch: int, device: torch.device, gen: torch.Generator):
     """Inputs and integer targets, generated on the host by a seeded CPU generator (the
-    same batch on every device) and copied to the device before timing."""
-    if isinstance(cfg, LSTMLMConfig):
+    same batch on every device) and copied to the device before timing. Language models
+    get random token ids as inputs and as next-token targets at every position."""
+    if isinstance(cfg, LSTMLMConfig | TransformerConfig):
         x = torch.randint(0, cfg.vocab, (batch, cfg.seq_len), generator=gen).to(device)
         y = torch.randint(0, cfg.vocab, (batch, cfg.seq_len), generator=gen).to(device)
         return x, y
@@ -210,7 +217,7 @@ def _neutral_params(model: nn.Module):
         elif isinstance(m, nn.Conv2d):
             out.append((f"{name}.w", m.weight, lambda t: t.permute(2, 3, 1, 0),
                         lambda a: a.permute(3, 2, 0, 1)))
-        elif isinstance(m, nn.BatchNorm2d):
+        elif isinstance(m, nn.BatchNorm2d | nn.LayerNorm):
             out.append((f"{name}.gamma", m.weight, None, None))
             out.append((f"{name}.beta", m.bias, None, None))
             continue
