@@ -12,7 +12,8 @@ from dlperf.perfmodel.kernels import conv_gemm, flops, nbytes
 from dlperf.spec import RunResult
 
 # the made-up machine
-CALL_S, OP_S = 4e-6, 2e-6  # per step call, per op
+CALL_S, OP_S = 4e-6, 2e-6  # per call, per op
+TRAIN_CALL_S, TRAIN_OP_S = 30e-6, 5e-6  # the same in a training step (autograd included)
 GEMM_RATE, H = 60e9, (32.0, 32.0, 16.0)  # FLOP/s, half-rate sides
 TRAFFIC_BPS = 20e9
 CONV_RATE, CONV_BWD_RATE = 40e9, 30e9
@@ -38,6 +39,8 @@ def gemm_s(m: float, n: float, k: float) -> float:
 def true_s(op: str, shape: tuple[int, ...], world: int = 1) -> float:
     if op == "dispatch":
         return CALL_S + shape[0] * OP_S
+    if op == "dispatch_train":  # three kernels per layer
+        return TRAIN_CALL_S + 3 * shape[0] * TRAIN_OP_S
     if op == "gemm":
         return CALL_S + gemm_s(*shape)
     if op == "gemm_tn":  # the transposed form, half again as slow

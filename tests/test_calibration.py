@@ -78,9 +78,13 @@ def _samples(op: str, world: int = 1) -> list:
 
 
 def test_dispatch_and_allreduce_fits_recover_the_made_up_machine():
-    d = fit.fit_dispatch(_samples("dispatch"))
+    d = fit.fit_dispatch(_samples("dispatch"), _samples("dispatch_train"))
     assert d.op_s == pytest.approx(made_up.OP_S, rel=1e-6)
     assert d.call_s == pytest.approx(made_up.CALL_S, rel=1e-6)
+    assert d.step_op_s == pytest.approx(made_up.TRAIN_OP_S, rel=1e-6)
+    assert d.step_call_s == pytest.approx(made_up.TRAIN_CALL_S, rel=1e-6)
+    plain = fit.fit_dispatch(_samples("dispatch"))  # calibrated before the trained chain
+    assert (plain.step_op_s, plain.step_call_s) == (plain.op_s, plain.call_s)
     ab = fit.fit_allreduce(_samples("allreduce", 2) + _samples("allreduce", 4))
     for world in (2, 4):
         alpha, beta = made_up.alpha_beta(world)
@@ -138,7 +142,7 @@ def _kernel_spec(framework: str, parts: dict[str, list[tuple[int, ...]]], **kw) 
 
 TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)], "conv": [(1, 3, 4, 8, 3, 1)],
         "conv_bwd": [(1, 3, 4, 8, 3, 1)], "memory": [(1024,)], "update": [(2048,)],
-        "dispatch": [(1,), (4,)]}
+        "dispatch": [(1,), (4,)], "dispatch_train": [(1,), (3,)]}
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow", "jax"])
@@ -222,6 +226,13 @@ def test_a_step_is_predicted_from_the_kernels_and_says_what_it_cannot_predict(db
     assert p is not None and p.time_s > 0
     b = p.breakdown
     assert b.compute_s > 0 and b.overhead_s > 0
+    # launches at a training step's per-op cost, one step call
+    from dlperf.perfmodel.costs import kernels
+
+    _, _, cfg = workloads.resolve("fcn5", None)
+    launches = sum(kernels(layer) for layer in cfg.layers())
+    assert b.overhead_s == pytest.approx(launches * made_up.TRAIN_OP_S + made_up.TRAIN_CALL_S,
+                                         rel=1e-6)
     assert p.time_s == pytest.approx(sum(b.model_dump().values()), rel=1e-9)
     # fcn5's first layer at batch 64: its forward product alone, from the made-up machine
     assert b.compute_s > made_up.gemm_s(64, 4096, 26752) - made_up.OP_S

@@ -61,6 +61,19 @@ class KernelTrainer(Trainer):
 
             def fn(x):  # scaled by less than 1 so that repeated calls stay finite
                 return x * 0.999
+        elif op == "dispatch_train":
+            args = (normal(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE,
+                    [normal(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE
+                     for _ in range(shape[0])])
+
+            def loss(ws, a):
+                z = a
+                for w in ws:
+                    z = jnp.matmul(z, w, precision=HIGHEST)
+                return z.sum()
+
+            def fn(a, ws):
+                return jax.grad(loss)(ws, a)
         elif op == "dispatch":
             args = (normal(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE,)
 

@@ -66,6 +66,19 @@ class KernelTrainer(Trainer):
                 def fn():
                     var.assign(var * 0.999)
                     return var[:1]  # after the assignment (tf.function orders them)
+            elif op == "dispatch_train":
+                a = gen.normal((DISPATCH_SIDE, DISPATCH_SIDE)) / DISPATCH_SIDE
+                ws = [tf.Variable(gen.normal((DISPATCH_SIDE, DISPATCH_SIDE)) / DISPATCH_SIDE)
+                      for _ in range(shape[0])]
+                args = ()
+
+                def fn():
+                    with tf.GradientTape() as tape:
+                        z = a
+                        for w in ws:
+                            z = tf.linalg.matmul(z, w)
+                        loss = tf.reduce_sum(z)
+                    return tuple(tape.gradient(loss, ws))
             elif op == "dispatch":
                 args = (gen.normal((DISPATCH_SIDE, DISPATCH_SIDE)) / DISPATCH_SIDE,)
 

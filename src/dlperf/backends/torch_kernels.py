@@ -55,6 +55,10 @@ class KernelTrainer(Trainer):
             self.x, self.out = randn(shape[0]), torch.empty(shape[0], device=device)
         elif op == "dispatch":
             self.a = randn(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE
+        elif op == "dispatch_train":
+            self.a = randn(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE
+            self.ws = [(randn(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE).requires_grad_()
+                       for _ in range(shape[0])]
         else:
             raise UnsupportedError(f"torch has no calibration kernel '{op}'")
 
@@ -75,6 +79,13 @@ class KernelTrainer(Trainer):
             self.out = torch.mul(self.x, 2.0)
         elif op == "update":
             self.x.mul_(0.999)
+        elif op == "dispatch_train":  # forward, autograd's backward, gradients released
+            z = self.a
+            for w in self.ws:
+                z = z @ w
+            z.sum().backward()
+            for w in self.ws:
+                w.grad = None
         else:  # dispatch: a chain of dependent tiny products, one op each
             z = self.a
             for _ in range(self.shape[0]):

@@ -96,7 +96,9 @@ def print_fit(f: LocalFit) -> None:
     small, big = m.nbytes[0], m.nbytes[-1]
     out.print(f"  memory      {small / m.seconds[0] / 1e9:.3g} GB/s at {units.nbytes(small)} .. "
               f"{big / m.seconds[-1] / 1e9:.3g} GB/s at {units.nbytes(big)}")
-    out.print(f"  dispatch    {units.seconds(d.op_s)} per op, {units.seconds(d.call_s)} per step call")
+    out.print(f"  dispatch    {units.seconds(d.op_s)} per op, {units.seconds(d.call_s)} per call; "
+              f"in a training step {units.seconds(d.step_op_s)} per op, "
+              f"{units.seconds(d.step_call_s)} per step")
     for w, ab in sorted(f.allreduce.items()):
         out.print(f"  all-reduce  {w} processes: {units.seconds(ab.alpha_s)} + bytes / "
                   f"{ab.beta_bytes_per_s / 1e9:.3g} GB/s")

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from dlperf.perfmodel.kernels import KernelSample, conv_gemm
+from dlperf.perfmodel.kernels import TRAIN_KERNELS, KernelSample, conv_gemm
 
 #: bandwidth of the kernel smoother, in octaves of each shape dimension
 SMOOTH_OCTAVES = 1.0
@@ -60,19 +60,44 @@ class _Frozen(BaseModel):
 
 
 class Dispatch(_Frozen):
-    call_s: float  # once per call into the framework (a training step)
+    call_s: float  # once per call into the framework
     op_s: float  # once per op (kernel) inside it
+    #: the same in a training step (the trained chain: autograd's bookkeeping included);
+    #: None where it was not calibrated (the plain chain stands in)
+    train_call_s: float | None = None
+    train_op_s: float | None = None
+
+    @property
+    def step_op_s(self) -> float:
+        """Per kernel of a training step."""
+        return self.op_s if self.train_op_s is None else self.train_op_s
+
+    @property
+    def step_call_s(self) -> float:
+        """Per training step call."""
+        return self.call_s if self.train_call_s is None else self.train_call_s
 
 
-def fit_dispatch(samples: Sequence[KernelSample]) -> Dispatch:
-    """Least squares of t = call + n x op over the chain lengths n (both >= 0)."""
+def _line(samples: Sequence[KernelSample]) -> tuple[float, float]:
+    """(intercept, slope) of t over the chain lengths, both >= 0 (least squares)."""
     n = np.array([s.shape[0] for s in samples], float)
     t = np.array([s.median_s for s in samples], float)
     if len(set(n)) < 2:
-        return Dispatch(call_s=0.0, op_s=float(t.min() / max(n.min(), 1)))
+        return 0.0, float(t.min() / max(n.min(), 1))
     slope, icpt = np.polyfit(n, t, 1)
-    op = max(float(slope), 0.0)
-    return Dispatch(call_s=max(float(icpt), 0.0), op_s=op)
+    return max(float(icpt), 0.0), max(float(slope), 0.0)
+
+
+def fit_dispatch(samples: Sequence[KernelSample],
+                 trained: Sequence[KernelSample] = ()) -> Dispatch:
+    """t = call + n x op over the plain chain; over the trained chain, per layer of
+    ``TRAIN_KERNELS`` kernels, the same for a training step."""
+    call, op = _line(samples)
+    if not trained:
+        return Dispatch(call_s=call, op_s=op)
+    t_call, per_layer = _line(trained)
+    return Dispatch(call_s=call, op_s=op, train_call_s=t_call,
+                    train_op_s=per_layer / TRAIN_KERNELS)
 
 
 def net_time(s: KernelSample, d: Dispatch) -> float:
@@ -282,13 +307,13 @@ class LocalFit(_Frozen):
         return (f"calibrated on this machine ({self.framework}, {self.threads} thread"
                 f"{'s' if self.threads != 1 else ''}, {self.samples} kernel samples): GEMM up "
                 f"to {g.rate / 1e9:.3g} GFLOP/s, DRAM {self.memory.dram_bytes_per_s / 1e9:.3g} GB/s, "
-                f"{self.dispatch.op_s * 1e6:.3g} us per op, {self.dispatch.call_s * 1e6:.3g} us "
-                "per step call")
+                f"{self.dispatch.step_op_s * 1e6:.3g} us per op, "
+                f"{self.dispatch.step_call_s * 1e6:.3g} us per step call")
 
 
 def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu") -> LocalFit:
     """Every curve from the samples of one framework at one thread count."""
-    d = fit_dispatch(samples.of_op("dispatch"))
+    d = fit_dispatch(samples.of_op("dispatch"), samples.of_op("dispatch_train"))
     gemm = fit_gemm(samples.of_op("gemm"), d)
     tn = samples.of_op("gemm_tn")
     return LocalFit(framework=framework, threads=threads, device=device, dispatch=d, gemm=gemm,

@@ -20,6 +20,10 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
 - ``dispatch`` (ops,): a chain of ``ops`` dependent 8 x 8 matrix products, nothing to
   compute: the fixed cost of one op in this framework's step (the slope over the
   chain length) and of one call (the intercept);
+- ``dispatch_train`` (layers,): the same chain of ``layers`` 8 x 8 weights trained: the
+  forward, and the backward's two products per layer through the framework's autograd
+  (eager PyTorch's engine, a TensorFlow tape, JAX's grad under jit): the per-kernel cost
+  of a training step's ops (the slope over 3 kernels per layer) and of one step call;
 - ``allreduce`` (bytes,): a gloo all-reduce of fp32 on loopback among ``world``
   processes (PyTorch only).
 
@@ -36,14 +40,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Op = Literal["gemm", "gemm_tn", "conv", "conv_bwd", "memory", "update", "dispatch",
-             "allreduce"]
+             "dispatch_train", "allreduce"]
 OPS: tuple[str, ...] = ("gemm", "gemm_tn", "conv", "conv_bwd", "memory", "update", "dispatch",
-                        "allreduce")
+                        "dispatch_train", "allreduce")
+#: kernels per layer of the trained chain: the forward product and two gradient products
+TRAIN_KERNELS = 3
 #: the fp32 element
 ELEM = 4
 #: the kernels' own revision, part of a kernel run's identity. 1: the first kernels;
 #: 2: the transposed product, the in-place update, and the products and memory pass make a
-#: fresh result per call (as a training step's ops do); 3: small convolutions
+#: fresh result per call (as a training step's ops do); 3: small convolutions, the
+#: trained dispatch chain
 REVISION = 3
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
@@ -140,6 +147,8 @@ def flops(op: str, shape: tuple[int, ...]) -> float:
         return 2.0 * m * n * k * (2 if op == "conv_bwd" else 1)
     if op == "dispatch":
         return 2.0 * shape[0] * DISPATCH_SIDE**3
+    if op == "dispatch_train":
+        return TRAIN_KERNELS * 2.0 * shape[0] * DISPATCH_SIDE**3
     return 0.0
 
 
@@ -226,7 +235,7 @@ def grid(op: str, fine: bool = False) -> list[tuple[int, ...]]:
         return conv_grid(fine)
     if op in ("memory", "update"):
         return [(n,) for n in (tuple(2**e for e in range(10, 28)) if fine else MEMORY_ELEMS)]
-    if op == "dispatch":
+    if op in ("dispatch", "dispatch_train"):
         return [(n,) for n in ((1, 4, 16, 64, 256) if fine else DISPATCH_OPS)]
     if op == "allreduce":
         return [(n,) for n in (tuple(4 * 2**e for e in range(8, 25)) if fine else ALLREDUCE_BYTES)]

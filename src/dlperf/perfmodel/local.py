@@ -106,11 +106,12 @@ def layer_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) -> 
     s = fit.slowdown
     return LayerTiming(name=cost.name, op=cost.op, compute_s=compute * s, memory_s=memory * s,
                        update_s=(fit.update or fit.memory).time(cost.update_bytes) * s,
-                       overhead_s=launches(layer) * fit.dispatch.op_s * s,
+                       overhead_s=launches(layer) * fit.dispatch.step_op_s * s,
                        flops=cost.flops, bytes=cost.bytes)
 
 
 def call_timing(fit: LocalFit) -> LayerTiming:
     """The fixed cost of calling the framework's step once."""
     return LayerTiming(name="step call", op="call", compute_s=0.0, memory_s=0.0, update_s=0.0,
-                       overhead_s=fit.dispatch.call_s * fit.slowdown, flops=0.0, bytes=0.0)
+                       overhead_s=fit.dispatch.step_call_s * fit.slowdown, flops=0.0,
+                       bytes=0.0)
