@@ -342,6 +342,11 @@ def test_validate_command_prints_the_error_table_and_json(db, capsys):
     assert main(["validate", "--kinds", "nope", "--db", str(db)]) == 2
 
 
+def test_a_gpu_is_calibrated_at_one_thread_by_default():
+    assert calibration.default_threads("gpu") == [1]
+    assert calibration.default_threads()[0] == 1
+
+
 def test_calibrate_dry_run_lists_the_kernel_runs(capsys):
     assert main(["calibrate", "--frameworks", "torch", "--threads", "1", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -181,7 +181,7 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
     from dlperf.calibrate import plan as calibration
 
     todo = calibration.specs(list(frameworks or calibration.default_frameworks()),
-                             list(threads or calibration.default_threads()), device=device,
+                             list(threads or calibration.default_threads(device)), device=device,
                              fine=fine, allreduce=allreduce)
     run_specs(todo, db=db, force=force, retry_failed=True, timeout_s=timeout_s,
               listener=listener)

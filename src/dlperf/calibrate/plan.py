@@ -36,8 +36,11 @@ FRAMEWORKS = ("torch", "tensorflow", "jax")
 MIN_TIME_S, FINE_MIN_TIME_S = 0.05, 0.2
 
 
-def default_threads() -> list[int]:
-    """1, 2, 4, ... up to this machine's physical cores (and the core count itself)."""
+def default_threads(device: str = "cpu") -> list[int]:
+    """1, 2, 4, ... up to this machine's physical cores (and the core count itself); on a
+    GPU, 1 (the host's threads only feed the device)."""
+    if device == "gpu":
+        return [1]
     cores = environment.physical_cores()
     out, t = [], 1
     while t < cores:

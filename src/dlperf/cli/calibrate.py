@@ -48,7 +48,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
 
     frameworks = [backends.info(f).name for f in (str_list(a.frameworks)
                                                   or calibration.default_frameworks())]
-    threads = a.threads or calibration.default_threads()
+    threads = a.threads or calibration.default_threads(a.device)
     if a.dry_run:
         for s in calibration.specs(frameworks, threads, device=a.device, fine=a.fine,
                                    allreduce=not a.no_allreduce):
