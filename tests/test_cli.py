@@ -272,3 +272,12 @@ def test_report_is_rendered_from_the_store_alone(db, tmp_path, capsys):
 def test_report_on_an_empty_store_says_so(db, tmp_path, capsys):
     assert main(["report", "--db", str(db), "--out", str(tmp_path / "r")]) == 0
     assert "no results yet" in capsys.readouterr().out
+
+
+def test_run_json_keeps_stdout_for_the_document(tmp_path):
+    """The progress goes to stderr under --json, so a script can parse stdout whole."""
+    p = dlperf("run", "-n", "fcn5", "--size", "tiny", "-b", "8", "--min-time", "0.05",
+               "--json", "--db", str(tmp_path / "r.db"))
+    assert p.returncode == 0, p.stderr
+    (result,) = json.loads(p.stdout)
+    assert result["status"] == "ok" and "fcn5" in p.stderr

@@ -9,7 +9,6 @@ only; the plan lives in ``dlperf.calibrate.plan``, the fits in ``dlperf.perfmode
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import statistics
 
@@ -54,10 +53,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
                                    allreduce=not a.no_allreduce):
             out.print(f"  {s.framework:10} x{s.threads}  {s.network}")
         return 0
-    from dlperf.runner import Listener
-
-    # --json: stdout holds the document alone
-    with (contextlib.nullcontext(Listener()) if a.json else ProgressListener()) as listener:
+    with ProgressListener(to_stderr=a.json) as listener:  # --json: stdout for the document
         cal = api.calibrate(frameworks, threads, db=a.db, device=a.device, fine=a.fine,
                             allreduce=not a.no_allreduce, force=a.force, listener=listener)
     fits = [f for f in cal.fits if f.framework in frameworks and f.threads in threads]

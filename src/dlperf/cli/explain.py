@@ -8,7 +8,6 @@ printing only (``dlperf.api.explain``, ``dlperf.explain.analysis``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 
 from dlperf import units
@@ -44,10 +43,7 @@ def cmd_explain(a: argparse.Namespace) -> int:
     from dlperf.explain.analysis import KIND_NAMES
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import Table
-    from dlperf.runner import Listener
-
-    # --json: stdout holds the document alone
-    with (contextlib.nullcontext(Listener()) if a.json else ProgressListener()) as listener:
+    with ProgressListener(to_stderr=a.json) as listener:  # --json: stdout for the document
         e = api.explain(a.network, framework=a.framework, threads=a.threads,
                         batch_size=a.batch_size, size=a.size, params=parse_params(a.param),
                         device=a.device, steps=a.steps, db=a.db, listener=listener)

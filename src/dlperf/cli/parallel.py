@@ -169,7 +169,7 @@ def cmd_parallel(a: argparse.Namespace) -> int:
         nproc_per_node=a.nproc_per_node, rdzv_endpoint=a.rdzv_endpoint, rdzv_id=a.rdzv_id,
         rdzv_backend=a.rdzv_backend, rdzv_timeout_s=a.rdzv_timeout, node_rank=a.node_rank,
         local_addr=a.local_addr, comm_timeout_s=a.comm_timeout)
-    with ProgressListener() as listener:
+    with ProgressListener(to_stderr=a.json) as listener:
         results = api.run_specs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed,
                                 timeout_s=a.timeout or 1800.0, memory_limit=memory,
                                 torchrun=torchrun, listener=listener)

@@ -23,9 +23,12 @@ class ProgressListener(Listener):
     starts print alone, on one line.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, to_stderr: bool = False) -> None:
+        """``to_stderr``: the bar and the per-run lines on stderr (a command printing JSON
+        keeps stdout for the document alone)."""
         self.p: Progress | None = None
         self.task = None
+        self.console = Console(stderr=True, highlight=False) if to_stderr else out
 
     def __enter__(self) -> ProgressListener:
         return self
@@ -37,7 +40,7 @@ class ProgressListener(Listener):
     def _bar(self) -> Progress:
         if self.p is None:
             self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                              TimeElapsedColumn(), console=out, transient=True)
+                              TimeElapsedColumn(), console=self.console, transient=True)
             self.p.start()
             self.task = self.p.add_task("starting", total=None)
         return self.p

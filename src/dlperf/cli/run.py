@@ -66,7 +66,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         return cmd_inference(a, m, threads, batches)
     for note in notes:
         out.print(f"note: {escape(note)}")
-    with ProgressListener() as listener:
+    with ProgressListener(to_stderr=a.json) as listener:
         row = api.run(a.network, framework=a.framework, variant=a.variant, device=a.device,
                       precision=a.precision, threads=threads[0],
                       batch_size=batches[0] if batches else None,
@@ -86,7 +86,7 @@ def cmd_inference(a: argparse.Namespace, m, threads: list[int], batches: list[in
     from dlperf.report.exporters import print_table
     from dlperf.report.inference import finding, latency_table
 
-    with ProgressListener() as listener:
+    with ProgressListener(to_stderr=a.json) as listener:
         rows = api.inference(
             a.network, batch_sizes=batches or [workloads.get(a.network).default_batch],
             threads=threads, framework=a.framework, variant=a.variant, device=a.device,
