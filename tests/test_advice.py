@@ -56,8 +56,12 @@ def test_every_recommendation_has_a_number_and_its_source(db):
     assert isinstance(batch.source, Measured)
     big = next(r for r in h.of("batch") if r.subject == "ffn [large]")
     assert isinstance(big.source, Predicted) and "error not validated yet" in big.source.describe()
-    data = h.of("data")[0]
-    assert data.unit == "MB/s" and "storage" in data.advice
+    store_rec = next(r for r in h.of("data") if r.subject == "storage")
+    assert store_rec.unit == "MB/s" and "dlperf dataflow storage --path DIR" in store_rec.advice
+    # the tabular task's DLBench candidate (input pipelines exist for those alone)
+    pipe = next(r for r in h.of("data") if r.subject.startswith("input pipeline"))
+    assert isinstance(pipe.source, Unknown) and pipe.source.command == (
+        "dlperf dataflow sweep --network fcn5 --loader-workers 0,1,2 --prefetch 0,2")
 
 
 def test_an_empty_store_says_what_to_run(db, capsys):
@@ -116,3 +120,74 @@ def test_bad_input_is_one_line(db, capsys, args, message):
     assert main(["advise", *args, "--db", str(db)]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- data
+def _on_pipeline(median: float, share: float, workers: int, data_set_bytes: int = 0,
+                 kind: str = "step"):
+    """alexnet at batch 16 on disk JPEG files with ``workers`` loader workers, waiting
+    ``share`` of each step (a loader run: ``median`` per batch, no training)."""
+    from dlperf.dataflow import plan as dplan
+    from dlperf.kinds import StepOutcome
+    from dlperf.kinds.dataflow import DataflowOutcome, InputOptions
+
+    base = result("alexnet", 2, median, batch=16)
+    opts = InputOptions(input="disk", data_format="jpeg", loader_workers=workers, samples=512)
+    spec = dplan.with_options([base.spec], opts)[0]
+    if kind == "loader":
+        spec = dplan.loader_spec(spec)
+    o = DataflowOutcome(kind=kind, stall_s=[share * median] * 5, stall_share=share,
+                        stall_mean_s=share * median, data_set_bytes=data_set_bytes,
+                        loader_samples_per_s=16 / median if kind == "loader" else None)
+    return base.model_copy(update={"spec": spec, "outcome": o if kind == "loader" else
+                                   StepOutcome(dataflow=o)})
+
+
+def _storage(seq: float, rand: float):
+    from dlperf.dataflow.storage_run import storage_spec
+    from dlperf.kinds.dataflow import StorageOutcome
+    from dlperf.spec import RunResult
+
+    spec = storage_spec(__import__("pathlib").Path("/"), 2**20, "direct")
+    o = StorageOutcome(tool="direct", method="O_DIRECT", file_bytes=2**20,
+                       seq_bytes_per_s=seq, seq_block=2**20, rand_bytes_per_s=rand,
+                       rand_block=4096)
+    return RunResult(spec=spec, status="ok", outcome=o, started_at=1.0, finished_at=2.0)
+
+
+def test_data_advice_reads_the_pipelines_and_the_storage_measured_here(db):
+    with Store(db) as st:
+        st.add(result("alexnet", 2, 0.1, batch=16))  # synthetic: 160 samples/s
+        st.add(_on_pipeline(0.25, 0.60, 0, data_set_bytes=512 * 50_000))
+        st.add(_on_pipeline(0.105, 0.02, 2, data_set_bytes=512 * 50_000))
+        st.add(_storage(seq=400e6, rand=5e6))
+    h = advise("image-classification", samples=1000, epochs=1, rows=_here(db)).hardware[0]
+    # the processor's own rate is the synthetic run's, not the pipeline's
+    net = next(r for r in h.of("network") if r.subject == "alexnet")
+    assert net.value == pytest.approx(1000 / 160 / 3600)
+    pipe = next(r for r in h.of("data") if r.subject == "input pipeline for alexnet")
+    assert isinstance(pipe.source, Measured) and pipe.value == pytest.approx(2.0)
+    assert "disk:jpeg w2 p0 waits 2.0% of each step" in pipe.advice
+    assert "keeps up" in pipe.advice
+    disk = next(r for r in h.of("data") if r.subject == "storage")
+    # 160 samples/s x 50,000 bytes of JPEG per sample = 8 MB/s: more than 5 MB/s at random
+    assert disk.value == pytest.approx(8.0)
+    assert "jpeg files" in disk.advice and "a bottleneck for files read in random order" in \
+        disk.advice and "read in order (records) it keeps up" in disk.advice
+    assert isinstance(disk.source, Measured) and "dlperf dataflow storage" in \
+        disk.source.describe()
+
+
+def test_data_advice_from_the_loader_alone_and_a_pipeline_that_waits(db):
+    with Store(db) as st:
+        st.add(result("alexnet", 2, 0.1, batch=16))
+        st.add(_on_pipeline(0.2, 0.0, 1, kind="loader"))  # 80 samples/s alone
+    h = advise("image-classification", samples=1000, epochs=1, rows=_here(db)).hardware[0]
+    pipe = next(r for r in h.of("data") if r.subject == "input pipeline for alexnet")
+    assert pipe.unit == "samples/s" and pipe.value == pytest.approx(80)
+    assert "consumes 160: it cannot keep up" in pipe.advice
+    with Store(db) as st:
+        st.add(_on_pipeline(0.25, 0.60, 0))
+    h = advise("image-classification", samples=1000, epochs=1, rows=_here(db)).hardware[0]
+    pipe = next(r for r in h.of("data") if r.subject == "input pipeline for alexnet")
+    assert "waits 60.0% of each step" in pipe.advice and "is a bottleneck" in pipe.advice

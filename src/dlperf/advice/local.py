@@ -11,8 +11,10 @@ from collections import defaultdict
 
 from dlperf import environment, units, workloads
 from dlperf.advice import common
+from dlperf.advice.data import data_advice
 from dlperf.advice.records import HardwareAdvice, Measured, Predicted, Recommendation, Unknown
 from dlperf.advice.tasks import Task
+from dlperf.dataflow.plan import has_pipeline
 from dlperf.perfmodel.predict import training_memory
 from dlperf.presets import settings_name
 from dlperf.report.aggregate import ConfigResult, direction
@@ -33,7 +35,10 @@ def measured(r: ConfigResult) -> Measured:
 def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: float) -> HardwareAdvice:
     """``rows``: this machine's aggregated step and parallel rows (failures included)."""
     cores = environment.physical_cores()
-    steps = [r for r in rows if r.spec.kind == "step" and r.spec.network in workloads.WORKLOADS]
+    # training on synthetic data: the processor's own rate (runs on an input pipeline,
+    # which add the wait for data, are what the data advice reads)
+    steps = [r for r in rows if r.spec.kind == "step" and r.spec.network in workloads.WORKLOADS
+             and not has_pipeline(r.spec)]
     recs: list[Recommendation] = []
     best_of: dict[tuple[str, str], ConfigResult] = {}
     for cand in task.candidates:
@@ -51,7 +56,7 @@ def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: floa
     # listed most representative first; the guide's families run on 8x8 digits)
     first = next(iter(best_of.values()), None)
     recs.append(_devices(first, rows, task, samples, epochs, cores))
-    recs.append(_data(first, task, cores))
+    recs += data_advice(best_of, rows, task, cores, measured)
     notes = [f"{cores} physical cores; no GPU" if not environment.gpus() else
              f"{cores} physical cores; GPUs: {', '.join(g['name'] for g in environment.gpus())}"]
     return HardwareAdvice("this machine", tuple(recs), tuple(notes))
@@ -175,16 +180,3 @@ def _devices(first: ConfigResult | None, rows: list[ConfigResult], task: Task, s
                           f"{o.workers} worker{'s' if o.workers > 1 else ''}, {o.strategy}: "
                           f"{common.duration(hours)} to train at {rate:.4g} samples/s{sp}",
                           hours, "h", measured(r))
-
-
-def _data(first: ConfigResult | None, task: Task, cores: int) -> Recommendation:
-    """Whether storage keeps up with the fastest measured rate."""
-    if first is None:
-        net = task.candidates[0].network
-        return Recommendation("data", net, "storage: no training rate measured here to "
-                              "compare with", None, "MB/s",
-                              Unknown(common.run_command(net, None, threads=cores)))
-    net, size = first.spec.network, first.spec.size
-    need = first.samples_per_s * common.sample_bytes(net, size)
-    return Recommendation("data", common.name(net, size), common.storage_verdict(need),
-                          need / 1e6, "MB/s", measured(first))

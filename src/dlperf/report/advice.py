@@ -66,10 +66,11 @@ def advice_tables(a: Advice) -> list[Table]:
 
 
 def rows_here(store: Store) -> list[ConfigResult]:
-    """This machine's step and parallel rows, failures included: what advice reads."""
+    """This machine's step, parallel, loader and storage rows, failures included: what
+    advice reads."""
     here = environment.machine_id()
-    return (aggregate(store.results(kind="step", machine_id=here))
-            + aggregate(store.results(kind="parallel", machine_id=here)))
+    return [r for kind in ("step", "parallel", "loader", "storage")
+            for r in aggregate(store.results(kind=kind, machine_id=here))]
 
 
 def advice_section(store: Store, out: Path, filters: Filters) -> Section | None:

@@ -1,0 +1,127 @@
+"""Data advice for this machine: whether the input pipeline and the storage keep up with
+the fastest training rate measured here, each from what the store measured on this
+machine (``dlperf run --input ...``, ``dlperf dataflow sweep|loader|storage``), the
+catalogue's storage where this machine's was not measured, and the command that measures
+what is missing."""
+
+from __future__ import annotations
+
+from dlperf import units, workloads
+from dlperf.advice import common
+from dlperf.advice.records import Measured, Recommendation, Unknown
+from dlperf.advice.tasks import Task
+from dlperf.dataflow.plan import has_pipeline, input_of
+from dlperf.kinds.dataflow import StorageOptions, StorageOutcome
+from dlperf.report.aggregate import ConfigResult
+from dlperf.report.dataflow import GONE, loader_rate, outcomes, stall_share
+
+
+def data_advice(best_of: dict[tuple[str, str], ConfigResult], rows: list[ConfigResult],
+                task: Task, cores: int, measured) -> list[Recommendation]:
+    """The input pipeline's and the storage's recommendation. ``best_of``: the fastest
+    run of each (network, size) of the task measured here on synthetic data, candidates
+    in the task's order; ``rows``: this machine's rows of every kind; ``measured``: a
+    row's Measured source. Input pipelines exist for the DLBench networks only, so a task
+    with none among its candidates gets the storage's recommendation alone."""
+    first = next(iter(best_of.values()), None)
+    recs = []
+    dlbench = [c.network for c in task.candidates if workloads.get(c.network).group == "dlbench"]
+    if dlbench:
+        net = next((n for (n, _), r in best_of.items() if n in dlbench), dlbench[0])
+        best = next((r for (n, _), r in best_of.items() if n == net), None)
+        recs.append(_pipeline(net, best, rows, cores, measured))
+    net = first.spec.network if first else task.candidates[0].network
+    return recs + [_storage(net, first, rows, cores, measured)]
+
+
+def _pipeline(net: str, first: ConfigResult | None, rows: list[ConfigResult], cores: int,
+              measured) -> Recommendation:
+    """The pipeline configuration that trained ``net`` fastest here and the share of its
+    step spent waiting for data; else the loader alone against the training rate."""
+    steps = [r for r in rows if r.spec.kind == "step" and r.measured and r.spec.network == net
+             and has_pipeline(r.spec) and stall_share(r) is not None]
+    sweep = (f"dlperf dataflow sweep --network {net} --loader-workers "
+             f"0,1,{max(2, cores)} --prefetch 0,2")
+    if steps:
+        best = min(steps, key=lambda r: r.median_s)
+        share = stall_share(best)
+        o = input_of(best.spec)
+        verdict = ("keeps up" if share < GONE else
+                   "is a bottleneck: more loader workers, prefetching or a record format "
+                   f"without decoding would help (compare them: {sweep})")
+        return Recommendation(
+            "data", f"input pipeline for {net}",
+            f"input pipeline: {o.describe()} waits {units.percent(share)} of each step "
+            f"({units.seconds(best.median_s)} per mini-batch, {best.framework_label}): it "
+            f"{verdict}", 100 * share, "% of the step", measured(best))
+    loaders = [(rate, r) for r in rows if r.spec.kind == "loader" and r.measured
+               and r.spec.network == net and (rate := loader_rate(r))]
+    if loaders and first is not None:
+        rate, r = max(loaders, key=lambda x: x[0])
+        need = first.samples_per_s
+        verdict = ("keeps up" if rate >= need else
+                   "cannot keep up: more loader workers or a cheaper format")
+        return Recommendation(
+            "data", f"input pipeline for {net}",
+            f"input pipeline: the loader alone ({input_of(r.spec).describe()}) delivers "
+            f"{rate:.4g} samples/s, the fastest training here consumes {need:.4g}: it "
+            f"{verdict} (training beside the loader not measured: {sweep})",
+            rate, "samples/s", measured(r))
+    return Recommendation("data", f"input pipeline for {net}", "input pipeline: not "
+                          "measured here", None, "% of the step", Unknown(sweep))
+
+
+def _storage(net: str, first: ConfigResult | None, rows: list[ConfigResult], cores: int,
+             measured) -> Recommendation:
+    """Whether this machine's measured storage (else the catalogue's) reads the bytes the
+    fastest training rate needs. A sample's bytes are those of the data set on disk where
+    a pipeline run measured one (JPEG, PNG or records), else its fp32 tensor."""
+    if first is None:
+        return Recommendation("data", "storage", "storage: no training rate measured here "
+                              "to compare with", None, "MB/s",
+                              Unknown(common.run_command(net, None, threads=cores)))
+    per_sample, kind = on_disk_bytes(first.spec.network, rows)
+    need = first.samples_per_s * (per_sample or common.sample_bytes(net, first.spec.size))
+    what = kind or "fp32 tensors"
+    # storage results carry an outcome and no step metrics: the newest good one
+    disks = [(res, r) for r in rows if r.spec.kind == "storage" for res in r.results
+             if res.ok and isinstance(res.outcome, StorageOutcome)]
+    if not disks:
+        return Recommendation(
+            "data", "storage", f"{common.storage_verdict(need)} ({what}); measure this "
+            "machine's: dlperf dataflow storage --path DIR", need / 1e6, "MB/s", measured(first))
+    res, disk = max(disks, key=lambda x: x[0].finished_at or 0.0)
+    o = res.outcome
+    assert isinstance(disk.spec.options, StorageOptions)
+    # a shuffled epoch reads its sample files in random order: the random rate is the one
+    # that must keep up; the sequential one is what a record format read in order gets
+    verdict = ("not a bottleneck" if o.rand_bytes_per_s >= need else
+               "a bottleneck for files read in random order" +
+               ("; read in order (records) it keeps up" if o.seq_bytes_per_s >= need else
+                "; keep the data in memory"))
+    text = (f"storage: {disk.spec.options.path} reads {o.seq_bytes_per_s / 1e6:.4g} MB/s in "
+            f"order and {o.rand_bytes_per_s / 1e6:.4g} MB/s at random ({o.tool}, cold); "
+            f"{net} at {first.samples_per_s:.4g} samples/s needs {need / 1e6:.3g} MB/s of "
+            f"{what}: {verdict}")
+    src = Measured(f"dlperf dataflow storage --path {disk.spec.options.path} ({o.tool})",
+                   f"one cold pass each way, {o.method}")
+    return Recommendation("data", "storage", text, need / 1e6, "MB/s", src)
+
+
+def on_disk_bytes(net: str, rows: list[ConfigResult]) -> tuple[float | None, str]:
+    """Bytes per sample of ``net``'s data set on disk, from the newest pipeline run that
+    read one, and its format ('jpeg files'); (None, '') where none did."""
+    found = []
+    for r in rows:
+        if r.spec.kind not in ("step", "loader") or r.spec.network != net:
+            continue
+        opts = input_of(r.spec)
+        if opts.input != "disk":
+            continue
+        for o in outcomes(r):
+            if o.data_set_bytes:
+                found.append((o.data_set_bytes / opts.samples, opts.data_format))
+    if not found:
+        return None, ""
+    b, fmt = found[-1]
+    return b, f"{fmt} files"
