@@ -140,8 +140,9 @@ def _kernel_spec(framework: str, parts: dict[str, list[tuple[int, ...]]], **kw) 
                    options=o)
 
 
-TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)], "conv": [(1, 3, 4, 8, 3, 1)],
-        "conv_bwd": [(1, 3, 4, 8, 3, 1)], "memory": [(1024,)], "update": [(2048,)],
+TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)],
+        "conv": [(1, 3, 4, 8, 3, 1), (1, 3, 4, 9, 5, 2)],
+        "conv_bwd": [(1, 3, 4, 8, 3, 1), (2, 3, 4, 9, 5, 2)], "memory": [(1024,)], "update": [(2048,)],
         "dispatch": [(1,), (4,)], "dispatch_train": [(1,), (3,)]}
 
 
@@ -159,6 +160,26 @@ def test_worker_times_every_op_with_the_frameworks_own_kernels(framework):
     for s in r.outcome.samples:
         assert s.median_s > 0 and len(s.times_s) >= 3
         assert s.flops == k.flops(s.op, s.shape) and s.bytes == k.nbytes(s.op, s.shape)
+
+
+def test_tensorflow_pads_its_convolution_kernels_as_its_keras_layers_do():
+    """'SAME' at stride 1, a padded input and 'VALID' otherwise (keras_models._conv): the
+    output has the side conv_out gives, and the gradients the shapes of their operands."""
+    if not backends.installed("tensorflow"):
+        pytest.skip("tensorflow not installed")
+    from dlperf.backends import tf_kernels
+
+    for shape in ((2, 3, 4, 9, 3, 1), (2, 3, 4, 9, 5, 2), (1, 4, 2, 8, 1, 2)):
+        batch, c_in, c_out, side, window, stride = shape
+        out = k.conv_out(side, window, stride)
+        fwd = tf_kernels.kernel("conv", shape, "/CPU:0")
+        fwd.step()
+        assert tuple(fwd._out.shape) == (batch, out, out, c_out)
+        bwd = tf_kernels.kernel("conv_bwd", shape, "/CPU:0")
+        bwd.step()
+        dx, dw = bwd._out
+        assert tuple(dx.shape) == tuple(bwd.args[0].shape) and tuple(dw.shape) == (
+            window, window, c_in, c_out)
 
 
 def test_a_failing_shape_is_recorded_and_the_others_go_on():

@@ -50,8 +50,8 @@ ELEM = 4
 #: the kernels' own revision, part of a kernel run's identity. 1: the first kernels;
 #: 2: the transposed product, the in-place update, and the products and memory pass make a
 #: fresh result per call (as a training step's ops do); 3: small convolutions, the
-#: trained dispatch chain
-REVISION = 3
+#: trained dispatch chain; 4: TensorFlow's convolutions padded as its Keras layers pad
+REVISION = 4
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
 
