@@ -11,7 +11,7 @@ import pytest
 from dlperf import environment
 from dlperf.advice import Measured, Predicted, Unknown, advise
 from dlperf.cli import main
-from dlperf.report.advice import advice_tables, rows_here
+from dlperf.report.advice import advice_tables, number, rows_here
 from dlperf.store import Store
 from tests.report_fixtures import fcn5_table, result
 
@@ -168,6 +168,7 @@ def test_data_advice_reads_the_pipelines_and_the_storage_measured_here(db):
     pipe = next(r for r in h.of("data") if r.subject == "input pipeline for alexnet")
     assert isinstance(pipe.source, Measured) and pipe.value == pytest.approx(2.0)
     assert "disk:jpeg w2 p0 waits 2.0% of each step" in pipe.advice
+    assert number(pipe) == "2.0% of the step"
     assert "keeps up" in pipe.advice
     disk = next(r for r in h.of("data") if r.subject == "storage")
     # 160 samples/s x 50,000 bytes of JPEG per sample = 8 MB/s: more than 5 MB/s at random

@@ -88,7 +88,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
     rows = []
     for c in sorted(cases, key=lambda c: (c.key("network"), c.key("framework"), c.row.spec.threads,
                                           c.row.spec.batch_size, c.key("strategy"))):
-        r = [c.row.spec.label(), units.seconds(c.measured_s),
+        r = [validate.case_label(c.row.spec), units.seconds(c.measured_s),
              units.seconds(c.prediction.time_s), f"{c.prediction.time_s / c.measured_s - 1:+.0%}"]
         if corrected:
             r += [units.seconds(c.predicted_s), f"{c.error:+.0%}"]
@@ -113,7 +113,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if a.worst:
         out.print("[bold]worst cases[/]")
         for c in validate.worst(cases, a.worst):
-            out.print(f"  {c.row.spec.label()}: {validate.explain(c)}", markup=False)
+            out.print(f"  {validate.case_label(c.row.spec)}: {validate.explain(c)}", markup=False)
     if skipped:
         why = Counter(reason for _, reason in skipped)
         out.print("left out: " + "; ".join(f"{n} ({r})" for r, n in why.most_common()),
@@ -153,7 +153,7 @@ def _json(cases: list[Case], mode: str) -> dict:
 
     return {
         "mode": mode,
-        "cases": [{"label": c.row.spec.label(), "kind": c.row.spec.kind,
+        "cases": [{"label": validate.case_label(c.row.spec), "kind": c.row.spec.kind,
                    "network": c.row.spec.network, "framework": c.key("framework"),
                    "threads": c.row.spec.threads, "batch_size": c.row.spec.batch_size,
                    "strategy": c.key("strategy"), "measured_s": c.measured_s,

@@ -50,7 +50,8 @@ ELEM = 4
 #: the kernels' own revision, part of a kernel run's identity. 1: the first kernels;
 #: 2: the transposed product, the in-place update, and the products and memory pass make a
 #: fresh result per call (as a training step's ops do); 3: small convolutions, the
-#: trained dispatch chain; 4: TensorFlow's convolutions padded as its Keras layers pad
+#: trained dispatch chain; 4: TensorFlow's convolutions padded as its Keras layers pad,
+#: an 11x11 window at stride 4
 REVISION = 4
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
@@ -185,11 +186,12 @@ GEMM_TN_INNER_MAX = 1024
 #: a GEMM larger than this takes too long at one thread to be worth its calibration time
 MAX_GEMM_FLOPS = 8e9
 #: Convolutions: (c_in, c_out, side, window, stride), at the batch that brings each to
-#: about CONV_FLOPS: 1x1, 3x3 and 5x5 windows, few and many channels, large and small maps.
+#: about CONV_FLOPS: 1x1 to 11x11 windows (the large strided window of a first layer that
+#: reads an image), few and many channels, large and small maps.
 CONV_LAYERS = (
-    (3, 32, 64, 3, 1), (3, 32, 128, 7, 2), (32, 32, 32, 3, 1), (32, 128, 32, 1, 1),
-    (128, 32, 32, 1, 1), (128, 128, 16, 3, 1), (64, 64, 32, 5, 1), (256, 256, 8, 3, 1),
-    (256, 512, 8, 1, 2), (512, 512, 4, 3, 1),
+    (3, 32, 64, 3, 1), (3, 32, 128, 7, 2), (3, 32, 128, 11, 4), (32, 32, 32, 3, 1),
+    (32, 128, 32, 1, 1), (128, 32, 32, 1, 1), (128, 128, 16, 3, 1), (64, 64, 32, 5, 1),
+    (256, 256, 8, 3, 1), (256, 512, 8, 1, 2), (512, 512, 4, 3, 1),
 )
 CONV_FLOPS = 4e8
 CONV_SMALL_FLOPS = 4e6

@@ -26,6 +26,8 @@ def number(r: Recommendation) -> str:
         return duration(r.value)
     if r.unit == "s":
         return units.seconds(r.value)
+    if r.unit == "% of the step":
+        return f"{units.percent(r.value / 100)} of the step"
     if r.unit in ("samples", "threads"):
         return f"{r.value:.0f} {r.unit.removesuffix('s') if r.value == 1 else r.unit}"
     return f"{r.value:.4g} {r.unit}"

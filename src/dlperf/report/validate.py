@@ -158,6 +158,19 @@ def catalogue_cases(store: Store, device: str, *, machine_id: str | None = None
     return out, skipped
 
 
+def case_label(spec: RunSpec) -> str:
+    """The spec's label and what else tells two measured configurations apart in a table
+    of cases: the workload's parameters ('side=128') and settings other than the
+    defaults ('quick settings')."""
+    from dlperf.presets import settings_name
+
+    extra = [f"{k}={v}" for k, v in sorted(spec.params.items())]
+    name = settings_name(spec.measurement)
+    if name != "default":
+        extra.append(f"{name} settings")
+    return spec.label() + (f" ({', '.join(extra)})" if extra else "")
+
+
 def family(network: str) -> str:
     return workloads.WORKLOADS[network].family if network in workloads.WORKLOADS else network
 
