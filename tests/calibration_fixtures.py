@@ -17,6 +17,7 @@ TRAIN_CALL_S, TRAIN_OP_S = 30e-6, 5e-6  # the same in a training step (autograd 
 GEMM_RATE, H = 60e9, (32.0, 32.0, 16.0)  # FLOP/s, half-rate sides
 TRAFFIC_BPS = 20e9
 CONV_RATE, CONV_BWD_RATE = 40e9, 30e9
+H_CONV = (64.0, 8.0, 12.0)  # half-rate output pixels, output and input channels
 DRAM_BPS = 15e9
 UPDATE_BPS = 25e9
 TN_SLOWER = 1.5
@@ -39,18 +40,18 @@ def gemm_s(m: float, n: float, k: float) -> float:
 def true_s(op: str, shape: tuple[int, ...], world: int = 1) -> float:
     if op == "dispatch":
         return CALL_S + shape[0] * OP_S
-    if op == "dispatch_train":  # three kernels per layer
-        return TRAIN_CALL_S + 3 * shape[0] * TRAIN_OP_S
+    if op == "dispatch_train":  # four kernels per layer: three products and the update
+        return TRAIN_CALL_S + 4 * shape[0] * TRAIN_OP_S
     if op == "gemm":
         return CALL_S + gemm_s(*shape)
     if op == "gemm_tn":  # the transposed form, half again as slow
         return CALL_S + TN_SLOWER * gemm_s(*shape)
-    if op in ("conv", "conv_bwd"):
+    if op in ("conv", "conv_bwd"):  # saturating in M and in the output and input channels
         m, n, k = conv_gemm(shape)
         rate = CONV_RATE if op == "conv" else CONV_BWD_RATE
         passes = 1 if op == "conv" else 2
         return CALL_S + OP_S + passes * 2 * m * n * k / (
-            rate * _phi(m, H[0]) * _phi(n, H[1]) * _phi(k, H[2]))
+            rate * _phi(m, H_CONV[0]) * _phi(n, H_CONV[1]) * _phi(shape[1], H_CONV[2]))
     if op == "memory":
         return CALL_S + OP_S + nbytes(op, shape) / DRAM_BPS
     if op == "update":  # in place: faster than a fresh result

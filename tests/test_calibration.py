@@ -77,6 +77,22 @@ def _samples(op: str, world: int = 1) -> list:
     return [made_up.sample(op, tuple(s), world) for s in k.grid(op)]
 
 
+def test_the_convolution_fit_recovers_the_made_up_machine():
+    """Rate and saturations in output pixels, output and input channels, forward and
+    backward apart: at calibrated shapes and at a network's shapes it never saw (a 5x5
+    layer of 96 channels, an 11x11 first layer on 3)."""
+    d = fit.fit_dispatch(_samples("dispatch"), _samples("dispatch_train"))
+    for op, rate in (("conv", made_up.CONV_RATE), ("conv_bwd", made_up.CONV_BWD_RATE)):
+        c = fit.fit_conv(_samples(op), d)
+        passes = 2 if op == "conv_bwd" else 1  # the rate is per pass; time() is both
+        assert c.rate * passes == pytest.approx(rate, rel=0.05)
+        assert c.h == pytest.approx(made_up.H_CONV, rel=0.1)
+        for shape in (*k.grid(op)[:4], (16, 96, 256, 27, 5, 1), (16, 3, 96, 224, 11, 4)):
+            m, n, kk = k.conv_gemm(shape)
+            assert c.time(m, n, kk, shape[4]) == pytest.approx(
+                made_up.true_s(op, shape) - made_up.CALL_S, rel=0.05)
+
+
 def test_dispatch_and_allreduce_fits_recover_the_made_up_machine():
     d = fit.fit_dispatch(_samples("dispatch"), _samples("dispatch_train"))
     assert d.op_s == pytest.approx(made_up.OP_S, rel=1e-6)
@@ -134,6 +150,7 @@ def test_memory_curve_is_the_bandwidth_and_never_falls_with_size():
 
 # ----------------------------------------------------------------------------- the kernel kind
 def _kernel_spec(framework: str, parts: dict[str, list[tuple[int, ...]]], **kw) -> RunSpec:
+    kw.setdefault("revision", k.REVISION)
     o = KernelOptions(parts=tuple(KernelPart(op=op, shapes=tuple(s)) for op, s in parts.items()),
                       min_time_s=0.01, **kw)
     return RunSpec(kind="kernel", network="kernels", framework=framework, batch_size=1,
@@ -180,6 +197,26 @@ def test_tensorflow_pads_its_convolution_kernels_as_its_keras_layers_do():
         dx, dw = bwd._out
         assert tuple(dx.shape) == tuple(bwd.args[0].shape) and tuple(dw.shape) == (
             window, window, c_in, c_out)
+
+
+def test_a_trained_chain_without_the_optimizer_is_not_read_as_one_with_it(db):
+    """Revisions before 5 trained their chain without an optimizer (three kernels a
+    layer): their trained samples are left out and the plain chain stands in."""
+    from dlperf.spec import RunResult
+
+    versions = calibration.specs(["torch"], [1], allreduce=False)[0].options.versions
+    parts = {op: [tuple(s) for s in k.grid(op)] for op in ("dispatch", "dispatch_train")}
+    for revision, t0 in ((4, 1.0), (k.REVISION, 2.0)):
+        spec = _kernel_spec("torch", parts, versions=versions, revision=revision)
+        if revision == k.REVISION:  # another kind of kernel run: not replaced by the old one
+            spec = spec.model_copy(update={"network": "kernels-new"})
+        samples = tuple(made_up.sample(op, s) for op, shapes in parts.items() for s in shapes)
+        with Store(db) as store:
+            store.add(RunResult(spec=spec, status="ok", outcome=KernelOutcome(samples=samples),
+                                started_at=t0, finished_at=t0 + 0.5))
+            (stored,) = calibration.load(store)
+        trained = stored.samples.of_op("dispatch_train")
+        assert len(trained) == (0 if revision == 4 else len(parts["dispatch_train"]))
 
 
 def test_a_failing_shape_is_recorded_and_the_others_go_on():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from dlperf.backends.base import Trainer, UnsupportedError
 from dlperf.perfmodel.kernels import DISPATCH_SIDE, flops
@@ -72,8 +73,16 @@ class KernelTrainer(Trainer):
                     z = jnp.matmul(z, w, precision=HIGHEST)
                 return z.sum()
 
-            def fn(a, ws):
-                return jax.grad(loss)(ws, a)
+            # a training step as jax_backend's: grad, optax's SGD update, the state
+            # donated (a small rate keeps the weights finite over any number of calls)
+            tx = optax.sgd(1e-4)
+            a, ws = args
+            args = ((ws, tx.init(ws)), a)
+
+            def fn(state, a):
+                ws, opt_state = state
+                updates, opt_state = tx.update(jax.grad(loss)(ws, a), opt_state, ws)
+                return optax.apply_updates(ws, updates), opt_state
         elif op == "dispatch":
             args = (normal(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE,)
 
@@ -87,14 +96,14 @@ class KernelTrainer(Trainer):
         self.args = jax.device_put(args, device)
         # the update writes over its array (its input donated), as a training step updates
         # its weights; the memory pass makes a fresh result, as a layer does
-        self._donate = op == "update"
+        self._donate = op in ("update", "dispatch_train")
         self._fn = jax.jit(fn, donate_argnums=(0,) if self._donate else ())
         self._out = None
 
     def step(self) -> None:
         self._out = self._fn(*self.args)
-        if self._donate:
-            self.args = (self._out,)
+        if self._donate:  # the new state is the next call's
+            self.args = (self._out, *self.args[1:])
 
     def sync(self) -> None:
         if self._out is not None:

@@ -3,6 +3,7 @@ tf.function, as the 'graph' variant runs a training step (NHWC, fp32, TF32 off).
 
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
 
 from dlperf.backends.base import Trainer, UnsupportedError
@@ -72,10 +73,12 @@ class KernelTrainer(Trainer):
                 def fn():
                     var.assign(var * 0.999)
                     return var[:1]  # after the assignment (tf.function orders them)
-            elif op == "dispatch_train":
+            elif op == "dispatch_train":  # as tf_backend.make_train_step: tape, Keras SGD
                 a = gen.normal((DISPATCH_SIDE, DISPATCH_SIDE)) / DISPATCH_SIDE
-                ws = [tf.Variable(gen.normal((DISPATCH_SIDE, DISPATCH_SIDE)) / DISPATCH_SIDE)
+                ws = [keras.Variable(gen.normal((DISPATCH_SIDE, DISPATCH_SIDE)) / DISPATCH_SIDE)
                       for _ in range(shape[0])]
+                opt = keras.optimizers.SGD(learning_rate=1e-4)  # small: stays finite
+                opt.build(ws)
                 args = ()
 
                 def fn():
@@ -84,7 +87,9 @@ class KernelTrainer(Trainer):
                         for w in ws:
                             z = tf.linalg.matmul(z, w)
                         loss = tf.reduce_sum(z)
-                    return tuple(tape.gradient(loss, ws))
+                    grads = tape.gradient(loss, ws)
+                    opt.apply_gradients(zip(grads, ws, strict=True))
+                    return loss
             elif op == "dispatch":
                 args = (gen.normal((DISPATCH_SIDE, DISPATCH_SIDE)) / DISPATCH_SIDE,)
 

@@ -59,6 +59,9 @@ class KernelTrainer(Trainer):
             self.a = randn(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE
             self.ws = [(randn(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE).requires_grad_()
                        for _ in range(shape[0])]
+            # the optimizer the backend trains with (torch_backend.TorchTrainer); a small
+            # rate keeps the weights finite over any number of calls
+            self.opt = torch.optim.SGD(self.ws, lr=1e-4)
         else:
             raise UnsupportedError(f"torch has no calibration kernel '{op}'")
 
@@ -79,13 +82,13 @@ class KernelTrainer(Trainer):
             self.out = torch.mul(self.x, 2.0)
         elif op == "update":
             self.x.mul_(0.999)
-        elif op == "dispatch_train":  # forward, autograd's backward, gradients released
+        elif op == "dispatch_train":  # a training step as TorchTrainer.step runs one
+            self.opt.zero_grad(set_to_none=True)
             z = self.a
             for w in self.ws:
                 z = z @ w
             z.sum().backward()
-            for w in self.ws:
-                w.grad = None
+            self.opt.step()
         else:  # dispatch: a chain of dependent tiny products, one op each
             z = self.a
             for _ in range(self.shape[0]):

@@ -99,6 +99,11 @@ def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
     return isinstance(o, KernelOptions) and o.versions == peak.versions(r.spec.framework, packages)
 
 
+#: the first kernel revision whose trained chain updates its weights (four kernels per
+#: layer, ``kernels.TRAIN_KERNELS``); an older one's chain had three and no optimizer
+TRAINED_CHAIN_REVISION = 5
+
+
 def _newest(rows: Sequence[RunResult]) -> list[RunResult]:
     """The newest kernel run of each framework, thread count, device and kind of kernel run
     (the kernels, or the all-reduce among a process count): a calibration measured again
@@ -129,6 +134,8 @@ def load(store: Store, *, device: str | None = "cpu",
         if not isinstance(r.outcome, KernelOutcome):
             continue
         samples = r.outcome.samples
+        if r.spec.options.revision < TRAINED_CHAIN_REVISION:  # no optimizer in its chain:
+            samples = tuple(s for s in samples if s.op != "dispatch_train")  # plain stands in
         collective.extend(s for s in samples if s.op == "allreduce")
         local = [s for s in samples if s.op != "allreduce"]
         if local:

@@ -87,8 +87,9 @@ def print_fit(f: LocalFit) -> None:
     out.print(f"  GEMM        {units.flops(g.rate, '/s')} asymptotic; half rate at "
               f"m {g.h[0]:.3g}, n {g.h[1]:.3g}, k {g.h[2]:.3g}; fit off by {_spread(g.residuals)}")
     for name, c in (("conv fwd", f.conv), ("conv bwd", f.conv_bwd)):
-        out.print(f"  {name:11} {units.flops(c.rate, '/s')} on the GEMM's saturations; fit off "
-                  f"by {_spread(c.residuals)}")
+        out.print(f"  {name:11} {units.flops(c.rate, '/s')} asymptotic; half rate at "
+                  f"{c.h[0]:.3g} output pixels, {c.h[1]:.3g} output and {c.h[2]:.3g} input "
+                  f"channels; fit off by {_spread(c.residuals)}")
     small, big = m.nbytes[0], m.nbytes[-1]
     out.print(f"  memory      {small / m.seconds[0] / 1e9:.3g} GB/s at {units.nbytes(small)} .. "
               f"{big / m.seconds[-1] / 1e9:.3g} GB/s at {units.nbytes(big)}")

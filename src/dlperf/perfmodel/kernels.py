@@ -20,10 +20,12 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
 - ``dispatch`` (ops,): a chain of ``ops`` dependent 8 x 8 matrix products, nothing to
   compute: the fixed cost of one op in this framework's step (the slope over the
   chain length) and of one call (the intercept);
-- ``dispatch_train`` (layers,): the same chain of ``layers`` 8 x 8 weights trained: the
-  forward, and the backward's two products per layer through the framework's autograd
-  (eager PyTorch's engine, a TensorFlow tape, JAX's grad under jit): the per-kernel cost
-  of a training step's ops (the slope over 3 kernels per layer) and of one step call;
+- ``dispatch_train`` (layers,): the same chain of ``layers`` 8 x 8 weights trained as the
+  backends train: the forward, the backward's two products per layer through the
+  framework's autograd (eager PyTorch's engine, a TensorFlow tape, JAX's grad under jit)
+  and the framework's SGD optimizer (torch.optim.SGD with zero_grad, Keras' SGD, optax's
+  sgd): the per-kernel cost of a training step's ops (the slope over 4 kernels per layer)
+  and of one step call (the intercept: the optimizer's own fixed cost included);
 - ``allreduce`` (bytes,): a gloo all-reduce of fp32 on loopback among ``world``
   processes (PyTorch only).
 
@@ -43,16 +45,19 @@ Op = Literal["gemm", "gemm_tn", "conv", "conv_bwd", "memory", "update", "dispatc
              "dispatch_train", "allreduce"]
 OPS: tuple[str, ...] = ("gemm", "gemm_tn", "conv", "conv_bwd", "memory", "update", "dispatch",
                         "dispatch_train", "allreduce")
-#: kernels per layer of the trained chain: the forward product and two gradient products
-TRAIN_KERNELS = 3
+#: products per layer of the trained chain: the forward and the two gradients
+TRAIN_PRODUCTS = 3
+#: kernels per layer of the trained chain: its products and the optimizer's update
+TRAIN_KERNELS = 4
 #: the fp32 element
 ELEM = 4
 #: the kernels' own revision, part of a kernel run's identity. 1: the first kernels;
 #: 2: the transposed product, the in-place update, and the products and memory pass make a
 #: fresh result per call (as a training step's ops do); 3: small convolutions, the
 #: trained dispatch chain; 4: TensorFlow's convolutions padded as its Keras layers pad,
-#: an 11x11 window at stride 4
-REVISION = 4
+#: an 11x11 window at stride 4; 5: the trained chain updates its weights with the
+#: framework's SGD optimizer
+REVISION = 5
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
 
@@ -149,7 +154,7 @@ def flops(op: str, shape: tuple[int, ...]) -> float:
     if op == "dispatch":
         return 2.0 * shape[0] * DISPATCH_SIDE**3
     if op == "dispatch_train":
-        return TRAIN_KERNELS * 2.0 * shape[0] * DISPATCH_SIDE**3
+        return TRAIN_PRODUCTS * 2.0 * shape[0] * DISPATCH_SIDE**3
     return 0.0
 
 
