@@ -18,9 +18,10 @@ times the model adds up.
   batch, N = output channels, K = window^2 x input channels) at a rate that saturates in
   M, in the output channels and in the input channels (not in K: a convolution library
   vectorises over channels, so three input channels under a 7x7 window are as thin as
-  under a 3x3 one; on the calibration samples this form leaves a median residual of
-  9-17% where the GEMM's saturations on K left 17-46%), plus a fixed cost, forward and
-  backward fitted apart, and its residuals.
+  under a 3x3 one; on this machine's calibration samples this form leaves a median
+  residual of 8-16% where the GEMM's saturations on K left 10-46%, JAX's backward
+  excepted: 32-42%), plus a fixed cost, forward and backward fitted apart, and its
+  residuals.
 - ``MemoryCurve``: time against bytes moved, interpolated in log-log over the sizes
   measured (caches, then DRAM), the op's fixed cost taken off.
 - ``AlphaBeta``: an all-reduce of n bytes among p processes, t = alpha + n / beta (Hockney
