@@ -6,18 +6,23 @@ what is missing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dlperf import units, workloads
 from dlperf.advice import common
 from dlperf.advice.records import Measured, Recommendation, Unknown
 from dlperf.advice.tasks import Task
 from dlperf.dataflow.plan import has_pipeline, input_of
-from dlperf.kinds.dataflow import StorageOptions, StorageOutcome
+from dlperf.kinds.dataflow import StorageOutcome
 from dlperf.report.aggregate import ConfigResult
-from dlperf.report.dataflow import GONE, loader_rate, outcomes, stall_share
+from dlperf.report.dataflow import GONE, dataflow_of, loader_rate, stall_share
+
+#: how a measured row becomes a recommendation's source (``advice.local.measured``)
+Source = Callable[[ConfigResult], Measured]
 
 
 def data_advice(best_of: dict[tuple[str, str], ConfigResult], rows: list[ConfigResult],
-                task: Task, cores: int, measured) -> list[Recommendation]:
+                task: Task, cores: int, measured: Source) -> list[Recommendation]:
     """The input pipeline's and the storage's recommendation. ``best_of``: the fastest
     run of each (network, size) of the task measured here on synthetic data, candidates
     in the task's order; ``rows``: this machine's rows of every kind; ``measured``: a
@@ -35,7 +40,7 @@ def data_advice(best_of: dict[tuple[str, str], ConfigResult], rows: list[ConfigR
 
 
 def _pipeline(net: str, first: ConfigResult | None, rows: list[ConfigResult], cores: int,
-              measured) -> Recommendation:
+              measured: Source) -> Recommendation:
     """The pipeline configuration that trained ``net`` fastest here and the share of its
     step spent waiting for data; else the loader alone against the training rate."""
     steps = [r for r in rows if r.spec.kind == "step" and r.measured and r.spec.network == net
@@ -72,7 +77,7 @@ def _pipeline(net: str, first: ConfigResult | None, rows: list[ConfigResult], co
 
 
 def _storage(net: str, first: ConfigResult | None, rows: list[ConfigResult], cores: int,
-             measured) -> Recommendation:
+             measured: Source) -> Recommendation:
     """Whether this machine's measured storage (else the catalogue's) reads the bytes the
     fastest training rate needs. A sample's bytes are those of the data set on disk where
     a pipeline run measured one (JPEG, PNG or records), else its fp32 tensor."""
@@ -92,18 +97,18 @@ def _storage(net: str, first: ConfigResult | None, rows: list[ConfigResult], cor
             "machine's: dlperf dataflow storage --path DIR", need / 1e6, "MB/s", measured(first))
     res, disk = max(disks, key=lambda x: x[0].finished_at or 0.0)
     o = res.outcome
-    assert isinstance(disk.spec.options, StorageOptions)
+    path = getattr(disk.spec.options, "path", "")
     # a shuffled epoch reads its sample files in random order: the random rate is the one
     # that must keep up; the sequential one is what a record format read in order gets
     verdict = ("not a bottleneck" if o.rand_bytes_per_s >= need else
                "a bottleneck for files read in random order" +
                ("; read in order (records) it keeps up" if o.seq_bytes_per_s >= need else
                 "; keep the data in memory"))
-    text = (f"storage: {disk.spec.options.path} reads {o.seq_bytes_per_s / 1e6:.4g} MB/s in "
+    text = (f"storage: {path} reads {o.seq_bytes_per_s / 1e6:.4g} MB/s in "
             f"order and {o.rand_bytes_per_s / 1e6:.4g} MB/s at random ({o.tool}, cold); "
             f"{net} at {first.samples_per_s:.4g} samples/s needs {need / 1e6:.3g} MB/s of "
             f"{what}: {verdict}")
-    src = Measured(f"dlperf dataflow storage --path {disk.spec.options.path} ({o.tool})",
+    src = Measured(f"dlperf dataflow storage --path {path} ({o.tool})",
                    f"one cold pass each way, {o.method}")
     return Recommendation("data", "storage", text, need / 1e6, "MB/s", src)
 
@@ -111,17 +116,19 @@ def _storage(net: str, first: ConfigResult | None, rows: list[ConfigResult], cor
 def on_disk_bytes(net: str, rows: list[ConfigResult]) -> tuple[float | None, str]:
     """Bytes per sample of ``net``'s data set on disk, from the newest pipeline run that
     read one, and its format ('jpeg files'); (None, '') where none did."""
-    found = []
+    found = []  # (finished, bytes per sample, format)
     for r in rows:
         if r.spec.kind not in ("step", "loader") or r.spec.network != net:
             continue
         opts = input_of(r.spec)
         if opts.input != "disk":
             continue
-        for o in outcomes(r):
-            if o.data_set_bytes:
-                found.append((o.data_set_bytes / opts.samples, opts.data_format))
+        for res in r.ok:
+            o = dataflow_of(res)
+            if o is not None and o.data_set_bytes:
+                found.append((res.finished_at or 0.0, o.data_set_bytes / opts.samples,
+                              opts.data_format))
     if not found:
         return None, ""
-    b, fmt = found[-1]
+    _, b, fmt = max(found, key=lambda x: x[0])
     return b, f"{fmt} files"

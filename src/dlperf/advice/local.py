@@ -33,7 +33,8 @@ def measured(r: ConfigResult) -> Measured:
 
 
 def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: float) -> HardwareAdvice:
-    """``rows``: this machine's aggregated step and parallel rows (failures included)."""
+    """``rows``: this machine's aggregated rows (step, parallel, loader and storage;
+    failures included)."""
     cores = environment.physical_cores()
     # training on synthetic data: the processor's own rate (runs on an input pipeline,
     # which add the wait for data, are what the data advice reads)
