@@ -55,3 +55,29 @@ def test_machines_and_precisions_are_never_combined():
     assert cells == {"torch/eager": ["1", "5"], "torch/eager bf16": ["0.5", ""]}
     assert "machine 3333cccc: a described machine" in t.footnotes
     assert "| 1111aaaa: 1 thread | a described machine [3333cccc]: 1 thread |" in to_markdown(t)
+
+
+def test_thread_curves_and_rankings_compare_plain_steps_only(db):
+    """An experiment's workload variants (--param side=...) and runs on an input pipeline
+    are other configurations: they never join a thread curve or a framework ranking."""
+    from dlperf.kinds import StepOptions
+    from dlperf.report.base import plain_steps
+    from dlperf.report.threads import ranking, scaling_curves
+    from tests.report_fixtures import result
+
+    rows = [result("fcn5", 1, 1.0), result("fcn5", 2, 0.6),
+            result("fcn5", 1, 0.8, framework="tensorflow")]
+    side = result("fcn5", 2, 0.1)
+    pipe = result("fcn5", 2, 5.0, framework="tensorflow")
+    rows += [side.model_copy(update={"spec": side.spec.model_copy(update={"params": {"side": 8}})}),
+             pipe.model_copy(update={"spec": pipe.spec.model_copy(update={
+                 "options": StepOptions(input="memory", loader_workers=1)})})]
+    agg = aggregate(rows)
+    plain = plain_steps(agg)
+    assert len(agg) == 5 and len(plain) == 3
+    (curve,) = scaling_curves(plain).values()
+    assert {t: r.median_s for t, r in curve.items()} == {1: 1.0, 2: 0.6}
+    (ranked,) = ranking(plain).values()  # 1 thread: tensorflow before torch
+    assert [r.framework_label for r in ranked] == ["tensorflow/graph", "torch/eager"]
+    # unfiltered, the variant and the pipeline run would make a 2-thread "ranking"
+    assert sorted(len(v) for v in ranking(agg).values()) == [2, 3]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlperf.kinds.dataflow import InputOptions
 from dlperf.report.aggregate import ConfigResult, aggregate
 from dlperf.report.tables import Table
 
@@ -45,6 +46,14 @@ class Filters:
             "size": self.size,
             "machine_id": list(self.machines) or None,
         }
+
+
+def plain_steps(rows: list[ConfigResult]) -> list[ConfigResult]:
+    """The rows a thread curve or a framework ranking may compare: on synthetic data (an
+    input pipeline adds the wait for data) and with the workload's own parameters (an
+    experiment's variants, such as the input-size sides, are other workloads)."""
+    return [r for r in rows if not r.spec.params and not (
+        isinstance(r.spec.options, InputOptions) and r.spec.options.has_pipeline)]
 
 
 def step_rows(store, filters: Filters = Filters()) -> list[ConfigResult]:

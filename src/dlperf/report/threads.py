@@ -15,7 +15,7 @@ from pathlib import Path
 from dlperf import units, workloads
 from dlperf.report import plots
 from dlperf.report.aggregate import SAME_WITHIN, ConfigResult, direction, settings_names
-from dlperf.report.base import Filters, Section, step_rows
+from dlperf.report.base import Filters, Section, plain_steps, step_rows
 from dlperf.report.machines import machine_records
 from dlperf.report.tables import Table, machine_label, sort_rows
 from dlperf.store import Store
@@ -97,7 +97,7 @@ def scaling_table(rows: list[ConfigResult], cores_of: dict[str | None, int]) -> 
 
 
 def thread_section(store: Store, out: Path, filters: Filters) -> Section | None:
-    rows = step_rows(store, filters)
+    rows = plain_steps(step_rows(store, filters))
     records = machine_records(store, [r.results[0] for r in rows])
     cores_of = {mid: m.get("physical_cores") for mid, m in records.items()}
     t = scaling_table(rows, cores_of)
@@ -167,7 +167,7 @@ def _geomean(xs: list[float]) -> float:
 
 
 def ranking_section(store: Store, out: Path, filters: Filters) -> Section | None:
-    tables = ranking_tables(step_rows(store, filters))
+    tables = ranking_tables(plain_steps(step_rows(store, filters)))
     if not tables:
         return None
     return Section("ranking", "Framework ranking", tables=tables)
