@@ -494,6 +494,68 @@ def test_explain_profiles_a_torch_step_and_names_the_op_that_loses_most(db, caps
     assert "diagnosis:" in text and "Op groups per step" in text
 
 
+HLO = """HloModule jit_train_step
+
+%fused_computation (param_0: f32[8,4], param_1: f32[4,6]) -> f32[8,6] {
+  %param_0 = f32[8,4]{1,0} parameter(0)
+  %param_1 = f32[4,6]{1,0} parameter(1)
+  ROOT %dot.3 = f32[8,6]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (x: f32[2,8,4], w: f32[4,6], img: f32[2,9,9,3], k: f32[3,3,3,5]) -> f32[8,6] {
+  %x = f32[2,8,4]{2,1,0} parameter(0)
+  %w = f32[4,6]{1,0} parameter(1)
+  %img = f32[2,9,9,3]{3,2,1,0} parameter(2)
+  %k = f32[3,3,3,5]{3,2,1,0} parameter(3)
+  %dot.1 = f32[4,6]{1,0} dot(%x, %y.2), lhs_contracting_dims={0,1}, rhs_contracting_dims={0,1}
+  %y.2 = f32[2,8,6]{2,1,0} parameter(4)
+  %flat = f32[8,4]{1,0} parameter(5)
+  %ynn_fusion = f32[8,6]{1,0} fusion(%flat, %w), kind=kCustom, calls=%fused_computation
+  %convolution.4 = f32[2,9,9,5]{3,2,1,0} convolution(%img, %k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  %add.5 = f32[8,6]{1,0} add(%ynn_fusion, %ynn_fusion)
+  ROOT %while.6 = (s32[], f32[8,6]{1,0}) while(%t), condition=%c, body=%b
+}
+"""
+
+
+def test_xla_instructions_are_read_from_the_hlo_and_the_trace():
+    pytest.importorskip("jax")
+    from dlperf.backends import jax_profile as jp
+
+    table = jp.parse_hlo(HLO)
+    assert table["x"].dims == (2, 8, 4) and table["dot.3"].computation == "fused_computation"
+    # the weight gradient's form: contracting over (time, batch) -> (4 x 16) @ (16 x 6)
+    assert jp.describe(table["dot.1"], table) == ("xla:dot", ((4, 16), (16, 6)), None)
+    # a fusion around one dot is that dot
+    assert jp.describe(table["ynn_fusion"], table) == ("xla:dot", ((8, 4), (4, 6)), None)
+    name, shapes, flops = jp.describe(table["convolution.4"], table)
+    assert (name, shapes) == ("xla:convolution", ((2, 3, 9, 9), (5, 3, 3, 3)))
+    assert flops == 2.0 * (2 * 9 * 9 * 5) * 9 * 3
+    assert jp.describe(table["add.5"], table) == ("xla:add", ((8, 6), (8, 6), (8, 6)), None)
+    assert jp.describe(table["while.6"], table) == ("xla:while", (), None)  # a tuple: unmodelled
+    # a loop holding two ops: each keeps its own time, the loop what is left
+    times = jp.self_times([("while.6", 0, 100), ("dot.1", 10, 40), ("add.5", 50, 60),
+                           ("dot.1", 200, 230)])
+    assert times == {"while.6": (1, pytest.approx(60e-9)), "dot.1": (2, pytest.approx(60e-9)),
+                     "add.5": (1, pytest.approx(10e-9))}
+
+
+def test_explain_profiles_a_jax_step_with_xla_instruction_names(db, capsys):
+    if not backends.installed("jax"):
+        pytest.skip("jax not installed")
+    with Store(db) as store:
+        made_up.calibrated(store, frameworks=("jax",), allreduce=False)
+    assert main(["explain", "-n", "fcn5", "--size", "tiny", "-f", "jax", "-b", "16", "--steps",
+                 "2", "--db", str(db), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    gemms = [o for o in doc["ops"] if o["kind"] == "gemm"]
+    assert gemms and all(o["name"] == "xla:dot" and o["model_s"] > 0 for o in gemms)
+    # fcn5's products, forward and both gradients, each at its own shapes
+    assert len({tuple(map(tuple, o["shapes"])) for o in gemms}) >= 3
+    assert 0 < doc["ops_s"] <= doc["profiled_step_s"] * 1.05
+    assert doc["diagnosis"]
+
+
 def test_explain_needs_a_calibration_and_a_profiler(db, capsys):
     assert main(["explain", "-n", "fcn5", "--db", str(db)]) == 2
     assert "dlperf calibrate" in capsys.readouterr().err
@@ -507,7 +569,7 @@ def test_explain_needs_a_calibration_and_a_profiler(db, capsys):
         assert main(["explain", "-n", "fcn5", "--size", "tiny", "-f", "tensorflow",
                      "--db", str(db)]) == 2
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and "torch.profiler" in err
+        assert len(err.splitlines()) == 1 and "torch.profiler" in err and "jax" in err
 
 
 def test_a_calibration_measured_again_replaces_the_earlier_one(db):

@@ -225,7 +225,8 @@ class Backend(ABC):
         """Run ``steps`` of ``trainer`` under this framework's own profiler: (each op group
         as ``kinds.profile.ProfiledOp`` fields, per step; the mean wall time of a step)."""
         raise UnsupportedError(f"dlperf explain cannot profile {self.name} steps yet "
-                               "(torch.profiler is wired; use --framework torch)")
+                               "(torch.profiler and JAX's profiler are wired; use "
+                               "--framework torch or jax)")
 
     def allreduce(self, sizes: list[int], world: int, repeats: int,
                   warmup: int) -> list[list[float]]:

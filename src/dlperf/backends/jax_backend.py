@@ -625,6 +625,13 @@ class JaxBackend(Backend):
 
         return kernel(op, shape, _device(device))
 
+    def profile(self, trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
+        from dlperf.backends.jax_profile import profile
+
+        if not isinstance(trainer, JaxTrainer):
+            raise UnsupportedError("dlperf explain profiles JAX training steps only")
+        return profile(trainer, steps, device)
+
 
 class MatmulProbe(Trainer):
     """An n x n fp32 matmul as a 'step': the peak that achieved FLOP/s is compared with."""

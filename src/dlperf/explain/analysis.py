@@ -73,7 +73,7 @@ class Explanation:
                     f"machine's calibrated rate for that shape{rate} and take "
                     f"{worst.measured_s / step:.0%} of the step")
         if self.outside_s >= 0.2 * step:
-            return (f"the framework's own time outside the ops (Python, autograd, allocation) "
+            return (f"the framework's own time outside the ops (Python, autograd or the runtime, allocation) "
                     f"takes {self.outside_s / step:.0%} of the step; the ops themselves run "
                     f"within {NOTABLE:.0%} of a step of their calibrated times")
         kinds = self.by_kind()

@@ -18,6 +18,12 @@ an op excludes its children, so a wrapper that only calls others costs its dispa
   at the bandwidth the memory curve gives for that many bytes, plus the per-op cost;
 - ``unmodelled``: an op whose operands the profiler did not record (the optimizer's fused
   ``_foreach_*`` ops on some builds): its time is shown, the model claims none for it.
+
+XLA's instructions (JAX, ``backends/jax_profile``) come as ``xla:dot`` (m x k, k x n),
+``xla:convolution`` (input NCHW, kernel OIHW, and its FLOPs) and ``xla:<opcode>`` for the
+rest (fusions of elementwise ops, reductions, copies: memory-bound; a while loop's own
+time, whose operands are a tuple: unmodelled). XLA runs a convolution's gradients as
+convolutions too; each is timed by the forward convolution curve.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ from typing import Protocol
 from dlperf.perfmodel.fit import LocalFit
 from dlperf.perfmodel.kernels import ELEM
 
-GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "xla:dot"}
 CONV = {"aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::_slow_conv2d_forward",
-        "aten::_nnpack_spatial_convolution", "aten::thnn_conv2d"}
+        "aten::_nnpack_spatial_convolution", "aten::thnn_conv2d", "xla:convolution"}
 CONV_BWD = {"aten::convolution_backward"}
 #: ops whose own time is their dispatch: they call others, or move no data
 DISPATCH = {"aten::linear", "aten::matmul", "aten::conv2d", "aten::convolution",
@@ -134,7 +140,7 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit) -> tuple[float, float] | Non
     """(seconds per call, FLOPs per call) of a convolution op, or None when its operands
     are not those of a 2-D convolution."""
     calls = max(op.calls, 1e-12)
-    if len(op.shapes) < 3:
+    if len(op.shapes) < (2 if kind == "conv" else 3):
         return None
     if kind == "conv":
         x, w = op.shapes[0], op.shapes[1]

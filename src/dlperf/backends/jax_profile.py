@@ -1,0 +1,179 @@
+"""JAX's own profiler over a few training steps (``dlperf explain``): the time of every
+XLA instruction of the compiled step, from the trace ``jax.profiler.trace`` writes
+(read back with ``jax.profiler.ProfileData``), each instruction's operand shapes from the
+compiled module's HLO text, grouped by op and shapes, per step.
+
+XLA names its ops by instruction: a dot, a convolution, a fusion of elementwise ops (a
+fusion that wraps a dot or a convolution counts as that product), a while loop. An event
+nested in another on the same thread (a loop body's ops inside the loop) is taken off its
+parent, so that each instruction has its own time and nothing is counted twice.
+Products are given as ``xla:dot`` with operands (m x k) and (k x n) (a leading batch
+dimension where the dot has one), convolutions as ``xla:convolution`` with their FLOPs,
+everything else as ``xla:<opcode>`` with its operands' and result's shapes.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import re
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import jax
+from jax.profiler import ProfileData
+
+from dlperf.backends.base import Trainer
+
+#: '%name = f32[8,16]{1,0} opcode(%a, %b), attrs' (a tuple-shaped result has no dims)
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+) = (?P<type>\(.*?\)|\w+\[(?P<dims>[\d,]*)\]"
+                    r"(?:\{[^}]*\})?) (?P<op>[\w\-]+)\((?P<args>[^)]*)\)(?P<attrs>.*)$")
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) ")
+
+
+@dataclass
+class Instr:
+    name: str
+    op: str
+    dims: tuple[int, ...] | None  # the result's shape (None: a tuple)
+    args: tuple[str, ...]  # operand instruction names
+    attrs: str
+    computation: str
+
+
+def parse_hlo(text: str) -> dict[str, Instr]:
+    """Every instruction of an HLO module's text, by name (names are unique in a module)."""
+    out: dict[str, Instr] = {}
+    comp = ""
+    for line in text.splitlines():
+        if not line.startswith(" ") and (m := _COMPUTATION.match(line)):
+            comp = m.group("name")
+            continue
+        m = _INSTR.match(line)
+        if m is None:
+            continue
+        dims = m.group("dims")
+        shape = None if dims is None else tuple(int(d) for d in dims.split(",") if d)
+        args = tuple(a.strip().lstrip("%") for a in m.group("args").split(",")
+                     if a.strip().startswith("%"))
+        out[m.group("name")] = Instr(m.group("name"), m.group("op"), shape, args,
+                                     m.group("attrs"), comp)
+    return out
+
+
+def _dims_attr(attrs: str, key: str) -> tuple[int, ...]:
+    m = re.search(key + r"=\{([\d,]*)\}", attrs)
+    return tuple(int(d) for d in m.group(1).split(",") if d) if m else ()
+
+
+def dot_operands(ins: Instr, table: dict[str, Instr]) -> tuple[tuple[int, ...], ...] | None:
+    """A dot's operands as (m x k) and (k x n), with (b, m, k) and (b, k, n) for one batch
+    dimension; None for another layout."""
+    if len(ins.args) < 2:
+        return None
+    a, b = (table.get(n) for n in ins.args[:2])
+    if a is None or b is None or a.dims is None or b.dims is None:
+        return None
+    ca, cb = _dims_attr(ins.attrs, "lhs_contracting_dims"), _dims_attr(ins.attrs, "rhs_contracting_dims")
+    ba, bb = _dims_attr(ins.attrs, "lhs_batch_dims"), _dims_attr(ins.attrs, "rhs_batch_dims")
+    k = math.prod(a.dims[i] for i in ca)
+    batch = math.prod(a.dims[i] for i in ba)
+    m = math.prod(d for i, d in enumerate(a.dims) if i not in ca and i not in ba)
+    n = math.prod(d for i, d in enumerate(b.dims) if i not in cb and i not in bb)
+    return ((batch, m, k), (batch, k, n)) if ba else ((m, k), (k, n))
+
+
+def conv_flops(ins: Instr, table: dict[str, Instr]) -> tuple[tuple[tuple[int, ...], ...], float] | None:
+    """((input NCHW, kernel OIHW), FLOPs) of a 2-D convolution: 2 x output elements x the
+    kernel's window and input features; None for another layout."""
+    m = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", ins.attrs)
+    if m is None or len(ins.args) < 2 or ins.dims is None:
+        return None
+    lhs, rhs, _ = m.groups()
+    x, w = (table.get(n) for n in ins.args[:2])
+    if x is None or w is None or x.dims is None or w.dims is None or len(rhs) != 4 \
+            or len(lhs) != 4:
+        return None
+    rd = dict(zip(rhs, w.dims, strict=True))
+    xd = dict(zip(lhs, x.dims, strict=True))
+    window = [d for label, d in rd.items() if label not in "io"]
+    flops = 2.0 * math.prod(ins.dims) * math.prod(window) * rd["i"]
+    shapes = ((xd["b"], xd["f"], *(d for label, d in xd.items() if label not in "bf")),
+              (rd["o"], rd["i"], *window))
+    return shapes, flops
+
+
+def describe(ins: Instr, table: dict[str, Instr]) -> tuple[str, tuple[tuple[int, ...], ...], float | None]:
+    """(op name, operand shapes, FLOPs per call) of one instruction as ``ProfiledOp``
+    carries them; a fusion around a dot or a convolution counts as that product."""
+    inner = ins
+    if ins.op == "fusion" and (m := re.search(r"calls=%([\w.\-]+)", ins.attrs)):
+        products = [i for i in table.values() if i.computation == m.group(1)
+                    and i.op in ("dot", "convolution")]
+        if len(products) == 1:
+            inner = products[0]
+    if inner.op == "dot" and (ops := dot_operands(inner, table)):
+        return "xla:dot", ops, None
+    if inner.op == "convolution" and (found := conv_flops(inner, table)):
+        return "xla:convolution", found[0], found[1]
+    shapes = [table[a].dims for a in ins.args if a in table and table[a].dims is not None]
+    if ins.dims is not None:
+        shapes.append(ins.dims)
+    return f"xla:{ins.op}", tuple(shapes), None
+
+
+def self_times(events: list[tuple[str, int, int]]) -> dict[str, tuple[int, float]]:
+    """Per instruction name: (calls, self time in s) from one thread's (name, start, end)
+    events, each nested event's time taken off the event that holds it."""
+    out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    stack: list[list] = []  # [name, end, own ns]
+    for name, start, end in sorted(events, key=lambda e: (e[1], -e[2])):
+        while stack and start >= stack[-1][1]:
+            done = stack.pop()
+            out[done[0]][1] += done[2] * 1e-9
+        if stack:
+            stack[-1][2] -= end - start
+        stack.append([name, end, end - start])
+        out[name][0] += 1
+    for done in stack:
+        out[done[0]][1] += done[2] * 1e-9
+    return {k: (int(c), t) for k, (c, t) in out.items()}
+
+
+def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
+    compiled = trainer._step.lower(trainer.state, trainer.x, trainer.y).compile()
+    table = parse_hlo(compiled.as_text())
+    folder = tempfile.mkdtemp(prefix="dlperf-jax-trace-")
+    with jax.profiler.trace(folder):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            trainer.step()
+        trainer.sync()
+        wall = (time.perf_counter() - t0) / steps
+    (path,) = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
+    with open(path, "rb") as f:
+        data = ProfileData.from_serialized_xspace(f.read())
+    per: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for plane in data.planes:
+        for line in plane.lines:
+            events = []
+            for e in line.events:
+                stats = dict(e.stats)
+                op = stats.get("hlo_op")
+                if op in table and str(stats.get("hlo_module", "")).endswith("train_step"):
+                    events.append((op, e.start_ns, e.end_ns))
+            for name, (calls, s) in self_times(events).items():
+                per[name][0] += calls
+                per[name][1] += s
+    groups: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for name, (calls, s) in per.items():
+        op, shapes, flops = describe(table[name], table)
+        g = groups[(op, shapes)]
+        g[0] += calls / steps
+        g[1] += s / steps
+        g[2] += (flops or 0.0) * calls / steps
+    ops = [{"name": op, "shapes": shapes, "calls": c, "time_s": s, "flops": f or None}
+           for (op, shapes), (c, s, f) in groups.items() if s > 0]
+    return ops, wall
