@@ -561,15 +561,60 @@ def test_explain_needs_a_calibration_and_a_profiler(db, capsys):
     assert "dlperf calibrate" in capsys.readouterr().err
     with Store(db) as store:
         made_up.calibrated(store)
-    if backends.installed("tensorflow"):
-        from tests import calibration_fixtures
+    if backends.installed("keras"):  # a framework without a wired profiler: one line
+        from dlperf.backends.base import UnsupportedError
 
-        with Store(db) as store:
-            calibration_fixtures.calibrated(store, frameworks=("tensorflow",), allreduce=False)
-        assert main(["explain", "-n", "fcn5", "--size", "tiny", "-f", "tensorflow",
-                     "--db", str(db)]) == 2
-        err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and "torch.profiler" in err and "jax" in err
+        with pytest.raises(UnsupportedError, match="torch, tensorflow and jax"):
+            backends.load("keras").profile(None, 1, "cpu")
+
+
+def test_tensorflow_ops_are_read_from_the_traced_graph():
+    """A fused MatMul is found behind the node it is named after; transposes, convolutions
+    and their gradients get their shapes and FLOPs from the graph."""
+    if not backends.installed("tensorflow"):
+        pytest.skip("tensorflow not installed")
+    import tensorflow as tf
+
+    from dlperf.backends import tf_profile as tp
+
+    @tf.function
+    def step(x, w, img, k):
+        y = tf.sigmoid(tf.nn.bias_add(tf.linalg.matmul(x, w), tf.zeros(6)))
+        g = tf.linalg.matmul(x, y, transpose_a=True)  # (4 x 8) @ (8 x 6): a weight gradient
+        c = tf.nn.conv2d(img, k, 1, "SAME")
+        dk = tf.raw_ops.Conv2DBackpropFilter(input=img, filter_sizes=tf.shape(k),
+                                             out_backprop=c, strides=[1, 1, 1, 1],
+                                             padding="SAME")
+        return y, g, dk
+
+    graph = step.get_concrete_function(tf.zeros((8, 4)), tf.zeros((4, 6)),
+                                       tf.zeros((2, 9, 9, 3)), tf.zeros((3, 3, 3, 5))).graph
+    ops = {op.name: op for op in graph.get_operations()}
+    sig = next(n for n, o in ops.items() if o.type == "Sigmoid")
+    assert tp.describe(sig, "_MklNativeFusedMatMul", ops) == ("tf:matmul", ((8, 4), (4, 6)), None)
+    tmm = next(n for n, o in ops.items() if o.type == "MatMul" and o.get_attr("transpose_a"))
+    assert tp.describe(tmm, "_MklMatMul", ops) == ("tf:matmul", ((4, 8), (8, 6)), None)
+    conv = next(n for n, o in ops.items() if o.type == "Conv2D")
+    flops = 2.0 * (2 * 9 * 9 * 5) * 9 * 3
+    assert tp.describe(conv, "_MklNativeConv2D", ops) == (
+        "tf:conv2d", ((2, 3, 9, 9), (5, 3, 3, 3)), flops)
+    dk = next(n for n, o in ops.items() if o.type == "Conv2DBackpropFilter")
+    assert tp.describe(dk, "_MklNativeConv2DBackpropFilter", ops)[1:] == (
+        ((2, 3, 9, 9), (5, 3, 3, 3)), flops)
+    assert tp.describe("not/in/the/graph", "Relu", ops) == ("tf:Relu", (), None)
+
+
+def test_explain_profiles_a_tensorflow_step(db, capsys):
+    if not backends.installed("tensorflow"):
+        pytest.skip("tensorflow not installed")
+    with Store(db) as store:
+        made_up.calibrated(store, frameworks=("tensorflow",), allreduce=False)
+    assert main(["explain", "-n", "fcn5", "--size", "tiny", "-f", "tensorflow", "-b", "16",
+                 "--steps", "2", "--db", str(db), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    gemms = [o for o in doc["ops"] if o["kind"] == "gemm"]
+    assert gemms and all(o["name"] == "tf:matmul" and o["model_s"] > 0 for o in gemms)
+    assert 0 < doc["ops_s"] <= doc["profiled_step_s"] * 1.05 and doc["diagnosis"]
 
 
 def test_a_calibration_measured_again_replaces_the_earlier_one(db):

@@ -225,8 +225,7 @@ class Backend(ABC):
         """Run ``steps`` of ``trainer`` under this framework's own profiler: (each op group
         as ``kinds.profile.ProfiledOp`` fields, per step; the mean wall time of a step)."""
         raise UnsupportedError(f"dlperf explain cannot profile {self.name} steps yet "
-                               "(torch.profiler and JAX's profiler are wired; use "
-                               "--framework torch or jax)")
+                               "(the profilers of torch, tensorflow and jax are wired)")
 
     def allreduce(self, sizes: list[int], world: int, repeats: int,
                   warmup: int) -> list[list[float]]:

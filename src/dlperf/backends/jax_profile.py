@@ -26,6 +26,7 @@ import jax
 from jax.profiler import ProfileData
 
 from dlperf.backends.base import Trainer
+from dlperf.backends.trace_times import self_times
 
 #: '%name = f32[8,16]{1,0} opcode(%a, %b), attrs' (a tuple-shaped result has no dims)
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+) = (?P<type>\(.*?\)|\w+\[(?P<dims>[\d,]*)\]"
@@ -122,24 +123,6 @@ def describe(ins: Instr, table: dict[str, Instr]) -> tuple[str, tuple[tuple[int,
     if ins.dims is not None:
         shapes.append(ins.dims)
     return f"xla:{ins.op}", tuple(shapes), None
-
-
-def self_times(events: list[tuple[str, int, int]]) -> dict[str, tuple[int, float]]:
-    """Per instruction name: (calls, self time in s) from one thread's (name, start, end)
-    events, each nested event's time taken off the event that holds it."""
-    out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    stack: list[list] = []  # [name, end, own ns]
-    for name, start, end in sorted(events, key=lambda e: (e[1], -e[2])):
-        while stack and start >= stack[-1][1]:
-            done = stack.pop()
-            out[done[0]][1] += done[2] * 1e-9
-        if stack:
-            stack[-1][2] -= end - start
-        stack.append([name, end, end - start])
-        out[name][0] += 1
-    for done in stack:
-        out[done[0]][1] += done[2] * 1e-9
-    return {k: (int(c), t) for k, (c, t) in out.items()}
 
 
 def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:

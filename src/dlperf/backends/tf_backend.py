@@ -364,6 +364,13 @@ class TensorFlowBackend(Backend):
             raise UnsupportedError("no GPU visible to TensorFlow")
         return kernel(op, shape, "/GPU:0" if device == "gpu" else "/CPU:0")
 
+    def profile(self, trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
+        from dlperf.backends.tf_profile import profile
+
+        if not isinstance(trainer, TFTrainer):
+            raise UnsupportedError("dlperf explain profiles TensorFlow training steps only")
+        return profile(trainer, steps, device)
+
 
 class MatmulProbe(Trainer):
     """An n x n fp32 matmul as a 'step': the peak that achieved FLOP/s is compared with."""

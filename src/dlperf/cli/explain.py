@@ -19,8 +19,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "explain", help="profile one step and set each op beside the calibrated model",
         description="Time one network's training step (the usual warm-up rule), run a few "
-        "more under the framework's own profiler (torch.profiler; for JAX, jax.profiler's "
-        "trace of each XLA instruction), and print per op group "
+        "more under the framework's own profiler (torch.profiler, jax.profiler's trace of "
+        "each XLA instruction, TensorFlow's trace of each graph op), and print per op group "
         "(op and operand shapes) the measured time, the model's time from this machine's "
         "kernel calibration (dlperf calibrate), the achieved FLOP/s against the calibrated "
         "rate for that shape, and a one-line diagnosis.")

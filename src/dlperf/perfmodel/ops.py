@@ -23,7 +23,9 @@ XLA's instructions (JAX, ``backends/jax_profile``) come as ``xla:dot`` (m x k, k
 ``xla:convolution`` (input NCHW, kernel OIHW, and its FLOPs) and ``xla:<opcode>`` for the
 rest (fusions of elementwise ops, reductions, copies: memory-bound; a while loop's own
 time, whose operands are a tuple: unmodelled). XLA runs a convolution's gradients as
-convolutions too; each is timed by the forward convolution curve.
+convolutions too; each is timed by the forward convolution curve. TensorFlow's graph ops
+(``backends/tf_profile``) come the same way: ``tf:matmul``, ``tf:conv2d`` (forward and
+both gradients, with their FLOPs) and ``tf:<OpType>``.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from typing import Protocol
 from dlperf.perfmodel.fit import LocalFit
 from dlperf.perfmodel.kernels import ELEM
 
-GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "xla:dot"}
+GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "xla:dot", "tf:matmul"}
 CONV = {"aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::_slow_conv2d_forward",
-        "aten::_nnpack_spatial_convolution", "aten::thnn_conv2d", "xla:convolution"}
+        "aten::_nnpack_spatial_convolution", "aten::thnn_conv2d", "xla:convolution",
+        "tf:conv2d"}
 CONV_BWD = {"aten::convolution_backward"}
 #: ops whose own time is their dispatch: they call others, or move no data
 DISPATCH = {"aten::linear", "aten::matmul", "aten::conv2d", "aten::convolution",
