@@ -21,6 +21,7 @@ H_CONV = (64.0, 8.0, 12.0)  # half-rate output pixels, output and input channels
 DRAM_BPS = 15e9
 UPDATE_BPS = 25e9
 TN_SLOWER = 1.5
+SEQ_SLOWER = 3.0
 
 
 def alpha_beta(world: int) -> tuple[float, float]:
@@ -46,6 +47,9 @@ def true_s(op: str, shape: tuple[int, ...], world: int = 1) -> float:
         return CALL_S + gemm_s(*shape)
     if op == "gemm_tn":  # the transposed form, half again as slow
         return CALL_S + TN_SLOWER * gemm_s(*shape)
+    if op == "gemm_tn_seq":  # over a sequence: time x batch contracted, slower still
+        m, n, t, b = shape
+        return CALL_S + SEQ_SLOWER * gemm_s(m, n, t * b)
     if op in ("conv", "conv_bwd"):  # saturating in M and in the output and input channels
         m, n, k = conv_gemm(shape)
         rate = CONV_RATE if op == "conv" else CONV_BWD_RATE

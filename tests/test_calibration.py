@@ -41,6 +41,9 @@ def test_each_layers_matrix_products_add_up_to_its_forward_flops(name):
 def test_kernel_flops_and_bytes_are_the_closed_forms():
     assert k.flops("gemm", (3, 5, 7)) == 2 * 3 * 5 * 7
     assert k.nbytes("gemm", (3, 5, 7)) == 4 * (3 * 7 + 7 * 5 + 3 * 5)
+    # the weight gradient over a sequence: (m, n, time, batch), time x batch contracted
+    assert k.flops("gemm_tn_seq", (3, 5, 2, 4)) == k.flops("gemm_tn", (3, 5, 8))
+    assert k.nbytes("gemm_tn_seq", (3, 5, 2, 4)) == k.nbytes("gemm_tn", (3, 5, 8))
     # a 3x3 convolution, stride 1, padding 1: the output keeps the side
     shape = (2, 3, 8, 10, 3, 1)
     assert k.conv_gemm(shape) == (2 * 10 * 10, 8, 9 * 3)
@@ -54,8 +57,9 @@ def test_kernel_flops_and_bytes_are_the_closed_forms():
 
 
 def test_the_default_grid_is_generic_and_bounded():
-    for op in ("gemm", "conv", "conv_bwd", "memory", "dispatch", "allreduce"):
+    for op in ("gemm", "gemm_tn_seq", "conv", "conv_bwd", "memory", "dispatch", "allreduce"):
         assert k.grid(op), op
+    assert all(k.flops("gemm_tn_seq", s) <= k.MAX_GEMM_FLOPS for s in k.grid("gemm_tn_seq"))
     assert all(k.flops("gemm", s) <= k.MAX_GEMM_FLOPS for s in k.grid("gemm"))
     assert len(k.grid("gemm", fine=True)) > len(k.grid("gemm"))
     with pytest.raises(ValueError, match="unknown kernel op"):
@@ -136,6 +140,19 @@ def test_the_weight_gradient_is_timed_by_the_transposed_products_curve(db):
                                 rel=1e-12)
     without = f.model_copy(update={"gemm_tn": None})  # a calibration made before it
     assert product_times(fc2, 64, without)[1] < bwd
+    # a layer on every step of a sequence: its weight gradient contracts time x batch
+    assert f.gemm_tn_seq is not None
+    assert f.gemm_tn_seq.time(256, 10000, 4096) == pytest.approx(
+        made_up.SEQ_SLOWER * made_up.gemm_s(256, 10000, 4096), rel=0.05)
+    _, _, lstm = workloads.resolve("lstm32", None)
+    proj = next(layer for layer in lstm.layers() if layer.name == "softmax_proj")
+    (g,) = proj.gemms
+    fwd, bwd = product_times(proj, 128, f)
+    rows = g.m * 128
+    assert bwd == pytest.approx(f.gemm.time(rows, g.k, g.n)
+                                + f.gemm_tn_seq.time(g.k, g.n, rows), rel=1e-12)
+    older = f.model_copy(update={"gemm_tn_seq": None})  # calibrated before revision 6
+    assert product_times(proj, 128, older)[1] < bwd
 
 
 def test_memory_curve_is_the_bandwidth_and_never_falls_with_size():
@@ -157,7 +174,7 @@ def _kernel_spec(framework: str, parts: dict[str, list[tuple[int, ...]]], **kw) 
                    options=o)
 
 
-TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)],
+TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)], "gemm_tn_seq": [(8, 4, 3, 5)],
         "conv": [(1, 3, 4, 8, 3, 1), (1, 3, 4, 9, 5, 2)],
         "conv_bwd": [(1, 3, 4, 8, 3, 1), (2, 3, 4, 9, 5, 2)], "memory": [(1024,)], "update": [(2048,)],
         "dispatch": [(1,), (4,)], "dispatch_train": [(1,), (3,)]}

@@ -39,6 +39,12 @@ class KernelTrainer(Trainer):
 
             def fn(a, b):
                 return jnp.matmul(a.T, b, precision=HIGHEST)
+        elif op == "gemm_tn_seq":  # one dot contracting time and batch, as Flax's Dense
+            m, n, t, b = shape     # on a (time, batch, features) tensor differentiates
+            args = (normal(t, b, m), normal(t, b, n))
+
+            def fn(a, g):
+                return jnp.einsum("tbm,tbn->mn", a, g, precision=HIGHEST)
         elif op in ("conv", "conv_bwd"):
             batch, c_in, c_out, side, window, stride = shape
             p = window // 2

@@ -31,6 +31,13 @@ class KernelTrainer(Trainer):
 
                 def fn(a, b):
                     return tf.linalg.matmul(a, b, transpose_a=True)
+            elif op == "gemm_tn_seq":  # Keras' Dense on 3-D: time and batch flattened
+                m, n, t, b = shape
+                args = (gen.normal((t, b, m)), gen.normal((t, b, n)))
+
+                def fn(a, g):
+                    return tf.linalg.matmul(tf.reshape(a, [-1, m]), tf.reshape(g, [-1, n]),
+                                            transpose_a=True)
             elif op in ("conv", "conv_bwd"):
                 # padded as the Keras models pad (keras_models._conv): 'SAME' where that
                 # is symmetric (stride 1, odd window), else the input padded beforehand

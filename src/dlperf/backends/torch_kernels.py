@@ -44,6 +44,10 @@ class KernelTrainer(Trainer):
         elif op == "gemm_tn":  # A stored k x m, used transposed (a view, as autograd does)
             m, n, k = shape
             self.a, self.b, self.out = randn(k, m).t(), randn(k, n), torch.empty(m, n, device=device)
+        elif op == "gemm_tn_seq":  # nn.Linear's backward flattens time and batch: a view
+            m, n, t, b = shape
+            self.a = randn(t, b, m).reshape(t * b, m).t()
+            self.b, self.out = randn(t, b, n).reshape(t * b, n), torch.empty(m, n, device=device)
         elif op in ("conv", "conv_bwd"):
             batch, c_in, c_out, side, window, stride = shape
             self.x, self.w = randn(batch, c_in, side, side), randn(c_out, c_in, window, window)
@@ -69,7 +73,7 @@ class KernelTrainer(Trainer):
         op = self.op
         # a fresh result per call, as autograd and eager layers make theirs: a large one
         # costs the allocator's new pages, which a reused output would hide
-        if op in ("gemm", "gemm_tn"):
+        if op in ("gemm", "gemm_tn", "gemm_tn_seq"):
             self.out = torch.mm(self.a, self.b)
         elif op == "conv":
             with torch.no_grad():

@@ -306,6 +306,9 @@ class LocalFit(_Frozen):
     #: the weight gradient's transposed product (None: calibrated before it was timed; the
     #: plain product's curve stands in)
     gemm_tn: GemmCurve | None = None
+    #: the same over a sequence (time and batch contracted), on (m, n, time x batch)
+    #: (None: calibrated before it was timed; ``gemm_tn`` stands in)
+    gemm_tn_seq: GemmCurve | None = None
     conv: ConvCurve
     conv_bwd: ConvCurve
     memory: MemoryCurve
@@ -330,8 +333,12 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
     d = fit_dispatch(samples.of_op("dispatch"), samples.of_op("dispatch_train"))
     gemm = fit_gemm(samples.of_op("gemm"), d)
     tn = samples.of_op("gemm_tn")
+    # the sequence's product on (m, n, time x batch), the GEMM curve's three sides
+    seq = [s.model_copy(update={"shape": (s.shape[0], s.shape[1], s.shape[2] * s.shape[3])})
+           for s in samples.of_op("gemm_tn_seq")]
     return LocalFit(framework=framework, threads=threads, device=device, dispatch=d, gemm=gemm,
                     gemm_tn=fit_gemm(tn, d) if len(tn) >= 6 else None,
+                    gemm_tn_seq=fit_gemm(seq, d) if len(seq) >= 6 else None,
                     conv=fit_conv(samples.of_op("conv"), d),
                     conv_bwd=fit_conv(samples.of_op("conv_bwd"), d),
                     memory=fit_memory(samples.of_op("memory"), d),

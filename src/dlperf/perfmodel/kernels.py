@@ -9,6 +9,11 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
 - ``gemm_tn`` (m, n, k): C = A^T @ B with A stored k x m: the weight gradient's form
   (inputs transposed against the output gradient, inner dimension the batch), which a
   BLAS can run at another speed than the plain product;
+- ``gemm_tn_seq`` (m, n, t, b): the same weight gradient of a layer applied to a
+  sequence: inputs (t x b x m) and output gradients (t x b x n), contracted over time and
+  batch, the way each framework's dense layer on a 3-D tensor runs it (PyTorch and
+  TensorFlow flatten it into ``gemm_tn``; XLA contracts both dimensions in one dot, which
+  it can run at another speed);
 - ``conv`` (batch, c_in, c_out, side, window, stride): a 2-D convolution, padding
   window // 2, forward only; ``conv_bwd`` the same layer's backward (input and weight
   gradients from a given output gradient);
@@ -41,10 +46,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Op = Literal["gemm", "gemm_tn", "conv", "conv_bwd", "memory", "update", "dispatch",
-             "dispatch_train", "allreduce"]
-OPS: tuple[str, ...] = ("gemm", "gemm_tn", "conv", "conv_bwd", "memory", "update", "dispatch",
-                        "dispatch_train", "allreduce")
+Op = Literal["gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
+             "dispatch", "dispatch_train", "allreduce"]
+OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory",
+                        "update", "dispatch", "dispatch_train", "allreduce")
 #: products per layer of the trained chain: the forward and the two gradients
 TRAIN_PRODUCTS = 3
 #: kernels per layer of the trained chain: its products and the optimizer's update
@@ -56,8 +61,8 @@ ELEM = 4
 #: fresh result per call (as a training step's ops do); 3: small convolutions, the
 #: trained dispatch chain; 4: TensorFlow's convolutions padded as its Keras layers pad,
 #: an 11x11 window at stride 4; 5: the trained chain updates its weights with the
-#: framework's SGD optimizer
-REVISION = 5
+#: framework's SGD optimizer; 6: the weight gradient over a sequence (gemm_tn_seq)
+REVISION = 6
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
 
@@ -145,9 +150,9 @@ def conv_gemm(shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 def flops(op: str, shape: tuple[int, ...]) -> float:
     """FLOPs of one call (2 per multiply-add, the convention of ``dlperf.workloads``)."""
-    if op in ("gemm", "gemm_tn"):
-        m, n, k = shape
-        return 2.0 * m * n * k
+    if op in ("gemm", "gemm_tn", "gemm_tn_seq"):
+        m, n, *k = shape
+        return 2.0 * m * n * math.prod(k)
     if op in ("conv", "conv_bwd"):
         m, n, k = conv_gemm(shape)
         return 2.0 * m * n * k * (2 if op == "conv_bwd" else 1)
@@ -161,8 +166,9 @@ def flops(op: str, shape: tuple[int, ...]) -> float:
 def nbytes(op: str, shape: tuple[int, ...]) -> float:
     """Bytes one call must move at least (each operand read once, each result written
     once): the memory side of the roofline."""
-    if op in ("gemm", "gemm_tn"):
-        m, n, k = shape
+    if op in ("gemm", "gemm_tn", "gemm_tn_seq"):
+        m, n, *ks = shape
+        k = math.prod(ks)
         return float(ELEM * (m * k + k * n + m * n))
     if op in ("conv", "conv_bwd"):
         batch, c_in, c_out, side, window, _ = shape
@@ -188,6 +194,9 @@ GEMM_SIDES = (64, 512, 4096, 32768)
 GEMM_INNER = (16, 128, 1024, 8192)
 #: the transposed form is timed at inner dimensions up to this (batches, not layers)
 GEMM_TN_INNER_MAX = 1024
+#: the sequence's length in the weight gradient over a sequence (the batch is the rest of
+#: the inner dimension)
+SEQ_STEPS = 32
 #: a GEMM larger than this takes too long at one thread to be worth its calibration time
 MAX_GEMM_FLOPS = 8e9
 #: Convolutions: (c_in, c_out, side, window, stride), at the batch that brings each to
@@ -238,6 +247,9 @@ def grid(op: str, fine: bool = False) -> list[tuple[int, ...]]:
         return list(gemm_grid(fine))
     if op == "gemm_tn":  # a weight gradient's inner dimension is a batch: small to medium
         return [s for s in gemm_grid(fine) if s[2] <= GEMM_TN_INNER_MAX]
+    if op == "gemm_tn_seq":  # time x batch as the inner dimension: a sequence's rows
+        return [(m, n, SEQ_STEPS, k // SEQ_STEPS) for m, n, k in gemm_grid(fine)
+                if SEQ_STEPS * 4 <= k <= SEQ_STEPS * 128]
     if op in ("conv", "conv_bwd"):
         return conv_grid(fine)
     if op in ("memory", "update"):

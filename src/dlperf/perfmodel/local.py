@@ -6,7 +6,9 @@ A layer's time per step (batch B):
 
 - each forward matrix product (``Layer.gemms``) at the shape the library runs, and for
   the backward the input gradient (m x n) @ (n x k) and the weight gradient
-  (k x m) @ (m x n), each timed by the GEMM curve; a convolution by the convolution
+  (k x m) @ (m x n), each timed by the GEMM curve (the weight gradient by the transposed
+  product's, and by the sequence's where the layer runs on every step of a sequence:
+  m > 1 rows per sample); a convolution by the convolution
   curves (forward; both gradients together), on its implicit GEMM;
 - a layer without products (activation, normalisation, pooling, loss, embedding) moves
   its bytes (``costs``) at the bandwidth the memory curve gives for that many bytes;
@@ -76,7 +78,10 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
         if layer.input_grad:  # dX = dY @ W^T; two inputs (attention): one product each
             bwd += calls * fit.gemm.time(rows, g.k, g.n) * (1 if layer.params else 2)
         if layer.params:  # dW = X^T @ dY: transposed inputs, the batch the inner dimension
-            bwd += calls * (fit.gemm_tn or fit.gemm).time(g.k, g.n, rows)
+            # (time x batch for a layer applied to each step of a sequence)
+            seq = g.batch_rows and g.m > 1 and g.count == 1 and fit.gemm_tn_seq is not None
+            curve = fit.gemm_tn_seq if seq else (fit.gemm_tn or fit.gemm)
+            bwd += calls * curve.time(g.k, g.n, rows)
     return fwd, bwd
 
 
