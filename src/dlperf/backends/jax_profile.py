@@ -19,14 +19,13 @@ import math
 import re
 import tempfile
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 
 import jax
 from jax.profiler import ProfileData
 
 from dlperf.backends.base import Trainer
-from dlperf.backends.trace_times import self_times
+from dlperf.backends.trace_times import op_groups
 
 #: '%name = f32[8,16]{1,0} opcode(%a, %b), attrs' (a tuple-shaped result has no dims)
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+) = (?P<type>\(.*?\)|\w+\[(?P<dims>[\d,]*)\]"
@@ -138,7 +137,7 @@ def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], floa
     (path,) = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
     with open(path, "rb") as f:
         data = ProfileData.from_serialized_xspace(f.read())
-    per: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    lines = []
     for plane in data.planes:
         for line in plane.lines:
             events = []
@@ -147,16 +146,5 @@ def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], floa
                 op = stats.get("hlo_op")
                 if op in table and str(stats.get("hlo_module", "")).endswith("train_step"):
                     events.append((op, e.start_ns, e.end_ns))
-            for name, (calls, s) in self_times(events).items():
-                per[name][0] += calls
-                per[name][1] += s
-    groups: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    for name, (calls, s) in per.items():
-        op, shapes, flops = describe(table[name], table)
-        g = groups[(op, shapes)]
-        g[0] += calls / steps
-        g[1] += s / steps
-        g[2] += (flops or 0.0) * calls / steps
-    ops = [{"name": op, "shapes": shapes, "calls": c, "time_s": s, "flops": f or None}
-           for (op, shapes), (c, s, f) in groups.items() if s > 0]
-    return ops, wall
+            lines.append(events)
+    return op_groups(lines, lambda name: describe(table[name], table), steps), wall

@@ -26,13 +26,12 @@ import glob
 import math
 import tempfile
 import time
-from collections import defaultdict
 
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from dlperf.backends.base import Trainer
-from dlperf.backends.trace_times import self_times
+from dlperf.backends.trace_times import op_groups
 
 MATMUL = ("MatMul", "BatchMatMul")
 CONV = ("Conv2D",)  # Conv2D, its Backprop{Input,Filter} and oneDNN's fused forms
@@ -144,15 +143,9 @@ def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], floa
     finally:
         tf.profiler.experimental.stop()
     (path,) = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
-    groups: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    for events in traced_events(path):
-        for name, (calls, s) in self_times(events).items():
-            node, _, op_type = name.rpartition(":")
-            op, shapes, flops = describe(node, op_type, graph_ops)
-            g = groups[(op, shapes)]
-            g[0] += calls / steps
-            g[1] += s / steps
-            g[2] += (flops or 0.0) * calls / steps
-    ops = [{"name": op, "shapes": shapes, "calls": c, "time_s": s, "flops": f or None}
-           for (op, shapes), (c, s, f) in groups.items() if s > 0]
-    return ops, wall
+
+    def described(name: str):  # 'node:OpType'
+        node, _, op_type = name.rpartition(":")
+        return describe(node, op_type, graph_ops)
+
+    return op_groups(traced_events(path), described, steps), wall

@@ -6,6 +6,10 @@ JAX and TensorFlow profilers of ``dlperf explain``; imports no framework."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+#: (op name, operand shapes, FLOPs per call or None) of a traced op, as ProfiledOp has them
+Described = tuple[str, tuple[tuple[int, ...], ...], float | None]
 
 
 def self_times(events: list[tuple[str, int, int]]) -> dict[str, tuple[int, float]]:
@@ -24,3 +28,20 @@ def self_times(events: list[tuple[str, int, int]]) -> dict[str, tuple[int, float
     for done in stack:
         out[done[0]][1] += done[2] * 1e-9
     return {k: (int(c), t) for k, (c, t) in out.items()}
+
+
+def op_groups(lines: Iterable[list[tuple[str, int, int]]], describe: Callable[[str], Described],
+              steps: int) -> list[dict]:
+    """``kinds.profile.ProfiledOp`` fields per op group (op and operand shapes), per step,
+    from the trace's lines of (name, start ns, end ns) events; ``describe`` names an
+    event's op and gives its shapes and FLOPs."""
+    groups: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for events in lines:
+        for name, (calls, s) in self_times(events).items():
+            op, shapes, flops = describe(name)
+            g = groups[(op, shapes)]
+            g[0] += calls / steps
+            g[1] += s / steps
+            g[2] += (flops or 0.0) * calls / steps
+    return [{"name": op, "shapes": shapes, "calls": c, "time_s": s, "flops": f or None}
+            for (op, shapes), (c, s, f) in groups.items() if s > 0]
