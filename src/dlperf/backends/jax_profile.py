@@ -127,16 +127,16 @@ def describe(ins: Instr, table: dict[str, Instr]) -> tuple[str, tuple[tuple[int,
 def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
     compiled = trainer._step.lower(trainer.state, trainer.x, trainer.y).compile()
     table = parse_hlo(compiled.as_text())
-    folder = tempfile.mkdtemp(prefix="dlperf-jax-trace-")
-    with jax.profiler.trace(folder):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            trainer.step()
-        trainer.sync()
-        wall = (time.perf_counter() - t0) / steps
-    (path,) = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
-    with open(path, "rb") as f:
-        data = ProfileData.from_serialized_xspace(f.read())
+    with tempfile.TemporaryDirectory(prefix="dlperf-jax-trace-") as folder:
+        with jax.profiler.trace(folder):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                trainer.step()
+            trainer.sync()
+            wall = (time.perf_counter() - t0) / steps
+        (path,) = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
+        with open(path, "rb") as f:
+            data = ProfileData.from_serialized_xspace(f.read())
     lines = []
     for plane in data.planes:
         for line in plane.lines:

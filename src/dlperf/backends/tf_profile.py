@@ -130,22 +130,23 @@ def traced_events(path: str) -> list[list[tuple[str, int, int]]]:
 def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
     graph = trainer._step.get_concrete_function(trainer.x, trainer.y).graph
     graph_ops = {op.name: op for op in graph.get_operations()}
-    folder = tempfile.mkdtemp(prefix="dlperf-tf-trace-")
-    # ops, not Python calls (level 3 does not bring the cheap ops back: see above)
-    tf.profiler.experimental.start(folder, options=tf.profiler.experimental.ProfilerOptions(
-        host_tracer_level=2, python_tracer_level=0, device_tracer_level=1))
-    try:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            trainer.step()
-        trainer.sync()
-        wall = (time.perf_counter() - t0) / steps
-    finally:
-        tf.profiler.experimental.stop()
-    (path,) = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
+    with tempfile.TemporaryDirectory(prefix="dlperf-tf-trace-") as folder:
+        # ops, not Python calls (level 3 does not bring the cheap ops back: see above)
+        tf.profiler.experimental.start(folder, options=tf.profiler.experimental.ProfilerOptions(
+            host_tracer_level=2, python_tracer_level=0, device_tracer_level=1))
+        try:
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                trainer.step()
+            trainer.sync()
+            wall = (time.perf_counter() - t0) / steps
+        finally:
+            tf.profiler.experimental.stop()
+        (path,) = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
+        lines = traced_events(path)
 
     def described(name: str):  # 'node:OpType'
         node, _, op_type = name.rpartition(":")
         return describe(node, op_type, graph_ops)
 
-    return op_groups(traced_events(path), described, steps), wall
+    return op_groups(lines, described, steps), wall
