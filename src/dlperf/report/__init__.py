@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dlperf import environment, workloads
+from dlperf.dataflow.plan import has_pipeline
 from dlperf.errors import UsageError
-from dlperf.kinds.dataflow import InputOptions
 from dlperf.report import exporters, htmlpage, plots
 from dlperf.report.aggregate import over_peak_note
 from dlperf.report.base import Filters, Report, Section, step_rows
@@ -33,7 +33,7 @@ def dlbench_section(store: Store, out: Path, filters: Filters,
     # input pipelines have their own sections
     rows = [r for r in step_rows(store, filters)
             if (wl := workloads.WORKLOADS.get(r.spec.network)) and wl.group == "dlbench"
-            and not (isinstance(r.spec.options, InputOptions) and r.spec.options.has_pipeline)]
+            and not has_pipeline(r.spec)]
     if not rows:
         return None
     imgs = [p for p in (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlperf.kinds.dataflow import InputOptions
+from dlperf.dataflow.plan import has_pipeline
 from dlperf.report.aggregate import ConfigResult, aggregate
 from dlperf.report.tables import Table
 
@@ -52,8 +52,7 @@ def plain_steps(rows: list[ConfigResult]) -> list[ConfigResult]:
     """The rows a thread curve or a framework ranking may compare: on synthetic data (an
     input pipeline adds the wait for data) and with the workload's own parameters (an
     experiment's variants, such as the input-size sides, are other workloads)."""
-    return [r for r in rows if not r.spec.params and not (
-        isinstance(r.spec.options, InputOptions) and r.spec.options.has_pipeline)]
+    return [r for r in rows if not r.spec.params and not has_pipeline(r.spec)]
 
 
 def step_rows(store, filters: Filters = Filters()) -> list[ConfigResult]:
