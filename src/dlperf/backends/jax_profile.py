@@ -19,6 +19,7 @@ import math
 import re
 import tempfile
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 
 import jax
@@ -41,10 +42,13 @@ class Instr:
     args: tuple[str, ...]  # operand instruction names
     attrs: str
     computation: str
+    #: a fusion around one dot or convolution: that product's name (set by parse_hlo)
+    product: str | None = None
 
 
 def parse_hlo(text: str) -> dict[str, Instr]:
-    """Every instruction of an HLO module's text, by name (names are unique in a module)."""
+    """Every instruction of an HLO module's text, by name (names are unique in a module),
+    a fusion around one dot or convolution knowing that product's name."""
     out: dict[str, Instr] = {}
     comp = ""
     for line in text.splitlines():
@@ -60,6 +64,14 @@ def parse_hlo(text: str) -> dict[str, Instr]:
                      if a.strip().startswith("%"))
         out[m.group("name")] = Instr(m.group("name"), m.group("op"), shape, args,
                                      m.group("attrs"), comp)
+    products = defaultdict(list)  # computation -> its dots and convolutions
+    for ins in out.values():
+        if ins.op in ("dot", "convolution"):
+            products[ins.computation].append(ins.name)
+    for ins in out.values():
+        if ins.op == "fusion" and (m := re.search(r"calls=%([\w.\-]+)", ins.attrs)) \
+                and len(found := products[m.group(1)]) == 1:
+            ins.product = found[0]
     return out
 
 
@@ -108,12 +120,7 @@ def conv_flops(ins: Instr, table: dict[str, Instr]) -> tuple[tuple[tuple[int, ..
 def describe(ins: Instr, table: dict[str, Instr]) -> tuple[str, tuple[tuple[int, ...], ...], float | None]:
     """(op name, operand shapes, FLOPs per call) of one instruction as ``ProfiledOp``
     carries them; a fusion around a dot or a convolution counts as that product."""
-    inner = ins
-    if ins.op == "fusion" and (m := re.search(r"calls=%([\w.\-]+)", ins.attrs)):
-        products = [i for i in table.values() if i.computation == m.group(1)
-                    and i.op in ("dot", "convolution")]
-        if len(products) == 1:
-            inner = products[0]
+    inner = table[ins.product] if ins.product else ins
     if inner.op == "dot" and (ops := dot_operands(inner, table)):
         return "xla:dot", ops, None
     if inner.op == "convolution" and (found := conv_flops(inner, table)):
