@@ -57,16 +57,19 @@ def _product(op: tf.Operation, family: tuple[str, ...]) -> tf.Operation | None:
     return None
 
 
+def _flag(op: tf.Operation, *names: str) -> bool:
+    """The first of ``names`` the op has as an attribute (MatMul's transpose_a,
+    BatchMatMul's adj_x); False when it has none."""
+    return next((bool(op.get_attr(n)) for n in names if n in op.node_def.attr), False)
+
+
 def matmul_operands(op: tf.Operation) -> tuple[tuple[int, ...], ...] | None:
     """(m x k), (k x n) of a MatMul (transposes applied); (b, m, k), (b, k, n) of a
     batched one with one batch dimension."""
     a, b = (_dims(t) for t in op.inputs[:2])
     if a is None or b is None or len(a) != len(b) or len(a) not in (2, 3):
         return None
-    ta = bool(op.get_attr("transpose_a") if "transpose_a" in op.node_def.attr
-              else op.get_attr("adj_x") if "adj_x" in op.node_def.attr else False)
-    tb = bool(op.get_attr("transpose_b") if "transpose_b" in op.node_def.attr
-              else op.get_attr("adj_y") if "adj_y" in op.node_def.attr else False)
+    ta, tb = _flag(op, "transpose_a", "adj_x"), _flag(op, "transpose_b", "adj_y")
     *batch, m, k = a if not ta else (*a[:-2], a[-1], a[-2])
     *_, k2, n = b if not tb else (*b[:-2], b[-1], b[-2])
     if k != k2:
