@@ -53,12 +53,20 @@ def test_kernel_flops_and_bytes_are_the_closed_forms():
     assert k.nbytes("conv", shape) == 4 * (x + w + y)
     assert k.conv_gemm((1, 4, 4, 9, 3, 2)) == (5 * 5, 4, 36)  # (9 + 2 - 3) // 2 + 1 = 5
     assert k.nbytes("memory", (1000,)) == 8000  # one read, one write
+    # the loss: read the logits, write their gradient
+    assert k.nbytes("xent", (10, 100)) == 2 * 4 * 1000 and k.flops("xent", (10, 100)) == 0
     assert k.flops("dispatch", (3,)) == 3 * 2 * 8**3
 
 
 def test_the_default_grid_is_generic_and_bounded():
-    for op in ("gemm", "gemm_tn_seq", "conv", "conv_bwd", "memory", "dispatch", "allreduce"):
+    for op in ("gemm", "gemm_tn_seq", "conv", "conv_bwd", "memory", "xent", "dispatch",
+               "allreduce"):
         assert k.grid(op), op
+    # the sequence's weight gradient reaches the inner dimension of a sequence batch
+    assert max(t * b for _, _, t, b in k.grid("gemm_tn_seq")) == k.SEQ_INNER_MAX
+    # the loss over few and many classes, every shape whole rows
+    assert {c for _, c in k.grid("xent")} == set(k.XENT_CLASSES)
+    assert all(r >= 1 for r, _ in k.grid("xent"))
     assert all(k.flops("gemm_tn_seq", s) <= k.MAX_GEMM_FLOPS for s in k.grid("gemm_tn_seq"))
     assert all(k.flops("gemm", s) <= k.MAX_GEMM_FLOPS for s in k.grid("gemm"))
     assert len(k.grid("gemm", fine=True)) > len(k.grid("gemm"))
@@ -155,6 +163,29 @@ def test_the_weight_gradient_is_timed_by_the_transposed_products_curve(db):
     assert product_times(proj, 128, older)[1] < bwd
 
 
+def test_the_softmax_loss_is_timed_by_its_own_curve(db):
+    """The loss layer takes the cross-entropy kernel's time for its logits (the made-up
+    machine's loss runs at a fifth of its memory bandwidth); a calibration made before
+    revision 7 has no such curve and the memory pass stands in."""
+    from dlperf.perfmodel.costs import layer_costs
+    from dlperf.perfmodel.local import layer_timing
+
+    with Store(db) as store:
+        made_up.calibrated(store)
+        f = calibration.local_calibration(store).find("torch", 1)
+    assert f.xent is not None
+    _, _, lstm = workloads.resolve("lstm32", None)
+    layers = lstm.layers()
+    costs = layer_costs(layers, lstm.input_shape(), 128, 4)
+    (loss, cost), = [(x, c) for x, c in zip(layers, costs, strict=True) if x.op == "loss"]
+    logits = 128 * 32 * 10000
+    got = layer_timing(loss, cost, 128, f).memory_s
+    assert got == pytest.approx(2 * 4 * logits / made_up.XENT_BPS, rel=0.05)
+    older = layer_timing(loss, cost, 128, f.model_copy(update={"xent": None})).memory_s
+    assert older == pytest.approx(f.memory.time(cost.fwd_bytes) + f.memory.time(cost.bwd_bytes))
+    assert older < got / 2
+
+
 def test_memory_curve_is_the_bandwidth_and_never_falls_with_size():
     d = fit.fit_dispatch(_samples("dispatch"))
     m = fit.fit_memory(_samples("memory"), d)
@@ -177,6 +208,7 @@ def _kernel_spec(framework: str, parts: dict[str, list[tuple[int, ...]]], **kw) 
 TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)], "gemm_tn_seq": [(8, 4, 3, 5)],
         "conv": [(1, 3, 4, 8, 3, 1), (1, 3, 4, 9, 5, 2)],
         "conv_bwd": [(1, 3, 4, 8, 3, 1), (2, 3, 4, 9, 5, 2)], "memory": [(1024,)], "update": [(2048,)],
+        "xent": [(4, 16), (2, 1000)],
         "dispatch": [(1,), (4,)], "dispatch_train": [(1,), (3,)]}
 
 

@@ -68,6 +68,13 @@ class KernelTrainer(Trainer):
 
             def fn(x):  # scaled by less than 1 so that repeated calls stay finite
                 return x * 0.999
+        elif op == "xent":  # the loss jax_backend trains with, and its gradient
+            rows, classes = shape
+            args = (normal(rows, classes), rng.integers(0, classes, rows).astype(np.int32))
+
+            def fn(z, y):
+                return jax.grad(lambda z: optax.softmax_cross_entropy_with_integer_labels(
+                    z, y).mean())(z)
         elif op == "dispatch_train":
             args = (normal(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE,
                     [normal(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE

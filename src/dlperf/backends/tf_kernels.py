@@ -73,6 +73,17 @@ class KernelTrainer(Trainer):
 
                 def fn(x):
                     return x * 2.0
+            elif op == "xent":  # the loss tf_backend trains with (_xent), and its gradient
+                rows, classes = shape
+                args = (gen.normal((rows, classes)),
+                        gen.uniform((rows,), 0, classes, dtype=tf.int32))
+
+                def fn(z, y):
+                    with tf.GradientTape() as tape:
+                        tape.watch(z)
+                        loss = tf.reduce_mean(
+                            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=z))
+                    return tape.gradient(loss, z)
             elif op == "update":  # a variable written over, as an optimizer's apply does
                 var = tf.Variable(gen.normal(shape))
                 args = ()

@@ -57,6 +57,10 @@ class KernelTrainer(Trainer):
                                                    padding=window // 2))
         elif op in ("memory", "update"):
             self.x, self.out = randn(shape[0]), torch.empty(shape[0], device=device)
+        elif op == "xent":  # the loss torch_backend trains with, and its gradient
+            rows, classes = shape
+            self.x = randn(rows, classes).requires_grad_()
+            self.y = torch.randint(0, classes, (rows,), generator=gen).to(device)
         elif op == "dispatch":
             self.a = randn(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE
         elif op == "dispatch_train":
@@ -86,6 +90,8 @@ class KernelTrainer(Trainer):
             self.out = torch.mul(self.x, 2.0)
         elif op == "update":
             self.x.mul_(0.999)
+        elif op == "xent":
+            (self.out,) = torch.autograd.grad(F.cross_entropy(self.x, self.y), self.x)
         elif op == "dispatch_train":  # a training step as TorchTrainer.step runs one
             self.opt.zero_grad(set_to_none=True)
             z = self.a

@@ -23,7 +23,8 @@ times the model adds up.
   excepted: 32-42%), plus a fixed cost, forward and backward fitted apart, and its
   residuals.
 - ``MemoryCurve``: time against bytes moved, interpolated in log-log over the sizes
-  measured (caches, then DRAM), the op's fixed cost taken off.
+  measured (caches, then DRAM), the op's fixed cost taken off; the same form serves the
+  in-place update and the softmax cross-entropy (against its logits' bytes).
 - ``AlphaBeta``: an all-reduce of n bytes among p processes, t = alpha + n / beta (Hockney
   1994), per p.
 """
@@ -314,6 +315,9 @@ class LocalFit(_Frozen):
     memory: MemoryCurve
     #: the in-place update (None: calibrated before it was timed; ``memory`` stands in)
     update: MemoryCurve | None = None
+    #: the softmax cross-entropy and its gradient, against the bytes of its logits and
+    #: their gradient (None: calibrated before it was timed; ``memory`` stands in)
+    xent: MemoryCurve | None = None
     allreduce: dict[int, AlphaBeta] = Field(default_factory=dict)
     samples: int = 0
     #: compute slows by this factor when workers share cores (parallel runs)
@@ -343,5 +347,6 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     conv_bwd=fit_conv(samples.of_op("conv_bwd"), d),
                     memory=fit_memory(samples.of_op("memory"), d),
                     update=fit_memory(up, d) if (up := samples.of_op("update")) else None,
+                    xent=fit_memory(xe, d) if (xe := samples.of_op("xent")) else None,
                     allreduce=fit_allreduce(samples.of_op("allreduce")),
                     samples=len(samples.items))

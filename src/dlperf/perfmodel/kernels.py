@@ -31,6 +31,11 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
   and the framework's SGD optimizer (torch.optim.SGD with zero_grad, Keras' SGD, optax's
   sgd): the per-kernel cost of a training step's ops (the slope over 4 kernels per layer)
   and of one step call (the intercept: the optimizer's own fixed cost included);
+- ``xent`` (rows, classes): the framework's softmax cross-entropy with integer labels
+  over (rows x classes) logits, its mean and the gradient of that mean (the loss of
+  every classifier, as the backends compute it): exponentials and two passes over the
+  logits, slower than a plain memory pass of the same bytes, and by how much is the
+  library's;
 - ``allreduce`` (bytes,): a gloo all-reduce of fp32 on loopback among ``world``
   processes (PyTorch only).
 
@@ -47,9 +52,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Op = Literal["gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
-             "dispatch", "dispatch_train", "allreduce"]
+             "xent", "dispatch", "dispatch_train", "allreduce"]
 OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory",
-                        "update", "dispatch", "dispatch_train", "allreduce")
+                        "update", "xent", "dispatch", "dispatch_train", "allreduce")
 #: products per layer of the trained chain: the forward and the two gradients
 TRAIN_PRODUCTS = 3
 #: kernels per layer of the trained chain: its products and the optimizer's update
@@ -61,8 +66,10 @@ ELEM = 4
 #: fresh result per call (as a training step's ops do); 3: small convolutions, the
 #: trained dispatch chain; 4: TensorFlow's convolutions padded as its Keras layers pad,
 #: an 11x11 window at stride 4; 5: the trained chain updates its weights with the
-#: framework's SGD optimizer; 6: the weight gradient over a sequence (gemm_tn_seq)
-REVISION = 6
+#: framework's SGD optimizer; 6: the weight gradient over a sequence (gemm_tn_seq);
+#: 7: the softmax cross-entropy (xent), and the sequence's weight gradient timed up to
+#: the inner dimension of a long sequence batch (8192 rows)
+REVISION = 7
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
 
@@ -177,9 +184,17 @@ def nbytes(op: str, shape: tuple[int, ...]) -> float:
         return float(ELEM * ((x + w + y) if op == "conv" else (2 * y + 2 * x + 2 * w)))
     if op in ("memory", "update"):
         return float(2 * ELEM * shape[0])
+    if op == "xent":
+        return xent_bytes(shape[0] * shape[1])
     if op == "allreduce":
         return float(shape[0])
     return 0.0
+
+
+def xent_bytes(logits: float) -> float:
+    """Bytes the loss must move at least for ``logits`` elements: read the logits, write
+    their gradient (the labels and the scalar loss are negligible)."""
+    return float(2 * ELEM * logits)
 
 
 def label(shape: tuple[int, ...]) -> str:
@@ -211,6 +226,12 @@ CONV_FLOPS = 4e8
 CONV_SMALL_FLOPS = 4e6
 #: Elements of the memory kernel: 16 KB to 256 MB per operand (caches to DRAM).
 MEMORY_ELEMS = tuple(2**e for e in range(12, 27, 2))
+#: Logits of the cross-entropy kernel: 4 K to 16 M elements, over few, a thousand and
+#: many classes (a classifier's labels, a language model's vocabulary).
+XENT_ELEMS = tuple(2**e for e in range(12, 25, 4))
+XENT_CLASSES = (16, 1024, 16384)
+#: the sequence's weight gradient is timed at inner dimensions (time x batch) up to this
+SEQ_INNER_MAX = SEQ_STEPS * 256
 #: Lengths of the dispatch chain.
 DISPATCH_OPS = (1, 16, 64)
 #: All-reduce sizes: 4 KB to 64 MB (latency- to bandwidth-bound).
@@ -249,7 +270,10 @@ def grid(op: str, fine: bool = False) -> list[tuple[int, ...]]:
         return [s for s in gemm_grid(fine) if s[2] <= GEMM_TN_INNER_MAX]
     if op == "gemm_tn_seq":  # time x batch as the inner dimension: a sequence's rows
         return [(m, n, SEQ_STEPS, k // SEQ_STEPS) for m, n, k in gemm_grid(fine)
-                if SEQ_STEPS * 4 <= k <= SEQ_STEPS * 128]
+                if SEQ_STEPS * 4 <= k <= SEQ_INNER_MAX]
+    if op == "xent":
+        elems = tuple(2**e for e in range(10, 26, 2)) if fine else XENT_ELEMS
+        return [(e // c, c) for e in elems for c in XENT_CLASSES if c <= e]
     if op in ("conv", "conv_bwd"):
         return conv_grid(fine)
     if op in ("memory", "update"):

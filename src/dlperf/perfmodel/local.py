@@ -10,8 +10,11 @@ A layer's time per step (batch B):
   product's, and by the sequence's where the layer runs on every step of a sequence:
   m > 1 rows per sample); a convolution by the convolution
   curves (forward; both gradients together), on its implicit GEMM;
-- a layer without products (activation, normalisation, pooling, loss, embedding) moves
-  its bytes (``costs``) at the bandwidth the memory curve gives for that many bytes;
+- a layer without products (activation, normalisation, pooling, embedding) moves its
+  bytes (``costs``) at the bandwidth the memory curve gives for that many bytes; the
+  softmax cross-entropy loss takes the time its own calibrated curve gives for its
+  logits (exponentials and two passes: a library can run it many times slower than a
+  memory pass);
 - the optimizer update moves 3 x its parameters' bytes, at the in-place update's
   bandwidth;
 - every kernel launch costs the framework's per-op time, and a training step one call.
@@ -23,6 +26,7 @@ from dlperf.perfmodel.catalogue import Device, Link
 from dlperf.perfmodel.compute import LayerTiming
 from dlperf.perfmodel.costs import LayerCost, kernels
 from dlperf.perfmodel.fit import AlphaBeta, LocalFit
+from dlperf.perfmodel.kernels import xent_bytes
 from dlperf.workloads.base import Gemm, Layer
 
 #: ops whose products run as convolutions (the others as matrix products)
@@ -105,6 +109,8 @@ def layer_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) -> 
     fwd, bwd = product_times(layer, batch, fit)
     if layer.fwd_flops:
         compute, memory = fwd + bwd, 0.0
+    elif layer.op == "loss" and fit.xent is not None:  # the loss and its gradient
+        compute, memory = 0.0, fit.xent.time(xent_bytes(layer.out_elems * batch))
     else:
         compute = 0.0
         memory = fit.memory.time(cost.fwd_bytes) + fit.memory.time(cost.bwd_bytes)
