@@ -304,6 +304,46 @@ def test_pipeline_bubble_shrinks_with_more_micro_batches():
     assert one.breakdown.bubble_s == 0 and one.breakdown.communication_s == 0
 
 
+def test_gradient_accumulation_over_micro_batches():
+    assert f.accumulation_time(0.5, 1) == 0
+    assert f.accumulation_time(0.5, 4) == pytest.approx(1.5)
+
+
+def test_a_pipeline_accumulates_its_micro_batches_gradients():
+    """One stage, no bubble, no transfer: the step is every micro-batch's passes, the
+    update, and each micro-batch after the first adding its weight gradients (an
+    update's time each)."""
+    from dlperf.perfmodel.compute import layer_timing
+
+    dev = cat.device("v100")
+    eff = Calibration().for_device(dev)
+    _, _, cfg = workloads.resolve("alexnet", None)
+    costs = layer_costs(cfg.layers(), cfg.input_shape(), 4, 4)
+    update = sum(layer_timing(c, dev, "fp32", eff).update_s for c in costs)
+    for m in (1, 4):
+        p = predict("alexnet", device="v100", batch_size=16, strategy="pipeline", devices=1,
+                    micro_batches=m)
+        if m == 4:
+            assert update > 0
+        assert p.time_s - sum(x.time_s for x in p.layers) == pytest.approx(
+            f.accumulation_time(update, m), rel=1e-9, abs=1e-15)
+
+
+def test_the_pipeline_is_cut_where_dlperf_parallel_cuts_it():
+    """By the layers' FLOPs (parallel.partition), the loss on the last stage: the stages
+    the model times are the ones that run."""
+    from dlperf.parallel.partition import layer_cost as flop_cost
+    from dlperf.parallel.partition import split_by_cost
+
+    _, _, cfg = workloads.resolve("alexnet", None)
+    body = [x for x in cfg.layers() if x.op != "loss"]
+    want = [[body[i].name for i in part]
+            for part in split_by_cost([flop_cost(x) for x in body], 4)]
+    want[-1].append("softmax_xent")
+    p = predict("alexnet", device="v100", batch_size=16, strategy="pipeline", devices=4)
+    assert p.stages == want
+
+
 def test_a_custom_device_object_predicts_like_its_catalogue_twin():
     a100 = cat.device("a100-40gb")
     mine = Device(**{**a100.model_dump(), "name": "measured", "source": "calibration"})
@@ -351,7 +391,7 @@ def test_bad_input_is_one_usage_error(kw, message):
 
 
 @pytest.mark.parametrize("network, size, stages, message", [
-    ("ffn", "tiny", 5, "more pipeline stages \\(5\\) than layers \\(4\\)"),
+    ("ffn", "tiny", 4, "more pipeline stages \\(4\\) than layers \\(3\\)"),
     ("gan", "tiny", 2, "cannot be pipelined: a GAN"),
     ("rbm", "tiny", 2, "cannot be pipelined: an RBM"),
     ("dbn", "tiny", 2, None),  # fine-tuning is a chain of layers

@@ -186,6 +186,8 @@ def cmd_predict(a: argparse.Namespace) -> int:
                           rows=[[x.name, x.op, x.bound, units.seconds(x.time_s),
                                  units.flops(x.flops), units.nbytes(x.bytes)]
                                 for x in p.layers]), out)
+    for k, names in enumerate(p.stages or []):
+        print(f"  stage {k}: {names[0]} .. {names[-1]} ({len(names)} layers)")
     for note in p.notes:
         print(f"  note: {note}")
     print(f"  calibration: {p.calibration}")

@@ -105,6 +105,14 @@ def pipeline_time(stage_time: float, stages: int, micro_batches: int) -> float:
     return (micro_batches + stages - 1) * stage_time
 
 
+def accumulation_time(update_s: float, micro_batches: int) -> float:
+    """Gradient accumulation over ``micro_batches``: each one after the first adds its
+    weight gradients into the sum (read both, write the sum: the 3 x P bytes of a plain
+    SGD update, so an update's time each). GPipe (Huang et al. 2019, sec. 2.2)
+    accumulates the micro-batches' gradients and applies them once per mini-batch."""
+    return max(micro_batches - 1, 0) * update_s
+
+
 def sync_step_time(worker_times: Sequence[float]) -> float:
     """A synchronous step waits for the slowest worker: max over workers.
 

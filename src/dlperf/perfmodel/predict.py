@@ -311,7 +311,9 @@ def _default_groups(devices: int) -> int:
 
 
 def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> Prediction:
-    from dlperf.parallel.partition import split_by_cost  # framework-free, shared with parallel
+    # framework-free, shared with dlperf parallel: the model cuts the stages where the
+    # pipeline it predicts cuts them
+    from dlperf.parallel.partition import layer_cost, split_by_cost
 
     p, batch = ctx.devices, ctx.batch
     if groups not in (None, 1):
@@ -320,15 +322,18 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
         NOT_A_CHAIN["rbm"] if any(layer.op == "rbm" for layer in ctx.layers) else None)
     if why:
         raise UsageError(f"network '{ctx.wl.name}' cannot be pipelined: {why}")
-    if len(ctx.layers) < p:
-        raise UsageError(f"more pipeline stages ({p}) than layers ({len(ctx.layers)}) "
+    body = [i for i, layer in enumerate(ctx.layers) if layer.op != "loss"]
+    if len(body) < p:
+        raise UsageError(f"more pipeline stages ({p}) than layers ({len(body)}) "
                          f"in '{ctx.wl.name}'")
     m = micro_batches if micro_batches is not None else min(batch, 4 * p)
     if m < 1 or batch % m:
         raise UsageError(f"micro_batches {m} does not divide the batch size {batch}")
     mb = batch / m
     timings = ctx.timings(mb)
-    stages = split_by_cost([t.passes_s for t in timings], p)
+    stages = [[body[j] for j in part] for part in
+              split_by_cost([layer_cost(ctx.layers[i]) for i in body], p)]
+    stages[-1] += [i for i, layer in enumerate(ctx.layers) if layer.op == "loss"]
     stage_times, comms, updates = [], [], []
     out_elems = 0
     for s, idx in enumerate(stages):
@@ -340,12 +345,16 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
             link = ctx.inter() if crosses else ctx.intra()
             comm = 2 * f.p2p_time(out_elems * mb * ctx.elem, ctx.bw(link), link.latency_s)
         comms.append(comm)
-        stage_times.append(sum(timings[i].passes_s for i in idx) + comm)
-        updates.append(sum(timings[i].update_s for i in idx))
+        update = sum(timings[i].update_s for i in idx)
+        # every micro-batch after the first adds its weight gradients into the stage's:
+        # read both, write one, the update's 3 x P bytes (gradient accumulation, GPipe)
+        stage_times.append(sum(timings[i].passes_s for i in idx) + comm
+                           + f.accumulation_time(update, m) / m)
+        updates.append(update)
     slow = max(range(p), key=stage_times.__getitem__)
     t_stage = stage_times[slow]
     compute, memory, overhead = _totals([timings[i] for i in stages[slow]], repeat=m)
-    memory += max(updates) - sum(timings[i].update_s for i in stages[slow])
+    memory += max(updates) - updates[slow] + f.accumulation_time(updates[slow], m)
     overhead += ctx.call_s()
     bubble = (p - 1) * t_stage
     time = f.pipeline_time(t_stage, p, m) + max(updates) + ctx.straggler + ctx.call_s()
@@ -356,4 +365,5 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     return ctx.result("pipeline", time, Breakdown(
         compute_s=compute, memory_s=memory, overhead_s=overhead,
         communication_s=m * comms[slow], bubble_s=bubble, straggler_s=ctx.straggler),
-        _layer_times(timings, repeat=m), mem, micro_batches=m)
+        _layer_times(timings, repeat=m), mem, micro_batches=m,
+        stages=[[ctx.layers[i].name for i in idx] for idx in stages])

@@ -52,6 +52,8 @@ class Prediction(BaseModel):
     nodes: int
     groups: int | None = None
     micro_batches: int | None = None
+    #: the pipeline's stages, each its layers' names (cut as dlperf parallel cuts them)
+    stages: list[list[str]] | None = None
     links: dict[str, str]
     time_s: float
     breakdown: Breakdown
