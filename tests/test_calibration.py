@@ -163,6 +163,22 @@ def test_the_weight_gradient_is_timed_by_the_transposed_products_curve(db):
     assert product_times(proj, 128, older)[1] < bwd
 
 
+def test_a_product_takes_at_least_the_memory_pass_of_its_fresh_result(db):
+    """A wide weight gradient at a tiny batch: its 26752 x 2048 result's memory pass, not
+    its FLOPs, sets its time; a compute-bound product keeps its curve's time."""
+    from dlperf.perfmodel.local import _product
+
+    with Store(db) as store:
+        made_up.calibrated(store)
+        f = calibration.local_calibration(store).find("torch", 1)
+    # fresh pages at 1 GB/s, as a machine whose allocator returns large blocks to the OS
+    f = f.model_copy(update={"memory": fit.MemoryCurve(nbytes=(1e3, 1e9), seconds=(1e-6, 1.0))})
+    wide = f.memory.time(2 * 4 * 26752 * 2048)
+    assert f.gemm_tn.time(26752, 2048, 1) < wide
+    assert _product(f, f.gemm_tn, 26752, 2048, 1) == wide
+    assert _product(f, f.gemm, 2048, 2048, 2048) == f.gemm.time(2048, 2048, 2048)
+
+
 def test_the_softmax_loss_is_timed_by_its_own_curve(db):
     """The loss layer takes the cross-entropy kernel's time for its logits (the made-up
     machine's loss runs at a fifth of its memory bandwidth); a calibration made before

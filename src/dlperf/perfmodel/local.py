@@ -25,8 +25,8 @@ from __future__ import annotations
 from dlperf.perfmodel.catalogue import Device, Link
 from dlperf.perfmodel.compute import LayerTiming
 from dlperf.perfmodel.costs import LayerCost, kernels
-from dlperf.perfmodel.fit import AlphaBeta, LocalFit
-from dlperf.perfmodel.kernels import xent_bytes
+from dlperf.perfmodel.fit import AlphaBeta, GemmCurve, LocalFit
+from dlperf.perfmodel.kernels import ELEM, xent_bytes
 from dlperf.workloads.base import Gemm, Layer
 
 #: ops whose products run as convolutions (the others as matrix products)
@@ -78,15 +78,24 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
             share = (1.0 if layer.input_grad else 0.0) + (1.0 if layer.params else 0.0)
             bwd += calls * fit.conv_bwd.time(rows, g.n, g.k, g.window) * share / 2
             continue
-        fwd += calls * fit.gemm.time(rows, g.n, g.k)
+        fwd += calls * _product(fit, fit.gemm, rows, g.n, g.k)
         if layer.input_grad:  # dX = dY @ W^T; two inputs (attention): one product each
-            bwd += calls * fit.gemm.time(rows, g.k, g.n) * (1 if layer.params else 2)
+            bwd += calls * _product(fit, fit.gemm, rows, g.k, g.n) * (1 if layer.params else 2)
         if layer.params:  # dW = X^T @ dY: transposed inputs, the batch the inner dimension
             # (time x batch for a layer applied to each step of a sequence)
             seq = g.batch_rows and g.m > 1 and g.count == 1 and fit.gemm_tn_seq is not None
             curve = fit.gemm_tn_seq if seq else (fit.gemm_tn or fit.gemm)
-            bwd += calls * curve.time(g.k, g.n, rows)
+            bwd += calls * _product(fit, curve, g.k, g.n, rows)
     return fwd, bwd
+
+
+def _product(fit: LocalFit, curve: GemmCurve, m: float, n: float, k: float) -> float:
+    """One (m x k) @ (k x n) product: its curve, and never less than making its m x n
+    result fresh, as the memory pass does (a roofline's memory side, Williams et al.
+    2009). A weight gradient of a wide layer at a small batch is such a product: its
+    result's new pages, not its FLOPs, set its time, at a shape the GEMM grid (its
+    inner dimension at least 16) only approaches."""
+    return max(curve.time(m, n, k), fit.memory.time(2 * ELEM * m * n))
 
 
 def _guess(layer: Layer) -> tuple[Gemm, ...]:
