@@ -21,6 +21,7 @@ H_CONV = (64.0, 8.0, 12.0)  # half-rate output pixels, output and input channels
 DRAM_BPS = 15e9
 UPDATE_BPS = 25e9
 XENT_BPS = 3e9  # the loss: exponentials make it slower than a memory pass
+BN_BPS = 2e9  # batch normalisation: several passes over its activation
 TN_SLOWER = 1.5
 SEQ_SLOWER = 3.0
 
@@ -63,6 +64,8 @@ def true_s(op: str, shape: tuple[int, ...], world: int = 1) -> float:
         return CALL_S + OP_S + nbytes(op, shape) / UPDATE_BPS
     if op == "xent":
         return CALL_S + OP_S + nbytes(op, shape) / XENT_BPS
+    if op == "bn":
+        return CALL_S + OP_S + nbytes(op, shape) / BN_BPS
     if op == "allreduce":
         a, b = alpha_beta(world)
         return a + shape[0] / b

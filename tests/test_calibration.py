@@ -55,6 +55,12 @@ def test_kernel_flops_and_bytes_are_the_closed_forms():
     assert k.nbytes("memory", (1000,)) == 8000  # one read, one write
     # the loss: read the logits, write their gradient
     assert k.nbytes("xent", (10, 100)) == 2 * 4 * 1000 and k.flops("xent", (10, 100)) == 0
+    # batch normalisation: the bytes perfmodel.costs counts for such a layer
+    from dlperf.perfmodel.costs import layer_cost
+    from dlperf.workloads.dlbench import bn
+
+    c = layer_cost(bn("bn", 16, 7), 16 * 7 * 7, 3, 4)
+    assert k.nbytes("bn", (3, 16, 7)) == c.fwd_bytes + c.bwd_bytes
     assert k.flops("dispatch", (3,)) == 3 * 2 * 8**3
 
 
@@ -179,10 +185,11 @@ def test_a_product_takes_at_least_the_memory_pass_of_its_fresh_result(db):
     assert _product(f, f.gemm, 2048, 2048, 2048) == f.gemm.time(2048, 2048, 2048)
 
 
-def test_the_softmax_loss_is_timed_by_its_own_curve(db):
+def test_the_softmax_loss_and_batch_norm_are_timed_by_their_own_curves(db):
     """The loss layer takes the cross-entropy kernel's time for its logits (the made-up
-    machine's loss runs at a fifth of its memory bandwidth); a calibration made before
-    revision 7 has no such curve and the memory pass stands in."""
+    machine's loss runs at a fifth of its memory bandwidth), a batch normalisation the
+    bn kernel's for its bytes; a calibration made before revision 7 (8) has no such
+    curve and the memory pass stands in."""
     from dlperf.perfmodel.costs import layer_costs
     from dlperf.perfmodel.local import layer_timing
 
@@ -200,6 +207,17 @@ def test_the_softmax_loss_is_timed_by_its_own_curve(db):
     older = layer_timing(loss, cost, 128, f.model_copy(update={"xent": None})).memory_s
     assert older == pytest.approx(f.memory.time(cost.fwd_bytes) + f.memory.time(cost.bwd_bytes))
     assert older < got / 2
+    # batch normalisation the same way, by its own curve (before revision 8: memory)
+    assert f.bn is not None
+    _, _, resnet = workloads.resolve("resnet50", None)
+    layers = resnet.layers()
+    costs = layer_costs(layers, resnet.input_shape(), 8, 4)
+    (norm, cost), = [(x, c) for x, c in zip(layers, costs, strict=True) if x.name == "stem_bn"]
+    nbytes = cost.fwd_bytes + cost.bwd_bytes
+    assert layer_timing(norm, cost, 8, f).memory_s == pytest.approx(nbytes / made_up.BN_BPS,
+                                                                    rel=0.05)
+    older = layer_timing(norm, cost, 8, f.model_copy(update={"bn": None})).memory_s
+    assert older == pytest.approx(f.memory.time(cost.fwd_bytes) + f.memory.time(cost.bwd_bytes))
 
 
 def test_memory_curve_is_the_bandwidth_and_never_falls_with_size():
@@ -224,7 +242,7 @@ def _kernel_spec(framework: str, parts: dict[str, list[tuple[int, ...]]], **kw) 
 TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)], "gemm_tn_seq": [(8, 4, 3, 5)],
         "conv": [(1, 3, 4, 8, 3, 1), (1, 3, 4, 9, 5, 2)],
         "conv_bwd": [(1, 3, 4, 8, 3, 1), (2, 3, 4, 9, 5, 2)], "memory": [(1024,)], "update": [(2048,)],
-        "xent": [(4, 16), (2, 1000)],
+        "xent": [(4, 16), (2, 1000)], "bn": [(2, 3, 5)],
         "dispatch": [(1,), (4,)], "dispatch_train": [(1,), (3,)]}
 
 

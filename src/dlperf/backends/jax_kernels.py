@@ -68,6 +68,22 @@ class KernelTrainer(Trainer):
 
             def fn(x):  # scaled by less than 1 so that repeated calls stay finite
                 return x * 0.999
+        elif op == "bn":  # jax_backend's Flax BatchNorm in training mode, and its vjp
+            from dlperf.backends.jax_backend import _bn
+
+            batch, channels, side = shape
+            layer = _bn("bn")
+            x = normal(batch, side, side, channels)
+            variables = layer.init(jax.random.PRNGKey(0), x)
+            args = (x, variables["params"], variables["batch_stats"],
+                    normal(batch, side, side, channels))
+
+            def fn(x, params, stats, g):
+                def apply(x, params):
+                    return layer.apply({"params": params, "batch_stats": stats}, x,
+                                       mutable=["batch_stats"])[0]
+
+                return jax.vjp(apply, x, params)[1](g)
         elif op == "xent":  # the loss jax_backend trains with, and its gradient
             rows, classes = shape
             args = (normal(rows, classes), rng.integers(0, classes, rows).astype(np.int32))

@@ -84,6 +84,22 @@ class KernelTrainer(Trainer):
                         loss = tf.reduce_mean(
                             tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=z))
                     return tape.gradient(loss, z)
+            elif op == "bn":  # the Keras layer keras_models builds, in training mode
+                from dlperf.backends.keras_models import BN_EPSILON, BN_MOMENTUM
+
+                batch, channels, side = shape
+                layer = keras.layers.BatchNormalization(epsilon=BN_EPSILON,
+                                                        momentum=BN_MOMENTUM)
+                layer.build((batch, side, side, channels))
+                args = (gen.normal((batch, side, side, channels)),
+                        gen.normal((batch, side, side, channels)))
+
+                def fn(x, g):
+                    with tf.GradientTape() as tape:
+                        tape.watch(x)
+                        y = layer(x, training=True)
+                    return tuple(tape.gradient(y, [x, *layer.trainable_variables],
+                                               output_gradients=g))
             elif op == "update":  # a variable written over, as an optimizer's apply does
                 var = tf.Variable(gen.normal(shape))
                 args = ()

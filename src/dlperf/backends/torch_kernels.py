@@ -57,6 +57,11 @@ class KernelTrainer(Trainer):
                                                    padding=window // 2))
         elif op in ("memory", "update"):
             self.x, self.out = randn(shape[0]), torch.empty(shape[0], device=device)
+        elif op == "bn":  # nn.BatchNorm2d in training mode, as torch_backend's ResNet
+            batch, channels, side = shape
+            self.x = randn(batch, channels, side, side).requires_grad_()
+            self.bn = torch.nn.BatchNorm2d(channels).to(device).train()
+            self.g = randn(batch, channels, side, side)
         elif op == "xent":  # the loss torch_backend trains with, and its gradient
             rows, classes = shape
             self.x = randn(rows, classes).requires_grad_()
@@ -90,6 +95,9 @@ class KernelTrainer(Trainer):
             self.out = torch.mul(self.x, 2.0)
         elif op == "update":
             self.x.mul_(0.999)
+        elif op == "bn":  # forward, then the input's, scale's and shift's gradients
+            self.out = torch.autograd.grad(self.bn(self.x), (self.x, *self.bn.parameters()),
+                                           self.g)
         elif op == "xent":
             (self.out,) = torch.autograd.grad(F.cross_entropy(self.x, self.y), self.x)
         elif op == "dispatch_train":  # a training step as TorchTrainer.step runs one

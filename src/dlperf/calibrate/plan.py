@@ -24,7 +24,7 @@ from dlperf.store import Store
 
 #: the ops timed per (framework, thread count); the all-reduce is separate
 LOCAL_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
-             "xent", "dispatch", "dispatch_train")
+             "xent", "bn", "dispatch", "dispatch_train")
 #: what a calibration needs to be used (one of a version before 'gemm_tn' and 'update'
 #: still is)
 REQUIRED_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")

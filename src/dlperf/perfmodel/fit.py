@@ -24,7 +24,8 @@ times the model adds up.
   residuals.
 - ``MemoryCurve``: time against bytes moved, interpolated in log-log over the sizes
   measured (caches, then DRAM), the op's fixed cost taken off; the same form serves the
-  in-place update and the softmax cross-entropy (against its logits' bytes).
+  in-place update, the softmax cross-entropy (against its logits' bytes) and batch
+  normalisation (against its layer's bytes).
 - ``AlphaBeta``: an all-reduce of n bytes among p processes, t = alpha + n / beta (Hockney
   1994), per p.
 """
@@ -318,6 +319,9 @@ class LocalFit(_Frozen):
     #: the softmax cross-entropy and its gradient, against the bytes of its logits and
     #: their gradient (None: calibrated before it was timed; ``memory`` stands in)
     xent: MemoryCurve | None = None
+    #: batch normalisation forward and backward, against the bytes of ``costs``' rule
+    #: (None: calibrated before it was timed; ``memory`` stands in)
+    bn: MemoryCurve | None = None
     allreduce: dict[int, AlphaBeta] = Field(default_factory=dict)
     samples: int = 0
     #: compute slows by this factor when workers share cores (parallel runs)
@@ -348,5 +352,6 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     memory=fit_memory(samples.of_op("memory"), d),
                     update=fit_memory(up, d) if (up := samples.of_op("update")) else None,
                     xent=fit_memory(xe, d) if (xe := samples.of_op("xent")) else None,
+                    bn=fit_memory(bn, d) if (bn := samples.of_op("bn")) else None,
                     allreduce=fit_allreduce(samples.of_op("allreduce")),
                     samples=len(samples.items))

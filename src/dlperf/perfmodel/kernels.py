@@ -36,6 +36,11 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
   every classifier, as the backends compute it): exponentials and two passes over the
   logits, slower than a plain memory pass of the same bytes, and by how much is the
   library's;
+- ``bn`` (batch, channels, side): the framework's batch normalisation in training mode
+  over a (batch, channels, side, side) activation, forward and backward (the input's,
+  the scale's and the shift's gradients), as the backends' layers run it: several passes
+  over the activation (the batch statistics, the normalisation, and as many back), so
+  far slower than one memory pass of the same bytes;
 - ``allreduce`` (bytes,): a gloo all-reduce of fp32 on loopback among ``world``
   processes (PyTorch only).
 
@@ -52,9 +57,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Op = Literal["gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
-             "xent", "dispatch", "dispatch_train", "allreduce"]
+             "xent", "bn", "dispatch", "dispatch_train", "allreduce"]
 OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory",
-                        "update", "xent", "dispatch", "dispatch_train", "allreduce")
+                        "update", "xent", "bn", "dispatch", "dispatch_train", "allreduce")
 #: products per layer of the trained chain: the forward and the two gradients
 TRAIN_PRODUCTS = 3
 #: kernels per layer of the trained chain: its products and the optimizer's update
@@ -68,8 +73,8 @@ ELEM = 4
 #: an 11x11 window at stride 4; 5: the trained chain updates its weights with the
 #: framework's SGD optimizer; 6: the weight gradient over a sequence (gemm_tn_seq);
 #: 7: the softmax cross-entropy (xent), and the sequence's weight gradient timed up to
-#: the inner dimension of a long sequence batch (8192 rows)
-REVISION = 7
+#: the inner dimension of a long sequence batch (8192 rows); 8: batch normalisation (bn)
+REVISION = 8
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
 
@@ -186,6 +191,9 @@ def nbytes(op: str, shape: tuple[int, ...]) -> float:
         return float(2 * ELEM * shape[0])
     if op == "xent":
         return xent_bytes(shape[0] * shape[1])
+    if op == "bn":
+        batch, channels, side = shape
+        return bn_bytes(batch * channels * side * side, channels)
     if op == "allreduce":
         return float(shape[0])
     return 0.0
@@ -195,6 +203,13 @@ def xent_bytes(logits: float) -> float:
     """Bytes the loss must move at least for ``logits`` elements: read the logits, write
     their gradient (the labels and the scalar loss are negligible)."""
     return float(2 * ELEM * logits)
+
+
+def bn_bytes(elems: float, channels: float) -> float:
+    """Bytes a batch normalisation must move at least in a training step, by the rule of
+    ``perfmodel.costs`` for a layer of 2 x ``channels`` parameters whose input and output
+    have ``elems`` elements: forward P + I + O, backward O + 2 I + 2 P."""
+    return float(ELEM * (5 * elems + 3 * 2 * channels))
 
 
 def label(shape: tuple[int, ...]) -> str:
@@ -230,6 +245,10 @@ MEMORY_ELEMS = tuple(2**e for e in range(12, 27, 2))
 #: many classes (a classifier's labels, a language model's vocabulary).
 XENT_ELEMS = tuple(2**e for e in range(12, 25, 4))
 XENT_CLASSES = (16, 1024, 16384)
+#: Batch normalisation: (channels, side) over few and many channels, large and small
+#: maps, at the batch that brings each to about each of BN_ELEMS elements.
+BN_LAYERS = ((16, 64), (64, 32), (256, 16), (1024, 8))
+BN_ELEMS = (2**16, 2**20, 2**24)
 #: the sequence's weight gradient is timed at inner dimensions (time x batch) up to this
 SEQ_INNER_MAX = SEQ_STEPS * 256
 #: Lengths of the dispatch chain.
@@ -271,6 +290,9 @@ def grid(op: str, fine: bool = False) -> list[tuple[int, ...]]:
     if op == "gemm_tn_seq":  # time x batch as the inner dimension: a sequence's rows
         return [(m, n, SEQ_STEPS, k // SEQ_STEPS) for m, n, k in gemm_grid(fine)
                 if SEQ_STEPS * 4 <= k <= SEQ_INNER_MAX]
+    if op == "bn":
+        elems = tuple(2**e for e in range(14, 26, 2)) if fine else BN_ELEMS
+        return [(max(1, round(e / (c * s * s))), c, s) for e in elems for c, s in BN_LAYERS]
     if op == "xent":
         elems = tuple(2**e for e in range(10, 26, 2)) if fine else XENT_ELEMS
         return [(e // c, c) for e in elems for c in XENT_CLASSES if c <= e]

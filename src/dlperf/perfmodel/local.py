@@ -12,9 +12,9 @@ A layer's time per step (batch B):
   curves (forward; both gradients together), on its implicit GEMM;
 - a layer without products (activation, normalisation, pooling, embedding) moves its
   bytes (``costs``) at the bandwidth the memory curve gives for that many bytes; the
-  softmax cross-entropy loss takes the time its own calibrated curve gives for its
-  logits (exponentials and two passes: a library can run it many times slower than a
-  memory pass);
+  softmax cross-entropy loss and batch normalisation take the times their own
+  calibrated curves give for their bytes (exponentials, batch statistics, several
+  passes: a library can run them many times slower than one memory pass);
 - the optimizer update moves 3 x its parameters' bytes, at the in-place update's
   bandwidth;
 - every kernel launch costs the framework's per-op time, and a training step one call.
@@ -120,6 +120,8 @@ def layer_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) -> 
         compute, memory = fwd + bwd, 0.0
     elif layer.op == "loss" and fit.xent is not None:  # the loss and its gradient
         compute, memory = 0.0, fit.xent.time(xent_bytes(layer.out_elems * batch))
+    elif layer.op == "bn" and fit.bn is not None:  # batch statistics: several passes
+        compute, memory = 0.0, fit.bn.time(cost.fwd_bytes + cost.bwd_bytes)
     else:
         compute = 0.0
         memory = fit.memory.time(cost.fwd_bytes) + fit.memory.time(cost.bwd_bytes)
