@@ -97,7 +97,8 @@ class AlexNetConfig:
 class ResNetConfig:
     """Bottleneck ResNet (He et al., 2016), torchvision's v1.5 layout: the stride sits on
     the 3x3 convolution, convolutions have no bias, every convolution is followed by batch
-    normalisation; a 1x1 projection (with batch norm) where the shape changes."""
+    normalisation, and by a ReLU except the block's last, whose ReLU follows the sum with
+    the shortcut; a 1x1 projection (with batch norm) where the shape changes."""
 
     image: int
     stem: int  # channels of the 7x7/2 stem convolution
@@ -111,6 +112,7 @@ class ResNetConfig:
         side = conv_out(self.image, 7, 2, 3)
         out.append(conv("stem", self.channels_in, self.stem, 7, side, bias=False, first=True))
         out.append(bn("stem_bn", self.stem, side))
+        out.append(Layer("stem_relu", "act", out_elems=self.stem * side * side))
         side = conv_out(side, 3, 2, 1)
         out.append(Layer("stem_pool", "pool", out_elems=self.stem * side * side))
         c_in = self.stem
@@ -121,14 +123,20 @@ class ResNetConfig:
                 c_out = width * self.expansion
                 out.append(conv(f"{name}_c1", c_in, width, 1, side, bias=False))
                 out.append(bn(f"{name}_bn1", width, side))
+                out.append(Layer(f"{name}_relu1", "act", out_elems=width * side * side))
                 new_side = conv_out(side, 3, st, 1)
+                pixels = new_side * new_side
                 out.append(conv(f"{name}_c2", width, width, 3, new_side, bias=False))
                 out.append(bn(f"{name}_bn2", width, new_side))
+                out.append(Layer(f"{name}_relu2", "act", out_elems=width * pixels))
                 out.append(conv(f"{name}_c3", width, c_out, 1, new_side, bias=False))
                 out.append(bn(f"{name}_bn3", c_out, new_side))
                 if st != 1 or c_in != c_out:
                     out.append(conv(f"{name}_proj", c_in, c_out, 1, new_side, bias=False))
                     out.append(bn(f"{name}_proj_bn", c_out, new_side))
+                # the shortcut's sum and the block's last ReLU (no FLOPs, but two passes)
+                out.append(Layer(f"{name}_add", "add", out_elems=c_out * pixels))
+                out.append(Layer(f"{name}_relu3", "act", out_elems=c_out * pixels))
                 side, c_in = new_side, c_out
         out.append(Layer("avgpool", "pool", out_elems=c_in))
         out.append(dense("fc", c_in, self.classes))
