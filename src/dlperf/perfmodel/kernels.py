@@ -73,7 +73,8 @@ ELEM = 4
 #: an 11x11 window at stride 4; 5: the trained chain updates its weights with the
 #: framework's SGD optimizer; 6: the weight gradient over a sequence (gemm_tn_seq);
 #: 7: the softmax cross-entropy (xent), and the sequence's weight gradient timed up to
-#: the inner dimension of a long sequence batch (8192 rows); 8: batch normalisation (bn)
+#: the inner dimension of a long sequence batch (8192 rows); 8: batch normalisation (bn),
+#: the memory passes at every power of two
 REVISION = 8
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
@@ -239,8 +240,11 @@ CONV_LAYERS = (
 )
 CONV_FLOPS = 4e8
 CONV_SMALL_FLOPS = 4e6
-#: Elements of the memory kernel: 16 KB to 256 MB per operand (caches to DRAM).
-MEMORY_ELEMS = tuple(2**e for e in range(12, 27, 2))
+#: Elements of the memory kernel: 16 KB to 256 MB per operand (caches to DRAM), every
+#: power of two: where the working set leaves the last cache, and where the allocator
+#: starts handing out fresh pages, the time per byte jumps several times within one
+#: doubling.
+MEMORY_ELEMS = tuple(2**e for e in range(12, 27))
 #: Logits of the cross-entropy kernel: 4 K to 16 M elements, over few, a thousand and
 #: many classes (a classifier's labels, a language model's vocabulary).
 XENT_ELEMS = tuple(2**e for e in range(12, 25, 4))
