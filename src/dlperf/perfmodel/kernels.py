@@ -12,8 +12,8 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
 - ``gemm_tn_seq`` (m, n, t, b): the same weight gradient of a layer applied to a
   sequence: inputs (t x b x m) and output gradients (t x b x n), contracted over time and
   batch, the way each framework's dense layer on a 3-D tensor runs it (PyTorch and
-  TensorFlow flatten it into ``gemm_tn``; XLA contracts both dimensions in one dot, which
-  it can run at another speed);
+  TensorFlow flatten it into ``gemm_tn``; XLA's training step runs one plain dot with
+  the output gradient laid out transposed, at another speed);
 - ``conv`` (batch, c_in, c_out, side, window, stride): a 2-D convolution, padding
   window // 2, forward only; ``conv_bwd`` the same layer's backward (input and weight
   gradients from a given output gradient);
@@ -74,8 +74,9 @@ ELEM = 4
 #: framework's SGD optimizer; 6: the weight gradient over a sequence (gemm_tn_seq);
 #: 7: the softmax cross-entropy (xent), and the sequence's weight gradient timed up to
 #: the inner dimension of a long sequence batch (8192 rows); 8: batch normalisation (bn),
-#: the memory passes at every power of two
-REVISION = 8
+#: the memory passes at every power of two; 9: JAX's weight gradient over a sequence as
+#: the plain dot its training step runs
+REVISION = 9
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
 
