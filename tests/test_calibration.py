@@ -302,6 +302,39 @@ def test_a_trained_chain_without_the_optimizer_is_not_read_as_one_with_it(db):
         assert len(trained) == (0 if revision == 4 else len(parts["dispatch_train"]))
 
 
+def test_repeated_calibrations_count_by_each_kernels_median(db):
+    """calibrate --repeat: the runs of one configuration merge, each sample the median of
+    the runs' medians; a run of another grid or revision stands alone, newest first."""
+    from dlperf.spec import RunResult
+
+    versions = calibration.specs(["torch"], [1], allreduce=False)[0].options.versions
+    parts = {"memory": [(1024,)], "dispatch": [(1,), (4,)]}
+    assert [s.repeat for s in calibration.specs(["torch"], [1], allreduce=False, repeat=3)] == [
+        0, 1, 2]
+
+    def add(store, spec, scale, t0):
+        samples = tuple(made_up.sample(op, s).model_copy(update={
+            "median_s": made_up.true_s(op, s) * scale}) for op, shapes in parts.items()
+            for s in shapes)
+        store.add(RunResult(spec=spec, status="ok", outcome=KernelOutcome(samples=samples),
+                            started_at=t0, finished_at=t0 + 0.5))
+
+    spec = _kernel_spec("torch", parts, versions=versions)
+    with Store(db) as store:
+        for r, scale in enumerate((1.0, 3.0, 1.2)):  # one disturbed run of three
+            add(store, spec.model_copy(update={"repeat": r}), scale, 1.0 + r)
+        (stored,) = calibration.load(store)
+        (mem,) = stored.samples.of_op("memory")
+        assert mem.median_s == pytest.approx(1.2 * made_up.true_s("memory", (1024,)))
+        assert len(mem.times_s) == 9  # every timed call kept
+        # a newer calibration of another revision replaces all three
+        add(store, _kernel_spec("torch", parts, versions=versions, revision=k.REVISION + 1),
+            2.0, 10.0)
+        (stored,) = calibration.load(store)
+        (mem,) = stored.samples.of_op("memory")
+        assert mem.median_s == pytest.approx(2.0 * made_up.true_s("memory", (1024,)))
+
+
 def test_a_failing_shape_is_recorded_and_the_others_go_on():
     from dlperf.worker import execute
 
@@ -492,7 +525,12 @@ def test_calibrate_dry_run_lists_the_kernel_runs(capsys):
     assert main(["calibrate", "--frameworks", "torch", "--threads", "1", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and "kernels" in lines[0] and "allreduce" in lines[1]
+    assert main(["calibrate", "--frameworks", "torch", "--threads", "1", "--repeat", "2",
+                 "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 6 and "(repeat 1)" in lines[-1]
     assert main(["calibrate", "--frameworks", "nope", "--dry-run"]) == 2
+    assert main(["calibrate", "--repeat", "0", "--dry-run"]) == 2
 
 
 def test_the_report_puts_the_calibrated_prediction_beside_each_measured_cell(db, tmp_path,

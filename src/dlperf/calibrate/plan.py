@@ -11,11 +11,12 @@ timed once per process count (2 and 4 on loopback, PyTorch's gloo, the library
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlperf import backends, environment, peak
-from dlperf.kinds.kernel import KernelOptions, KernelOutcome, KernelPart
+from dlperf.kinds.kernel import KernelOptions, KernelOutcome, KernelPart, KernelSample
 from dlperf.perfmodel.fit import Samples
 from dlperf.perfmodel.kernels import REVISION, grid
 from dlperf.perfmodel.machine import LocalCalibration
@@ -54,9 +55,16 @@ def default_frameworks() -> list[str]:
 
 
 def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "cpu",
-          fine: bool = False, allreduce: bool = True) -> list[RunSpec]:
+          fine: bool = False, allreduce: bool = True, repeat: int = 1) -> list[RunSpec]:
     """The kernel runs of a calibration: every op's grid per framework and thread count,
-    and the all-reduce at 2 and 4 processes (when PyTorch is among the frameworks)."""
+    and the all-reduce at 2 and 4 processes (when PyTorch is among the frameworks);
+    ``repeat`` times each, in turns (``load`` takes each kernel's median over them)."""
+    once = _specs_once(frameworks, threads, device=device, fine=fine, allreduce=allreduce)
+    return [s.model_copy(update={"repeat": r}) for r in range(repeat) for s in once]
+
+
+def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: str,
+                fine: bool, allreduce: bool) -> list[RunSpec]:
     packages = environment.packages()
     min_time = FINE_MIN_TIME_S if fine else MIN_TIME_S
     out = []
@@ -104,10 +112,11 @@ def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
 TRAINED_CHAIN_REVISION = 5
 
 
-def _newest(rows: Sequence[RunResult]) -> list[RunResult]:
-    """The newest kernel run of each framework, thread count, device and kind of kernel run
-    (the kernels, or the all-reduce among a process count): a calibration measured again
-    with another grid replaces the earlier one instead of mixing with it."""
+def _newest(rows: Sequence[RunResult]) -> list[list[RunResult]]:
+    """Per framework, thread count, device and kind of kernel run (the kernels, or the
+    all-reduce among a process count): the newest run and its repetitions (the same
+    configuration, ``calibrate --repeat``). A calibration measured again with another grid
+    or revision replaces the earlier one instead of mixing with it."""
     newest: dict[tuple, RunResult] = {}
     for r in rows:
         o = r.spec.options
@@ -115,25 +124,45 @@ def _newest(rows: Sequence[RunResult]) -> list[RunResult]:
                getattr(o, "world", 1))
         if key not in newest or (r.finished_at or 0) > (newest[key].finished_at or 0):
             newest[key] = r
-    return list(newest.values())
+    return [[r for r in rows if r.spec.config_id == n.spec.config_id]
+            for n in newest.values()]
+
+
+def merge(runs: Sequence[Sequence[KernelSample]]) -> tuple[KernelSample, ...]:
+    """The samples of repeated kernel runs as one: per op, shape and process count, the
+    median of the runs' medians (a run disturbed at one shape does not move the curve),
+    every timed call kept."""
+    by: dict[tuple, list[KernelSample]] = {}
+    for samples in runs:
+        for x in samples:
+            by.setdefault((x.op, x.shape, x.world), []).append(x)
+    out = []
+    for same in by.values():
+        utils = [x.cpu_util for x in same if x.cpu_util is not None]
+        out.append(same[0].model_copy(update={
+            "median_s": statistics.median(x.median_s for x in same),
+            "times_s": tuple(t for x in same for t in x.times_s),
+            "cpu_util": statistics.median(utils) if utils else None}))
+    return tuple(out)
 
 
 def load(store: Store, *, device: str | None = "cpu",
          machine_id: str | None = None) -> list[Stored]:
     """Every (framework, threads, device) this machine has calibration samples for (on one
-    device, or on every one with None), newest row per kernel run, rows of other library
-    versions left out. The all-reduce samples (keyed by process count) are added to every
+    device, or on every one with None): per kernel run the newest and its repetitions,
+    merged (``merge``), rows of other library versions left out. The all-reduce samples (keyed by process count) are added to every
     entry."""
     packages = environment.packages()
     rows = store.results(kind="kernel", status="ok", device=device,
                          machine_id=machine_id or environment.machine_id())
-    rows = _newest([r for r in rows if _current(r, packages)])
     by_key: dict[tuple[str, int, str], list] = {}
     collective = []
-    for r in rows:
-        if not isinstance(r.outcome, KernelOutcome):
+    for runs in _newest([r for r in rows if _current(r, packages)]):
+        runs = [r for r in runs if isinstance(r.outcome, KernelOutcome)]
+        if not runs:
             continue
-        samples = r.outcome.samples
+        r = runs[0]
+        samples = merge([x.outcome.samples for x in runs])  # type: ignore[union-attr]
         if r.spec.options.revision < TRAINED_CHAIN_REVISION:  # no optimizer in its chain:
             samples = tuple(s for s in samples if s.op != "dispatch_train")  # plain stands in
         collective.extend(s for s in samples if s.op == "allreduce")

@@ -4,6 +4,7 @@ only; the plan lives in ``dlperf.calibrate.plan``, the fits in ``dlperf.perfmode
 
     dlperf calibrate                               # installed frameworks, threads 1..cores
     dlperf calibrate --frameworks torch --threads 1,2 --fine
+    dlperf calibrate --repeat 3                    # each kernel's median over three runs
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 import statistics
 
 from dlperf import units
-from dlperf.cli.args import add_db, str_list, threads_arg
+from dlperf.cli.args import add_db, positive_int, str_list, threads_arg
 from dlperf.cli.progress import ProgressListener, out
 from dlperf.perfmodel.fit import LocalFit
 
@@ -34,6 +35,10 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fine", action="store_true", help="a denser grid, each shape timed "
                    "longer (several times slower)")
     p.add_argument("--no-allreduce", action="store_true", help="skip the all-reduce kernels")
+    p.add_argument("--repeat", type=positive_int, default=1, help="time every kernel this "
+                   "many times, in turns, and fit each one's median: steadier curves on a "
+                   "noisy machine, as many times as long (default 1; runs already stored "
+                   "count)")
     p.add_argument("--force", action="store_true", help="measure again what the store has")
     p.add_argument("--dry-run", action="store_true", help="list the kernel runs, run nothing")
     p.add_argument("--json", action="store_true", help="print the fitted curves as JSON")
@@ -50,12 +55,14 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     threads = a.threads or calibration.default_threads(a.device)
     if a.dry_run:
         for s in calibration.specs(frameworks, threads, device=a.device, fine=a.fine,
-                                   allreduce=not a.no_allreduce):
-            out.print(f"  {s.framework:10} x{s.threads}  {s.network}")
+                                   allreduce=not a.no_allreduce, repeat=a.repeat):
+            out.print(f"  {s.framework:10} x{s.threads}  {s.network}"
+                      + (f"  (repeat {s.repeat})" if a.repeat > 1 else ""))
         return 0
     with ProgressListener(to_stderr=a.json) as listener:  # --json: stdout for the document
         cal = api.calibrate(frameworks, threads, db=a.db, device=a.device, fine=a.fine,
-                            allreduce=not a.no_allreduce, force=a.force, listener=listener)
+                            allreduce=not a.no_allreduce, force=a.force, listener=listener,
+                            repeat=a.repeat)
     fits = [f for f in cal.fits if f.framework in frameworks and f.threads in threads]
     if a.json:
         import json
