@@ -149,6 +149,8 @@ def main() -> int:
     ap.add_argument("--threads", default=",".join(map(str, calibrate.default_threads())))
     ap.add_argument("--retries", type=int, default=2, help="extra processes for a disturbed "
                     "configuration (default 2)")
+    ap.add_argument("--calibrate-repeat", type=int, default=1, help="calibrate this many "
+                    "times, each kernel's median counting (dlperf calibrate --repeat)")
     ap.add_argument("--no-measure", action="store_true", help="only read the store")
     ap.add_argument("--no-parallel", action="store_true", help="skip the parallel strategies")
     a = ap.parse_args()
@@ -157,7 +159,7 @@ def main() -> int:
     if not a.no_measure:
         measure(a.db, networks, frameworks, threads, a.retries)
         print("calibrating ...", flush=True)
-        api.calibrate(frameworks, threads, db=a.db)
+        api.calibrate(frameworks, threads, db=a.db, repeat=a.calibrate_repeat)
         if not a.no_parallel:
             measure_parallel(a.db)
     report(a.db, networks, frameworks)
