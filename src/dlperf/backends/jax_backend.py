@@ -35,11 +35,10 @@ from dlperf.backends.base import (
     Trainer,
     UnsupportedError,
 )
+from dlperf.backends.jax_layers import batch_norm as _bn
 from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
 
 LEARNING_RATE = 0.01
-BN_EPSILON = 1e-5  # PyTorch's default (Flax's is 1e-6)
-BN_MOMENTUM = 0.9  # running = 0.9 * running + 0.1 * batch: PyTorch's momentum=0.1
 
 
 # ----------------------------------------------------------------------------- init
@@ -66,14 +65,6 @@ def _conv(features: int, kernel: int, stride: int, pad: int, name: str,
     return nn.Conv(features, (kernel, kernel), (stride, stride), ((pad, pad), (pad, pad)),
                    use_bias=bias, kernel_init=uniform_fan_in,
                    bias_init=nn.initializers.zeros, name=name)
-
-
-def _bn(name: str, train: bool = True) -> nn.BatchNorm:
-    # batch statistics in training, as torch's BatchNorm2d in train mode (the running
-    # averages are updated as in torch, except that Flax keeps the biased variance); the
-    # running averages in inference (``train=False``), as torch's eval mode
-    return nn.BatchNorm(use_running_average=not train, momentum=BN_MOMENTUM,
-                        epsilon=BN_EPSILON, name=name)
 
 
 def _max_pool(x: jax.Array) -> jax.Array:

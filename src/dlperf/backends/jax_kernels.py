@@ -73,10 +73,10 @@ class KernelTrainer(Trainer):
             def fn(x):  # scaled by less than 1 so that repeated calls stay finite
                 return x * 0.999
         elif op == "bn":  # jax_backend's Flax BatchNorm in training mode, and its vjp
-            from dlperf.backends.jax_backend import _bn
+            from dlperf.backends.jax_layers import batch_norm
 
             batch, channels, side = shape
-            layer = _bn("bn")
+            layer = batch_norm("bn")
             x = normal(batch, side, side, channels)
             variables = layer.init(jax.random.PRNGKey(0), x)
             args = (x, variables["params"], variables["batch_stats"],
