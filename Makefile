@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
 	touch $@
 
-# The performance model calibrated here (about 3 minutes on 2 cores; kept in the store),
+# The performance model calibrated here (about 4 minutes on 2 cores; kept in the store),
 # the brief DLBench study (fcn5, alexnet, lstm32 x PyTorch, TensorFlow, JAX x 1, P, 2P
 # threads; about 3 minutes) with the model's prediction beside each cell, the advice for
 # this machine, the report's path last. A calibration that cannot finish ('-') leaves the
