@@ -187,7 +187,7 @@ def test_a_product_takes_at_least_the_memory_pass_of_its_fresh_result(db):
 
 def test_the_softmax_loss_and_batch_norm_are_timed_by_their_own_curves(db):
     """The loss layer takes the cross-entropy kernel's time for its logits (the made-up
-    machine's loss runs at a fifth of its memory bandwidth), a batch normalisation the
+    machine's loss runs at a seventh of its memory bandwidth), a batch normalisation the
     bn kernel's for its bytes; a calibration made before revision 7 (8) has no such
     curve and the memory pass stands in."""
     from dlperf.perfmodel.costs import layer_costs
