@@ -171,8 +171,9 @@ def test_the_weight_gradient_is_timed_by_the_transposed_products_curve(db):
 
 def test_a_product_takes_at_least_the_memory_pass_of_its_fresh_result(db):
     """A wide weight gradient at a tiny batch: its 26752 x 2048 result's memory pass, not
-    its FLOPs, sets its time; a compute-bound product keeps its curve's time."""
-    from dlperf.perfmodel.local import _product
+    its FLOPs, sets its time; a compute-bound product keeps its curve's time; a 1x1
+    convolution over a large map is bound by its output, and its gradients by theirs."""
+    from dlperf.perfmodel.local import _product, product_times
 
     with Store(db) as store:
         made_up.calibrated(store)
@@ -183,6 +184,20 @@ def test_a_product_takes_at_least_the_memory_pass_of_its_fresh_result(db):
     assert f.gemm_tn.time(26752, 2048, 1) < wide
     assert _product(f, f.gemm_tn, 26752, 2048, 1) == wide
     assert _product(f, f.gemm, 2048, 2048, 2048) == f.gemm.time(2048, 2048, 2048)
+    # a convolution the same way: a 1x1 layer's large output, and its input's gradient
+    from dlperf.workloads.base import conv
+
+    layer = conv("c", 64, 256, 1, 56)
+    (g,) = layer.gemms
+    fwd, bwd = product_times(layer, 16, f)
+    assert fwd == f.memory.time(2 * 4 * 16 * 56 * 56 * 256) > f.conv.time(16 * 56 * 56, 256,
+                                                                          64, 1)
+    grads = f.memory.time(2 * 4 * (16 * 56 * 56 * 64 + 64 * 256))
+    assert bwd == max(f.conv_bwd.time(16 * 56 * 56, 256, 64, 1), grads)
+    slow = f.model_copy(update={"memory": fit.MemoryCurve(nbytes=(1e3, 1e9),
+                                                          seconds=(1e-5, 10.0))})
+    assert product_times(layer, 16, slow)[1] == slow.memory.time(2 * 4 * (16 * 56 * 56 * 64
+                                                                           + 64 * 256))
 
 
 def test_the_softmax_loss_and_batch_norm_are_timed_by_their_own_curves(db):

@@ -73,10 +73,14 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
     gemms = layer.gemms or _guess(layer)
     for g in gemms:
         rows, calls = _gemm_rows(g, batch)
-        if layer.op in CONV_OPS:
-            fwd += calls * fit.conv.time(rows, g.n, g.k, g.window)
+        if layer.op in CONV_OPS:  # results: the output (rows x n); the input's gradient
+            # (rows x input channels, a stride of 1 taken: at least that) and the weights'
+            fwd += calls * max(fit.conv.time(rows, g.n, g.k, g.window), _fresh(fit, rows * g.n))
             share = (1.0 if layer.input_grad else 0.0) + (1.0 if layer.params else 0.0)
-            bwd += calls * fit.conv_bwd.time(rows, g.n, g.k, g.window) * share / 2
+            grads = ((rows * g.k / g.window**2 if layer.input_grad else 0.0)
+                     + (g.n * g.k if layer.params else 0.0))
+            bwd += calls * max(fit.conv_bwd.time(rows, g.n, g.k, g.window) * share / 2,
+                               _fresh(fit, grads))
             continue
         fwd += calls * _product(fit, fit.gemm, rows, g.n, g.k)
         if layer.input_grad:  # dX = dY @ W^T; two inputs (attention): one product each
@@ -95,7 +99,12 @@ def _product(fit: LocalFit, curve: GemmCurve, m: float, n: float, k: float) -> f
     2009). A weight gradient of a wide layer at a small batch is such a product: its
     result's new pages, not its FLOPs, set its time, at a shape the GEMM grid (its
     inner dimension at least 16) only approaches."""
-    return max(curve.time(m, n, k), fit.memory.time(2 * ELEM * m * n))
+    return max(curve.time(m, n, k), _fresh(fit, m * n))
+
+
+def _fresh(fit: LocalFit, elems: float) -> float:
+    """Seconds to make a fresh result of ``elems`` elements, as the memory pass does."""
+    return fit.memory.time(2 * ELEM * elems)
 
 
 def _guess(layer: Layer) -> tuple[Gemm, ...]:
