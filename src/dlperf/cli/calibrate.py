@@ -97,9 +97,12 @@ def print_fit(f: LocalFit) -> None:
         out.print(f"  {name:11} {units.flops(c.rate, '/s')} asymptotic; half rate at "
                   f"{c.h[0]:.3g} output pixels, {c.h[1]:.3g} output and {c.h[2]:.3g} input "
                   f"channels; fit off by {_spread(c.residuals)}")
-    small, big = m.nbytes[0], m.nbytes[-1]
-    out.print(f"  memory      {small / m.seconds[0] / 1e9:.3g} GB/s at {units.nbytes(small)} .. "
-              f"{big / m.seconds[-1] / 1e9:.3g} GB/s at {units.nbytes(big)}")
+    for name, c in (("memory", m), ("loss", f.xent), ("batch norm", f.bn)):
+        if c is not None:  # the loss and batch norm: calibrations since revision 7 and 8
+            small, big = c.nbytes[0], c.nbytes[-1]
+            out.print(f"  {name:11} {small / c.seconds[0] / 1e9:.3g} GB/s at "
+                      f"{units.nbytes(small)} .. {big / c.seconds[-1] / 1e9:.3g} GB/s at "
+                      f"{units.nbytes(big)}")
     out.print(f"  dispatch    {units.seconds(d.op_s)} per op, {units.seconds(d.call_s)} per call; "
               f"in a training step {units.seconds(d.step_op_s)} per op, "
               f"{units.seconds(d.step_call_s)} per step")
