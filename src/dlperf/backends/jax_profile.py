@@ -14,11 +14,9 @@ everything else as ``xla:<opcode>`` with its operands' and result's shapes.
 
 from __future__ import annotations
 
-import glob
 import math
 import re
 import tempfile
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -26,7 +24,7 @@ import jax
 from jax.profiler import ProfileData
 
 from dlperf.backends.base import Trainer
-from dlperf.backends.trace_times import op_groups
+from dlperf.backends.trace_times import mean_step_s, op_groups, xplane_file
 
 #: '%name = f32[8,16]{1,0} opcode(%a, %b), attrs' (a tuple-shaped result has no dims)
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+) = (?P<type>\(.*?\)|\w+\[(?P<dims>[\d,]*)\]"
@@ -136,13 +134,8 @@ def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], floa
     table = parse_hlo(compiled.as_text())
     with tempfile.TemporaryDirectory(prefix="dlperf-jax-trace-") as folder:
         with jax.profiler.trace(folder):
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                trainer.step()
-            trainer.sync()
-            wall = (time.perf_counter() - t0) / steps
-        (path,) = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
-        with open(path, "rb") as f:
+            wall = mean_step_s(trainer, steps)
+        with open(xplane_file(folder), "rb") as f:
             data = ProfileData.from_serialized_xspace(f.read())
     lines = []
     for plane in data.planes:

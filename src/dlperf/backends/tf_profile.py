@@ -22,16 +22,14 @@ they are listed without a model time.
 
 from __future__ import annotations
 
-import glob
 import math
 import tempfile
-import time
 
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from dlperf.backends.base import Trainer
-from dlperf.backends.trace_times import op_groups
+from dlperf.backends.trace_times import mean_step_s, op_groups, xplane_file
 
 MATMUL = ("MatMul", "BatchMatMul")
 CONV = ("Conv2D",)  # Conv2D, its Backprop{Input,Filter} and oneDNN's fused forms
@@ -138,15 +136,10 @@ def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], floa
         tf.profiler.experimental.start(folder, options=tf.profiler.experimental.ProfilerOptions(
             host_tracer_level=2, python_tracer_level=0, device_tracer_level=1))
         try:
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                trainer.step()
-            trainer.sync()
-            wall = (time.perf_counter() - t0) / steps
+            wall = mean_step_s(trainer, steps)
         finally:
             tf.profiler.experimental.stop()
-        (path,) = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
-        lines = traced_events(path)
+        lines = traced_events(xplane_file(folder))
 
     def described(name: str):  # 'node:OpType'
         node, _, op_type = name.rpartition(":")

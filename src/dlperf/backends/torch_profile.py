@@ -5,13 +5,12 @@ On a GPU the device's kernel time is the op's time."""
 
 from __future__ import annotations
 
-import time
-
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity
 from torch.profiler import profile as torch_profile
 
 from dlperf.backends.base import Trainer
+from dlperf.backends.trace_times import mean_step_s
 
 
 def _device_time(e: object) -> float:
@@ -41,11 +40,7 @@ def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], floa
     gpu = device == "gpu"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
     with torch_profile(activities=activities, record_shapes=True, with_flops=True) as prof:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            trainer.step()
-        trainer.sync()
-        wall = (time.perf_counter() - t0) / steps
+        wall = mean_step_s(trainer, steps)
     ops = []
     for e in prof.key_averages(group_by_input_shape=True):
         # on a GPU, the ops (CPU-side events) with the device time of the kernels each one

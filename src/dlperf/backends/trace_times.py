@@ -1,12 +1,17 @@
 """Self times from a profiler's trace: the events of one thread, each nested event's time
 taken off the event that holds it (a loop body's ops inside the loop, an op inside its
-executor), so that every op has its own time and nothing is counted twice. Shared by the
-JAX and TensorFlow profilers of ``dlperf explain``; imports no framework."""
+executor), so that every op has its own time and nothing is counted twice; and the
+profiled steps' own timing. Shared by the profilers of ``dlperf explain``; imports no
+framework."""
 
 from __future__ import annotations
 
+import glob
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+
+from dlperf.backends.base import Trainer
 
 #: (op name, operand shapes, FLOPs per call or None) of a traced op, as ProfiledOp has them
 Described = tuple[str, tuple[tuple[int, ...], ...], float | None]
@@ -45,3 +50,20 @@ def op_groups(lines: Iterable[list[tuple[str, int, int]]], describe: Callable[[s
             g[2] += (flops or 0.0) * calls / steps
     return [{"name": op, "shapes": shapes, "calls": c, "time_s": s, "flops": f or None}
             for (op, shapes), (c, s, f) in groups.items() if s > 0]
+
+
+def mean_step_s(trainer: Trainer, steps: int) -> float:
+    """Run ``steps`` steps of ``trainer`` and wait for the last: the mean wall time of one
+    (the profiled steps, timed while the profiler records them)."""
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        trainer.step()
+    trainer.sync()
+    return (time.perf_counter() - t0) / steps
+
+
+def xplane_file(folder: str) -> str:
+    """The one XSpace file a profiler trace wrote under ``folder`` (JAX's and
+    TensorFlow's profilers both write one)."""
+    (path,) = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
+    return path
