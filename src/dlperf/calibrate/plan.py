@@ -150,8 +150,8 @@ def load(store: Store, *, device: str | None = "cpu",
          machine_id: str | None = None) -> list[Stored]:
     """Every (framework, threads, device) this machine has calibration samples for (on one
     device, or on every one with None): per kernel run the newest and its repetitions,
-    merged (``merge``), rows of other library versions left out. The all-reduce samples (keyed by process count) are added to every
-    entry."""
+    merged (``merge``), rows of other library versions left out. The all-reduce samples
+    (keyed by process count) are added to every entry."""
     packages = environment.packages()
     rows = store.results(kind="kernel", status="ok", device=device,
                          machine_id=machine_id or environment.machine_id())
