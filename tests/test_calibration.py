@@ -792,3 +792,39 @@ def test_validate_against_a_catalogue_entry_needs_no_calibration(db, capsys):
     assert main(["validate", "--catalogue", "no-such-gpu", "--db", str(db)]) == 2
     assert main(["validate", "--catalogue", "xeon-8380", "--machine", "zzz", "--db", str(db)]) == 2
     assert "--machine:" in capsys.readouterr().err
+
+
+def test_a_gpu_kernel_is_queued_several_calls_per_synchronisation():
+    """On a GPU each timed step queues GPU_CALLS calls and synchronises once; the sample
+    is one call's share. On a CPU every call is timed on its own."""
+    from dlperf.calibrate import worker as cw
+
+    class Counting:
+        def __init__(self):
+            self.calls = self.syncs = 0
+
+        def step(self):
+            self.calls += 1
+
+        def sync(self):
+            self.syncs += 1
+
+    made = []
+
+    class Fake:  # the one method of a backend that the kernels use
+        def kernel(self, op, shape, device):
+            made.append(Counting())
+            return made[-1]
+
+    o = KernelOptions(parts=(KernelPart(op="memory", shapes=((4096,),)),), min_time_s=0.001,
+                      versions={}, revision=1)
+    for device in ("gpu", "cpu"):
+        made.clear()
+        spec = RunSpec(kind="kernel", network="kernels", framework="torch", device=device,
+                       threads=1, batch_size=1, options=o)
+        (sample,) = cw._shapes(o, o.parts[0], spec, Fake(), lambda e: None, {})
+        calls = cw.GPU_CALLS if device == "gpu" else 1
+        assert made[0].calls == calls * made[0].syncs
+        assert len(sample.times_s) <= made[0].syncs
+    q = cw.Queued(Counting(), 4)
+    assert q.per_call([0.8, 0.4]) == [0.2, 0.1]

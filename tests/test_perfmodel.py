@@ -265,6 +265,32 @@ def test_layers_are_bound_by_what_limits_them():
     assert fc2.time_s == pytest.approx(fc2.flops / (15.7e12 * 0.8) + update + 4 * 6e-6)
 
 
+def test_a_gpu_step_hides_its_kernel_launches_behind_the_device_work():
+    """The host queues kernels while the GPU runs: the step takes max(device, launches).
+    A tiny fcn5 at batch 1 on an H100 launches longer than it computes; the full one at
+    8192 hides its launches entirely. A CPU pays both."""
+    from dlperf.perfmodel.compute import layer_timing
+
+    steps = {}
+    for device, size, batch in (("h100-sxm", "tiny", 1), ("h100-sxm", "full", 8192),
+                                ("xeon-8380", "tiny", 1)):
+        _, _, cfg = workloads.resolve("fcn5", size)
+        dev = cat.device(device)
+        eff = Calibration().for_device(dev)
+        timings = [layer_timing(c, dev, "fp32", eff)
+                   for c in layer_costs(cfg.layers(), cfg.input_shape(), batch, 4)]
+        work = sum(t.compute_s + t.memory_s + t.update_s for t in timings)
+        host = sum(t.overhead_s for t in timings)
+        p = steps[device, size] = predict("fcn5", device=device, size=size, batch_size=batch)
+        if dev.kind == "gpu":
+            assert p.time_s == pytest.approx(max(work, host))
+            assert p.breakdown.overhead_s == pytest.approx(max(0.0, host - work))
+        else:
+            assert p.time_s == pytest.approx(work + host)
+    assert steps["h100-sxm", "tiny"].breakdown.overhead_s > 0
+    assert steps["h100-sxm", "full"].breakdown.overhead_s == 0
+
+
 def test_sync_allreduce_is_the_ring_of_the_gradients():
     """8 A100s over NVLink 3: 2 x 7/8 x gradient bytes / (300 GB/s x 0.8) + 14 x 3.4 us."""
     p = predict("resnet50", device="a100-40gb", batch_size=64, strategy="sync", devices=8)
@@ -312,17 +338,17 @@ def test_gradient_accumulation_over_micro_batches():
 def test_a_pipeline_accumulates_its_micro_batches_gradients():
     """One stage, no bubble, no transfer: the step is every micro-batch's passes, the
     update, and each micro-batch after the first adding its weight gradients (an
-    update's time each)."""
+    update's time each). On a CPU, where every launch shows in the step."""
     from dlperf.perfmodel.compute import layer_timing
 
-    dev = cat.device("v100")
+    dev = cat.device("xeon-8380")
     eff = Calibration().for_device(dev)
     _, _, cfg = workloads.resolve("alexnet", None)
     costs = layer_costs(cfg.layers(), cfg.input_shape(), 4, 4)
     update = sum(layer_timing(c, dev, "fp32", eff).update_s for c in costs)
     for m in (1, 4):
-        p = predict("alexnet", device="v100", batch_size=16, strategy="pipeline", devices=1,
-                    micro_batches=m)
+        p = predict("alexnet", device="xeon-8380", batch_size=16, strategy="pipeline",
+                    devices=1, micro_batches=m)
         if m == 4:
             assert update > 0
         assert p.time_s - sum(x.time_s for x in p.layers) == pytest.approx(

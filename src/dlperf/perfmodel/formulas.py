@@ -24,6 +24,18 @@ def roofline_time(
     return max(flops / peak_flops, nbytes / bandwidth) + overhead
 
 
+def exposed_host_time(device_s: float, host_s: float) -> float:
+    """The host's share of a GPU step that the device's work does not hide:
+    max(0, host - device), so that the step takes max(host, device).
+
+    Kernel launches are asynchronous: the host queues the next kernels while the device
+    runs earlier ones (PyTorch documentation, 'CUDA semantics', 'Asynchronous execution',
+    https://pytorch.org/docs/stable/notes/cuda.html), so a step is bound by the slower of
+    the two; H. He (2022), 'Making deep learning go brrrr from first principles'
+    (https://horace.io/brrr_intro.html), calls the host-bound side overhead."""
+    return max(0.0, host_s - device_s)
+
+
 def p2p_time(nbytes: float, bandwidth: float, latency: float) -> float:
     """One message: latency + bytes / bandwidth (Hockney 1994)."""
     return latency + nbytes / bandwidth

@@ -173,6 +173,16 @@ class _Context:
         fit = self.cal.fitted(self.dev)
         return local.call_timing(fit).overhead_s if fit is not None else 0.0
 
+    def exposed(self, device_s: float, host_s: float) -> float:
+        """The host's launch time that shows in the step: all of it on a CPU (the same
+        cores launch and compute), on a GPU what the device's work does not hide."""
+        return f.exposed_host_time(device_s, host_s) if self.dev.kind == "gpu" else host_s
+
+    def passes_s(self, timings: list[LayerTiming]) -> float:
+        """Forward and backward of ``timings``' layers, launches overlapped on a GPU."""
+        work = sum(t.compute_s + t.memory_s for t in timings)
+        return work + self.exposed(work, sum(t.overhead_s for t in timings))
+
     def allreduce(self, nbytes: float, p: int) -> float:
         """Gradients averaged over ``p`` devices of one node (ring or tree)."""
         if p <= 1:
@@ -247,7 +257,7 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     local = ctx.batch // p
     timings = ctx.timings(local)
     compute, memory, overhead = _totals(timings)
-    overhead += ctx.call_s()
+    overhead = ctx.exposed(compute + memory, overhead + ctx.call_s())
     step = compute + memory + overhead
     g_bytes = ctx.grad_bytes
     extra: dict[str, Any] = {}
@@ -348,14 +358,14 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
         update = sum(timings[i].update_s for i in idx)
         # every micro-batch after the first adds its weight gradients into the stage's:
         # read both, write one, the update's 3 x P bytes (gradient accumulation, GPipe)
-        stage_times.append(sum(timings[i].passes_s for i in idx) + comm
+        stage_times.append(ctx.passes_s([timings[i] for i in idx]) + comm
                            + f.accumulation_time(update, m) / m)
         updates.append(update)
     slow = max(range(p), key=stage_times.__getitem__)
     t_stage = stage_times[slow]
     compute, memory, overhead = _totals([timings[i] for i in stages[slow]], repeat=m)
     memory += max(updates) - updates[slow] + f.accumulation_time(updates[slow], m)
-    overhead += ctx.call_s()
+    overhead = ctx.exposed(compute + memory, overhead + ctx.call_s())
     bubble = (p - 1) * t_stage
     time = f.pipeline_time(t_stage, p, m) + max(updates) + ctx.straggler + ctx.call_s()
     if p > 1:
