@@ -248,3 +248,26 @@ def test_an_internal_error_is_one_line(monkeypatch, capsys):
     assert main(["networks"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "internal error" in err[0] and "a defect" in err[0]
+
+
+def test_an_interrupted_calibration_keeps_the_shapes_it_timed():
+    from dlperf.kinds.kernel import KernelOptions, KernelOutcome, KernelPart
+
+    shapes = tuple((2**e,) for e in range(12, 22))  # seconds in all: killed well before
+    o = KernelOptions(parts=(KernelPart(op="memory", shapes=shapes),), min_time_s=0.3,
+                      versions={}, revision=1)
+    spec = RunSpec(kind="kernel", network="kernels", framework="torch", batch_size=1, options=o)
+    seen = []
+
+    def on_event(ev):
+        if ev.get("phase") == "kernel":
+            seen.append(tuple(ev["shape"]))
+            if len(seen) == 2:
+                raise KeyboardInterrupt
+
+    with pytest.raises(LaunchInterrupted) as e:
+        run_isolated(spec, timeout_s=120, on_event=on_event)
+    r = e.value.result
+    assert r.failure.reason == "interrupted" and isinstance(r.outcome, KernelOutcome)
+    kept = [s.shape for s in r.outcome.samples]
+    assert kept[:2] == seen and all(s.times_s and s.median_s > 0 for s in r.outcome.samples)

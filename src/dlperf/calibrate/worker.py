@@ -98,8 +98,15 @@ def _allreduce(o: KernelOptions, part: KernelPart, backend: Backend,
     series = backend.allreduce(sizes, o.world, max(o.min_steps, 5), max(o.warmup, 2))
     samples = [_sample(part.op, (n,), times, o.world) for n, times in zip(sizes, series, strict=True)]
     for s in samples:
-        emit({"phase": "kernel", "op": part.op, "shape": list(s.shape), "s": s.median_s})
+        _emit(emit, s)
     return samples
+
+
+def _emit(emit: Callable[[dict], None], s: KernelSample) -> None:
+    """Announce a timed shape with its whole sample: a run killed later keeps it
+    (``launch.isolated.partial_kernels``)."""
+    emit({"phase": "kernel", "op": s.op, "shape": list(s.shape), "s": s.median_s,
+          "sample": s.model_dump(mode="json")})
 
 
 def _shapes(o: KernelOptions, part: KernelPart, spec: RunSpec, backend: Backend,
@@ -121,7 +128,7 @@ def _shapes(o: KernelOptions, part: KernelPart, spec: RunSpec, backend: Backend,
             failures[f"{part.op} {label(shape)}"] = f"{reason}: {type(e).__name__}: {e}"[:300]
             continue
         samples.append(_sample(part.op, tuple(shape), times, cpu_util=timing.cpu_util))
-        emit({"phase": "kernel", "op": part.op, "shape": list(shape), "s": samples[-1].median_s})
+        _emit(emit, samples[-1])
         del trainer
     return samples
 

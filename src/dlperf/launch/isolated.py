@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dlperf import backends
 from dlperf.kinds import Diagnostics
+from dlperf.kinds.kernel import KernelOutcome, KernelSample
 from dlperf.launch.orphans import child_env
 from dlperf.launch.watch import (
     Outcome,
@@ -62,6 +63,14 @@ def partial_steps(events: list[dict]) -> tuple[list[float], list[float]]:
     warm = [e["s"] for e in events if e.get("phase") == "warmup"]
     steps = [e["s"] for e in events if e.get("phase") == "step"]
     return warm, steps
+
+
+def partial_kernels(events: list[dict]) -> KernelOutcome | None:
+    """The calibration shapes a killed kernel run had timed (its progress events), so that
+    an interrupted calibration keeps what it measured; None when it had timed none."""
+    samples = tuple(KernelSample.model_validate(e["sample"]) for e in events
+                    if e.get("phase") == "kernel" and "sample" in e)
+    return KernelOutcome(samples=samples) if samples else None
 
 
 def kill_reason(out: Outcome, oom_before: int | None, tail: str) -> tuple[str, str]:
@@ -133,6 +142,7 @@ def run_isolated(
         failure = out.failure or kill_reason(out, oom_before, tail)
         result = RunResult.failed(
             spec, failure[0], failure[1], step_times_s=steps, warmup_times_s=warm,
+            outcome=partial_kernels(events) if spec.kind == "kernel" else None,
             started_at=started, finished_at=time.time(),
             diagnostics=Diagnostics(log_tail=tail[-1500:], peak_rss_bytes=out.peak_rss),
             launcher_cpu_s=out.cpu_s,
