@@ -612,6 +612,35 @@ def test_profiled_ops_are_timed_by_the_curve_of_what_does_their_work():
     assert conv.kind == "conv" and conv.model_s == pytest.approx(f.conv.time(128, 4, 27, 3))
 
 
+def test_a_convolution_without_onednn_is_timed_once_on_the_op_that_does_the_work():
+    """PyTorch's slow path: conv2d -> thnn_conv2d -> _slow_conv2d_forward, and
+    convolution_backward -> _slow_conv2d_backward (same operands): the wrappers are calls,
+    the inner ops carry the convolution's model time, once each."""
+    from dlperf.kinds.profile import ProfiledOp
+    from dlperf.perfmodel import ops
+
+    f = _fit()
+    g, x, w = (8, 256, 56, 56), (8, 64, 56, 56), (256, 64, 1, 1)
+    profiled = [
+        ProfiledOp(name="aten::thnn_conv2d", shapes=(x, w, (), (256,)), calls=1, time_s=1e-5),
+        ProfiledOp(name="aten::_slow_conv2d_forward", shapes=(x, w, (), (256,)), calls=1,
+                   time_s=7e-3),
+        ProfiledOp(name="aten::convolution_backward", shapes=(g, x, w, (), ()), calls=1,
+                   time_s=3e-5),
+        ProfiledOp(name="aten::_slow_conv2d_backward", shapes=(g, x, w, ()), calls=1,
+                   time_s=2e-2),
+    ]
+    t = {o.name: o for o in ops.op_times(profiled, f)}
+    assert t["aten::thnn_conv2d"].kind == t["aten::convolution_backward"].kind == "dispatch"
+    assert t["aten::_slow_conv2d_forward"].kind == "conv"
+    slow = t["aten::_slow_conv2d_backward"]
+    assert slow.kind == "conv_bwd"
+    assert slow.model_s == pytest.approx(f.conv_bwd.time(8 * 56 * 56, 256, 64, 1))
+    # with oneDNN (no slow child) the backward op keeps the gradients' time
+    alone = ops.op_times(profiled[2:3], f)[0]
+    assert alone.kind == "conv_bwd" and alone.model_s == pytest.approx(slow.model_s)
+
+
 def test_explain_profiles_a_torch_step_and_names_the_op_that_loses_most(db, capsys):
     with Store(db) as store:
         made_up.calibrated(store)

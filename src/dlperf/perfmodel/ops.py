@@ -11,7 +11,8 @@ an op excludes its children, so a wrapper that only calls others costs its dispa
 - ``conv``: the library convolution a ``conv2d`` ends in, on its implicit GEMM (rows =
   output pixels x batch, taken from the profiler's FLOP count where it has one, else the
   input's pixels); ``conv_bwd``: ``convolution_backward`` (both gradients), from the
-  output gradient's shape;
+  output gradient's shape, or the ``_slow_conv2d_backward`` it calls where PyTorch runs a
+  convolution without oneDNN (then the parent counts as dispatch);
 - ``dispatch``: wrappers, views and autograd's bookkeeping: the per-op cost alone;
 - ``memory``: everything else (elementwise, reductions, normalisation, pooling, the
   optimizer's update): its operands read and a result as large as the largest written,
@@ -40,9 +41,11 @@ from dlperf.perfmodel.kernels import ELEM
 
 GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "xla:dot", "tf:matmul"}
 CONV = {"aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::_slow_conv2d_forward",
-        "aten::_nnpack_spatial_convolution", "aten::thnn_conv2d", "xla:convolution",
-        "tf:conv2d"}
-CONV_BWD = {"aten::convolution_backward"}
+        "aten::_nnpack_spatial_convolution", "xla:convolution", "tf:conv2d"}
+CONV_BWD = {"aten::convolution_backward", "aten::_slow_conv2d_backward"}
+#: PyTorch's convolution without oneDNN (a 1x1 window at a small batch on one thread):
+#: ``convolution_backward`` calls this op, which does the work; the same operands, in order
+SLOW_CONV_BWD = "aten::_slow_conv2d_backward"
 #: ops whose own time is their dispatch: they call others, or move no data
 DISPATCH = {"aten::linear", "aten::matmul", "aten::conv2d", "aten::convolution",
             "aten::_convolution", "aten::t", "aten::transpose", "aten::view", "aten::reshape",
@@ -50,7 +53,8 @@ DISPATCH = {"aten::linear", "aten::matmul", "aten::conv2d", "aten::convolution",
             "aten::detach", "aten::detach_", "aten::empty", "aten::empty_like",
             "aten::empty_strided", "aten::resize_", "aten::unsqueeze", "aten::squeeze",
             "aten::select", "aten::slice", "aten::alias", "aten::lift_fresh", "aten::zeros",
-            "aten::_unsafe_view", "aten::numpy_T", "aten::contiguous", "aten::flatten"}
+            "aten::_unsafe_view", "aten::numpy_T", "aten::contiguous", "aten::flatten",
+            "aten::thnn_conv2d"}  # (calls _slow_conv2d_forward, which does the work)
 
 
 class ProfiledOp(Protocol):
@@ -162,9 +166,10 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit) -> tuple[float, float] | Non
     return fit.conv_bwd.time(rows, o, k, kh), 4.0 * rows * o * k
 
 
-def op_time(op: ProfiledOp, fit: LocalFit) -> OpTime:
-    """The model's time for one op group (module docstring), per step."""
-    kind = classify(op.name)
+def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None) -> OpTime:
+    """The model's time for one op group (module docstring), per step; ``kind`` overrides
+    the class its name gives."""
+    kind = kind or classify(op.name)
     per_call, flops_call, bytes_call = fit.dispatch.op_s, 0.0, 0.0
     found: tuple[float, float] | None = None
     if kind == "gemm" and (mnk := gemm_shape(op.name, op.shapes)):
@@ -189,5 +194,15 @@ def op_time(op: ProfiledOp, fit: LocalFit) -> OpTime:
 
 
 def op_times(ops: Sequence[ProfiledOp], fit: LocalFit) -> list[OpTime]:
-    """Every op group with its model time, the most measured time first."""
-    return sorted((op_time(op, fit) for op in ops), key=lambda t: t.measured_s, reverse=True)
+    """Every op group with its model time, the most measured time first. A
+    ``convolution_backward`` whose work its child ``_slow_conv2d_backward`` (same operands)
+    did counts as the call that it is: the child's own time is the gradients'."""
+    slow = {tuple(op.shapes[:3]) for op in ops if op.name == SLOW_CONV_BWD}
+
+    def kind(op: ProfiledOp) -> str | None:
+        if op.name == "aten::convolution_backward" and tuple(op.shapes[:3]) in slow:
+            return "dispatch"
+        return None
+
+    return sorted((op_time(op, fit, kind(op)) for op in ops), key=lambda t: t.measured_s,
+                  reverse=True)
