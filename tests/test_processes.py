@@ -271,3 +271,33 @@ def test_an_interrupted_calibration_keeps_the_shapes_it_timed():
     assert r.failure.reason == "interrupted" and isinstance(r.outcome, KernelOutcome)
     kept = [s.shape for s in r.outcome.samples]
     assert kept[:2] == seen and all(s.times_s and s.median_s > 0 for s in r.outcome.samples)
+
+
+def test_a_calibration_run_again_after_an_interrupt_keeps_what_it_had_timed(db):
+    """The runner hands the run the interrupted one's shapes; the worker times only the
+    rest, and the finished record holds both."""
+    from dlperf.kinds.kernel import KernelOptions, KernelPart
+
+    shapes = tuple((2**e,) for e in range(12, 22))
+    o = KernelOptions(parts=(KernelPart(op="memory", shapes=shapes),), min_time_s=0.3,
+                      versions={}, revision=1)
+    spec = RunSpec(kind="kernel", network="kernels", framework="torch", batch_size=1, options=o)
+
+    class Stop(Listener):
+        def event(self, s, ev):
+            if ev.get("phase") == "kernel" and ev["shape"] == [2**13]:
+                raise KeyboardInterrupt
+
+    with Store(db) as st:
+        with pytest.raises(Interrupted):
+            Runner(st, timeout_s=120, peak_size=64, listener=Stop()).run_all([spec])
+        [cut] = st.results(kind="kernel")
+        kept = {s.shape: s for s in cut.outcome.samples}
+        assert cut.failure.reason == "interrupted" and (2**12,) in kept and (2**13,) in kept
+        [done] = Runner(st, timeout_s=120, peak_size=64).run_all([spec])
+        assert done.ok and [s.shape for s in done.outcome.samples] == list(shapes)
+        assert done.outcome.resumed == len(kept)
+        assert all(s == kept[s.shape] for s in done.outcome.samples if s.shape in kept)
+        # a finished run is not resumed: run again (--force), it times every shape anew
+        assert Runner(st, peak_size=64)._resume(spec) is None
+

@@ -21,6 +21,7 @@ from typing import Any
 from dlperf import environment, peak
 from dlperf.environment import usable_cpus
 from dlperf.kinds import StepOutcome
+from dlperf.kinds.kernel import KernelOutcome
 from dlperf.launch import run_isolated
 from dlperf.launch.cpulock import cpus_held
 from dlperf.launch.isolated import LaunchInterrupted
@@ -116,9 +117,24 @@ class Runner:
                 # the workloads, and a framework killed under it would lose the machine's peak
                 return run_isolated(spec, timeout_s=self.timeout_s, on_event=on_event,
                                     memory_limit_bytes=None if spec.kind == "peak"
-                                    else self.memory_limit)
+                                    else self.memory_limit, resume=self._resume(spec))
             except LaunchInterrupted as e:
                 raise Interrupted(0, self.store.add(e.result)) from None
+
+    def _resume(self, spec: RunSpec) -> KernelOutcome | None:
+        """For a calibration run: the shapes its latest run on this machine had timed when
+        it was interrupted or killed, unless a run of it finished since (then a new run,
+        ``--force``, times everything anew)."""
+        if spec.kind != "kernel":
+            return None
+        rows = [r for r in self.store.results(kind="kernel", network=spec.network,
+                                              framework=spec.framework, threads=spec.threads,
+                                              machine_id=environment.machine_id())
+                if r.spec.run_id == spec.run_id]
+        last = max(rows, key=lambda r: r.finished_at or 0, default=None)
+        if last is None or last.ok or not isinstance(last.outcome, KernelOutcome):
+            return None
+        return last.outcome if last.outcome.samples else None
 
     def _run_and_store(self, spec: RunSpec) -> RunResult:
         result = self._launch(spec)

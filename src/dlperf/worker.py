@@ -1,12 +1,15 @@
 """The worker: a fresh process that measures one RunSpec and writes one RunResult.
 
-    python -m dlperf.worker SPEC.json RESULT.json PROGRESS.jsonl
+    python -m dlperf.worker SPEC.json RESULT.json PROGRESS.jsonl [RESUME.json]
 
 It pins itself to its CPUs before any framework loads (the launcher has already set the
 threading environment variables), lets the backend apply its own thread setting, builds
 the workload, warms up, times, and writes the result as JSON. Every step time is also
 appended to PROGRESS.jsonl as it happens, so the parent keeps what was measured if this
 process crashes, runs out of memory or is killed at its timeout.
+
+RESUME.json, for a calibration run (kind 'kernel') only, holds the shapes an interrupted
+run of the same spec had timed (``KernelOutcome``); they are kept, not timed again.
 
 Failures the worker can see (an unsupported configuration, an out-of-memory error, an
 exception) are written as a failed RunResult; failures it cannot (a segfault, a kill) are
@@ -28,6 +31,7 @@ from typing import Any, NoReturn
 
 from dlperf.errors import is_out_of_memory
 from dlperf.kinds.dataflow import InputOptions
+from dlperf.kinds.kernel import KernelOutcome
 from dlperf.spec import Metrics, RunResult, RunSpec
 
 
@@ -63,8 +67,10 @@ def _inject_fault() -> None:
             time.sleep(1)
 
 
-def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
-    """Measure ``spec`` in this process. Never raises for a failure of the measured code."""
+def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = None,
+            resume: KernelOutcome | None = None) -> RunResult:
+    """Measure ``spec`` in this process (a kernel run keeps ``resume``'s shapes). Never
+    raises for a failure of the measured code."""
     emit = progress or (lambda event: None)
     started = time.time()
     cpus = _pin(spec.threads)
@@ -96,7 +102,7 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
     if spec.kind == "kernel":
         from dlperf.calibrate.worker import run_kernels  # the model's calibration kernels
 
-        return run_kernels(spec, backend, emit, base)
+        return run_kernels(spec, backend, emit, base, resume)
     if spec.kind == "loader" or (isinstance(spec.options, InputOptions)
                                  and spec.options.has_pipeline):
         from dlperf.dataflow.worker import run_dataflow  # a real input pipeline
@@ -180,12 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec_path, result_path, progress_path = (Path(a) for a in argv[:3])
     spec = RunSpec.model_validate_json(spec_path.read_text())
+    resume = KernelOutcome.model_validate_json(Path(argv[3]).read_text()) if argv[3:] else None
     with progress_path.open("a", buffering=1) as prog:
 
         def emit(event: dict[str, Any]) -> None:
             prog.write(json.dumps(event) + "\n")
 
-        result = execute(spec, emit)
+        result = execute(spec, emit, resume)
     tmp = result_path.with_suffix(".tmp")
     tmp.write_text(result.model_dump_json())
     tmp.replace(result_path)  # atomic: the parent never reads half a result

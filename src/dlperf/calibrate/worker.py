@@ -110,9 +110,15 @@ def _emit(emit: Callable[[dict], None], s: KernelSample) -> None:
 
 
 def _shapes(o: KernelOptions, part: KernelPart, spec: RunSpec, backend: Backend,
-            emit: Callable[[dict], None], failures: dict[str, str]) -> list[KernelSample]:
+            emit: Callable[[dict], None], failures: dict[str, str],
+            done: dict[tuple, KernelSample] | None = None) -> list[KernelSample]:
+    """Each shape of ``part`` timed, or taken from ``done`` (an interrupted run's)."""
     samples = []
     for shape in part.shapes:
+        if (kept := (done or {}).get((part.op, tuple(shape)))) is not None:
+            samples.append(kept)
+            _emit(emit, kept)
+            continue
         try:
             trainer = backend.kernel(part.op, tuple(shape), spec.device)
             if spec.device != "cpu":
@@ -134,13 +140,17 @@ def _shapes(o: KernelOptions, part: KernelPart, spec: RunSpec, backend: Backend,
 
 
 def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]], None],
-                base: dict[str, Any]) -> RunResult:
+                base: dict[str, Any], resume: KernelOutcome | None = None) -> RunResult:
     """Time every shape of every op of ``spec``'s kernel options; a failing shape is
-    recorded and the others go on. Fails only when no shape ran."""
+    recorded and the others go on. Fails only when no shape ran. The shapes ``resume``
+    holds (an interrupted run of this spec, ``runner``) are kept as they were timed; the
+    outcome counts them (``resumed``). The all-reduce is always timed whole."""
     o = spec.options
     assert isinstance(o, KernelOptions)
     samples: list[KernelSample] = []
     failures: dict[str, str] = {}
+    done = {(s.op, s.shape): s for s in (resume.samples if resume else ())
+            if s.op != "allreduce"}
     for part in o.parts:
         if part.op == "allreduce":
             try:
@@ -148,8 +158,9 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
             except Exception as e:
                 failures[part.op] = f"{type(e).__name__}: {e}"[:300]
         else:
-            samples += _shapes(o, part, spec, backend, emit, failures)
-    outcome = KernelOutcome(samples=tuple(samples), failures=failures)
+            samples += _shapes(o, part, spec, backend, emit, failures, done)
+    resumed = sum(1 for s in samples if done.get((s.op, s.shape)) is s)
+    outcome = KernelOutcome(samples=tuple(samples), failures=failures, resumed=resumed)
     if not samples:
         why = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:3]) or "no shapes"
         unsupported = all(v.startswith("unsupported") or "Unsupported" in v

@@ -94,11 +94,13 @@ def run_isolated(
     timeout_s: float | None = None,
     memory_limit_bytes: int | None = None,
     on_event: Callable[[dict], None] | None = None,
+    resume: KernelOutcome | None = None,
 ) -> RunResult:
     """Measure ``spec`` in a child process; never raises for what happens in the child.
 
     Interrupted (KeyboardInterrupt, which the CLI also raises for SIGTERM), it kills the
-    child and raises ``LaunchInterrupted`` carrying the 'interrupted' result.
+    child and raises ``LaunchInterrupted`` carrying the 'interrupted' result. ``resume``:
+    the shapes an interrupted calibration run of ``spec`` had timed (the worker keeps them).
     """
     python = backends.info(spec.framework).python or sys.executable
     with tempfile.TemporaryDirectory(prefix="dlperf-") as tmp:
@@ -106,6 +108,10 @@ def run_isolated(
         spec_path, result_path, progress = d / "spec.json", d / "result.json", d / "progress.jsonl"
         spec_path.write_text(spec.model_dump_json())
         progress.touch()
+        extra = []
+        if resume is not None:
+            (d / "resume.json").write_text(resume.model_dump_json())
+            extra = [str(d / "resume.json")]
         reader, events = ProgressReader(progress), []
 
         def forward(notify: bool = True) -> None:
@@ -118,7 +124,8 @@ def run_isolated(
         log = (d / "worker.log").open("w+b")
         started, oom_before = time.time(), oom_kills()
         popen = subprocess.Popen(
-            [python, "-m", "dlperf.worker", str(spec_path), str(result_path), str(progress)],
+            [python, "-m", "dlperf.worker", str(spec_path), str(result_path), str(progress),
+             *extra],
             env=worker_env(spec), stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: a kill takes its children too
         )

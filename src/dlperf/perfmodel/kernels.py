@@ -147,6 +147,8 @@ class KernelOutcome(BaseModel):
 
     samples: tuple[KernelSample, ...] = ()
     failures: dict[str, str] = Field(default_factory=dict)  # 'm x n x k' -> reason
+    #: samples kept from an interrupted run of the same spec instead of timed again
+    resumed: int = 0
 
 
 def conv_out(side: int, window: int, stride: int) -> int:
