@@ -302,6 +302,24 @@ def test_sync_allreduce_is_the_ring_of_the_gradients():
     assert p.breakdown.compute_s == pytest.approx(one.breakdown.compute_s)  # 64 / 8 each
 
 
+def test_data_parallel_steps_pay_their_gradient_copies():
+    """sync: DDP copies each gradient into its bucket, averages it in place and copies it
+    back (3 passes of read + write); async: the gradient flattened into a fresh vector and
+    the pulled weights loaded back (2); mixed adds its group's DDP buckets and the
+    broadcast buffer (3 + 1). On a catalogue device each pass moves 2 x the gradient's
+    bytes at the attainable bandwidth."""
+    g = 25_557_032 * 4
+    bw = 900e9 * 0.8  # v100
+    one = predict("resnet50", device="v100", batch_size=16)  # each of the 4 devices' share
+    for strategy, passes in (("sync", 3), ("async", 2), ("mixed", 6)):
+        p = predict("resnet50", device="v100", batch_size=64, strategy=strategy, devices=4)
+        extra = p.breakdown.memory_s - one.breakdown.memory_s
+        assert extra == pytest.approx(passes * 2 * g / bw, rel=1e-9), strategy
+        assert any("memory passes" in n for n in p.notes)
+    single = predict("resnet50", device="v100", batch_size=16, strategy="sync", devices=1)
+    assert single.breakdown.memory_s == pytest.approx(one.breakdown.memory_s)
+
+
 def test_straggler_costs_sync_its_whole_delay_and_async_a_share():
     kw = dict(device="v100", batch_size=64, devices=4)
     sync0 = predict("alexnet", strategy="sync", **kw)

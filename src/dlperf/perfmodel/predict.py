@@ -183,6 +183,22 @@ class _Context:
         work = sum(t.compute_s + t.memory_s for t in timings)
         return work + self.exposed(work, sum(t.overhead_s for t in timings))
 
+    def copy_s(self, nbytes: float, fresh: bool = False) -> float:
+        """One pass that reads ``nbytes`` and writes as many (a copy, or an in-place
+        scale): into a fresh buffer at the memory curve's rate, into a kept one at the
+        in-place update's; on a catalogue device at its attainable bandwidth."""
+        fit = self.cal.fitted(self.dev)
+        if fit is not None:
+            curve = fit.memory if fresh else (fit.update or fit.memory)
+            return curve.time(2 * nbytes) * fit.slowdown
+        return 2 * nbytes / (self.dev.memory_gbps * 1e9 * self.cal.for_device(self.dev).memory)
+
+    def bucket_copies_s(self, nbytes: float) -> float:
+        """DDP's gradient buckets (``formulas.ddp_bucket_passes``): each bucket's
+        gradients copied in, averaged in place and copied back."""
+        n = max(1, math.ceil(nbytes / f.DDP_BUCKET_BYTES))
+        return f.ddp_bucket_passes() * n * self.copy_s(nbytes / n)
+
     def allreduce(self, nbytes: float, p: int) -> float:
         """Gradients averaged over ``p`` devices of one node (ring or tree)."""
         if p <= 1:
@@ -275,6 +291,11 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
         if p > 1:
             ctx.notes.append("the all-reduce does not overlap the backward pass here (DDP "
                              "overlaps them): communication is an upper bound")
+            copies = ctx.bucket_copies_s(g_bytes)
+            ctx.notes.append(f"DDP copies the gradients into its all-reduce buckets and "
+                             f"back: {copies * 1e3:.3g} ms of memory passes")
+            memory += copies
+            step += copies
         waits = f.sync_step_time([step] * (p - 1) + [step + ctx.straggler]) - step
         time = step + comm + waits
         return ctx.result(strategy, time, Breakdown(
@@ -289,6 +310,15 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     if ctx.nodes > 1 and ctx.per_node % k:
         raise UsageError(f"a group of {k} devices must sit inside one node of {ctx.per_node}")
     group_comm = 0.0
+    if p > 1:  # flatten the gradient into a fresh vector, load the pulled weights back
+        copies = ctx.copy_s(g_bytes, fresh=True) + ctx.copy_s(g_bytes)
+        if k > 1:  # the group's DDP buckets; the broadcast's buffer filled on the leader
+            copies += ctx.bucket_copies_s(g_bytes) + ctx.copy_s(g_bytes)
+        ctx.notes.append(f"the gradient flattened, the weights loaded back"
+                         f"{' and DDP bucket copies' if k > 1 else ''}: "
+                         f"{copies * 1e3:.3g} ms of memory passes")
+        memory += copies
+        step += copies
     if k > 1:
         group_comm = ctx.allreduce(g_bytes, k)
         intra = ctx.intra()  # the leader broadcasts the pulled weights to its group
