@@ -579,6 +579,41 @@ def _fit():
                                          for s in p.shapes]), "torch", 1)
 
 
+def test_pytorchs_one_thread_1x1_convolution_of_a_small_batch_is_timed_as_per_sample_products():
+    """ATen runs a 1x1, stride-1 convolution of a batch below 16 on one thread without
+    oneDNN: one product per sample (weights x the sample's channels x pixels). Any other
+    batch, stride, window, thread count or framework takes the convolution curves."""
+    from dlperf.perfmodel import local
+    from dlperf.workloads.base import conv
+
+    f = _fit()
+    layer = conv("c1", 64, 256, 1, 56, bias=False)
+    fwd, bwd = local.product_times(layer, 8, f)
+    px = 56 * 56
+    assert fwd == pytest.approx(8 * max(f.gemm.time(256, px, 64), local._fresh(f, 256 * px)))
+    assert bwd == pytest.approx(8 * (max(f.gemm.time(64, px, 256), local._fresh(f, 64 * px))
+                                     + max(f.gemm_tn.time(256, 64, px),
+                                           local._fresh(f, 256 * 64))))
+    conv_fwd = lambda batch: max(f.conv.time(batch * px, 256, 64, 1),  # noqa: E731
+                                 local._fresh(f, batch * px * 256))
+    assert local.product_times(layer, 16, f)[0] == pytest.approx(conv_fwd(16))
+    two = f.model_copy(update={"threads": 2})
+    assert local.product_times(layer, 8, two)[0] == pytest.approx(conv_fwd(8))
+    strided = conv("proj", 64, 256, 1, 56, bias=False, stride=2)
+    assert local.product_times(strided, 8, f)[0] == pytest.approx(conv_fwd(8))
+    three = conv("c2", 64, 64, 3, 56, bias=False)
+    assert local.product_times(three, 8, f)[0] != pytest.approx(
+        8 * f.gemm.time(64, px, 9 * 64))
+    jax = f.model_copy(update={"framework": "jax"})
+    assert local.product_times(layer, 8, jax)[0] == pytest.approx(conv_fwd(8))
+    # ResNet-50 (v1.5): the stride sits on the 3x3 and on the projection of stages 2-4
+    _, _, cfg = workloads.resolve("resnet50", None)
+    stride = {x.name: x.gemms[0].stride for x in cfg.layers() if x.op == "conv"}
+    assert [stride[f"s{i}b1_proj"] for i in (1, 2, 3, 4)] == [1, 2, 2, 2]
+    assert stride["s2b1_c2"] == 2 and stride["s2b1_c1"] == stride["s2b2_c2"] == 1
+    assert stride["stem"] == 2
+
+
 def test_profiled_ops_are_timed_by_the_curve_of_what_does_their_work():
     from dlperf.kinds.profile import ProfiledOp
     from dlperf.perfmodel import ops

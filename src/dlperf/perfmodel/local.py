@@ -73,6 +73,10 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
     gemms = layer.gemms or _guess(layer)
     for g in gemms:
         rows, calls = _gemm_rows(g, batch)
+        if layer.op in CONV_OPS and _unfused_conv(fit, g, batch):
+            fwd_s, bwd_s = _per_sample_conv(layer, g, batch, fit)
+            fwd, bwd = fwd + fwd_s, bwd + bwd_s
+            continue
         if layer.op in CONV_OPS:  # results: the output (rows x n); the input's gradient
             # (rows x input channels, a stride of 1 taken: at least that) and the weights'
             fwd += calls * max(fit.conv.time(rows, g.n, g.k, g.window), _fresh(fit, rows * g.n))
@@ -90,6 +94,31 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
             seq = g.batch_rows and g.m > 1 and g.count == 1 and fit.gemm_tn_seq is not None
             curve = fit.gemm_tn_seq if seq else (fit.gemm_tn or fit.gemm)
             bwd += calls * _product(fit, curve, g.k, g.n, rows)
+    return fwd, bwd
+
+
+def _unfused_conv(fit: LocalFit, g: Gemm, batch: float) -> bool:
+    """Whether PyTorch runs this convolution without oneDNN: a 1x1 window, stride 1, a
+    batch below 16, one thread, on a CPU. ATen's ``ConvParams::use_mkldnn``
+    (aten/src/ATen/native/Convolution.cpp): 'For 1x1 filters, MKLDNN is faster than THNN
+    when multi-threaded, but THNN is faster when single-threaded'; torch.profiler shows
+    ``aten::_slow_conv2d_forward`` and ``_backward`` there."""
+    return (fit.framework == "torch" and fit.device == "cpu" and fit.threads == 1
+            and g.window == 1 and g.stride == 1 and batch < 16)
+
+
+def _per_sample_conv(layer: Layer, g: Gemm, batch: float, fit: LocalFit) -> tuple[float, float]:
+    """(forward, backward) of THNN's convolution (``_unfused_conv``): a 1x1 window needs no
+    unfolding, so each sample is one product of the weights (n x k) with its k x pixels
+    input; backward, the input's gradient (k x pixels) and the weights' gradient summed
+    over the samples (n x k, the pixels the inner dimension)."""
+    pixels = g.m
+    fwd = batch * _product(fit, fit.gemm, g.n, pixels, g.k)
+    bwd = 0.0
+    if layer.input_grad:
+        bwd += batch * _product(fit, fit.gemm, g.k, pixels, g.n)
+    if layer.params:
+        bwd += batch * _product(fit, fit.gemm_tn or fit.gemm, g.n, g.k, pixels)
     return fwd, bwd
 
 

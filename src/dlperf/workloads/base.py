@@ -27,7 +27,8 @@ class Gemm:
     (B m x k) @ (k x n); otherwise (attention) each sample's products stay separate,
     B x ``count`` products of (m x k) @ (k x n). Its FLOPs are 2 x count x m x n x k per
     sample, and a layer's products add up to its ``fwd_flops`` (a test checks it).
-    ``window`` is a convolution's kernel side (1 for a plain matrix product)."""
+    ``window`` is a convolution's kernel side (1 for a plain matrix product), ``stride``
+    its step (a library may choose its algorithm by both)."""
 
     m: int
     n: int
@@ -35,6 +36,7 @@ class Gemm:
     count: int = 1
     batch_rows: bool = True
     window: int = 1
+    stride: int = 1
 
     @property
     def flops(self) -> int:
@@ -130,6 +132,7 @@ def conv(
     *,
     bias: bool = True,
     first: bool = False,
+    stride: int = 1,
 ) -> Layer:
     return Layer(
         name,
@@ -139,5 +142,5 @@ def conv(
         out_elems=c_out * out_hw * out_hw,
         input_grad=not first,
         # the implicit GEMM: one row per output pixel, one column per output channel
-        gemms=(Gemm(out_hw * out_hw, c_out, k * k * c_in, window=k),),
+        gemms=(Gemm(out_hw * out_hw, c_out, k * k * c_in, window=k, stride=stride),),
     )

@@ -74,7 +74,8 @@ class AlexNetConfig:
         side, c_in = self.image, self.channels_in
         for i, c in enumerate(self.convs):
             side = conv_out(side, c.kernel, c.stride, c.pad)
-            out.append(conv(f"conv{i + 1}", c_in, c.out, c.kernel, side, first=(i == 0)))
+            out.append(conv(f"conv{i + 1}", c_in, c.out, c.kernel, side, first=(i == 0),
+                            stride=c.stride))
             out.append(Layer(f"relu{i + 1}", "act", out_elems=c.out * side * side))
             if c.pool_after:
                 side = conv_out(side, 3, 2, 1)
@@ -110,7 +111,8 @@ class ResNetConfig:
     def layers(self) -> list[Layer]:
         out: list[Layer] = []
         side = conv_out(self.image, 7, 2, 3)
-        out.append(conv("stem", self.channels_in, self.stem, 7, side, bias=False, first=True))
+        out.append(conv("stem", self.channels_in, self.stem, 7, side, bias=False, first=True,
+                        stride=2))
         out.append(bn("stem_bn", self.stem, side))
         out.append(Layer("stem_relu", "act", out_elems=self.stem * side * side))
         side = conv_out(side, 3, 2, 1)
@@ -126,13 +128,14 @@ class ResNetConfig:
                 out.append(Layer(f"{name}_relu1", "act", out_elems=width * side * side))
                 new_side = conv_out(side, 3, st, 1)
                 pixels = new_side * new_side
-                out.append(conv(f"{name}_c2", width, width, 3, new_side, bias=False))
+                out.append(conv(f"{name}_c2", width, width, 3, new_side, bias=False, stride=st))
                 out.append(bn(f"{name}_bn2", width, new_side))
                 out.append(Layer(f"{name}_relu2", "act", out_elems=width * pixels))
                 out.append(conv(f"{name}_c3", width, c_out, 1, new_side, bias=False))
                 out.append(bn(f"{name}_bn3", c_out, new_side))
                 if st != 1 or c_in != c_out:
-                    out.append(conv(f"{name}_proj", c_in, c_out, 1, new_side, bias=False))
+                    out.append(conv(f"{name}_proj", c_in, c_out, 1, new_side, bias=False,
+                                    stride=st))
                     out.append(bn(f"{name}_proj_bn", c_out, new_side))
                 # the shortcut's sum and the block's last ReLU (no FLOPs, but two passes)
                 out.append(Layer(f"{name}_add", "add", out_elems=c_out * pixels))
