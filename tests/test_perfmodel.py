@@ -200,6 +200,9 @@ def test_parameter_server_shared_link():
     assert f.parameter_server_time(1e9, 1, 1e9, 1e-3, 1e9) == pytest.approx(own)
     # 8 workers share the server's link: 8 pushes and 8 pulls
     assert f.parameter_server_time(1e9, 8, 1e9, 1e-3, 1e9) == pytest.approx(16)
+    # the server applies each push and copies out each pull: 0.5 s a worker, in turn
+    assert f.parameter_server_time(1e9, 8, 1e9, 1e-3, 1e9, 0.5) == pytest.approx(20)
+    assert f.parameter_server_time(1e9, 1, 1e9, 1e-3, 1e9, 0.5) == pytest.approx(own + 0.5)
 
 
 def test_pipeline_bubble():
@@ -325,6 +328,8 @@ def test_straggler_costs_sync_its_whole_delay_and_async_a_share():
     sync0 = predict("alexnet", strategy="sync", **kw)
     sync1 = predict("alexnet", strategy="sync", straggler_s=0.1, **kw)
     assert sync1.time_s - sync0.time_s == pytest.approx(0.1)
+    # a batch whose compute outlasts the server's round (else the server sets the pace)
+    kw["batch_size"] = 512
     async0 = predict("alexnet", strategy="async", **kw)
     async1 = predict("alexnet", strategy="async", straggler_s=0.1, **kw)
     assert 0 < async1.time_s - async0.time_s < 0.1
@@ -335,7 +340,10 @@ def test_async_on_a_slow_link_is_bound_by_the_servers_link():
     p = predict("fcn5", device="v100", batch_size=64, strategy="async", devices=8,
                 nodes=8, inter_link="eth10")
     grad = workloads.get("fcn5").param_count() * 4
-    assert p.time_s == pytest.approx(8 * 2 * grad / (1.25e9 * 0.8))
+    # per worker: push and pull on the server's link, and the server's own passes over
+    # the gradient in the V100's memory (received: 2 x, update: 3 x, pulled copy: 2 x)
+    apply = 7 * grad / (900e9 * 0.8)
+    assert p.time_s == pytest.approx(8 * (2 * grad / (1.25e9 * 0.8) + apply))
 
 
 def test_pipeline_bubble_shrinks_with_more_micro_batches():

@@ -107,15 +107,19 @@ def parameter_server_time(
     bandwidth: float,
     latency: float,
     server_bandwidth: float,
+    apply_s: float = 0.0,
 ) -> float:
-    """Each worker pushes its gradient and pulls the weights (2 messages of ``nbytes``);
-    the server's link carries every worker's push and pull, so it needs
-    workers x 2 x bytes / server_bandwidth. The slower of the two bounds a round.
+    """Each worker pushes its gradient and pulls the weights (2 messages of ``nbytes``),
+    and the server applies the push (``apply_s`` of its own work per push and pull); the
+    server's link and the server itself serve every worker in turn, so a round needs
+    workers x (2 x bytes / server_bandwidth + apply_s). The slower of the two bounds a
+    round.
 
     Li et al. (2014), "Scaling distributed machine learning with the parameter server",
-    OSDI; the shared-link bound as in Paleo's OneToAll scheme (Qi et al. 2017)."""
-    own = 2 * p2p_time(nbytes, bandwidth, latency)
-    shared = workers * 2 * nbytes / server_bandwidth
+    OSDI (the server nodes aggregate the pushes and apply the updates); the shared-link
+    bound as in Paleo's OneToAll scheme (Qi et al. 2017)."""
+    own = 2 * p2p_time(nbytes, bandwidth, latency) + apply_s
+    shared = workers * (2 * nbytes / server_bandwidth + apply_s)
     return max(own, shared)
 
 

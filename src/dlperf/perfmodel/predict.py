@@ -183,15 +183,26 @@ class _Context:
         work = sum(t.compute_s + t.memory_s for t in timings)
         return work + self.exposed(work, sum(t.overhead_s for t in timings))
 
-    def copy_s(self, nbytes: float, fresh: bool = False) -> float:
-        """One pass that reads ``nbytes`` and writes as many (a copy, or an in-place
-        scale): into a fresh buffer at the memory curve's rate, into a kept one at the
-        in-place update's; on a catalogue device at its attainable bandwidth."""
+    def pass_s(self, moved: float, fresh: bool = False) -> float:
+        """A memory-bound pass that moves ``moved`` bytes (read and written): into a fresh
+        buffer at the memory curve's rate, into a kept one at the in-place update's; on a
+        catalogue device at its attainable bandwidth."""
         fit = self.cal.fitted(self.dev)
         if fit is not None:
             curve = fit.memory if fresh else (fit.update or fit.memory)
-            return curve.time(2 * nbytes) * fit.slowdown
-        return 2 * nbytes / (self.dev.memory_gbps * 1e9 * self.cal.for_device(self.dev).memory)
+            return curve.time(moved) * fit.slowdown
+        return moved / (self.dev.memory_gbps * 1e9 * self.cal.for_device(self.dev).memory)
+
+    def copy_s(self, nbytes: float, fresh: bool = False) -> float:
+        """A copy of ``nbytes`` (or an in-place scale): read them, write as many."""
+        return self.pass_s(2 * nbytes, fresh)
+
+    def server_apply_s(self, nbytes: float) -> float:
+        """The parameter server's own work for one worker's push and pull
+        (``formulas.parameter_server_time``): the pushed gradient received into a fresh
+        tensor, the update w -= lr g in place (read w and g, write w), the weights copied
+        out for the pull."""
+        return 2 * self.copy_s(nbytes, fresh=True) + self.pass_s(3 * nbytes)
 
     def bucket_copies_s(self, nbytes: float) -> float:
         """DDP's gradient buckets (``formulas.ddp_bucket_passes``): each bucket's
@@ -326,9 +337,10 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     own = shared = 0.0
     if p > 1:  # one worker applies its own updates: no server traffic
         server = ctx.server_link()
-        own = 2 * f.p2p_time(g_bytes, ctx.bw(server), server.latency_s)
+        apply = ctx.server_apply_s(g_bytes)
+        own = 2 * f.p2p_time(g_bytes, ctx.bw(server), server.latency_s) + apply
         shared = f.parameter_server_time(g_bytes, g, ctx.bw(server), server.latency_s,
-                                         ctx.bw(server))
+                                         ctx.bw(server), apply)
     base = step + group_comm + own
     t_async = f.async_step_time([base] * (g - 1) + [base + ctx.straggler])
     time = max(t_async, shared)  # the server's shared link may set the pace
