@@ -127,10 +127,8 @@ class Runner:
         ``--force``, times everything anew)."""
         if spec.kind != "kernel":
             return None
-        rows = [r for r in self.store.results(kind="kernel", network=spec.network,
-                                              framework=spec.framework, threads=spec.threads,
-                                              machine_id=environment.machine_id())
-                if r.spec.run_id == spec.run_id]
+        rows = self.store.results(kind="kernel", run_id=spec.run_id,
+                                  machine_id=environment.machine_id())
         last = max(rows, key=lambda r: r.finished_at or 0, default=None)
         if last is None or last.ok or not isinstance(last.outcome, KernelOutcome):
             return None

@@ -41,12 +41,13 @@ GPU_CALLS = 10
 
 
 class Queued:
-    """A GPU kernel called ``calls`` times per timed step, then synchronised once. In a
-    training step the host queues the next kernels while the device runs the current
-    one (CUDA launches are asynchronous: PyTorch's 'CUDA semantics', 'Asynchronous
-    execution'); a kernel timed with a synchronisation after every call would add the
-    launch and the round trip (about 14 us on an H200) to every kernel, more than the
-    whole run of a small one. ``per_call`` turns a step's time back into one call's."""
+    """A kernel called ``calls`` times per timed step, then synchronised once: on a GPU
+    ``GPU_CALLS``, on a CPU one. In a training step the host queues the next kernels
+    while the device runs the current one (CUDA launches are asynchronous: PyTorch's
+    'CUDA semantics', 'Asynchronous execution'); a kernel timed with a synchronisation
+    after every call would add the launch and the round trip (about 14 us on an H200) to
+    every kernel, more than the whole run of a small one. ``per_call`` turns a step's
+    time back into one call's."""
 
     def __init__(self, trainer: Any, calls: int):
         self.trainer, self.calls = trainer, calls
@@ -120,12 +121,10 @@ def _shapes(o: KernelOptions, part: KernelPart, spec: RunSpec, backend: Backend,
             _emit(emit, kept)
             continue
         try:
-            trainer = backend.kernel(part.op, tuple(shape), spec.device)
-            if spec.device != "cpu":
-                trainer = Queued(trainer, GPU_CALLS)
+            trainer = Queued(backend.kernel(part.op, tuple(shape), spec.device),
+                             GPU_CALLS if spec.device != "cpu" else 1)
             timing = _timed(trainer, o, spec.threads, spec.device)
-            times = trainer.per_call(timing.steps_s) if isinstance(trainer, Queued) \
-                else timing.steps_s
+            times = trainer.per_call(timing.steps_s)
         except UnsupportedError as e:
             failures[f"{part.op} {label(shape)}"] = f"unsupported: {e}"
             continue

@@ -41,14 +41,12 @@ def exposed_host_time(device_s: float, host_s: float) -> float:
 DDP_BUCKET_BYTES = 25 * 2**20
 
 
-def ddp_bucket_passes() -> int:
-    """Memory passes over each gradient bucket per step: 3. DDP copies every gradient into
-    its bucket and, after the all-reduce, back ('gradient_as_bucket_view' is off by
-    default: 'it avoids the overhead of copying between gradients and allreduce
-    communication buckets' when on; PyTorch documentation,
-    torch.nn.parallel.DistributedDataParallel), and the averaging divides the bucket in
-    place (DDP's default hook, allreduce_hook)."""
-    return 3
+#: Memory passes over each gradient bucket per step: DDP copies every gradient into its
+#: bucket and, after the all-reduce, back ('gradient_as_bucket_view' is off by default:
+#: 'it avoids the overhead of copying between gradients and allreduce communication
+#: buckets' when on; PyTorch documentation, torch.nn.parallel.DistributedDataParallel),
+#: and the averaging divides the bucket in place (DDP's default hook, allreduce_hook).
+DDP_BUCKET_PASSES = 3
 
 
 def p2p_time(nbytes: float, bandwidth: float, latency: float) -> float:

@@ -205,10 +205,10 @@ class _Context:
         return 2 * self.copy_s(nbytes, fresh=True) + self.pass_s(3 * nbytes)
 
     def bucket_copies_s(self, nbytes: float) -> float:
-        """DDP's gradient buckets (``formulas.ddp_bucket_passes``): each bucket's
+        """DDP's gradient buckets (``formulas.DDP_BUCKET_PASSES``): each bucket's
         gradients copied in, averaged in place and copied back."""
         n = max(1, math.ceil(nbytes / f.DDP_BUCKET_BYTES))
-        return f.ddp_bucket_passes() * n * self.copy_s(nbytes / n)
+        return f.DDP_BUCKET_PASSES * n * self.copy_s(nbytes / n)
 
     def allreduce(self, nbytes: float, p: int) -> float:
         """Gradients averaged over ``p`` devices of one node (ring or tree)."""
