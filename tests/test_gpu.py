@@ -29,3 +29,27 @@ def test_torch_gpu_runs_at_each_precision_and_records_it(precision):
     flags = r.precision_in_force
     assert flags["cuda.matmul.allow_tf32"] == flags["cudnn.allow_tf32"] == (precision == "tf32")
     assert flags["grad_scaler"] == (precision == "fp16")
+
+
+def test_device_clock_times_the_device_not_the_host():
+    """A batch-norm step's host side (autograd's start) outlasts its device work on a
+    small input: the device clock must time less than the wall clock, and a spin of known
+    length queued with the calls must show in it."""
+    from dlperf.backends.torch_kernels import kernel
+    from dlperf.calibrate.worker import GPU_CALLS, Queued
+    from dlperf.measure.timing import measure
+    from dlperf.spec import Measurement
+
+    m = Measurement(min_time_s=0.05, min_steps=5, warmup_min_steps=2, warmup_max_steps=6)
+    bn = Queued(kernel("bn", (8, 64, 8), "gpu"), GPU_CALLS)
+    assert bn.elapsed() is not None
+    device = measure(bn.step, bn.sync, m, clock=bn.elapsed()).steps_s
+    wall = measure(bn.step, bn.sync, m).steps_s
+    assert min(device) < min(wall)
+    clock = bn.clock
+    clock.start()
+    torch.cuda._sleep(int(0.005 * clock._cycles_per_s))  # 5 ms of device work
+    clock.stop()
+    torch.cuda.synchronize()
+    assert 0.004 < clock.elapsed() < 0.008
+    assert Queued(kernel("dispatch", (4,), "gpu"), GPU_CALLS).elapsed() is None

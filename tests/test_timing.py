@@ -74,6 +74,26 @@ def test_quick_mode_can_warn_of_an_unstable_measurement(monkeypatch):
     assert stats.instability_warning(stats.summarize(t.steps_s).robust_cv) is not None
 
 
+def test_a_given_clock_times_each_step_instead_of_the_wall_clock():
+    """The device's own clock (a GPU's events) replaces the wall time, step by step,
+    in the warm-up rule and in the sample."""
+    device = iter([0.5, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2])
+    m = Measurement(min_time_s=1e-9, min_steps=3, warmup_min_steps=1, warmup_max_steps=5)
+    t = timing.measure(lambda: None, lambda: None, m, clock=lambda: next(device))
+    assert t.warmup_s == [0.5, 0.2, 0.2]
+    assert t.steps_s == [0.2, 0.2, 0.2]
+
+
+def test_with_a_clock_the_sample_is_as_long_as_min_time_in_wall_time(monkeypatch):
+    """A device clock of a few microseconds per step must not stretch a sample meant
+    to last ``min_time_s`` of wall time into thousands of steps."""
+    monkeypatch.setattr(timing, "_timed", lambda step, sync: 0.01)  # wall: 10 ms a step
+    m = Measurement(min_time_s=0.05, min_steps=2, warmup_min_steps=1, warmup_max_steps=4)
+    t = timing.measure(lambda: None, lambda: None, m, clock=lambda: 1e-5)
+    assert len(t.steps_s) == 5
+    assert t.wall_s == pytest.approx(0.05)
+
+
 def test_summary_statistics():
     s = stats.summarize([1.0, 2.0, 3.0, 4.0, 100.0])
     assert s.median == 3.0 and s.min == 1.0 and s.max == 100.0

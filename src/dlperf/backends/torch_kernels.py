@@ -25,6 +25,46 @@ def _device(device: str) -> torch.device:
     return torch.device("cpu")
 
 
+class CudaClock:
+    """The device's own time of the calls queued between ``start`` and ``stop``, without
+    the host's. A spin kernel (``torch.cuda._sleep``) holds the stream while the host
+    queues the calls, so that they run back to back, and CUDA events around them time
+    them on the device: NVBench's blocking kernel (NVIDIA/nvbench,
+    nvbench/blocking_kernel.cuh) does the same for the same reason. A kernel whose host
+    side (a backward pass's start, about 190 us on an H200) outlasts its device work
+    would otherwise be timed as the host. The spin lasts twice the host's last queueing
+    time, so that the device reaches the calls only after the host has queued them all."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.begin, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        self._hold_s = 0.02  # the first spin, before any queueing time is known
+        self._cycles_per_s = self._spin_rate()
+
+    def _spin_rate(self) -> float:
+        """The spin kernel's clock cycles per second, timed once on the device."""
+        cycles = 10_000_000
+        torch.cuda._sleep(cycles)  # loads the kernel
+        self.begin.record()
+        torch.cuda._sleep(cycles)
+        self.end.record()
+        self.end.synchronize()
+        return cycles / (self.begin.elapsed_time(self.end) * 1e-3)
+
+    def start(self) -> None:
+        torch.cuda._sleep(int(self._hold_s * self._cycles_per_s))
+        self.begin.record()
+        self._queued_at = time.perf_counter()
+
+    def stop(self) -> None:
+        self.end.record()
+        self._hold_s = max(1e-3, 2 * (time.perf_counter() - self._queued_at))
+
+    def elapsed(self) -> float:
+        """Seconds between the two events (after the stream was synchronised)."""
+        return self.begin.elapsed_time(self.end) * 1e-3
+
+
 class KernelTrainer(Trainer):
     """One call of a calibration kernel per step."""
 
@@ -115,6 +155,13 @@ class KernelTrainer(Trainer):
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def device_clock(self) -> CudaClock | None:
+        """The device's own timer of this kernel's calls; none on a CPU, and none for the
+        dispatch kernels, which time the host's cost of an op."""
+        if self.device.type != "cuda" or self.op.startswith("dispatch"):
+            return None
+        return CudaClock(self.device)
 
     def flops_per_step(self) -> float:
         return flops(self.op, self.shape)

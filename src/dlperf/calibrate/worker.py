@@ -47,14 +47,29 @@ class Queued:
     'CUDA semantics', 'Asynchronous execution'); a kernel timed with a synchronisation
     after every call would add the launch and the round trip (about 14 us on an H200) to
     every kernel, more than the whole run of a small one. ``per_call`` turns a step's
-    time back into one call's."""
+    time back into one call's.
+
+    Where the framework's kernel offers the device's own clock (``device_clock()``:
+    PyTorch on a GPU), a step's time is the device's work alone: the model adds the
+    host's launches from the dispatch kernel (``predict._Context.exposed``), so a
+    kernel timed with its host side would count them twice."""
 
     def __init__(self, trainer: Any, calls: int):
         self.trainer, self.calls = trainer, calls
+        offer = getattr(trainer, "device_clock", None)
+        self.clock = offer() if offer is not None else None
 
     def step(self) -> None:
+        if self.clock is not None:
+            self.clock.start()
         for _ in range(self.calls):
             self.trainer.step()
+        if self.clock is not None:
+            self.clock.stop()
+
+    def elapsed(self) -> Callable[[], float] | None:
+        """The step's time from the device's clock, or None for the wall clock."""
+        return self.clock.elapsed if self.clock is not None else None
 
     def sync(self) -> None:
         self.trainer.sync()
@@ -76,7 +91,7 @@ def _sample(op: str, shape: tuple[int, ...], times: list[float], world: int = 1,
                         world=world, cpu_util=cpu_util)
 
 
-def _timed(trainer: Any, o: KernelOptions, threads: int, device: str) -> Timing:
+def _timed(trainer: Queued, o: KernelOptions, threads: int, device: str) -> Timing:
     """The least disturbed of up to ``ATTEMPTS`` timings (module docstring). Calls shorter
     than a millisecond are left to the median of their many repetitions: the CPU clock
     cannot tell a short call's disturbance from the framework's idle threads. A GPU kernel
@@ -84,7 +99,7 @@ def _timed(trainer: Any, o: KernelOptions, threads: int, device: str) -> Timing:
     of the kernel's."""
     best: Timing | None = None
     for _ in range(ATTEMPTS if device == "cpu" else 1):
-        t = measure(trainer.step, trainer.sync, _timing(o))
+        t = measure(trainer.step, trainer.sync, _timing(o), clock=trainer.elapsed())
         if best is None or t.cpu_util > best.cpu_util:
             best = t
         if statistics.median(t.steps_s) < 1e-3 or t.cpu_util >= BUSY * threads:

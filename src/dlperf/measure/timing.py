@@ -75,10 +75,11 @@ class WarmUp:
         """The steady step time: the faster of the last two warm-up steps."""
         return min(self.times[-2:]) if self.times else 0.0
 
-    def timed_steps(self) -> int:
-        """Steps to time: enough for ``min_time_s`` at the steady step time, within
-        ``min_steps`` .. ``max_steps``."""
-        m, est = self.m, self.estimate_s
+    def timed_steps(self, estimate_s: float | None = None) -> int:
+        """Steps to time: enough for ``min_time_s`` at the steady step time (or at
+        ``estimate_s``), within ``min_steps`` .. ``max_steps``."""
+        m = self.m
+        est = self.estimate_s if estimate_s is None else estimate_s
         n = max(m.min_steps, math.ceil(m.min_time_s / est) if est > 0 else m.min_steps)
         return min(n, m.max_steps)
 
@@ -88,16 +89,24 @@ def measure(
     sync: Callable[[], None],
     m: Measurement,
     on_step: Callable[[str, float], None] | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> Timing:
     """Warm up, then time. ``on_step(phase, seconds)`` is called after every step so a
-    parent can keep partial results if this process is killed."""
+    parent can keep partial results if this process is killed. ``clock``, when given, is
+    read after each step's sync and is that step's time instead of the wall clock's (a
+    GPU's own timer of the device's work: ``calibrate.worker.Queued``); the sample's
+    length in ``min_time_s`` stays wall time."""
     notify = on_step or (lambda phase, s: None)
     warm = WarmUp(m)
     cpu: list[float] = []
+    wall: list[float] = []
 
     def one(phase: str) -> float:
         c0 = time.process_time()
         t = _timed(step, sync)
+        wall.append(t)
+        if clock is not None:
+            t = clock()
         cpu.append(time.process_time() - c0)
         notify(phase, t)
         return t
@@ -106,7 +115,7 @@ def measure(
         pass
     t = Timing(warmup_s=list(warm.times), settled=warm.settled)
     start = len(cpu)
-    t.steps_s = [one("step") for _ in range(warm.timed_steps())]
+    t.steps_s = [one("step") for _ in range(warm.timed_steps(min(wall[-2:])))]
     t.cpu_s = sum(cpu[start:])
-    t.wall_s = sum(t.steps_s)
+    t.wall_s = sum(wall[start:])
     return t
