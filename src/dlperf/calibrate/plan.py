@@ -71,7 +71,8 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
     for fw in frameworks:
         backends.require(fw)
         versions = peak.versions(fw, packages)
-        parts = tuple(KernelPart(op=op, shapes=tuple(grid(op, fine))) for op in LOCAL_OPS)
+        parts = tuple(KernelPart(op=op, shapes=tuple(grid(op, fine, device)))
+                      for op in LOCAL_OPS)
         for t in threads:
             o = KernelOptions(parts=parts, min_time_s=min_time, versions=versions,
                               revision=REVISION)

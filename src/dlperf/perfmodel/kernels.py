@@ -258,20 +258,25 @@ BN_LAYERS = ((16, 64), (64, 32), (256, 16), (1024, 8))
 BN_ELEMS = (2**16, 2**20, 2**24)
 #: the sequence's weight gradient is timed at inner dimensions (time x batch) up to this
 SEQ_INNER_MAX = SEQ_STEPS * 256
+#: A GPU's products and convolutions are timed this many times larger (MAX_GEMM_FLOPS,
+#: CONV_FLOPS): the grid is sized for a CPU's minutes, and on a GPU, hundreds of times
+#: faster, its largest shapes take tens of microseconds and leave the rate of a network's
+#: larger layers to extrapolation.
+GPU_SCALE = 32
 #: Lengths of the dispatch chain.
 DISPATCH_OPS = (1, 16, 64)
 #: All-reduce sizes: 4 KB to 64 MB (latency- to bandwidth-bound).
 ALLREDUCE_BYTES = tuple(4 * 2**e for e in range(10, 25, 3))
 
 
-def gemm_grid(fine: bool = False) -> list[tuple[int, int, int]]:
+def gemm_grid(fine: bool = False, scale: float = 1) -> list[tuple[int, int, int]]:
     sides = (64, 256, 1024, 4096, 16384, 32768) if fine else GEMM_SIDES
     inner = (16, 64, 256, 1024, 4096, 16384) if fine else GEMM_INNER
-    cap = MAX_GEMM_FLOPS * (4 if fine else 1)
+    cap = MAX_GEMM_FLOPS * (4 if fine else 1) * scale
     return [(m, n, k) for m in sides for n in sides for k in inner if 2 * m * n * k <= cap]
 
 
-def conv_grid(fine: bool = False) -> list[tuple[int, ...]]:
+def conv_grid(fine: bool = False, scale: float = 1) -> list[tuple[int, ...]]:
     """Each of ``CONV_LAYERS`` at the batch that brings it to about ``CONV_FLOPS``, and
     again at ``CONV_SMALL_FLOPS`` (a quarter of its side where even one sample is more):
     the small convolutions of a small network or batch, where the library's fixed cost
@@ -279,7 +284,7 @@ def conv_grid(fine: bool = False) -> list[tuple[int, ...]]:
     out = []
     for c_in, c_out, side, window, stride in CONV_LAYERS:
         per_sample = flops("conv", (1, c_in, c_out, side, window, stride))
-        batch = max(1, round(CONV_FLOPS * (2 if fine else 1) / per_sample))
+        batch = max(1, round(CONV_FLOPS * (2 if fine else 1) * scale / per_sample))
         out.append((batch, c_in, c_out, side, window, stride))
         small = side if per_sample <= CONV_SMALL_FLOPS else max(window, side // 4)
         per_small = flops("conv", (1, c_in, c_out, small, window, stride))
@@ -288,14 +293,16 @@ def conv_grid(fine: bool = False) -> list[tuple[int, ...]]:
     return out
 
 
-def grid(op: str, fine: bool = False) -> list[tuple[int, ...]]:
-    """The shapes ``dlperf calibrate`` times for ``op`` (``fine``: a denser grid)."""
+def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ...]]:
+    """The shapes ``dlperf calibrate`` times for ``op`` (``fine``: a denser grid; on a
+    ``device`` 'gpu', products and convolutions ``GPU_SCALE`` times larger)."""
+    scale = GPU_SCALE if device == "gpu" else 1
     if op == "gemm":
-        return list(gemm_grid(fine))
+        return list(gemm_grid(fine, scale))
     if op == "gemm_tn":  # a weight gradient's inner dimension is a batch: small to medium
-        return [s for s in gemm_grid(fine) if s[2] <= GEMM_TN_INNER_MAX]
+        return [s for s in gemm_grid(fine, scale) if s[2] <= GEMM_TN_INNER_MAX]
     if op == "gemm_tn_seq":  # time x batch as the inner dimension: a sequence's rows
-        return [(m, n, SEQ_STEPS, k // SEQ_STEPS) for m, n, k in gemm_grid(fine)
+        return [(m, n, SEQ_STEPS, k // SEQ_STEPS) for m, n, k in gemm_grid(fine, scale)
                 if SEQ_STEPS * 4 <= k <= SEQ_INNER_MAX]
     if op == "bn":
         elems = tuple(2**e for e in range(14, 26, 2)) if fine else BN_ELEMS
@@ -304,7 +311,7 @@ def grid(op: str, fine: bool = False) -> list[tuple[int, ...]]:
         elems = tuple(2**e for e in range(10, 26, 2)) if fine else XENT_ELEMS
         return [(e // c, c) for e in elems for c in XENT_CLASSES if c <= e]
     if op in ("conv", "conv_bwd"):
-        return conv_grid(fine)
+        return conv_grid(fine, scale)
     if op in ("memory", "update"):
         return [(n,) for n in (tuple(2**e for e in range(10, 28)) if fine else MEMORY_ELEMS)]
     if op in ("dispatch", "dispatch_train"):
