@@ -159,7 +159,7 @@ def layer_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) -> 
     elif layer.op == "loss" and fit.xent is not None:  # the loss and its gradient
         compute, memory = 0.0, fit.xent.time(xent_bytes(layer.out_elems * batch))
     elif layer.op == "bn" and fit.bn is not None:  # batch statistics: several passes
-        compute, memory = 0.0, fit.bn.time(cost.fwd_bytes + cost.bwd_bytes)
+        compute, memory = 0.0, fit.bn_time(cost.fwd_bytes + cost.bwd_bytes, layer.params / 2)
     else:
         compute = 0.0
         memory = fit.memory.time(cost.fwd_bytes) + fit.memory.time(cost.bwd_bytes)
