@@ -24,16 +24,23 @@ def roofline_time(
     return max(flops / peak_flops, nbytes / bandwidth) + overhead
 
 
-def exposed_host_time(device_s: float, host_s: float) -> float:
-    """The host's share of a GPU step that the device's work does not hide:
-    max(0, host - device), so that the step takes max(host, device).
+def stream_time(ops: Sequence[tuple[float, float]]) -> float:
+    """Seconds until a GPU has run ``ops``, each (host's launch time, device's time), in
+    order: the host launches one op after another without waiting, the device runs them
+    in order, each once it is launched and the one before it is done.
 
     Kernel launches are asynchronous: the host queues the next kernels while the device
     runs earlier ones (PyTorch documentation, 'CUDA semantics', 'Asynchronous execution',
-    https://pytorch.org/docs/stable/notes/cuda.html), so a step is bound by the slower of
-    the two; H. He (2022), 'Making deep learning go brrrr from first principles'
-    (https://horace.io/brrr_intro.html), calls the host-bound side overhead."""
-    return max(0.0, host_s - device_s)
+    https://pytorch.org/docs/stable/notes/cuda.html). A step is the slower of the two where
+    one side dominates throughout, and more where they take turns: slack the host gains
+    over large kernels carries over to small ones, but the device's idle time while the
+    host launches cannot be won back. Daydream (Zhu et al., USENIX ATC 2020) simulates a
+    training step from the same two in-order timelines, host and GPU stream."""
+    host = device = 0.0
+    for launch, work in ops:
+        host += launch
+        device = max(device, host) + work
+    return device
 
 
 #: DDP's default bucket size, bucket_cap_mb=25 (PyTorch documentation,

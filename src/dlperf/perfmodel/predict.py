@@ -9,6 +9,7 @@ is fitted to a measured time: rates come from the catalogue, efficiencies from
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from dlperf import workloads
@@ -173,15 +174,28 @@ class _Context:
         fit = self.cal.fitted(self.dev)
         return local.call_timing(fit).overhead_s if fit is not None else 0.0
 
-    def exposed(self, device_s: float, host_s: float) -> float:
-        """The host's launch time that shows in the step: all of it on a CPU (the same
-        cores launch and compute), on a GPU what the device's work does not hide."""
-        return f.exposed_host_time(device_s, host_s) if self.dev.kind == "gpu" else host_s
+    def exposed(self, timings: list[LayerTiming], repeat: float = 1.0,
+                call: bool = True) -> float:
+        """The launches' time that shows in a step of ``timings``' layers (their passes
+        ``repeat`` times, the update once; with ``call``, one step call first): all of it
+        on a CPU, where the same cores launch and compute; on a GPU the delay that the
+        host's launches add to the device's work in one stream (``formulas.stream_time``).
+        A layer's launches and work are taken half in its forward pass, half in its
+        backward, which runs the layers in reverse."""
+        call_s = self.call_s() if call else 0.0
+        host = sum(t.overhead_s for t in timings) * repeat + call_s
+        if self.dev.kind != "gpu":
+            return host
+        passes = [(t.overhead_s / 2, (t.compute_s + t.memory_s) / 2) for t in timings]
+        step = [(call_s, 0.0)] + (passes + passes[::-1]) * max(1, round(repeat))
+        work = sum(t.compute_s + t.memory_s for t in timings) * repeat
+        updates = [(0.0, t.update_s) for t in timings]
+        return f.stream_time(step + updates) - work - sum(t.update_s for t in timings)
 
     def passes_s(self, timings: list[LayerTiming]) -> float:
-        """Forward and backward of ``timings``' layers, launches overlapped on a GPU."""
-        work = sum(t.compute_s + t.memory_s for t in timings)
-        return work + self.exposed(work, sum(t.overhead_s for t in timings))
+        """Forward and backward of ``timings``' layers with the launches that show."""
+        bare = [replace(t, update_s=0.0) for t in timings]
+        return sum(t.compute_s + t.memory_s for t in bare) + self.exposed(bare, call=False)
 
     def pass_s(self, moved: float, fresh: bool = False) -> float:
         """A memory-bound pass that moves ``moved`` bytes (read and written): into a fresh
@@ -283,8 +297,8 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     p = ctx.devices
     local = ctx.batch // p
     timings = ctx.timings(local)
-    compute, memory, overhead = _totals(timings)
-    overhead = ctx.exposed(compute + memory, overhead + ctx.call_s())
+    compute, memory, _ = _totals(timings)
+    overhead = ctx.exposed(timings)
     step = compute + memory + overhead
     g_bytes = ctx.grad_bytes
     extra: dict[str, Any] = {}
@@ -405,9 +419,11 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
         updates.append(update)
     slow = max(range(p), key=stage_times.__getitem__)
     t_stage = stage_times[slow]
-    compute, memory, overhead = _totals([timings[i] for i in stages[slow]], repeat=m)
+    compute, memory, _ = _totals([timings[i] for i in stages[slow]], repeat=m)
     memory += max(updates) - updates[slow] + f.accumulation_time(updates[slow], m)
-    overhead = ctx.exposed(compute + memory, overhead + ctx.call_s())
+    # the launches that show in each micro-batch's passes (as in ``t_stage``), and a call
+    bare = [replace(timings[i], update_s=0.0) for i in stages[slow]]
+    overhead = m * ctx.exposed(bare, call=False) + ctx.call_s()
     bubble = (p - 1) * t_stage
     time = f.pipeline_time(t_stage, p, m) + max(updates) + ctx.straggler + ctx.call_s()
     if p > 1:
