@@ -80,6 +80,22 @@ def test_the_default_grid_is_generic_and_bounded():
         k.grid("fft")
 
 
+def test_a_gpu_times_larger_products_and_convolutions_within_its_own_bound():
+    """A GPU is hundreds of times faster than the CPU the grid is sized for: its products
+    and convolutions reach GPU_SCALE times further; the other ops keep their grid."""
+    for op in ("gemm", "gemm_tn", "gemm_tn_seq"):
+        cpu, gpu = k.grid(op), k.grid(op, device="gpu")
+        assert set(cpu) <= set(gpu) and max(k.flops(op, s) for s in gpu) > max(
+            k.flops(op, s) for s in cpu)
+        assert all(k.flops(op, s) <= k.MAX_GEMM_FLOPS * k.GPU_SCALE for s in gpu)
+    conv = k.grid("conv", device="gpu")
+    assert len(conv) == len(k.grid("conv"))
+    assert max(k.flops("conv", s) for s in conv) > 10 * max(k.flops("conv", s)
+                                                            for s in k.grid("conv"))
+    for op in ("memory", "bn", "xent", "dispatch"):
+        assert k.grid(op, device="gpu") == k.grid(op)
+
+
 def test_kernel_options_are_a_kinds_identity_and_label():
     o = KernelOptions(parts=(KernelPart(op="gemm", shapes=((8, 8, 8),)),))
     spec = RunSpec(kind="kernel", network="kernels", framework="torch", batch_size=1, options=o)
@@ -233,6 +249,37 @@ def test_the_softmax_loss_and_batch_norm_are_timed_by_their_own_curves(db):
                                                                     rel=0.05)
     older = layer_timing(norm, cost, 8, f.model_copy(update={"bn": None})).memory_s
     assert older == pytest.approx(f.memory.time(cost.fwd_bytes) + f.memory.time(cost.bwd_bytes))
+
+
+def test_batch_norm_is_timed_by_the_curves_of_the_channel_counts_around_it(db):
+    """Few channels over many elements run slower (fewer reductions to spread): each
+    calibrated channel count has its curve, a layer between two is interpolated in log
+    time and log channels, one outside takes the nearest; without them the pooled curve."""
+    from dlperf.perfmodel.kernels import KernelSample, nbytes
+
+    with Store(db) as store:
+        made_up.calibrated(store)
+        f = calibration.local_calibration(store).find("torch", 1)
+    d = f.dispatch
+    rate = {16: 1e11, 256: 1.6e12}  # bytes/s by channel count
+
+    def bn(batch: int, c: int, side: int) -> KernelSample:
+        shape = (batch, c, side)
+        t = d.call_s + d.op_s + nbytes("bn", shape) / rate[c]
+        return KernelSample(op="bn", shape=shape, median_s=t, times_s=(t,), flops=0.0,
+                            bytes=nbytes("bn", shape))
+
+    samples = [bn(b, c, s) for c, s in ((16, 64), (256, 16)) for b in (1, 16, 256)]
+    curves = fit.fit_by_channels(samples, d)
+    assert sorted(curves) == [16, 256]
+    g = f.model_copy(update={"bn_channels": curves})
+    n = 64e6
+    few, many = g.bn_time(n, 16), g.bn_time(n, 256)
+    assert few == pytest.approx(n / rate[16], rel=0.01)
+    assert many == pytest.approx(n / rate[256], rel=0.01)
+    assert g.bn_time(n, 64) == pytest.approx((few * many) ** 0.5)  # halfway in log channels
+    assert g.bn_time(n, 2048) == many and g.bn_time(n, 3) == few
+    assert f.model_copy(update={"bn_channels": {}}).bn_time(n, 64) == f.bn.time(n)
 
 
 def test_memory_curve_is_the_bandwidth_and_never_falls_with_size():
@@ -674,6 +721,30 @@ def test_a_convolution_without_onednn_is_timed_once_on_the_op_that_does_the_work
     # with oneDNN (no slow child) the backward op keeps the gradients' time
     alone = ops.op_times(profiled[2:3], f)[0]
     assert alone.kind == "conv_bwd" and alone.model_s == pytest.approx(slow.model_s)
+
+
+def test_a_strided_library_convolution_takes_its_rows_from_its_conv2d_flop_count():
+    """torch.profiler counts FLOPs on 'aten::conv2d' only; the cuDNN or oneDNN op it ends
+    in (same input and weight) gets its output rows from that count, not from the
+    input's pixels (a stride of 4 would make them 16 times too many)."""
+    from dlperf.kinds.profile import ProfiledOp
+    from dlperf.perfmodel import ops
+
+    f = _fit()
+    x, w = (8, 3, 224, 224), (64, 3, 11, 11)
+    rows = 8 * 55 * 55
+    flops = 2.0 * rows * 64 * 363
+    profiled = [
+        ProfiledOp(name="aten::conv2d", shapes=(x, w, (64,)), calls=1, time_s=1e-5,
+                   flops=flops),
+        ProfiledOp(name="aten::cudnn_convolution", shapes=(x, w, ()), calls=1, time_s=1e-3),
+    ]
+    t = {o.name: o for o in ops.op_times(profiled, f)}
+    lib = t["aten::cudnn_convolution"]
+    assert lib.kind == "conv" and lib.flops == pytest.approx(flops)
+    assert lib.model_s == pytest.approx(f.conv.time(rows, 64, 363, 11))
+    alone = ops.op_times(profiled[1:], f)[0]  # no conv2d record: the input's pixels
+    assert alone.model_s == pytest.approx(f.conv.time(8 * 224 * 224, 64, 363, 11))
 
 
 def test_explain_profiles_a_torch_step_and_names_the_op_that_loses_most(db, capsys):

@@ -143,10 +143,13 @@ def classify(name: str) -> str:
     return "memory"
 
 
-def _conv(op: ProfiledOp, kind: str, fit: LocalFit) -> tuple[float, float] | None:
+def _conv(op: ProfiledOp, kind: str, fit: LocalFit,
+          flops: float | None = None) -> tuple[float, float] | None:
     """(seconds per call, FLOPs per call) of a convolution op, or None when its operands
-    are not those of a 2-D convolution."""
+    are not those of a 2-D convolution. ``flops``: the op's FLOPs per step where its
+    own record has none."""
     calls = max(op.calls, 1e-12)
+    total = op.flops or flops
     if len(op.shapes) < (2 if kind == "conv" else 3):
         return None
     if kind == "conv":
@@ -155,7 +158,7 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit) -> tuple[float, float] | Non
             return None
         o, cg, kh, kw = w
         k = cg * kh * kw
-        rows = op.flops / calls / (2 * o * k) if op.flops else x[0] * x[2] * x[3]
+        rows = total / calls / (2 * o * k) if total else x[0] * x[2] * x[3]
         return fit.conv.time(rows, o, k, kh), 2.0 * rows * o * k
     g, w = op.shapes[0], op.shapes[2]
     if len(g) != 4 or len(w) != 4:
@@ -166,9 +169,11 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit) -> tuple[float, float] | Non
     return fit.conv_bwd.time(rows, o, k, kh), 4.0 * rows * o * k
 
 
-def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None) -> OpTime:
+def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
+            flops: float | None = None) -> OpTime:
     """The model's time for one op group (module docstring), per step; ``kind`` overrides
-    the class its name gives."""
+    the class its name gives, ``flops`` the FLOPs of a convolution that has no count of its
+    own."""
     kind = kind or classify(op.name)
     per_call, flops_call, bytes_call = fit.dispatch.op_s, 0.0, 0.0
     found: tuple[float, float] | None = None
@@ -176,7 +181,7 @@ def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None) -> OpTime:
         b, m, n, k = mnk
         found = b * fit.gemm.time(m, n, k), 2.0 * b * m * n * k
     elif kind in ("conv", "conv_bwd"):
-        found = _conv(op, kind, fit)
+        found = _conv(op, kind, fit, flops)
     if found is not None:
         per_call, flops_call = found
     elif kind != "dispatch" and not any(op.shapes):  # nothing recorded: no claim
@@ -198,11 +203,16 @@ def op_times(ops: Sequence[ProfiledOp], fit: LocalFit) -> list[OpTime]:
     ``convolution_backward`` whose work its child ``_slow_conv2d_backward`` (same operands)
     did counts as the call that it is: the child's own time is the gradients'."""
     slow = {tuple(op.shapes[:3]) for op in ops if op.name == SLOW_CONV_BWD}
+    # torch.profiler counts a convolution's FLOPs on 'aten::conv2d' only, not on the
+    # library op it ends in (same input and weight): without them the rows would be the
+    # input's pixels, 16 times too many for a stride of 4
+    counted = {tuple(op.shapes[:2]): op.flops for op in ops
+               if op.name == "aten::conv2d" and op.flops}
 
     def kind(op: ProfiledOp) -> str | None:
         if op.name == "aten::convolution_backward" and tuple(op.shapes[:3]) in slow:
             return "dispatch"
         return None
 
-    return sorted((op_time(op, fit, kind(op)) for op in ops), key=lambda t: t.measured_s,
-                  reverse=True)
+    return sorted((op_time(op, fit, kind(op), counted.get(tuple(op.shapes[:2])))
+                   for op in ops), key=lambda t: t.measured_s, reverse=True)
