@@ -747,6 +747,30 @@ def test_a_strided_library_convolution_takes_its_rows_from_its_conv2d_flop_count
     assert alone.model_s == pytest.approx(f.conv.time(8 * 224 * 224, 64, 363, 11))
 
 
+def test_the_diagnosis_names_a_kind_of_op_that_loses_in_many_small_groups():
+    """Ten convolutions each 5% of the step over their model time name no single op, but
+    together they are half the step's gap: the diagnosis names the kind, its time and its
+    ratio to the calibrated curves, the slower way round."""
+    from dlperf.explain.analysis import Explanation
+    from dlperf.kinds.profile import ProfiledOp, ProfileOutcome
+    from dlperf.perfmodel.ops import OpTime
+
+    ops = [OpTime(f"xla:convolution#{i}", (), "conv", 1, 0.1, 0.05, 1e9, 0.0)
+           for i in range(10)]
+    ops.append(OpTime("xla:fusion", (), "memory", 1, 0.05, 0.05, 0.0, 1e6))
+    profile = ProfileOutcome(profiler="jax", steps=1, step_s=1.1,
+                             ops=(ProfiledOp(name="xla:fusion", shapes=(), calls=1,
+                                             time_s=0.05),))
+    e = Explanation(result=None, profile=profile, ops=ops, fit=_fit(), prediction=None)
+    text = e.diagnosis()
+    assert text.startswith("convolutions take") and "(91% of it), 2 times" in text
+    assert "10 op groups" in text
+    faster = Explanation(result=None, profile=profile, fit=_fit(), prediction=None,
+                         ops=[OpTime("aten::cudnn_convolution", (), "conv", 1, 0.05, 0.5,
+                                     1e9, 0.0)])
+    assert "0.1 times" in faster.diagnosis() and "faster" in faster.diagnosis()
+
+
 def test_explain_profiles_a_torch_step_and_names_the_op_that_loses_most(db, capsys):
     with Store(db) as store:
         made_up.calibrated(store)

@@ -81,3 +81,12 @@ def test_thread_curves_and_rankings_compare_plain_steps_only(db):
     assert [r.framework_label for r in ranked] == ["tensorflow/graph", "torch/eager"]
     # unfiltered, the variant and the pipeline run would make a 2-thread "ranking"
     assert sorted(len(v) for v in ranking(agg).values()) == [2, 3]
+
+
+def test_seconds_are_rounded_before_their_unit_is_chosen():
+    from dlperf import units
+
+    assert units.seconds(0.9999) == "1 s"
+    assert units.seconds(0.00099996) == "1 ms"
+    assert units.seconds(3.95) == "3.95 s" and units.seconds(0.0123) == "12.3 ms"
+    assert units.seconds(2e-6) == "2 us" and units.seconds(None) == "-"

@@ -6,6 +6,7 @@ from __future__ import annotations
 def seconds(s: float | None) -> str:
     if s is None:
         return "-"
+    s = float(f"{s:.3g}")  # rounded first: 0.9999 s is '1 s', not '1e+03 ms'
     if s >= 100:
         return f"{s:.0f} s"
     if s >= 1:

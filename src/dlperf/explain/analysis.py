@@ -72,13 +72,24 @@ class Explanation:
                     f"{f'at {shape} ' if shape else ''}run at {worst.share_of_calibrated:.0%} of this "
                     f"machine's calibrated rate for that shape{rate} and take "
                     f"{worst.measured_s / step:.0%} of the step")
+        kinds = self.by_kind()
+        if not kinds:
+            return "the profiler recorded no ops"
+        k, measured, model = max(kinds, key=lambda x: abs(x[1] - x[2]))
+        if abs(measured - model) >= NOTABLE * step:
+            groups = sum(1 for o in self.ops if o.kind == k)
+            head = (f"{KIND_NAMES[k]} take {units.seconds(measured)} per step in all "
+                    f"({measured / step:.0%} of it), {measured / max(model, 1e-12):.2g} times "
+                    f"the {units.seconds(model)} their calibrated curves give")
+            if measured > model:
+                return (f"{head} ({groups} op group{'s' if groups != 1 else ''}, none alone "
+                        f"{NOTABLE:.0%} of the step over its model)")
+            return (f"{head}: the library runs them faster in the step than the "
+                    f"calibration's kernels of the same shapes")
         if self.outside_s >= 0.2 * step:
             return (f"the framework's own time outside the ops (Python, autograd or the runtime, allocation) "
                     f"takes {self.outside_s / step:.0%} of the step; the ops themselves run "
                     f"within {NOTABLE:.0%} of a step of their calibrated times")
-        kinds = self.by_kind()
-        if not kinds:
-            return "the profiler recorded no ops"
         k, measured, _ = max(kinds, key=lambda x: x[1])
         return (f"every op group runs within {NOTABLE:.0%} of a step of its calibrated time; "
                 f"{KIND_NAMES[k]} take {measured / step:.0%} of the step")
