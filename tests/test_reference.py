@@ -88,3 +88,46 @@ def test_without_fcn5_here_each_finding_says_what_to_run(db):
     missing = [f for f in found if f.verdict == "not measured here" and f.command]
     assert missing and all(f.command.startswith("dlperf sweep --networks fcn5") for f in missing)
     assert any("--threads 1,2,4" in f.command for f in missing)
+
+
+def test_published_gpu_times_ship_with_their_source_and_catalogue_entries():
+    from dlperf.perfmodel import catalogue
+    from dlperf.reference import published_gpu
+
+    pub = published_gpu()
+    assert any("github.com/lambdal/deeplearning-benchmark" in line for line in pub.citation)
+    assert len(pub.rows) == 16 and {r.network for r in pub.rows} == {"resnet50"}
+    for r in pub.rows:
+        assert catalogue.device(r.device).kind == "gpu"
+        assert r.time_s == pytest.approx(r.batch_size / r.samples_per_s)
+    sxm = next(r for r in pub.rows if r.gpu == "A100 80GB SXM4" and r.precision == "tf32")
+    assert (sxm.batch_size, sxm.samples_per_s, sxm.published_precision) == (640, 1066, "fp32")
+
+
+def test_validate_published_predicts_every_row_from_the_catalogue_beside_a_roofline(capsys):
+    """Each published time against the catalogue model and a plain roofline; the roofline
+    (full efficiency, no launch cost) is never slower than the model."""
+    import json
+
+    from dlperf.cli import main
+    from dlperf.perfmodel import predict
+
+    assert main(["validate", "--published", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["cases"]) == 16
+    for c in doc["cases"]:
+        assert c["error"] == pytest.approx(c["predicted_s"] / c["published_s"] - 1)
+        assert c["roofline_s"] <= c["predicted_s"]
+    one = next(c for c in doc["cases"] if c["gpus"] == 1 and c["device"] == "v100")
+    assert one["predicted_s"] == pytest.approx(
+        predict("resnet50", device="v100", batch_size=128, precision="fp32").time_s)
+    eight = next(c for c in doc["cases"] if c["gpus"] == 8 and c["precision"] == "tf32")
+    assert eight["predicted_s"] == pytest.approx(predict(
+        "resnet50", device="a100-80gb", batch_size=5120, precision="tf32", strategy="sync",
+        devices=8).time_s)
+    errs = sorted(abs(c["error"]) for c in doc["cases"])
+    assert doc["summary"]["catalogue"]["median_abs"] == pytest.approx(
+        (errs[7] + errs[8]) / 2)
+    assert main(["validate", "--published"]) == 0
+    text = capsys.readouterr().out
+    assert "plain roofline: median |error|" in text and "lambdal" in text

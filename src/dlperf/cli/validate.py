@@ -4,6 +4,7 @@ measured on this machine and print the errors. Parsing and printing only
 
     dlperf validate                                # the kernel-calibrated model alone
     dlperf validate --leave-one-network-out        # plus factors fitted on other networks
+    dlperf validate --published                    # the catalogue against published times
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     how.add_argument("--catalogue", metavar="DEVICE", help="predict the measured steps from "
                      "this catalogue entry alone (datasheet and public efficiency factors, "
                      "no calibration), e.g. h100-sxm for the measurements of an H100")
+    how.add_argument("--published", action="store_true", help="predict the published GPU "
+                     "measurements shipped with dlperf from their catalogue entries alone, "
+                     "beside a plain roofline (no store needed)")
     p.add_argument("--machine", help="with --catalogue: whose measurements (a machine id as "
                    "the report shows it, or 'all'; default this machine)")
     p.add_argument("--networks", help="comma-separated (default: all measured)")
@@ -57,6 +61,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from dlperf.report.tables import Table
     from dlperf.store import Store
 
+    if a.published:
+        return _published(a.json)
     kinds = str_list(a.kinds) or ["step", "parallel"]
     bad = [k for k in kinds if k not in ("step", "parallel")]
     if bad:
@@ -118,6 +124,51 @@ def cmd_validate(a: argparse.Namespace) -> int:
         why = Counter(reason for _, reason in skipped)
         out.print("left out: " + "; ".join(f"{n} ({r})" for r, n in why.most_common()),
                   markup=False)
+    return 0
+
+
+def _published(as_json: bool) -> int:
+    """The catalogue model and a plain roofline against ``reference.published_gpu``."""
+    import statistics
+
+    from dlperf.reference import published_gpu
+    from dlperf.report.exporters import print_table
+    from dlperf.report.published import published_cases
+    from dlperf.report.tables import Table
+
+    cases = published_cases()
+
+    def summary(errors: list[float]) -> dict[str, float]:
+        mags = sorted(abs(e) for e in errors)
+        return {"median_abs": statistics.median(mags),
+                "p90_abs": mags[min(len(mags) - 1, int(0.9 * len(mags)))],
+                "median_signed": statistics.median(errors)}
+
+    model = summary([c.error for c in cases])
+    roof = summary([c.roofline_error for c in cases])
+    if as_json:
+        print(json.dumps({"citation": list(published_gpu().citation), "cases": [
+            {"gpu": c.row.gpu, "device": c.row.device, "gpus": c.row.gpus,
+             "precision": c.row.precision, "network": c.row.network,
+             "batch_size": c.row.batch_size, "published_s": c.row.time_s,
+             "predicted_s": c.model_s, "error": c.error, "roofline_s": c.roofline_s,
+             "roofline_error": c.roofline_error, "note": c.row.note} for c in cases],
+            "summary": {"catalogue": model, "roofline": roof}}, indent=1))
+        return 0
+    rows = [[c.row.gpu, c.row.device, c.row.precision, str(c.row.batch_size),
+             units.seconds(c.row.time_s), units.seconds(c.model_s), f"{c.error:+.0%}",
+             units.seconds(c.roofline_s), f"{c.roofline_error:+.0%}"] for c in cases]
+    print_table(Table(title="The catalogue against published training times (ResNet-50)",
+                      headers=["published on", "entry", "precision", "batch", "published",
+                               "catalogue", "error", "roofline", "error"], rows=rows,
+                      caption="per mini-batch; catalogue: the datasheet's peaks and the "
+                              "public efficiency factors, never fitted on these rows; "
+                              "roofline: the same peaks at full efficiency"), out)
+    for name, s in (("catalogue", model), ("plain roofline", roof)):
+        out.print(f"[bold]{name}[/]: median |error| {units.percent(s['median_abs'])}, p90 "
+                  f"{units.percent(s['p90_abs'])}, median error {s['median_signed']:+.1%} "
+                  f"({len(cases)} published measurements)")
+    out.print("source: " + " ".join(published_gpu().citation[:3]), markup=False)
     return 0
 
 

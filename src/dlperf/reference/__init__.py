@@ -7,6 +7,10 @@ RunResult: it never enters the store, a DLBench table, a ranking or an average.
 ``guide_table1.csv``: the guide's thread table (time per mini-batch of a fully connected
 network, batch 64, on a 4-core i7-3820, for Caffe, TensorFlow and Torch at 1, 2, 4 and 8
 threads), with its citation in the file's comment lines.
+
+``published_gpu.csv``: ResNet-50 training throughput published for GPUs that have a
+catalogue entry (one to eight GPUs, fp32/TF32 and mixed precision), with its citation:
+what ``dlperf validate --published`` predicts from the catalogue alone.
 """
 
 from __future__ import annotations
@@ -81,3 +85,45 @@ def guide_table1() -> Reference:
         cpu=_stated(r"on an? (Intel [\w-]+)", cite, "CPU"),
         physical_cores=int(_stated(r"(\d+) physical cores", cite, "core count")),
         rows=tuple(rows))
+
+
+@dataclass(frozen=True)
+class PublishedStep:
+    """One published training throughput on a GPU of the catalogue."""
+
+    gpu: str  # as the source names it
+    device: str  # the catalogue entry
+    gpus: int
+    precision: str  # the precision the model predicts it at
+    published_precision: str  # as the source names it
+    network: str
+    batch_size: int  # all GPUs together
+    samples_per_s: float
+    note: str
+
+    @property
+    def time_s(self) -> float:
+        """Seconds per mini-batch of ``batch_size`` samples."""
+        return self.batch_size / self.samples_per_s
+
+
+@dataclass(frozen=True)
+class Published:
+    citation: tuple[str, ...]
+    rows: tuple[PublishedStep, ...]
+
+
+@cache
+def published_gpu() -> Published:
+    """ResNet-50 training throughputs published for catalogue GPUs (``published_gpu.csv``)."""
+    text = resources.files("dlperf.reference").joinpath("published_gpu.csv").read_text()
+    comments = tuple(line.lstrip("# ").rstrip() for line in text.splitlines()
+                     if line.startswith("#"))
+    body = [line for line in text.splitlines() if line and not line.startswith("#")]
+    rows = tuple(PublishedStep(gpu=r["gpu"], device=r["device"], gpus=int(r["gpus"]),
+                               precision=r["precision"],
+                               published_precision=r["published_precision"],
+                               network=r["network"], batch_size=int(r["batch"]),
+                               samples_per_s=float(r["samples_per_s"]), note=r["note"])
+                 for r in csv.DictReader(body))
+    return Published(citation=comments, rows=rows)
