@@ -808,6 +808,7 @@ ENTRY %main (x: f32[2,8,4], w: f32[4,6], img: f32[2,9,9,3], k: f32[3,3,3,5]) -> 
   %ynn_fusion = f32[8,6]{1,0} fusion(%flat, %w), kind=kCustom, calls=%fused_computation
   %convolution.4 = f32[2,9,9,5]{3,2,1,0} convolution(%img, %k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
   %add.5 = f32[8,6]{1,0} add(%ynn_fusion, %ynn_fusion)
+  %transpose_copy_fusion.7 = f32[6,8]{1,0} fusion(%add.5), kind=kLoop, calls=%fused_copy
   ROOT %while.6 = (s32[], f32[8,6]{1,0}) while(%t), condition=%c, body=%b
 }
 """
@@ -827,6 +828,9 @@ def test_xla_instructions_are_read_from_the_hlo_and_the_trace():
     assert (name, shapes) == ("xla:convolution", ((2, 3, 9, 9), (5, 3, 3, 3)))
     assert flops == 2.0 * (2 * 9 * 9 * 5) * 9 * 3
     assert jp.describe(table["add.5"], table) == ("xla:add", ((8, 6), (8, 6), (8, 6)), None)
+    # a fusion around no product is named after the kind XLA gives it, without its number
+    assert jp.describe(table["transpose_copy_fusion.7"], table) == (
+        "xla:transpose_copy_fusion", ((8, 6), (6, 8)), None)
     assert jp.describe(table["while.6"], table) == ("xla:while", (), None)  # a tuple: unmodelled
     # a loop holding two ops: each keeps its own time, the loop what is left
     from dlperf.backends.trace_times import self_times

@@ -9,7 +9,9 @@ nested in another on the same thread (a loop body's ops inside the loop) is take
 parent, so that each instruction has its own time and nothing is counted twice.
 Products are given as ``xla:dot`` with operands (m x k) and (k x n) (a leading batch
 dimension where the dot has one), convolutions as ``xla:convolution`` with their FLOPs,
-everything else as ``xla:<opcode>`` with its operands' and result's shapes.
+other fusions by the kind XLA names them after (``xla:transpose_copy_fusion``: a copy
+into another layout with the elementwise ops fused into it), everything else as
+``xla:<opcode>``, each with its operands' and result's shapes.
 """
 
 from __future__ import annotations
@@ -126,7 +128,10 @@ def describe(ins: Instr, table: dict[str, Instr]) -> tuple[str, tuple[tuple[int,
     shapes = [table[a].dims for a in ins.args if a in table and table[a].dims is not None]
     if ins.dims is not None:
         shapes.append(ins.dims)
-    return f"xla:{ins.op}", tuple(shapes), None
+    # XLA names a fusion after what it does ('transpose_copy_fusion.61'); the number only
+    # tells instances apart
+    op = re.sub(r"\.\d+$", "", ins.name) if ins.op == "fusion" else ins.op
+    return f"xla:{op}", tuple(shapes), None
 
 
 def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
