@@ -174,23 +174,19 @@ class _Context:
         fit = self.cal.fitted(self.dev)
         return local.call_timing(fit).overhead_s if fit is not None else 0.0
 
-    def exposed(self, timings: list[LayerTiming], repeat: float = 1.0,
-                call: bool = True) -> float:
-        """The launches' time that shows in a step of ``timings``' layers (their passes
-        ``repeat`` times, the update once; with ``call``, one step call first): all of it
-        on a CPU, where the same cores launch and compute; on a GPU the delay that the
-        host's launches add to the device's work in one stream (``formulas.stream_time``).
-        A layer's launches and work are taken half in its forward pass, half in its
-        backward, which runs the layers in reverse."""
+    def exposed(self, timings: list[LayerTiming], call: bool = True) -> float:
+        """The launches' time that shows in a step of ``timings``' layers (with ``call``,
+        one step call first): all of it on a CPU, where the same cores launch and compute;
+        on a GPU the delay that the host's launches add to the device's work in one stream
+        (``formulas.stream_time``). A layer's launches and work are taken half in its
+        forward pass, half in its backward, which runs the layers in reverse; the updates
+        come last."""
         call_s = self.call_s() if call else 0.0
-        host = sum(t.overhead_s for t in timings) * repeat + call_s
         if self.dev.kind != "gpu":
-            return host
+            return sum(t.overhead_s for t in timings) + call_s
         passes = [(t.overhead_s / 2, (t.compute_s + t.memory_s) / 2) for t in timings]
-        step = [(call_s, 0.0)] + (passes + passes[::-1]) * max(1, round(repeat))
-        work = sum(t.compute_s + t.memory_s for t in timings) * repeat
-        updates = [(0.0, t.update_s) for t in timings]
-        return f.stream_time(step + updates) - work - sum(t.update_s for t in timings)
+        ops = [(call_s, 0.0), *passes, *passes[::-1], *((0.0, t.update_s) for t in timings)]
+        return f.stream_time(ops) - sum(t.compute_s + t.memory_s + t.update_s for t in timings)
 
     def passes_s(self, timings: list[LayerTiming]) -> float:
         """Forward and backward of ``timings``' layers with the launches that show."""
