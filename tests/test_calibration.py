@@ -671,6 +671,13 @@ def test_profiled_ops_are_timed_by_the_curve_of_what_does_their_work():
     assert mm.kind == "gemm" and mm.flops == 2 * 2 * 2048 * 4096 * 64
     assert mm.model_s == pytest.approx(2 * f.gemm.time(2048, 4096, 64), rel=1e-12)
     assert "(2048x64) @ (64x4096), inner dimension 64" == mm.shape_text()
+    # XLA's dots by their layout: a transposed first operand by the transposed product's
+    # curve, both transposed by the sequence's weight gradient's, the rest by the GEMM's
+    shapes = ((256, 4096), (4096, 1000))
+    for name, curve in (("xla:dot", f.gemm), ("xla:dot_nt", f.gemm),
+                        ("xla:dot_tn", f.gemm_tn), ("xla:dot_tt", f.gemm_tn_seq)):
+        t = ops.op_time(ProfiledOp(name=name, shapes=shapes, calls=1, time_s=0.1), f)
+        assert t.kind == "gemm" and t.model_s == pytest.approx(curve.time(256, 1000, 4096))
     addmm = ops.op_time(ProfiledOp(name="aten::addmm", shapes=((10,), (8, 5), (5, 10), (), ()),
                                    calls=1, time_s=1e-4), f)
     assert ops.gemm_shape("aten::addmm", addmm.shapes) == (1, 8, 10, 5)
@@ -809,6 +816,7 @@ ENTRY %main (x: f32[2,8,4], w: f32[4,6], img: f32[2,9,9,3], k: f32[3,3,3,5]) -> 
   %convolution.4 = f32[2,9,9,5]{3,2,1,0} convolution(%img, %k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
   %add.5 = f32[8,6]{1,0} add(%ynn_fusion, %ynn_fusion)
   %transpose_copy_fusion.7 = f32[6,8]{1,0} fusion(%add.5), kind=kLoop, calls=%fused_copy
+  %dot.8 = f32[4,6]{1,0} dot(%flat, %transpose_copy_fusion.7), lhs_contracting_dims={0}, rhs_contracting_dims={1}
   ROOT %while.6 = (s32[], f32[8,6]{1,0}) while(%t), condition=%c, body=%b
 }
 """
@@ -820,8 +828,11 @@ def test_xla_instructions_are_read_from_the_hlo_and_the_trace():
 
     table = jp.parse_hlo(HLO)
     assert table["x"].dims == (2, 8, 4) and table["dot.3"].computation == "fused_computation"
-    # the weight gradient's form: contracting over (time, batch) -> (4 x 16) @ (16 x 6)
-    assert jp.describe(table["dot.1"], table) == ("xla:dot", ((4, 16), (16, 6)), None)
+    # the weight gradient's form: contracting over (time, batch), its first operand read
+    # transposed -> (4 x 16) @ (16 x 6)
+    assert jp.describe(table["dot.1"], table) == ("xla:dot_tn", ((4, 16), (16, 6)), None)
+    # both operands transposed, as JAX's compiled LSTM step runs its sequence's gradient
+    assert jp.describe(table["dot.8"], table) == ("xla:dot_tt", ((4, 8), (8, 6)), None)
     # a fusion around one dot is that dot
     assert jp.describe(table["ynn_fusion"], table) == ("xla:dot", ((8, 4), (4, 6)), None)
     name, shapes, flops = jp.describe(table["convolution.4"], table)
@@ -850,7 +861,7 @@ def test_explain_profiles_a_jax_step_with_xla_instruction_names(db, capsys):
                  "2", "--db", str(db), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     gemms = [o for o in doc["ops"] if o["kind"] == "gemm"]
-    assert gemms and all(o["name"] == "xla:dot" and o["model_s"] > 0 for o in gemms)
+    assert gemms and all(o["name"].startswith("xla:dot") and o["model_s"] > 0 for o in gemms)
     # fcn5's products, forward and both gradients, each at its own shapes
     assert len({tuple(map(tuple, o["shapes"])) for o in gemms}) >= 3
     assert 0 < doc["ops_s"] <= doc["profiled_step_s"] * 1.05

@@ -20,7 +20,10 @@ an op excludes its children, so a wrapper that only calls others costs its dispa
 - ``unmodelled``: an op whose operands the profiler did not record (the optimizer's fused
   ``_foreach_*`` ops on some builds): its time is shown, the model claims none for it.
 
-XLA's instructions (JAX, ``backends/jax_profile``) come as ``xla:dot`` (m x k, k x n),
+XLA's instructions (JAX, ``backends/jax_profile``) come as ``xla:dot`` (m x k, k x n;
+``xla:dot_tn`` with its first operand transposed, timed by the transposed product's curve,
+``xla:dot_tt`` with both, by the sequence's weight gradient's, which JAX's calibration
+times in that form),
 ``xla:convolution`` (input NCHW, kernel OIHW, and its FLOPs) and ``xla:<opcode>`` for the
 rest (fusions of elementwise ops, reductions, copies: memory-bound; a while loop's own
 time, whose operands are a tuple: unmodelled). XLA runs a convolution's gradients as
@@ -39,7 +42,8 @@ from typing import Protocol
 from dlperf.perfmodel.fit import LocalFit
 from dlperf.perfmodel.kernels import ELEM
 
-GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "xla:dot", "tf:matmul"}
+GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "xla:dot", "xla:dot_tn",
+        "xla:dot_nt", "xla:dot_tt", "tf:matmul"}
 CONV = {"aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::_slow_conv2d_forward",
         "aten::_nnpack_spatial_convolution", "xla:convolution", "tf:conv2d"}
 CONV_BWD = {"aten::convolution_backward", "aten::_slow_conv2d_backward"}
@@ -179,7 +183,9 @@ def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
     found: tuple[float, float] | None = None
     if kind == "gemm" and (mnk := gemm_shape(op.name, op.shapes)):
         b, m, n, k = mnk
-        found = b * fit.gemm.time(m, n, k), 2.0 * b * m * n * k
+        curve = ((fit.gemm_tn_seq or fit.gemm_tn) if op.name == "xla:dot_tt"
+                 else fit.gemm_tn if op.name == "xla:dot_tn" else None) or fit.gemm
+        found = b * curve.time(m, n, k), 2.0 * b * m * n * k
     elif kind in ("conv", "conv_bwd"):
         found = _conv(op, kind, fit, flops)
     if found is not None:
