@@ -65,13 +65,18 @@ def _stated(pattern: str, citation: str, what: str) -> str:
     return m.group(1)
 
 
+def _read(name: str) -> tuple[tuple[str, ...], list[str]]:
+    """A shipped CSV's comment lines (its citation, verbatim) and its other lines."""
+    text = resources.files("dlperf.reference").joinpath(name).read_text()
+    comments = tuple(line.lstrip("# ").rstrip() for line in text.splitlines()
+                     if line.startswith("#"))
+    return comments, [line for line in text.splitlines() if line and not line.startswith("#")]
+
+
 @cache
 def guide_table1() -> Reference:
     """The guide's Table I (seed slides and paper draft), citing DLBench."""
-    text = resources.files("dlperf.reference").joinpath("guide_table1.csv").read_text()
-    comments = tuple(line.lstrip("# ").rstrip() for line in text.splitlines()
-                     if line.startswith("#"))
-    body = [line for line in text.splitlines() if line and not line.startswith("#")]
+    comments, body = _read("guide_table1.csv")
     rows = []
     for rec in csv.DictReader(body):
         seconds = {int(k.removeprefix("threads_")): _number(v) for k, v in rec.items()
@@ -116,10 +121,7 @@ class Published:
 @cache
 def published_gpu() -> Published:
     """ResNet-50 training throughputs published for catalogue GPUs (``published_gpu.csv``)."""
-    text = resources.files("dlperf.reference").joinpath("published_gpu.csv").read_text()
-    comments = tuple(line.lstrip("# ").rstrip() for line in text.splitlines()
-                     if line.startswith("#"))
-    body = [line for line in text.splitlines() if line and not line.startswith("#")]
+    comments, body = _read("published_gpu.csv")
     rows = tuple(PublishedStep(gpu=r["gpu"], device=r["device"], gpus=int(r["gpus"]),
                                precision=r["precision"],
                                published_precision=r["published_precision"],
