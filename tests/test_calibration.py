@@ -443,6 +443,29 @@ def test_calibration_fits_every_framework_and_thread_count_stored(db):
     assert set(f.allreduce) == {2, 4}
 
 
+def test_threads_beyond_the_physical_cores_are_predicted_from_the_cores_fit(db, monkeypatch):
+    """DLBench's 2P column: on 2 physical cores, 4 threads take the 2-thread fit (a thread
+    beyond the cores adds no FMA units), unslowed; 2 threads uncalibrated stay so, and
+    workers sharing the cores are still slowed."""
+    from dlperf import environment
+
+    monkeypatch.setattr(environment, "physical_cores", lambda: 2)
+    with Store(db) as store:
+        made_up.calibrated(store, threads=(1, 2))
+        cal = calibration.local_calibration(store)
+    assert cal.cores == 2
+    assert cal.find("torch", 4) is cal.find("torch", 2) is not None
+    assert cal.model("torch", 4).fit.threads == 2 and cal.model("torch", 4).fit.slowdown == 1
+    assert cal.model("torch", 1, workers=4).fit.slowdown == 2
+    spec = RunSpec(network="fcn5", framework="torch", threads=4, batch_size=64)
+    two = RunSpec(network="fcn5", framework="torch", threads=2, batch_size=64)
+    assert predict_for_spec(spec, cal).time_s == pytest.approx(predict_for_spec(two, cal).time_s)
+    from dlperf.perfmodel.machine import LocalCalibration
+
+    only_one = LocalCalibration(tuple(f for f in cal.fits if f.threads == 1), 1.0, 2)
+    assert only_one.find("torch", 4) is None and only_one.find("torch", 2) is None
+
+
 def test_a_calibration_of_other_library_versions_is_not_used(db, monkeypatch):
     from dlperf import environment
 

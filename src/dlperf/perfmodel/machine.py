@@ -40,8 +40,19 @@ class LocalCalibration:
         return cls(tuple(fit_local(s, fw, t, dev) for fw, t, dev, s in samples), memory_gb, cores)
 
     def find(self, framework: str, threads: int, device: str = "cpu") -> LocalFit | None:
-        return next((f for f in self.fits if (f.framework, f.threads, f.device)
-                     == (framework, threads, device)), None)
+        """The fit of ``framework`` at ``threads`` on ``device``. On a CPU, more threads
+        than its physical cores take the fit at the cores, unless calibrated themselves:
+        a thread beyond the cores adds no FMA units (``environment.cores_for``), so the
+        model gives it no speed-up, and what oversubscription costs on top (DLBench saw
+        steps slow down past the cores) shows as the prediction's error."""
+        def at(t: int) -> LocalFit | None:
+            return next((f for f in self.fits if (f.framework, f.threads, f.device)
+                         == (framework, t, device)), None)
+
+        fit = at(threads)
+        if fit is None and device == "cpu" and threads > self.cores:
+            fit = at(self.cores)
+        return fit
 
     def model(self, framework: str, threads: int, device: str = "cpu", *,
               workers: int = 1) -> LocalModel:
@@ -62,7 +73,7 @@ class LocalCalibration:
                              f"--frameworks {framework} --threads {threads}"
                              f"{' --device gpu' if device == 'gpu' else ''}'")
         # CPU workers share the cores; a GPU's workers would each have their own device
-        slowdown = max(1.0, workers * threads / self.cores) if device == "cpu" else 1.0
+        slowdown = max(1.0, workers * fit.threads / self.cores) if device == "cpu" else 1.0
         if slowdown > 1:
             fit = fit.model_copy(update={"slowdown": slowdown})
         dev = local_device(fit, self.memory_gb)
