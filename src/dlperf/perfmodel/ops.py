@@ -23,9 +23,10 @@ an op excludes its children, so a wrapper that only calls others costs its dispa
 XLA's instructions (JAX, ``backends/jax_profile``) come as ``xla:dot`` (m x k, k x n;
 ``xla:dot_tn`` with its first operand transposed, timed by the transposed product's curve,
 ``xla:dot_tt`` with both, by the sequence's weight gradient's, which JAX's calibration
-times in that form),
+times in that form; ``xla:dot_nt`` by the GEMM's),
 ``xla:convolution`` (input NCHW, kernel OIHW, and its FLOPs) and ``xla:<opcode>`` for the
-rest (fusions of elementwise ops, reductions, copies: memory-bound; a while loop's own
+rest, a fusion by the kind XLA names it after (fusions of elementwise ops, reductions,
+copies such as ``xla:transpose_copy_fusion``: memory-bound; a while loop's own
 time, whose operands are a tuple: unmodelled). XLA runs a convolution's gradients as
 convolutions too; each is timed by the forward convolution curve. TensorFlow's graph ops
 (``backends/tf_profile``) come the same way: ``tf:matmul``, ``tf:conv2d`` (forward and
