@@ -135,13 +135,13 @@ def _published(as_json: bool) -> int:
     from dlperf.report.exporters import print_table
     from dlperf.report.published import published_cases
     from dlperf.report.tables import Table
+    from dlperf.report.validate import p90
 
     cases = published_cases()
 
     def summary(errors: list[float]) -> dict[str, float]:
-        mags = sorted(abs(e) for e in errors)
-        return {"median_abs": statistics.median(mags),
-                "p90_abs": mags[min(len(mags) - 1, int(0.9 * len(mags)))],
+        mags = [abs(e) for e in errors]
+        return {"median_abs": statistics.median(mags), "p90_abs": p90(mags),
                 "median_signed": statistics.median(errors)}
 
     model = summary([c.error for c in cases])
