@@ -157,9 +157,12 @@ class KernelTrainer(Trainer):
             torch.cuda.synchronize(self.device)
 
     def device_clock(self) -> CudaClock | None:
-        """The device's own timer of this kernel's calls; none on a CPU, and none for the
-        dispatch kernels, which time the host's cost of an op."""
-        if self.device.type != "cuda" or self.op.startswith("dispatch"):
+        """The device's own timer of this kernel's calls; none on a CPU, none for the
+        dispatch kernels, which time the host's cost of an op, and none where this build
+        of PyTorch has no spin kernel (a private function): the wall clock then times
+        the queued calls."""
+        if (self.device.type != "cuda" or self.op.startswith("dispatch")
+                or not hasattr(torch.cuda, "_sleep")):
             return None
         return CudaClock(self.device)
 
