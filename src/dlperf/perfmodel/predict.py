@@ -9,7 +9,6 @@ is fitted to a measured time: rates come from the catalogue, efficiencies from
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 from dlperf import workloads
@@ -174,24 +173,21 @@ class _Context:
         fit = self.cal.fitted(self.dev)
         return local.call_timing(fit).overhead_s if fit is not None else 0.0
 
-    def exposed(self, timings: list[LayerTiming], call: bool = True) -> float:
-        """The launches' time that shows in a step of ``timings``' layers (with ``call``,
-        one step call first): all of it on a CPU, where the same cores launch and compute;
-        on a GPU the delay that the host's launches add to the device's work in one stream
+    def exposed(self, timings: list[LayerTiming], step: bool = True) -> float:
+        """The launches' time that shows in ``timings``' layers: a whole ``step`` (one
+        step call first, the updates last), else their forward and backward passes alone.
+        All of it on a CPU, where the same cores launch and compute; on a GPU the delay
+        that the host's launches add to the device's work in one stream
         (``formulas.stream_time``). A layer's launches and work are taken half in its
-        forward pass, half in its backward, which runs the layers in reverse; the updates
-        come last."""
-        call_s = self.call_s() if call else 0.0
+        forward pass, half in its backward, which runs the layers in reverse."""
+        call_s = self.call_s() if step else 0.0
         if self.dev.kind != "gpu":
             return sum(t.overhead_s for t in timings) + call_s
         passes = [(t.overhead_s / 2, (t.compute_s + t.memory_s) / 2) for t in timings]
-        ops = [(call_s, 0.0), *passes, *passes[::-1], *((0.0, t.update_s) for t in timings)]
-        return f.stream_time(ops) - sum(t.compute_s + t.memory_s + t.update_s for t in timings)
-
-    def passes_s(self, timings: list[LayerTiming]) -> float:
-        """Forward and backward of ``timings``' layers with the launches that show."""
-        bare = [replace(t, update_s=0.0) for t in timings]
-        return sum(t.compute_s + t.memory_s for t in bare) + self.exposed(bare, call=False)
+        updates = [(0.0, t.update_s) for t in timings] if step else []
+        done = f.stream_time([(call_s, 0.0), *passes, *passes[::-1], *updates])
+        return done - sum(t.compute_s + t.memory_s for t in timings) - sum(
+            w for _, w in updates)
 
     def pass_s(self, moved: float, fresh: bool = False) -> float:
         """A memory-bound pass that moves ``moved`` bytes (read and written): into a fresh
@@ -256,13 +252,12 @@ class _Context:
         return f"{self.dev.name}: {eff.source}; links: {self.cal.link_source}"
 
 
-def _totals(timings: list[LayerTiming], repeat: float = 1.0) -> tuple[float, float, float]:
-    """(compute, memory, overhead) seconds, the passes repeated ``repeat`` times (micro-
-    batches) and the update once."""
+def _totals(timings: list[LayerTiming], repeat: float = 1.0) -> tuple[float, float]:
+    """(compute, memory) seconds, the passes repeated ``repeat`` times (micro-batches) and
+    the update once; the launches that show are ``_Context.exposed``'s."""
     compute = sum(t.compute_s for t in timings) * repeat
     memory = sum(t.memory_s for t in timings) * repeat + sum(t.update_s for t in timings)
-    overhead = sum(t.overhead_s for t in timings) * repeat
-    return compute, memory, overhead
+    return compute, memory
 
 
 def _layer_times(timings: list[LayerTiming], repeat: float = 1.0) -> list[LayerTime]:
@@ -293,7 +288,7 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     p = ctx.devices
     local = ctx.batch // p
     timings = ctx.timings(local)
-    compute, memory, _ = _totals(timings)
+    compute, memory = _totals(timings)
     overhead = ctx.exposed(timings)
     step = compute + memory + overhead
     g_bytes = ctx.grad_bytes
@@ -396,7 +391,7 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     stages = [[body[j] for j in part] for part in
               split_by_cost([layer_cost(ctx.layers[i]) for i in body], p)]
     stages[-1] += [i for i, layer in enumerate(ctx.layers) if layer.op == "loss"]
-    stage_times, comms, updates = [], [], []
+    stage_times, comms, updates, shown = [], [], [], []
     out_elems = 0
     for s, idx in enumerate(stages):
         for i in idx:
@@ -410,16 +405,16 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
         update = sum(timings[i].update_s for i in idx)
         # every micro-batch after the first adds its weight gradients into the stage's:
         # read both, write one, the update's 3 x P bytes (gradient accumulation, GPipe)
-        stage_times.append(ctx.passes_s([timings[i] for i in idx]) + comm
+        stage = [timings[i] for i in idx]
+        shown.append(ctx.exposed(stage, step=False))  # per micro-batch's passes
+        stage_times.append(sum(t.compute_s + t.memory_s for t in stage) + shown[-1] + comm
                            + f.accumulation_time(update, m) / m)
         updates.append(update)
     slow = max(range(p), key=stage_times.__getitem__)
     t_stage = stage_times[slow]
-    compute, memory, _ = _totals([timings[i] for i in stages[slow]], repeat=m)
+    compute, memory = _totals([timings[i] for i in stages[slow]], repeat=m)
     memory += max(updates) - updates[slow] + f.accumulation_time(updates[slow], m)
-    # the launches that show in each micro-batch's passes (as in ``t_stage``), and a call
-    bare = [replace(timings[i], update_s=0.0) for i in stages[slow]]
-    overhead = m * ctx.exposed(bare, call=False) + ctx.call_s()
+    overhead = m * shown[slow] + ctx.call_s()  # as in ``t_stage``, and the step's call
     bubble = (p - 1) * t_stage
     time = f.pipeline_time(t_stage, p, m) + max(updates) + ctx.straggler + ctx.call_s()
     if p > 1:
