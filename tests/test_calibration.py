@@ -994,9 +994,10 @@ def test_validate_against_a_catalogue_entry_needs_no_calibration(db, capsys):
 def test_a_gpu_kernel_is_queued_several_calls_per_synchronisation():
     """On a GPU each timed step queues GPU_CALLS calls and synchronises once; the sample
     is one call's share. On a CPU every call is timed on its own."""
+    from dlperf.backends.base import Trainer
     from dlperf.calibrate import worker as cw
 
-    class Counting:
+    class Counting(Trainer):
         def __init__(self):
             self.calls = self.syncs = 0
 

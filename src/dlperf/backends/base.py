@@ -44,6 +44,12 @@ class Trainer(ABC):
         """Peak device memory (GPU), or None on the CPU."""
         return None
 
+    def device_clock(self) -> Any | None:
+        """The device's own timer of the work ``step()`` queues (``start()`` and ``stop()``
+        around the calls, ``elapsed()`` seconds after the sync), or None: the wall clock
+        times it (``calibrate.worker.Queued``)."""
+        return None
+
     def loss(self) -> float:
         """Loss of the last step, as a Python float (forces a sync)."""
         raise NotImplementedError

@@ -157,10 +157,10 @@ class KernelTrainer(Trainer):
             torch.cuda.synchronize(self.device)
 
     def device_clock(self) -> CudaClock | None:
-        """The device's own timer of this kernel's calls; none on a CPU, none for the
-        dispatch kernels, which time the host's cost of an op, and none where this build
-        of PyTorch has no spin kernel (a private function): the wall clock then times
-        the queued calls."""
+        """The device's own timer of this kernel's calls (``Trainer.device_clock``); none
+        on a CPU, none for the dispatch kernels, which time the host's cost of an op, and
+        none where this build of PyTorch has no spin kernel (a private function): the
+        wall clock then times the queued calls."""
         if (self.device.type != "cuda" or self.op.startswith("dispatch")
                 or not hasattr(torch.cuda, "_sleep")):
             return None

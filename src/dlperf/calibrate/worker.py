@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dlperf.backends.base import Backend, UnsupportedError
+from dlperf.backends.base import Backend, Trainer, UnsupportedError
 from dlperf.errors import is_out_of_memory
 from dlperf.measure.timing import Timing, measure
 from dlperf.perfmodel.kernels import (
@@ -54,10 +54,9 @@ class Queued:
     host's launches from the dispatch kernel (``predict._Context.exposed``), so a
     kernel timed with its host side would count them twice."""
 
-    def __init__(self, trainer: Any, calls: int):
+    def __init__(self, trainer: Trainer, calls: int):
         self.trainer, self.calls = trainer, calls
-        offer = getattr(trainer, "device_clock", None)
-        self.clock = offer() if offer is not None else None
+        self.clock = trainer.device_clock()
 
     def step(self) -> None:
         if self.clock is not None:
