@@ -8,7 +8,7 @@ fusion that wraps a dot or a convolution counts as that product), a while loop. 
 nested in another on the same thread (a loop body's ops inside the loop) is taken off its
 parent, so that each instruction has its own time and nothing is counted twice.
 Products are given as ``xla:dot`` with operands (m x k) and (k x n) (a leading batch
-dimension where the dot has one), named by how they are laid out (``dot_layout``: a
+dimension where the dot has one), named by how they are laid out (``dot_operands``: a
 weight gradient reads its first operand transposed, ``xla:dot_tn``), convolutions as ``xla:convolution`` with their FLOPs,
 other fusions by the kind XLA names them after (``xla:transpose_copy_fusion``: a copy
 into another layout with the elementwise ops fused into it), everything else as
@@ -81,9 +81,14 @@ def _dims_attr(attrs: str, key: str) -> tuple[int, ...]:
     return tuple(int(d) for d in m.group(1).split(",") if d) if m else ()
 
 
-def dot_operands(ins: Instr, table: dict[str, Instr]) -> tuple[tuple[int, ...], ...] | None:
+def dot_operands(ins: Instr, table: dict[str, Instr]) -> tuple[tuple[tuple[int, ...], ...], str] | None:
     """A dot's operands as (m x k) and (k x n), with (b, m, k) and (b, k, n) for one batch
-    dimension; None for another layout."""
+    dimension, and how they are laid out: '' for a plain (m x k) @ (k x n); '_tn' where
+    the first operand is stored k-major (contracted over its leading dimensions: a weight
+    gradient's activations), '_nt' where the second is stored n-major (contracted over its
+    trailing ones), '_tt' both: the calibration times the forms it has kernels for apart
+    (``gemm``, ``gemm_tn``, and JAX's ``gemm_tn_seq``, read off the compiled LSTM step).
+    None for another layout."""
     if len(ins.args) < 2:
         return None
     a, b = (table.get(n) for n in ins.args[:2])
@@ -91,30 +96,17 @@ def dot_operands(ins: Instr, table: dict[str, Instr]) -> tuple[tuple[int, ...], 
         return None
     ca, cb = _dims_attr(ins.attrs, "lhs_contracting_dims"), _dims_attr(ins.attrs, "rhs_contracting_dims")
     ba, bb = _dims_attr(ins.attrs, "lhs_batch_dims"), _dims_attr(ins.attrs, "rhs_batch_dims")
-    k = math.prod(a.dims[i] for i in ca)
-    batch = math.prod(a.dims[i] for i in ba)
-    m = math.prod(d for i, d in enumerate(a.dims) if i not in ca and i not in ba)
-    n = math.prod(d for i, d in enumerate(b.dims) if i not in cb and i not in bb)
-    return ((batch, m, k), (batch, k, n)) if ba else ((m, k), (k, n))
-
-
-def dot_layout(ins: Instr, table: dict[str, Instr]) -> str:
-    """'' for a plain (m x k) @ (k x n); '_tn' where the first operand is stored k-major
-    (contracted over its leading dimensions: a weight gradient's activations), '_nt'
-    where the second is stored n-major (contracted over its trailing ones), '_tt' both:
-    the calibration times the three forms it has kernels for apart (``gemm``,
-    ``gemm_tn``, and JAX's ``gemm_tn_seq``, read off the compiled LSTM step)."""
-    a, b = (table.get(n) for n in ins.args[:2])
-    if a is None or b is None or a.dims is None or b.dims is None:
-        return ""
-    ca, cb = _dims_attr(ins.attrs, "lhs_contracting_dims"), _dims_attr(ins.attrs, "rhs_contracting_dims")
-    ba, bb = _dims_attr(ins.attrs, "lhs_batch_dims"), _dims_attr(ins.attrs, "rhs_batch_dims")
     free_a = [i for i in range(len(a.dims)) if i not in ca and i not in ba]
     free_b = [i for i in range(len(b.dims)) if i not in cb and i not in bb]
+    k = math.prod(a.dims[i] for i in ca)
+    batch = math.prod(a.dims[i] for i in ba)
+    m = math.prod(a.dims[i] for i in free_a)
+    n = math.prod(b.dims[i] for i in free_b)
     t_a = bool(ca and free_a) and max(ca) < min(free_a)
     t_b = bool(cb and free_b) and min(cb) > max(free_b)
-    return {(False, False): "", (True, False): "_tn", (False, True): "_nt",
-            (True, True): "_tt"}[t_a, t_b]
+    layout = {(False, False): "", (True, False): "_tn", (False, True): "_nt",
+              (True, True): "_tt"}[t_a, t_b]
+    return (((batch, m, k), (batch, k, n)) if ba else ((m, k), (k, n))), layout
 
 
 def conv_flops(ins: Instr, table: dict[str, Instr]) -> tuple[tuple[tuple[int, ...], ...], float] | None:
@@ -141,8 +133,8 @@ def describe(ins: Instr, table: dict[str, Instr]) -> tuple[str, tuple[tuple[int,
     """(op name, operand shapes, FLOPs per call) of one instruction as ``ProfiledOp``
     carries them; a fusion around a dot or a convolution counts as that product."""
     inner = table[ins.product] if ins.product else ins
-    if inner.op == "dot" and (ops := dot_operands(inner, table)):
-        return f"xla:dot{dot_layout(inner, table)}", ops, None
+    if inner.op == "dot" and (found := dot_operands(inner, table)):
+        return f"xla:dot{found[1]}", found[0], None
     if inner.op == "convolution" and (found := conv_flops(inner, table)):
         return "xla:convolution", found[0], found[1]
     shapes = [table[a].dims for a in ins.args if a in table and table[a].dims is not None]
