@@ -253,7 +253,10 @@ def test_an_internal_error_is_one_line(monkeypatch, capsys):
 def test_an_interrupted_calibration_keeps_the_shapes_it_timed():
     from dlperf.kinds.kernel import KernelOptions, KernelOutcome, KernelPart
 
-    shapes = tuple((2**e,) for e in range(12, 22))  # seconds in all: killed well before
+    # shapes of a millisecond or more per call, so each lasts its min_time and the run
+    # outlives the watch's polls after the interrupting event (tiny ones all finish in a
+    # fraction of a second, before any poll announces their events)
+    shapes = tuple((2**e,) for e in range(20, 26))  # seconds in all: killed well before
     o = KernelOptions(parts=(KernelPart(op="memory", shapes=shapes),), min_time_s=0.3,
                       versions={}, revision=1)
     spec = RunSpec(kind="kernel", network="kernels", framework="torch", batch_size=1, options=o)
@@ -278,14 +281,17 @@ def test_a_calibration_run_again_after_an_interrupt_keeps_what_it_had_timed(db):
     rest, and the finished record holds both."""
     from dlperf.kinds.kernel import KernelOptions, KernelPart
 
-    shapes = tuple((2**e,) for e in range(12, 22))
+    # shapes of a millisecond or more per call, so each lasts its min_time and the run
+    # outlives the watch's polls after the interrupting event (tiny ones all finish in a
+    # fraction of a second, before any poll announces their events)
+    shapes = tuple((2**e,) for e in range(20, 26))
     o = KernelOptions(parts=(KernelPart(op="memory", shapes=shapes),), min_time_s=0.3,
                       versions={}, revision=1)
     spec = RunSpec(kind="kernel", network="kernels", framework="torch", batch_size=1, options=o)
 
     class Stop(Listener):
         def event(self, s, ev):
-            if ev.get("phase") == "kernel" and ev["shape"] == [2**13]:
+            if ev.get("phase") == "kernel" and ev["shape"] == [2**21]:
                 raise KeyboardInterrupt
 
     with Store(db) as st:
@@ -293,7 +299,7 @@ def test_a_calibration_run_again_after_an_interrupt_keeps_what_it_had_timed(db):
             Runner(st, timeout_s=120, peak_size=64, listener=Stop()).run_all([spec])
         [cut] = st.results(kind="kernel")
         kept = {s.shape: s for s in cut.outcome.samples}
-        assert cut.failure.reason == "interrupted" and (2**12,) in kept and (2**13,) in kept
+        assert cut.failure.reason == "interrupted" and (2**20,) in kept and (2**21,) in kept
         [done] = Runner(st, timeout_s=120, peak_size=64).run_all([spec])
         assert done.ok and [s.shape for s in done.outcome.samples] == list(shapes)
         assert done.outcome.resumed == len(kept)
