@@ -8,7 +8,7 @@ import time
 
 from dlperf.calibrate import plan as calibration
 from dlperf.kinds.kernel import KernelOutcome, KernelSample
-from dlperf.perfmodel.kernels import conv_gemm, flops, nbytes
+from dlperf.perfmodel.kernels import ELEM, conv_gemm, element_bytes, flops, nbytes
 from dlperf.spec import RunResult
 
 # the made-up machine
@@ -40,7 +40,10 @@ def gemm_s(m: float, n: float, k: float) -> float:
             + 4 * (m * k + k * n + m * n) / TRAFFIC_BPS)
 
 
-def true_s(op: str, shape: tuple[int, ...], world: int = 1) -> float:
+def true_s(op: str, shape: tuple[int, ...], world: int = 1, elem: int = ELEM) -> float:
+    """The made-up machine's time of one call; ``elem``: the bytes of an activation's
+    element (the same bandwidth moves half the bytes of a half-precision pass in half the
+    time)."""
     if op == "dispatch":
         return CALL_S + shape[0] * OP_S
     if op == "dispatch_train":  # four kernels per layer: three products and the update
@@ -59,32 +62,35 @@ def true_s(op: str, shape: tuple[int, ...], world: int = 1) -> float:
         return CALL_S + OP_S + passes * 2 * m * n * k / (
             rate * _phi(m, H_CONV[0]) * _phi(n, H_CONV[1]) * _phi(shape[1], H_CONV[2]))
     if op == "memory":
-        return CALL_S + OP_S + nbytes(op, shape) / DRAM_BPS
+        return CALL_S + OP_S + nbytes(op, shape, elem) / DRAM_BPS
     if op == "update":  # in place: faster than a fresh result
         return CALL_S + OP_S + nbytes(op, shape) / UPDATE_BPS
     if op == "xent":
         return CALL_S + OP_S + nbytes(op, shape) / XENT_BPS
     if op == "bn":
-        return CALL_S + OP_S + nbytes(op, shape) / BN_BPS
+        return CALL_S + OP_S + nbytes(op, shape, elem) / BN_BPS
     if op == "allreduce":
         a, b = alpha_beta(world)
         return a + shape[0] / b
     raise ValueError(op)
 
 
-def sample(op: str, shape: tuple[int, ...], world: int = 1) -> KernelSample:
-    t = true_s(op, shape, world)
+def sample(op: str, shape: tuple[int, ...], world: int = 1, elem: int = ELEM) -> KernelSample:
+    t = true_s(op, shape, world, elem)
     return KernelSample(op=op, shape=shape, median_s=t, times_s=(t, t, t), flops=flops(op, shape),
-                        bytes=nbytes(op, shape), world=world)
+                        bytes=nbytes(op, shape, elem), world=world)
 
 
 def kernel_results(frameworks: tuple[str, ...] = ("torch",), threads: tuple[int, ...] = (1,),
-                   allreduce: bool = True) -> list[RunResult]:
+                   allreduce: bool = True, precision: str = "fp32",
+                   device: str = "cpu") -> list[RunResult]:
     """One ok result per kernel run of the plan, its samples from the made-up machine."""
     out = []
-    for spec in calibration.specs(list(frameworks), list(threads), allreduce=allreduce):
+    for spec in calibration.specs(list(frameworks), list(threads), allreduce=allreduce,
+                                  precision=precision, device=device):
         o = spec.options
-        samples = tuple(sample(part.op, tuple(shape), o.world) for part in o.parts
+        elem = element_bytes(precision)
+        samples = tuple(sample(part.op, tuple(shape), o.world, elem) for part in o.parts
                         for shape in part.shapes)
         now = time.time()
         out.append(RunResult(spec=spec, status="ok", outcome=KernelOutcome(samples=samples),

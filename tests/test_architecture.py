@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("dlperf.config", "dlperf.store", "dlperf.migrate", "dlperf.plan", "dlperf.presets",
      "dlperf.peak", "dlperf.store_import", "dlperf.dataflow.plan",
      "dlperf.dataflow.storage_run", "dlperf.dataflow.pipeline", "dlperf.calibrate.plan",
-     "dlperf.calibrate.prediction", "dlperf.calibrate.__init__"),
+     "dlperf.calibrate.prediction", "dlperf.calibrate.reference", "dlperf.calibrate.__init__"),
     # 3: inside a worker process
     ("dlperf.backends", "dlperf.worker", "dlperf.training.loop", "dlperf.parallel",
      "dlperf.dataflow.worker", "dlperf.calibrate.worker", "dlperf.explain.worker"),

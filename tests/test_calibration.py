@@ -497,7 +497,8 @@ def test_a_step_is_predicted_from_the_kernels_and_says_what_it_cannot_predict(db
     assert b.compute_s > made_up.gemm_s(64, 4096, 26752) - made_up.OP_S
     assert "tensorflow at 1 thread(s) is not calibrated" == why_not(
         RunSpec(network="fcn5", framework="tensorflow", threads=1, batch_size=64), cal)
-    assert "fp32" in why_not(spec.model_copy(update={"precision": "bf16"}), cal)
+    assert why_not(spec.model_copy(update={"precision": "bf16"}), cal) == (
+        "torch at 1 thread(s) at bf16 is not calibrated")
     assert why_not(RunSpec(kind="inference", network="fcn5", batch_size=1), cal)
 
 
@@ -1026,3 +1027,101 @@ def test_a_gpu_kernel_is_queued_several_calls_per_synchronisation():
         assert len(sample.times_s) <= made[0].syncs
     q = cw.Queued(Counting(), 4)
     assert q.per_call([0.8, 0.4]) == [0.2, 0.1]
+
+
+# ----------------------------------------------------------------------------- precisions
+def test_a_mixed_precision_calibration_predicts_steps_at_its_precision(db):
+    """A bf16 calibration is its own (framework, threads, precision). On the made-up
+    machine, whose bandwidth is the same at every precision, a layer's memory passes
+    move half the bytes in bf16 and take half the time; products are timed by their FLOPs
+    (the same here); the update stays on the fp32 weights. A precision never calibrated
+    is said so."""
+    with Store(db) as store:
+        made_up.calibrated(store)
+        made_up.calibrated(store, precision="bf16", allreduce=False)
+        cal = calibration.local_calibration(store)
+    assert sorted(f.label for f in cal.fits) == ["torch x1", "torch x1 bf16"]
+    spec = RunSpec(network="alexnet", framework="torch", threads=1, batch_size=16)
+    fp32 = predict_for_spec(spec, cal)
+    bf16 = predict_for_spec(spec.model_copy(update={"precision": "bf16"}), cal)
+    assert fp32 is not None and bf16 is not None and bf16.precision == "bf16"
+    relu = {p: next(layer for layer in x.layers if layer.name == "relu1")
+            for p, x in (("fp32", fp32), ("bf16", bf16))}
+    assert relu["bf16"].time_s == pytest.approx(relu["fp32"].time_s / 2, rel=0.05)
+    conv = {p: next(layer for layer in x.layers if layer.name == "conv3")
+            for p, x in (("fp32", fp32), ("bf16", bf16))}
+    assert conv["bf16"].time_s == pytest.approx(conv["fp32"].time_s, rel=0.05)
+    assert why_not(spec.model_copy(update={"precision": "fp16"}), cal) == (
+        "torch at 1 thread(s) at fp16 is not calibrated")
+    with pytest.raises(Exception, match="--precision fp16"):
+        cal.model("torch", 1, precision="fp16")
+
+
+def test_kernels_timed_on_the_devices_clock_keep_their_whole_time():
+    """A sample from the GPU's own clock holds the kernel's work alone: the fits take no
+    call or launch off it, as they do off a wall-clock sample."""
+    d = fit.fit_dispatch(_samples("dispatch"))
+    wall = _samples("memory")
+    device = [s.model_copy(update={"clock": "device", "median_s": s.median_s - d.call_s
+                                    - d.op_s}) for s in wall]
+    a, b = fit.fit_memory(wall, d), fit.fit_memory(device, d)
+    assert b.seconds == pytest.approx(a.seconds, rel=1e-6)
+    s = device[-1]
+    assert fit.net_time(s, d) == s.median_s and fit.net_time(wall[-1], d) < wall[-1].median_s
+
+
+def test_mixed_precision_kernels_run_on_half_operands_under_autocast():
+    """PyTorch's kernels at bf16: the products, passes and batch norm on bf16 operands, the
+    loss's logits cast up by autocast (fp32 gradient out of the fp32 softmax is cast back),
+    the update on fp32 weights; each sample's bytes at the precision's element."""
+    import torch
+
+    from dlperf.backends.torch_kernels import kernel
+
+    gemm = kernel("gemm", (8, 8, 8), "cpu", torch.bfloat16)
+    gemm.step()
+    assert gemm.out.dtype == torch.bfloat16
+    update = kernel("update", (64,), "cpu", torch.bfloat16)
+    update.step()
+    assert update.x.dtype == torch.float32
+    bn = kernel("bn", (2, 4, 4), "cpu", torch.bfloat16)
+    bn.step()
+    assert bn.x.dtype == torch.bfloat16 and bn.bn.weight.dtype == torch.float32
+    assert k.nbytes("memory", (64,), k.element_bytes("bf16")) == 2 * 2 * 64
+    assert k.nbytes("update", (64,), k.element_bytes("bf16")) == 2 * 4 * 64
+    assert k.element_bytes("tf32") == k.element_bytes("fp32") == 4
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--precision", "tf32"], "tf32 is a GPU format"),
+    (["--precision", "bf16", "--frameworks", "torch,tensorflow"], "PyTorch only"),
+])
+def test_calibrate_refuses_a_precision_its_kernels_cannot_run_at(args, message, capsys):
+    assert main(["calibrate", "--dry-run", "--threads", "1", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_calibrate_plans_a_precision_without_the_all_reduce():
+    (spec,) = calibration.specs(["torch"], [1], precision="bf16")
+    assert spec.precision == "bf16" and spec.network == "kernels"
+
+
+def test_reference_curves_are_written_from_a_gpu_calibration(db, tmp_path):
+    """``python -m dlperf.calibrate.reference`` reads a PyTorch GPU calibration at each
+    precision from a store and writes the reference file that catalogue GPUs are scaled
+    from, with its source."""
+    from dlperf.calibrate.reference import main as write
+    from dlperf.perfmodel.scaled import ReferenceFits
+
+    with Store(db) as store:
+        for p in ("fp32", "bf16"):
+            made_up.calibrated(store, precision=p, device="gpu", allreduce=False)
+    out = tmp_path / "ref.json"
+    assert write(["--db", str(db), "--entry", "h100-sxm", "--out", str(out)]) == 0
+    ref = ReferenceFits.model_validate_json(out.read_text())
+    assert ref.device == "h100-sxm" and {f.precision for f in ref.fits} == {"fp32", "bf16"}
+    assert all(f.device == "gpu" for f in ref.fits) and "dlperf calibrate" in ref.source
+    with pytest.raises(SystemExit) as e:
+        write(["--db", str(db), "--entry", "nope", "--out", str(out)])
+    assert e.value.code == 2

@@ -11,7 +11,7 @@ import pytest
 from dlperf import workloads
 from dlperf.cli import main
 from dlperf.errors import UsageError
-from dlperf.perfmodel import Calibration, Device, Efficiency, data_parallel_scaling, predict
+from dlperf.perfmodel import Calibration, Device, Efficiency, data_parallel_scaling, predict, scaled
 from dlperf.perfmodel import catalogue as cat
 from dlperf.perfmodel import formulas as f
 from dlperf.perfmodel.costs import layer_cost, layer_costs
@@ -23,6 +23,13 @@ def _no_user_catalogue(tmp_path, monkeypatch):
     """Never read the developer's own device file."""
     monkeypatch.delenv("DLPERF_DEVICES", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+@pytest.fixture(autouse=True)
+def _datasheet_roofline(monkeypatch):
+    """These tests check the datasheet roofline's formulas on catalogue GPUs: no reference
+    curves scaled to them (``tests/test_scaled.py`` checks those)."""
+    monkeypatch.setattr(scaled, "reference", lambda: None)
 
 
 # ----------------------------------------------------------------------------- catalogue

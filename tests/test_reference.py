@@ -105,19 +105,25 @@ def test_published_gpu_times_ship_with_their_source_and_catalogue_entries():
 
 
 def test_validate_published_predicts_every_row_from_the_catalogue_beside_a_roofline(capsys):
-    """Each published time against the catalogue model and a plain roofline; the roofline
-    (full efficiency, no launch cost) is never slower than the model."""
+    """Each published time against dlperf predict (the reference GPU's curves scaled), the
+    datasheet roofline with efficiency factors and a plain roofline; the plain roofline
+    (full efficiency, no launch cost) is never slower than the factors' model."""
     import json
 
     from dlperf.cli import main
-    from dlperf.perfmodel import predict
+    from dlperf.perfmodel import Calibration, predict
 
     assert main(["validate", "--published", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["cases"]) == 16
     for c in doc["cases"]:
         assert c["error"] == pytest.approx(c["predicted_s"] / c["published_s"] - 1)
-        assert c["roofline_s"] <= c["predicted_s"]
+        assert c["factors_error"] == pytest.approx(c["factors_s"] / c["published_s"] - 1)
+        assert c["roofline_s"] <= c["factors_s"]
+    a100 = next(c for c in doc["cases"] if c["gpus"] == 1 and c["device"] == "a100-80gb")
+    assert a100["factors_s"] == pytest.approx(predict(
+        "resnet50", device="a100-80gb", batch_size=a100["batch_size"],
+        precision=a100["precision"], calibration=Calibration(scaled=False)).time_s)
     one = next(c for c in doc["cases"] if c["gpus"] == 1 and c["device"] == "v100")
     assert one["predicted_s"] == pytest.approx(
         predict("resnet50", device="v100", batch_size=128, precision="fp32").time_s)
@@ -128,6 +134,8 @@ def test_validate_published_predicts_every_row_from_the_catalogue_beside_a_roofl
     errs = sorted(abs(c["error"]) for c in doc["cases"])
     assert doc["summary"]["catalogue"]["median_abs"] == pytest.approx(
         (errs[7] + errs[8]) / 2)
+    assert set(doc["summary"]) == {"catalogue", "factors", "roofline"}
     assert main(["validate", "--published"]) == 0
     text = capsys.readouterr().out
     assert "plain roofline: median |error|" in text and "lambdal" in text
+    assert "reference curves: h200" in text

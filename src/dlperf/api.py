@@ -173,17 +173,19 @@ def run_specs(
 def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | None = None,
               *, db: str | Path | None = None, device: str = "cpu", fine: bool = False,
               allreduce: bool = True, force: bool = False, timeout_s: float = 900.0,
-              listener: Listener | None = None, repeat: int = 1) -> LocalCalibration:
+              listener: Listener | None = None, repeat: int = 1,
+              precision: str = "fp32") -> LocalCalibration:
     """Time this machine's calibration kernels (``dlperf.calibrate.plan``: every installed
-    framework at 1, 2, 4, ... threads up to the physical cores unless given) through the
-    normal runner, ``repeat`` times each (each kernel's median over them counts), and
+    framework at 1, 2, 4, ... threads up to the physical cores unless given, at
+    ``precision``) through the normal runner, ``repeat`` times each (each kernel's median over them counts), and
     return the fitted calibration. A kernel run that failed is run again: a calibration
     is only usable whole."""
     from dlperf.calibrate import plan as calibration
 
     todo = calibration.specs(list(frameworks or calibration.default_frameworks()),
                              list(threads or calibration.default_threads(device)), device=device,
-                             fine=fine, allreduce=allreduce, repeat=repeat)
+                             fine=fine, allreduce=allreduce, repeat=repeat,
+                             precision=precision)
     run_specs(todo, db=db, force=force, retry_failed=True, timeout_s=timeout_s,
               listener=listener)
     return local_calibration(db=db, device=device)

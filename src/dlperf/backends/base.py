@@ -156,6 +156,12 @@ NO_TF32_ON_CPU = ("tf32 is a GPU format (NVIDIA Ampere and later tensor cores); 
                   "no TF32 arithmetic: use --precision fp32 (or bf16)")
 
 
+#: the mixed precisions (``RunSpec.precision``)
+MIXED = ("bf16", "fp16")
+MIXED_KERNELS = ("the calibration kernels run under mixed precision in PyTorch only (its "
+                 "autocast); calibrate this framework at fp32 or tf32")
+
+
 class Backend(ABC):
     """A framework's implementation. Subclasses live in modules that import the framework."""
 

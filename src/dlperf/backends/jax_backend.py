@@ -29,6 +29,8 @@ import optax
 from jax.extend import core as jax_core
 
 from dlperf.backends.base import (
+    MIXED,
+    MIXED_KERNELS,
     NO_TF32_ON_CPU,
     Backend,
     ForwardOnly,
@@ -614,6 +616,8 @@ class JaxBackend(Backend):
     def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Trainer:
         from dlperf.backends.jax_kernels import kernel
 
+        if self.precision in MIXED:
+            raise UnsupportedError(MIXED_KERNELS)
         return kernel(op, shape, _device(device))
 
     def profile(self, trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:

@@ -25,6 +25,8 @@ import tensorflow as tf
 from tensorflow.python.util import deprecation
 
 from dlperf.backends.base import (
+    MIXED,
+    MIXED_KERNELS,
     NO_TF32_ON_CPU,
     Backend,
     ForwardOnly,
@@ -360,6 +362,8 @@ class TensorFlowBackend(Backend):
     def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Trainer:
         from dlperf.backends.tf_kernels import kernel
 
+        if self.precision in MIXED:
+            raise UnsupportedError(MIXED_KERNELS)
         if device == "gpu" and not self.has_gpu():
             raise UnsupportedError("no GPU visible to TensorFlow")
         return kernel(op, shape, "/GPU:0" if device == "gpu" else "/CPU:0")

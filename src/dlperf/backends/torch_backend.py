@@ -549,7 +549,7 @@ class TorchBackend(Backend):
     def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Trainer:
         from dlperf.backends.torch_kernels import kernel
 
-        return kernel(op, shape, device)
+        return kernel(op, shape, device, AUTOCAST.get(self.precision))
 
     def profile(self, trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
         from dlperf.backends.torch_profile import profile

@@ -1,9 +1,16 @@
 """PyTorch's calibration kernels (``dlperf.perfmodel.kernels``): each op as a Trainer
-whose ``step()`` runs one call the way a DLBench network runs it (eager, NCHW, fp32),
-and the gloo all-reduce on loopback among spawned processes."""
+whose ``step()`` runs one call the way a DLBench network runs it (eager, NCHW, at the
+run's precision), and the gloo all-reduce on loopback among spawned processes.
+
+Under mixed precision (fp16, bf16) the kernels run as ``torch.autocast`` runs a training
+step's: products, convolutions, elementwise layers and batch normalisation on half
+operands, the loss in fp32 (autocast casts its logits up), the optimizer's update on the
+fp32 weights, every call inside autocast (its casts and dispatch are part of an op's
+cost)."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import tempfile
@@ -71,23 +78,27 @@ class KernelTrainer(Trainer):
     batch_size = 1
     param_count = 0
 
-    def __init__(self, op: str, shape: tuple[int, ...], device: torch.device):
+    def __init__(self, op: str, shape: tuple[int, ...], device: torch.device,
+                 half: torch.dtype | None = None):
         self.op, self.shape, self.device = op, shape, device
         gen = torch.Generator().manual_seed(0)
+        dtype = half or torch.float32
+        self._autocast = ((lambda: torch.autocast(device.type, dtype=half)) if half
+                          else contextlib.nullcontext)
 
         def randn(*dims: int) -> torch.Tensor:
-            return torch.randn(dims, generator=gen).to(device)
+            return torch.randn(dims, generator=gen).to(device, dtype)
 
         if op == "gemm":
             m, n, k = shape
-            self.a, self.b, self.out = randn(m, k), randn(k, n), torch.empty(m, n, device=device)
+            self.a, self.b = randn(m, k), randn(k, n)
         elif op == "gemm_tn":  # A stored k x m, used transposed (a view, as autograd does)
             m, n, k = shape
-            self.a, self.b, self.out = randn(k, m).t(), randn(k, n), torch.empty(m, n, device=device)
+            self.a, self.b = randn(k, m).t(), randn(k, n)
         elif op == "gemm_tn_seq":  # nn.Linear's backward flattens time and batch: a view
             m, n, t, b = shape
             self.a = randn(t, b, m).reshape(t * b, m).t()
-            self.b, self.out = randn(t, b, n).reshape(t * b, n), torch.empty(m, n, device=device)
+            self.b = randn(t, b, n).reshape(t * b, n)
         elif op in ("conv", "conv_bwd"):
             batch, c_in, c_out, side, window, stride = shape
             self.x, self.w = randn(batch, c_in, side, side), randn(c_out, c_in, window, window)
@@ -95,8 +106,10 @@ class KernelTrainer(Trainer):
             with torch.no_grad():
                 self.g = torch.randn_like(F.conv2d(self.x, self.w, stride=stride,
                                                    padding=window // 2))
-        elif op in ("memory", "update"):
-            self.x, self.out = randn(shape[0]), torch.empty(shape[0], device=device)
+        elif op == "memory":
+            self.x = randn(shape[0])
+        elif op == "update":  # the fp32 weights, whatever the precision
+            self.x = torch.randn(shape[0], generator=gen).to(device)
         elif op == "bn":  # nn.BatchNorm2d in training mode, as torch_backend's ResNet
             batch, channels, side = shape
             self.x = randn(batch, channels, side, side).requires_grad_()
@@ -106,19 +119,26 @@ class KernelTrainer(Trainer):
             rows, classes = shape
             self.x = randn(rows, classes).requires_grad_()
             self.y = torch.randint(0, classes, (rows,), generator=gen).to(device)
-        elif op == "dispatch":
-            self.a = randn(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE
-        elif op == "dispatch_train":
-            self.a = randn(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE
-            self.ws = [(randn(DISPATCH_SIDE, DISPATCH_SIDE) / DISPATCH_SIDE).requires_grad_()
-                       for _ in range(shape[0])]
-            # the optimizer the backend trains with (torch_backend.TorchTrainer); a small
-            # rate keeps the weights finite over any number of calls
-            self.opt = torch.optim.SGD(self.ws, lr=1e-4)
+        elif op in ("dispatch", "dispatch_train"):
+            # fp32 weights, as a model's are: under autocast each product casts them (cast
+            # kernels that a mixed-precision step launches too, counted in the per-op cost)
+            def weight() -> torch.Tensor:
+                return torch.randn(DISPATCH_SIDE, DISPATCH_SIDE, generator=gen).to(device) / DISPATCH_SIDE
+
+            self.a = weight()
+            if op == "dispatch_train":
+                self.ws = [weight().requires_grad_() for _ in range(shape[0])]
+                # the optimizer the backend trains with (torch_backend.TorchTrainer); a
+                # small rate keeps the weights finite over any number of calls
+                self.opt = torch.optim.SGD(self.ws, lr=1e-4)
         else:
             raise UnsupportedError(f"torch has no calibration kernel '{op}'")
 
     def step(self) -> None:
+        with self._autocast():
+            self._call()
+
+    def _call(self) -> None:
         op = self.op
         # a fresh result per call, as autograd and eager layers make theirs: a large one
         # costs the allocator's new pages, which a reused output would hide
@@ -170,8 +190,10 @@ class KernelTrainer(Trainer):
         return flops(self.op, self.shape)
 
 
-def kernel(op: str, shape: tuple[int, ...], device: str) -> Trainer:
-    return KernelTrainer(op, shape, _device(device))
+def kernel(op: str, shape: tuple[int, ...], device: str,
+           half: torch.dtype | None = None) -> Trainer:
+    """One calibration kernel; ``half``: the autocast dtype of a mixed-precision run."""
+    return KernelTrainer(op, shape, _device(device), half)
 
 
 # ----------------------------------------------------------------------------- all-reduce

@@ -55,16 +55,19 @@ def default_frameworks() -> list[str]:
 
 
 def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "cpu",
-          fine: bool = False, allreduce: bool = True, repeat: int = 1) -> list[RunSpec]:
-    """The kernel runs of a calibration: every op's grid per framework and thread count,
-    and the all-reduce at 2 and 4 processes (when PyTorch is among the frameworks);
-    ``repeat`` times each, in turns (``load`` takes each kernel's median over them)."""
-    once = _specs_once(frameworks, threads, device=device, fine=fine, allreduce=allreduce)
+          fine: bool = False, allreduce: bool = True, repeat: int = 1,
+          precision: str = "fp32") -> list[RunSpec]:
+    """The kernel runs of a calibration: every op's grid per framework and thread count
+    at ``precision``, and the all-reduce at 2 and 4 processes (when PyTorch is among the
+    frameworks; fp32 gradients, so at fp32 only); ``repeat`` times each, in turns
+    (``load`` takes each kernel's median over them)."""
+    once = _specs_once(frameworks, threads, device=device, fine=fine,
+                       allreduce=allreduce and precision == "fp32", precision=precision)
     return [s.model_copy(update={"repeat": r}) for r in range(repeat) for s in once]
 
 
 def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: str,
-                fine: bool, allreduce: bool) -> list[RunSpec]:
+                fine: bool, allreduce: bool, precision: str) -> list[RunSpec]:
     packages = environment.packages()
     min_time = FINE_MIN_TIME_S if fine else MIN_TIME_S
     out = []
@@ -77,7 +80,7 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
             o = KernelOptions(parts=parts, min_time_s=min_time, versions=versions,
                               revision=REVISION)
             out.append(RunSpec(kind="kernel", network="kernels", framework=fw, device=device,
-                               threads=t, batch_size=1, options=o))
+                               threads=t, batch_size=1, precision=precision, options=o))
     if allreduce and "torch" in frameworks and device == "cpu":
         versions = peak.versions("torch", packages)
         cpus = len(environment.usable_cpus())
@@ -94,12 +97,13 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
 
 @dataclass(frozen=True)
 class Stored:
-    """The calibration samples of one framework, thread count and device."""
+    """The calibration samples of one framework, thread count, device and precision."""
 
     framework: str
     threads: int
     device: str
     samples: Samples
+    precision: str = "fp32"
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -114,15 +118,15 @@ TRAINED_CHAIN_REVISION = 5
 
 
 def _newest(rows: Sequence[RunResult]) -> list[list[RunResult]]:
-    """Per framework, thread count, device and kind of kernel run (the kernels, or the
-    all-reduce among a process count): the newest run and its repetitions (the same
+    """Per framework, thread count, device, precision and kind of kernel run (the
+    kernels, or the all-reduce among a process count): the newest run and its repetitions (the same
     configuration, ``calibrate --repeat``). A calibration measured again with another grid
     or revision replaces the earlier one instead of mixing with it."""
     newest: dict[tuple, RunResult] = {}
     for r in rows:
         o = r.spec.options
-        key = (r.spec.framework, r.spec.threads, r.spec.device, r.spec.network,
-               getattr(o, "world", 1))
+        key = (r.spec.framework, r.spec.threads, r.spec.device, r.spec.precision,
+               r.spec.network, getattr(o, "world", 1))
         if key not in newest or (r.finished_at or 0) > (newest[key].finished_at or 0):
             newest[key] = r
     return [[r for r in rows if r.spec.config_id == n.spec.config_id]
@@ -147,18 +151,19 @@ def merge(runs: Sequence[Sequence[KernelSample]]) -> tuple[KernelSample, ...]:
     return tuple(out)
 
 
-def load(store: Store, *, device: str | None = "cpu",
-         machine_id: str | None = None) -> list[Stored]:
-    """Every (framework, threads, device) this machine has calibration samples for (on one
-    device, or on every one with None): per kernel run the newest and its repetitions,
-    merged (``merge``), rows of other library versions left out. The all-reduce samples
-    (keyed by process count) are added to every entry."""
+def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = None,
+         any_version: bool = False) -> list[Stored]:
+    """Every (framework, threads, device, precision) this machine has calibration samples
+    for (on one device, or on every one with None): per kernel run the newest and its
+    repetitions, merged (``merge``), rows of other library versions left out (unless
+    ``any_version``: another machine's calibration read for its curves). The all-reduce
+    samples (keyed by process count) are added to every entry."""
     packages = environment.packages()
     rows = store.results(kind="kernel", status="ok", device=device,
                          machine_id=machine_id or environment.machine_id())
-    by_key: dict[tuple[str, int, str], list] = {}
+    by_key: dict[tuple[str, int, str, str], list] = {}
     collective = []
-    for runs in _newest([r for r in rows if _current(r, packages)]):
+    for runs in _newest([r for r in rows if any_version or _current(r, packages)]):
         runs = [r for r in runs if isinstance(r.outcome, KernelOutcome)]
         if not runs:
             continue
@@ -169,18 +174,18 @@ def load(store: Store, *, device: str | None = "cpu",
         collective.extend(s for s in samples if s.op == "allreduce")
         local = [s for s in samples if s.op != "allreduce"]
         if local:
-            by_key.setdefault((r.spec.framework, r.spec.threads, r.spec.device),
-                              []).extend(local)
-    return [Stored(fw, t, dev, Samples.of([*s, *collective]))
-            for (fw, t, dev), s in sorted(by_key.items())]
+            by_key.setdefault((r.spec.framework, r.spec.threads, r.spec.device,
+                               r.spec.precision), []).extend(local)
+    return [Stored(fw, t, dev, Samples.of([*s, *collective]), prec)
+            for (fw, t, dev, prec), s in sorted(by_key.items())]
 
 
 def local_calibration(store: Store, *, device: str | None = "cpu") -> LocalCalibration:
-    """This machine's fitted calibration from the store: every (framework, threads) on
-    ``device`` (every device with None) whose samples cover every op (an incomplete one
+    """This machine's fitted calibration from the store: every (framework, threads,
+    precision) on ``device`` (every device with None) whose samples cover every op (an incomplete one
     is left out; ``find`` then says what to run)."""
     complete = [s for s in load(store, device=device)
                 if all(s.samples.of_op(op) for op in REQUIRED_OPS)]
     memory = float(environment.machine().get("memory_bytes") or 0) / 1e9 or 1.0
-    return LocalCalibration.of([(s.framework, s.threads, s.device, s.samples) for s in complete],
-                               memory, environment.physical_cores())
+    return LocalCalibration.of([(s.framework, s.threads, s.device, s.samples, s.precision)
+                                for s in complete], memory, environment.physical_cores())

@@ -33,8 +33,6 @@ def why_not(spec: RunSpec, calibration: LocalCalibration) -> str | None:
     """None when ``predict_for_spec`` can predict ``spec``, else the reason it cannot."""
     if spec.kind not in KINDS:
         return f"kind '{spec.kind}' is not predicted"
-    if spec.precision != "fp32":
-        return "calibration is fp32 only"
     if spec.kind == "step" and spec.variant != backends.info(spec.framework).default_variant:
         return f"the kernels are timed the default way, not as variant '{spec.variant}'"
     if spec.kind == "step" and spec.options.model_dump(exclude_defaults=True):
@@ -46,8 +44,9 @@ def why_not(spec: RunSpec, calibration: LocalCalibration) -> str | None:
         if o.push_every != 1 or o.servers or o.target_accuracy is not None:
             return "the model times steps of the plain strategies only"
     framework = "torch" if spec.kind == "parallel" else spec.framework
-    if calibration.find(framework, spec.threads, spec.device) is None:
-        return f"{framework} at {spec.threads} thread(s) is not calibrated"
+    if calibration.find(framework, spec.threads, spec.device, spec.precision) is None:
+        at = "" if spec.precision == "fp32" else f" at {spec.precision}"
+        return f"{framework} at {spec.threads} thread(s){at} is not calibrated"
     return None
 
 
@@ -58,15 +57,18 @@ def predict_for_spec(spec: RunSpec, calibration: LocalCalibration) -> Prediction
         return None
     try:
         if spec.kind == "step":
-            m = calibration.model(spec.framework, spec.threads, spec.device)
+            m = calibration.model(spec.framework, spec.threads, spec.device,
+                                  precision=spec.precision)
             return predict(spec.network, size=spec.size, params=dict(spec.params),
                            batch_size=spec.batch_size, device=m.device,
-                           calibration=m.calibration)
+                           calibration=m.calibration, precision=spec.precision)
         o = spec.options
         assert isinstance(o, ParallelOptions)
-        m = calibration.model("torch", spec.threads, spec.device, workers=o.workers)
+        m = calibration.model("torch", spec.threads, spec.device, workers=o.workers,
+                              precision=spec.precision)
         return predict(spec.network, size=spec.size, params=dict(spec.params),
                        batch_size=spec.batch_size, device=m.device, calibration=m.calibration,
+                       precision=spec.precision,
                        strategy=o.strategy, devices=o.workers, nodes=o.nodes,
                        groups=o.groups if o.strategy == "mixed" else None,
                        micro_batches=o.micro_batches if o.strategy == "pipeline" else None,

@@ -27,6 +27,7 @@ from dlperf.perfmodel.kernels import (
     KernelOutcome,
     KernelPart,
     KernelSample,
+    element_bytes,
     flops,
     label,
     nbytes,
@@ -84,10 +85,12 @@ def _timing(o: KernelOptions) -> Measurement:
 
 
 def _sample(op: str, shape: tuple[int, ...], times: list[float], world: int = 1,
-            cpu_util: float | None = None) -> KernelSample:
+            cpu_util: float | None = None, precision: str = "fp32",
+            device_clock: bool = False) -> KernelSample:
     return KernelSample(op=op, shape=shape, median_s=statistics.median(times),  # type: ignore[arg-type]
-                        times_s=tuple(times), flops=flops(op, shape), bytes=nbytes(op, shape),
-                        world=world, cpu_util=cpu_util)
+                        times_s=tuple(times), flops=flops(op, shape),
+                        bytes=nbytes(op, shape, element_bytes(precision)), world=world,
+                        cpu_util=cpu_util, clock="device" if device_clock else "wall")
 
 
 def _timed(trainer: Queued, o: KernelOptions, threads: int, device: str) -> Timing:
@@ -146,7 +149,9 @@ def _shapes(o: KernelOptions, part: KernelPart, spec: RunSpec, backend: Backend,
             reason = "oom" if is_out_of_memory(e) else "error"
             failures[f"{part.op} {label(shape)}"] = f"{reason}: {type(e).__name__}: {e}"[:300]
             continue
-        samples.append(_sample(part.op, tuple(shape), times, cpu_util=timing.cpu_util))
+        samples.append(_sample(part.op, tuple(shape), times, cpu_util=timing.cpu_util,
+                               precision=spec.precision,
+                               device_clock=trainer.clock is not None))
         _emit(emit, samples[-1])
         del trainer
     return samples

@@ -5,6 +5,7 @@ only; the plan lives in ``dlperf.calibrate.plan``, the fits in ``dlperf.perfmode
     dlperf calibrate                               # installed frameworks, threads 1..cores
     dlperf calibrate --frameworks torch --threads 1,2 --fine
     dlperf calibrate --repeat 3                    # each kernel's median over three runs
+    dlperf calibrate --device gpu --precision bf16 # PyTorch's kernels under autocast
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import statistics
 from dlperf import units
 from dlperf.cli.args import add_db, positive_int, str_list, threads_arg
 from dlperf.cli.progress import ProgressListener, out
+from dlperf.errors import UsageError
 from dlperf.perfmodel.fit import LocalFit
 
 
@@ -32,6 +34,10 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=threads_arg, help="comma-separated or 'auto' (default: "
                    "1, 2, 4, ... up to the physical cores)")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
+    p.add_argument("--precision", default="fp32", choices=("fp32", "tf32", "bf16", "fp16"),
+                   help="the kernels' precision (default fp32): tf32 turns TF32 on (a GPU's), "
+                   "bf16 and fp16 run PyTorch's kernels under autocast; 'dlperf predict "
+                   "--precision' then uses that calibration")
     p.add_argument("--fine", action="store_true", help="a denser grid, each shape timed "
                    "longer (several times slower)")
     p.add_argument("--no-allreduce", action="store_true", help="skip the all-reduce kernels")
@@ -53,17 +59,20 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     frameworks = [backends.info(f).name for f in (str_list(a.frameworks)
                                                   or calibration.default_frameworks())]
     threads = a.threads or calibration.default_threads(a.device)
+    _check_precision(a.precision, a.device, frameworks)
     if a.dry_run:
         for s in calibration.specs(frameworks, threads, device=a.device, fine=a.fine,
-                                   allreduce=not a.no_allreduce, repeat=a.repeat):
+                                   allreduce=not a.no_allreduce, repeat=a.repeat,
+                                   precision=a.precision):
             out.print(f"  {s.framework:10} x{s.threads}  {s.network}"
                       + (f"  (repeat {s.repeat})" if a.repeat > 1 else ""))
         return 0
     with ProgressListener(to_stderr=a.json) as listener:  # --json: stdout for the document
         cal = api.calibrate(frameworks, threads, db=a.db, device=a.device, fine=a.fine,
                             allreduce=not a.no_allreduce, force=a.force, listener=listener,
-                            repeat=a.repeat)
-    fits = [f for f in cal.fits if f.framework in frameworks and f.threads in threads]
+                            repeat=a.repeat, precision=a.precision)
+    fits = [f for f in cal.fits if f.framework in frameworks and f.threads in threads
+            and f.precision == a.precision]
     if a.json:
         import json
 
@@ -79,6 +88,16 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     return 1 if missing else 0
 
 
+def _check_precision(precision: str, device: str, frameworks: list[str]) -> None:
+    """One line for a precision the kernels cannot run at here."""
+    from dlperf.backends.base import MIXED, MIXED_KERNELS, NO_TF32_ON_CPU
+
+    if precision == "tf32" and device == "cpu":
+        raise UsageError(f"--precision tf32: {NO_TF32_ON_CPU}")
+    if precision in MIXED and set(frameworks) - {"torch"}:
+        raise UsageError(f"--precision {precision}: {MIXED_KERNELS} (add --frameworks torch)")
+
+
 def _spread(residuals: tuple[float, ...]) -> str:
     """The median and largest deviation of the samples from the fitted form (before the
     smoother takes the rest up)."""
@@ -90,7 +109,7 @@ def _spread(residuals: tuple[float, ...]) -> str:
 
 def print_fit(f: LocalFit) -> None:
     g, d, m = f.gemm, f.dispatch, f.memory
-    out.print(f"[bold]{f.framework} x{f.threads}[/] ({f.samples} samples)")
+    out.print(f"[bold]{f.label}[/] ({f.samples} samples)")
     out.print(f"  GEMM        {units.flops(g.rate, '/s')} asymptotic; half rate at "
               f"m {g.h[0]:.3g}, n {g.h[1]:.3g}, k {g.h[2]:.3g}; fit off by {_spread(g.residuals)}")
     for name, c in (("conv fwd", f.conv), ("conv bwd", f.conv_bwd)):

@@ -116,7 +116,7 @@ def _local(a: argparse.Namespace, store: Any) -> tuple[Any, Any]:
     wl, size, _ = workloads.resolve(a.network, a.size, params)  # a bad name first
     cal = calibration.local_calibration(store, device=device)
     if a.strategy == "single":
-        m = cal.model(framework, a.threads, device)
+        m = cal.model(framework, a.threads, device, precision=a.precision)
         spec = RunSpec(network=wl.name, size=size, framework=framework, device=device,
                        threads=a.threads, precision=a.precision, params=params,
                        batch_size=a.batch_size or wl.default_batch)
@@ -124,7 +124,7 @@ def _local(a: argparse.Namespace, store: Any) -> tuple[Any, Any]:
     if framework != "torch":
         raise UsageError("parallel strategies run PyTorch workers here (dlperf parallel); "
                          "use --framework torch")
-    m = cal.model(framework, a.threads, device, workers=a.devices)
+    m = cal.model(framework, a.threads, device, workers=a.devices, precision=a.precision)
     spec = make_spec(a.network, strategy=a.strategy, workers=a.devices, size=a.size,
                      batch_size=a.batch_size, threads=a.threads, groups=a.groups,
                      micro_batches=a.micro_batches, straggler_delay_s=a.straggler_delay,

@@ -36,8 +36,10 @@ def add(sub: argparse._SubParsersAction) -> None:
     how.add_argument("--leave-one-family-out", action="store_true",
                      help="stricter: fitted on other families (fcn5 without fcn8 too)")
     how.add_argument("--catalogue", metavar="DEVICE", help="predict the measured steps from "
-                     "this catalogue entry alone (datasheet and public efficiency factors, "
-                     "no calibration), e.g. h100-sxm for the measurements of an H100")
+                     "this catalogue entry alone (a GPU's: the reference GPU's curves scaled "
+                     "to its datasheet; a CPU's: datasheet and public efficiency factors; no "
+                     "calibration of this machine), e.g. h100-sxm for the measurements of an "
+                     "H100")
     how.add_argument("--published", action="store_true", help="predict the published GPU "
                      "measurements shipped with dlperf from their catalogue entries alone, "
                      "beside a plain roofline (no store needed)")
@@ -131,6 +133,7 @@ def _published(as_json: bool) -> int:
     """The catalogue model and a plain roofline against ``reference.published_gpu``."""
     import statistics
 
+    from dlperf.perfmodel.scaled import reference
     from dlperf.reference import published_gpu
     from dlperf.report.exporters import print_table
     from dlperf.report.published import published_cases
@@ -145,29 +148,39 @@ def _published(as_json: bool) -> int:
                 "median_signed": statistics.median(errors)}
 
     model = summary([c.error for c in cases])
+    factors = summary([c.factors_error for c in cases])
     roof = summary([c.roofline_error for c in cases])
     if as_json:
         print(json.dumps({"citation": list(published_gpu().citation), "cases": [
             {"gpu": c.row.gpu, "device": c.row.device, "gpus": c.row.gpus,
              "precision": c.row.precision, "network": c.row.network,
              "batch_size": c.row.batch_size, "published_s": c.row.time_s,
-             "predicted_s": c.model_s, "error": c.error, "roofline_s": c.roofline_s,
+             "predicted_s": c.model_s, "error": c.error, "factors_s": c.factors_s,
+             "factors_error": c.factors_error, "roofline_s": c.roofline_s,
              "roofline_error": c.roofline_error, "note": c.row.note} for c in cases],
-            "summary": {"catalogue": model, "roofline": roof}}, indent=1))
+            "summary": {"catalogue": model, "factors": factors, "roofline": roof}}, indent=1))
         return 0
     rows = [[c.row.gpu, c.row.device, c.row.precision, str(c.row.batch_size),
              units.seconds(c.row.time_s), units.seconds(c.model_s), f"{c.error:+.0%}",
+             units.seconds(c.factors_s), f"{c.factors_error:+.0%}",
              units.seconds(c.roofline_s), f"{c.roofline_error:+.0%}"] for c in cases]
     print_table(Table(title="The catalogue against published training times (ResNet-50)",
                       headers=["published on", "entry", "precision", "batch", "published",
-                               "catalogue", "error", "roofline", "error"], rows=rows,
-                      caption="per mini-batch; catalogue: the datasheet's peaks and the "
-                              "public efficiency factors, never fitted on these rows; "
-                              "roofline: the same peaks at full efficiency"), out)
-    for name, s in (("catalogue", model), ("plain roofline", roof)):
+                               "predicted", "error", "factors", "error", "roofline",
+                               "error"], rows=rows,
+                      caption="per mini-batch, never fitted on these rows; predicted: as "
+                              "dlperf predict (the reference GPU's calibrated kernels scaled "
+                              "to the entry's peaks); factors: the datasheet's peaks times "
+                              "public efficiency factors; roofline: the peaks at full "
+                              "efficiency"), out)
+    for name, s in (("predicted", model), ("efficiency factors", factors),
+                    ("plain roofline", roof)):
         out.print(f"[bold]{name}[/]: median |error| {units.percent(s['median_abs'])}, p90 "
                   f"{units.percent(s['p90_abs'])}, median error {s['median_signed']:+.1%} "
                   f"({len(cases)} published measurements)")
+    ref = reference()
+    if ref is not None:
+        out.print(f"reference curves: {ref.device}, {ref.source}", markup=False)
     out.print("source: " + " ".join(published_gpu().citation[:3]), markup=False)
     return 0
 
@@ -190,8 +203,10 @@ def _machine(store, given: str | None) -> str | None:
 
 def _caption(mode: str) -> str:
     if mode == "catalogue":
-        return ("the catalogue entry's prediction from its datasheet and the public efficiency "
-                "factors alone (no calibration), against the measured steps")
+        return ("the catalogue entry's prediction alone (a GPU: the reference GPU's kernel "
+                "curves scaled to its datasheet; a CPU: its datasheet and the public "
+                "efficiency factors; no calibration of this machine), against the measured "
+                "steps")
     if mode == "kernels":
         return "kernels: the model from this machine's kernel calibration alone (no network fitted)"
     held = "network" if mode == "lono" else "family"

@@ -68,6 +68,9 @@ class Calibration(BaseModel):
     #: fitted kernel curves per device name (this machine, ``dlperf calibrate``): a device
     #: here is timed from its curves, not from a roofline with efficiency factors
     kernels: dict[str, LocalFit] = Field(default_factory=dict)
+    #: a catalogue GPU without curves here takes the shipped reference GPU's, scaled to
+    #: its peaks (``perfmodel.scaled``); False: the roofline with the efficiency factors
+    scaled: bool = True
     link: float = Field(default=0.8, gt=0, le=1)
     link_source: str = (
         "0.8: NCCL moves about 230 of NVLink 3's 300 GB/s per direction on A100 and 370 of "

@@ -11,7 +11,9 @@ of the layer before it; the data for the first), O its ``out_elems`` and P its p
   output gradient O*B and the saved input I*B (for the weight gradient, or the
   derivative of an elementwise op); read the weights P for the input gradient; write
   the input gradient I*B unless the input is data; write the weight gradient P;
-- update (plain SGD): read w and g, write w: 3*P.
+- update (plain SGD): read w and g, write w: 3*P, in fp32 at every precision (mixed
+  precision keeps the weights and their gradients in fp32: PyTorch's 'Automatic Mixed
+  Precision' and Keras' 'Mixed precision' guides).
 
 Every tensor is counted once per pass, as if nothing stayed in cache: the bytes a
 kernel must move at least, the memory side of Williams et al.'s roofline.
@@ -54,6 +56,10 @@ def kernels(layer: Layer) -> int:
     return 1 + grads + (1 if layer.params else 0)
 
 
+#: bytes of a weight and of its gradient: fp32 under mixed precision too (module docstring)
+WEIGHT_BYTES = 4
+
+
 def layer_cost(layer: Layer, in_elems: int, batch: float, elem_bytes: int) -> LayerCost:
     """The cost of one layer (see the module docstring for the byte rule)."""
     p, i, o, b = layer.params, in_elems * batch, layer.out_elems * batch, batch
@@ -74,7 +80,7 @@ def layer_cost(layer: Layer, in_elems: int, batch: float, elem_bytes: int) -> La
         bwd_flops=(layer.train_flops() - layer.fwd_flops) * b,
         fwd_bytes=fwd * elem_bytes,
         bwd_bytes=bwd * elem_bytes,
-        update_bytes=3 * p * elem_bytes,
+        update_bytes=3 * p * max(elem_bytes, WEIGHT_BYTES),
         kernels=kernels(layer),
     )
 

@@ -110,7 +110,10 @@ def fit_dispatch(samples: Sequence[KernelSample],
 
 def net_time(s: KernelSample, d: Dispatch) -> float:
     """A one-op call's time without the call's own cost (one op's cost stays). Never below
-    half the measured time: noise must not make a kernel free."""
+    half the measured time: noise must not make a kernel free. A kernel timed on the
+    device's own clock has no host cost in it: its time as measured."""
+    if s.clock == "device":
+        return s.median_s
     return max(s.median_s - d.call_s, 0.5 * s.median_s)
 
 
@@ -137,6 +140,9 @@ class GemmCurve(_Frozen):
     bandwidth: float = float("inf")  # bytes/s of the operands' traffic
     points: tuple[tuple[float, float, float], ...] = ()  # log2 (m, n, k) of the samples
     residuals: tuple[float, ...] = ()  # log(measured / curve) at each
+    #: FLOP/s no product exceeds (a datasheet peak, where known: ``perfmodel.scaled``); the
+    #: fitted saturation can pass it far beyond the largest shape timed
+    peak: float = float("inf")
 
     def curve(self, m: float, n: float, k: float) -> float:
         hm, hn, hk = self.h
@@ -146,7 +152,8 @@ class GemmCurve(_Frozen):
     def time(self, m: float, n: float, k: float) -> float:
         """Seconds of one (m x k) @ (k x n) product."""
         pt = (math.log2(m), math.log2(n), math.log2(k))
-        return self.curve(m, n, k) * math.exp(_smooth(pt, self.points, self.residuals))
+        return max(self.curve(m, n, k) * math.exp(_smooth(pt, self.points, self.residuals)),
+                   2 * m * n * k / self.peak)
 
 
 class ConvCurve(_Frozen):
@@ -157,6 +164,7 @@ class ConvCurve(_Frozen):
     h: tuple[float, float, float]
     points: tuple[tuple[float, float, float, float], ...] = ()  # log2 (M, N, K, window)
     residuals: tuple[float, ...] = ()
+    peak: float = float("inf")  # as ``GemmCurve.peak``
 
     def curve(self, m: float, n: float, k: float, window: int, passes: float = 1.0) -> float:
         hm, hn, hc = self.h
@@ -167,7 +175,9 @@ class ConvCurve(_Frozen):
     def time(self, m: float, n: float, k: float, window: int) -> float:
         """Seconds of the convolution whose implicit GEMM is (m, n, k)."""
         pt = (math.log2(m), math.log2(n), math.log2(k), math.log2(window))
-        return self.curve(m, n, k, window) * math.exp(_smooth(pt, self.points, self.residuals))
+        return max(self.curve(m, n, k, window) * math.exp(_smooth(pt, self.points,
+                                                                  self.residuals)),
+                   2 * m * n * k / self.peak)
 
 
 class MemoryCurve(_Frozen):
@@ -272,7 +282,8 @@ def fit_memory(samples: Sequence[KernelSample], d: Dispatch) -> MemoryCurve:
     cost, made non-decreasing in size (moving more bytes never takes less time)."""
     by: dict[float, list[float]] = {}
     for s in samples:
-        by.setdefault(s.bytes, []).append(max(net_time(s, d) - d.op_s, 0.1 * s.median_s))
+        host = 0.0 if s.clock == "device" else d.op_s  # the device's clock timed no launch
+        by.setdefault(s.bytes, []).append(max(net_time(s, d) - host, 0.1 * s.median_s))
     xs = sorted(by)
     ys = [statistics.median(by[x]) for x in xs]
     for i in range(1, len(ys)):
@@ -310,11 +321,14 @@ def fit_allreduce(samples: Sequence[KernelSample]) -> dict[int, AlphaBeta]:
 
 
 class LocalFit(_Frozen):
-    """The fitted curves of one framework at one thread count on this machine."""
+    """The fitted curves of one framework at one thread count and precision on this
+    machine."""
 
     framework: str
     threads: int
     device: str = "cpu"
+    #: the precision its kernels ran at (``RunSpec.precision``)
+    precision: str = "fp32"
     dispatch: Dispatch
     gemm: GemmCurve
     #: the weight gradient's transposed product (None: calibrated before it was timed; the
@@ -340,6 +354,9 @@ class LocalFit(_Frozen):
     samples: int = 0
     #: compute slows by this factor when workers share cores (parallel runs)
     slowdown: float = Field(1.0, ge=1.0)
+    #: where the curves come from when not from this machine's calibration (another GPU's,
+    #: scaled: ``perfmodel.scaled``)
+    origin: str | None = None
 
     def bn_time(self, nbytes: float, channels: float) -> float:
         """Seconds of a batch normalisation moving ``nbytes`` over ``channels`` channels:
@@ -356,24 +373,37 @@ class LocalFit(_Frozen):
         w = math.log(channels / lo) / math.log(hi / lo)
         return math.exp((1 - w) * math.log(t_lo) + w * math.log(t_hi))
 
+    @property
+    def label(self) -> str:
+        """'torch x2', 'torch x1 bf16'."""
+        prec = "" if self.precision == "fp32" else f" {self.precision}"
+        return f"{self.framework} x{self.threads}{prec}"
+
     def describe(self) -> str:
         g = self.gemm
-        return (f"calibrated on this machine ({self.framework}, {self.threads} thread"
-                f"{'s' if self.threads != 1 else ''}, {self.samples} kernel samples): GEMM up "
-                f"to {g.rate / 1e9:.3g} GFLOP/s, DRAM {self.memory.dram_bytes_per_s / 1e9:.3g} GB/s, "
+        prec = "" if self.precision == "fp32" else f", {self.precision}"
+        where = self.origin or "calibrated on this machine"
+        side = 4096  # a large product: the curve's asymptote can lie beyond any real one
+        rate = 2 * side**3 / g.time(side, side, side)
+        return (f"{where} ({self.framework}, {self.threads} thread"
+                f"{'s' if self.threads != 1 else ''}{prec}, {self.samples} kernel samples): GEMM "
+                f"{rate / 1e9:.3g} GFLOP/s at {side}^3, DRAM "
+                f"{self.memory.dram_bytes_per_s / 1e9:.3g} GB/s, "
                 f"{self.dispatch.step_op_s * 1e6:.3g} us per op, "
                 f"{self.dispatch.step_call_s * 1e6:.3g} us per step call")
 
 
-def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu") -> LocalFit:
-    """Every curve from the samples of one framework at one thread count."""
+def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu",
+              precision: str = "fp32") -> LocalFit:
+    """Every curve from the samples of one framework at one thread count and precision."""
     d = fit_dispatch(samples.of_op("dispatch"), samples.of_op("dispatch_train"))
     gemm = fit_gemm(samples.of_op("gemm"), d)
     tn = samples.of_op("gemm_tn")
     # the sequence's product on (m, n, time x batch), the GEMM curve's three sides
     seq = [s.model_copy(update={"shape": (s.shape[0], s.shape[1], s.shape[2] * s.shape[3])})
            for s in samples.of_op("gemm_tn_seq")]
-    return LocalFit(framework=framework, threads=threads, device=device, dispatch=d, gemm=gemm,
+    return LocalFit(framework=framework, threads=threads, device=device, precision=precision,
+                    dispatch=d, gemm=gemm,
                     gemm_tn=fit_gemm(tn, d) if len(tn) >= 6 else None,
                     gemm_tn_seq=fit_gemm(seq, d) if len(seq) >= 6 else None,
                     conv=fit_conv(samples.of_op("conv"), d),

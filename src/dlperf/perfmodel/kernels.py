@@ -5,7 +5,9 @@ run of kind 'kernel'.
 A kernel run times a list of shapes of one op in one worker (one framework start for
 the whole list) and returns one ``KernelSample`` per shape. The ops:
 
-- ``gemm`` (m, n, k): C = A @ B with A m x k, B k x n, fp32;
+- ``gemm`` (m, n, k): C = A @ B with A m x k, B k x n, at the run's precision (fp32; TF32
+  where the run turns it on; fp16 or bf16 operands under mixed precision, as autocast
+  casts them);
 - ``gemm_tn`` (m, n, k): C = A^T @ B with A stored k x m: the weight gradient's form
   (inputs transposed against the output gradient, inner dimension the batch), which a
   BLAS can run at another speed than the plain product;
@@ -128,6 +130,9 @@ class KernelSample(BaseModel):
     bytes: float = 0.0
     world: int = 1
     cpu_util: float | None = None  # process CPU seconds per second over the timed calls
+    #: what timed it: 'wall' (the host's clock: the framework's call and launch included)
+    #: or 'device' (the GPU's own clock: the kernel's work alone, ``calibrate.worker.Queued``)
+    clock: Literal["wall", "device"] = "wall"
 
     @property
     def flops_per_s(self) -> float:
@@ -179,25 +184,28 @@ def flops(op: str, shape: tuple[int, ...]) -> float:
     return 0.0
 
 
-def nbytes(op: str, shape: tuple[int, ...]) -> float:
+def nbytes(op: str, shape: tuple[int, ...], elem: int = ELEM) -> float:
     """Bytes one call must move at least (each operand read once, each result written
-    once): the memory side of the roofline."""
+    once): the memory side of the roofline. ``elem``: the bytes of an activation's element
+    at the run's precision (``element_bytes``); the update and the loss stay fp32."""
     if op in ("gemm", "gemm_tn", "gemm_tn_seq"):
         m, n, *ks = shape
         k = math.prod(ks)
-        return float(ELEM * (m * k + k * n + m * n))
+        return float(elem * (m * k + k * n + m * n))
     if op in ("conv", "conv_bwd"):
         batch, c_in, c_out, side, window, _ = shape
         out = conv_out(side, window, shape[5])
         x, w, y = batch * c_in * side * side, window * window * c_in * c_out, batch * c_out * out * out
-        return float(ELEM * ((x + w + y) if op == "conv" else (2 * y + 2 * x + 2 * w)))
-    if op in ("memory", "update"):
+        return float(elem * ((x + w + y) if op == "conv" else (2 * y + 2 * x + 2 * w)))
+    if op == "memory":
+        return float(2 * elem * shape[0])
+    if op == "update":
         return float(2 * ELEM * shape[0])
     if op == "xent":
         return xent_bytes(shape[0] * shape[1])
     if op == "bn":
         batch, channels, side = shape
-        return bn_bytes(batch * channels * side * side, channels)
+        return bn_bytes(batch * channels * side * side, channels, elem)
     if op == "allreduce":
         return float(shape[0])
     return 0.0
@@ -209,11 +217,20 @@ def xent_bytes(logits: float) -> float:
     return float(2 * ELEM * logits)
 
 
-def bn_bytes(elems: float, channels: float) -> float:
+def bn_bytes(elems: float, channels: float, elem: int = ELEM) -> float:
     """Bytes a batch normalisation must move at least in a training step, by the rule of
     ``perfmodel.costs`` for a layer of 2 x ``channels`` parameters whose input and output
     have ``elems`` elements: forward P + I + O, backward O + 2 I + 2 P."""
-    return float(ELEM * (5 * elems + 3 * 2 * channels))
+    return float(elem * (5 * elems + 3 * 2 * channels))
+
+
+def element_bytes(precision: str) -> int:
+    """Bytes of an activation's element at a precision: 2 under mixed precision (fp16,
+    bf16: autocast runs products, convolutions and elementwise layers in half), else 4.
+    The weights, their update and the loss stay fp32 there (PyTorch's 'Automatic Mixed
+    Precision' documentation: the model's parameters stay float32; ``cross_entropy`` and
+    the softmaxes autocast to float32)."""
+    return 2 if precision in ("fp16", "bf16") else ELEM
 
 
 def label(shape: tuple[int, ...]) -> str:

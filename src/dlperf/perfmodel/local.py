@@ -26,24 +26,28 @@ from dlperf.perfmodel.catalogue import Device, Link
 from dlperf.perfmodel.compute import LayerTiming
 from dlperf.perfmodel.costs import LayerCost, kernels
 from dlperf.perfmodel.fit import AlphaBeta, GemmCurve, LocalFit
-from dlperf.perfmodel.kernels import ELEM, xent_bytes
+from dlperf.perfmodel.kernels import element_bytes, xent_bytes
 from dlperf.workloads.base import Gemm, Layer
 
 #: ops whose products run as convolutions (the others as matrix products)
 CONV_OPS = ("conv", "deconv")
 
 
-def device_name(framework: str, threads: int, device: str = "cpu") -> str:
-    return f"{device}:{framework}:x{threads}"
+def device_name(framework: str, threads: int, device: str = "cpu",
+                precision: str = "fp32") -> str:
+    return f"{device}:{framework}:x{threads}" + ("" if precision == "fp32" else f":{precision}")
 
 
 def local_device(fit: LocalFit, memory_gb: float) -> Device:
-    """A Device for this machine as ``fit`` sees it: its GEMM rate as the fp32 peak, its
-    DRAM bandwidth, its memory."""
-    return Device(name=device_name(fit.framework, fit.threads, fit.device),
-                  description=f"this machine, {fit.framework} at {fit.threads} thread(s)",
+    """A Device for this machine as ``fit`` sees it: its GEMM rate as the peak at the
+    fit's precision (and fp32's), its DRAM bandwidth, its memory."""
+    rate = fit.gemm.rate / 1e12
+    peaks = {} if fit.precision == "fp32" else {f"{fit.precision}_tflops": rate}
+    return Device(name=device_name(fit.framework, fit.threads, fit.device, fit.precision),
+                  description=f"this machine, {fit.framework} at {fit.threads} thread(s)"
+                              + ("" if fit.precision == "fp32" else f", {fit.precision}"),
                   kind="gpu" if fit.device == "gpu" else "cpu",
-                  fp32_tflops=fit.gemm.rate / 1e12,
+                  fp32_tflops=rate, **peaks,
                   memory_gbps=fit.memory.dram_bytes_per_s / 1e9, memory_gb=memory_gb,
                   source=fit.describe())
 
@@ -133,7 +137,7 @@ def _product(fit: LocalFit, curve: GemmCurve, m: float, n: float, k: float) -> f
 
 def _fresh(fit: LocalFit, elems: float) -> float:
     """Seconds to make a fresh result of ``elems`` elements, as the memory pass does."""
-    return fit.memory.time(2 * ELEM * elems)
+    return fit.memory.time(2 * element_bytes(fit.precision) * elems)
 
 
 def _guess(layer: Layer) -> tuple[Gemm, ...]:

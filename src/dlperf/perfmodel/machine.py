@@ -27,27 +27,30 @@ class LocalModel:
 
 @dataclass(frozen=True)
 class LocalCalibration:
-    """Every fitted (framework, thread count, device) of this machine."""
+    """Every fitted (framework, thread count, device, precision) of this machine."""
 
     fits: tuple[LocalFit, ...]
     memory_gb: float
     cores: int
 
     @classmethod
-    def of(cls, samples: Sequence[tuple[str, int, str, Samples]], memory_gb: float,
+    def of(cls, samples: Sequence[tuple[str, int, str, Samples, str]], memory_gb: float,
            cores: int) -> LocalCalibration:
-        """Fit each (framework, threads, device, samples)."""
-        return cls(tuple(fit_local(s, fw, t, dev) for fw, t, dev, s in samples), memory_gb, cores)
+        """Fit each (framework, threads, device, samples, precision)."""
+        return cls(tuple(fit_local(s, fw, t, dev, prec) for fw, t, dev, s, prec in samples),
+                   memory_gb, cores)
 
-    def find(self, framework: str, threads: int, device: str = "cpu") -> LocalFit | None:
-        """The fit of ``framework`` at ``threads`` on ``device``. On a CPU, more threads
+    def find(self, framework: str, threads: int, device: str = "cpu",
+             precision: str = "fp32") -> LocalFit | None:
+        """The fit of ``framework`` at ``threads`` on ``device`` at ``precision``. On a
+        CPU, more threads
         than its physical cores take the fit at the cores, unless calibrated themselves:
         a thread beyond the cores adds no FMA units (``environment.cores_for``), so the
         model gives it no speed-up, and what oversubscription costs on top (DLBench saw
         steps slow down past the cores) shows as the prediction's error."""
         def at(t: int) -> LocalFit | None:
-            return next((f for f in self.fits if (f.framework, f.threads, f.device)
-                         == (framework, t, device)), None)
+            return next((f for f in self.fits if (f.framework, f.threads, f.device, f.precision)
+                         == (framework, t, device, precision)), None)
 
         fit = at(threads)
         if fit is None and device == "cpu" and threads > self.cores:
@@ -55,23 +58,24 @@ class LocalCalibration:
         return fit
 
     def model(self, framework: str, threads: int, device: str = "cpu", *,
-              workers: int = 1) -> LocalModel:
+              workers: int = 1, precision: str = "fp32") -> LocalModel:
         """The model of ``workers`` processes of ``framework`` at ``threads`` each on this
         machine: compute slowed by max(1, workers x threads / cores) when they share
         cores, and the all-reduce link measured among that many processes (else the
         nearest count measured). One-line UsageError when not calibrated."""
-        fit = self.find(framework, threads, device)
+        fit = self.find(framework, threads, device, precision)
         if not self.fits:
             raise UsageError("this machine has no calibration in the store; run 'dlperf "
                              f"calibrate{' --device gpu' if device == 'gpu' else ''}' first "
                              "(about 4 minutes)")
         if fit is None:
-            have = ", ".join(f"{f.framework} x{f.threads}" for f in self.fits
-                             if f.device == device) or "none"
+            have = ", ".join(f.label for f in self.fits if f.device == device) or "none"
+            at = "" if precision == "fp32" else f" at {precision}"
+            flag = "" if precision == "fp32" else f" --precision {precision}"
             raise UsageError(f"no calibration of {framework} at {threads} thread(s) on this "
-                             f"{device} (calibrated: {have}); run 'dlperf calibrate "
+                             f"{device}{at} (calibrated: {have}); run 'dlperf calibrate "
                              f"--frameworks {framework} --threads {threads}"
-                             f"{' --device gpu' if device == 'gpu' else ''}'")
+                             f"{' --device gpu' if device == 'gpu' else ''}{flag}'")
         # CPU workers share the cores; a GPU's workers would each have their own device
         slowdown = max(1.0, workers * fit.threads / self.cores) if device == "cpu" else 1.0
         if slowdown > 1:

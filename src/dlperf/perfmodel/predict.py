@@ -13,12 +13,12 @@ from typing import Any
 
 from dlperf import workloads
 from dlperf.errors import UsageError
-from dlperf.perfmodel import catalogue, local
+from dlperf.perfmodel import catalogue, local, scaled
 from dlperf.perfmodel import formulas as f
 from dlperf.perfmodel.calibration import Calibration
 from dlperf.perfmodel.catalogue import PRECISIONS, Device, Link
 from dlperf.perfmodel.compute import LayerTiming, layer_timing
-from dlperf.perfmodel.costs import activation_bytes, layer_costs
+from dlperf.perfmodel.costs import WEIGHT_BYTES, activation_bytes, layer_costs
 from dlperf.perfmodel.result import Breakdown, LayerTime, Prediction
 from dlperf.workloads.base import Layer
 
@@ -77,8 +77,11 @@ def predict(
     dev = resolve_device(device)
     _check(batch, precision, devices, nodes, strategy, collective, straggler_s)
     dev.peak_flops(precision)  # refuses a precision the device has no rate for
+    cal, note = _with_scaled(cal, dev, precision)
     ctx = _Context(wl, size, cfg, batch, dev, precision, cal, devices, nodes, collective,
                    straggler_s, link, inter_link)
+    if note:
+        ctx.notes.append(note)
     if strategy == "pipeline":
         return _pipeline(ctx, micro_batches, groups)
     if micro_batches not in (None, 1):
@@ -89,6 +92,18 @@ def predict(
         raise UsageError(f"the global batch {batch} does not split evenly over {devices} "
                          "devices; choose a multiple of the device count")
     return _data_parallel(ctx, strategy, groups)
+
+
+def _with_scaled(cal: Calibration, dev: Device, precision: str) -> tuple[Calibration, str]:
+    """``cal`` with the reference GPU's curves scaled to ``dev`` (``perfmodel.scaled``)
+    where ``dev`` is a GPU without curves of its own, and the note that says so."""
+    if not cal.scaled or dev.kind != "gpu" or cal.fitted(dev) is not None:
+        return cal, ""
+    got = scaled.scaled_fit(dev, precision)
+    if got is None:
+        return cal, ""
+    fit, note = got
+    return cal.model_copy(update={"kernels": {**cal.kernels, dev.name: fit}}), note
 
 
 def _check(batch: Any, precision: str, devices: int, nodes: int, strategy: str,
@@ -126,7 +141,9 @@ class _Context:
         self.collective, self.straggler = collective, straggler_s
         self.layers: list[Layer] = cfg.layers()
         self.elem = PRECISIONS[precision]
-        self.grad_bytes = sum(layer.params for layer in self.layers) * self.elem
+        # gradients are fp32 under mixed precision too (``costs.WEIGHT_BYTES``)
+        self.grad_bytes = sum(layer.params for layer in self.layers) * max(self.elem,
+                                                                           WEIGHT_BYTES)
         self.links: dict[str, str] = {}
         self._link_names = (link, inter_link)
         self.notes = [INPUT_NOTE]
@@ -246,8 +263,10 @@ class _Context:
 
     def _calibration(self) -> str:
         fit = self.cal.fitted(self.dev)
-        if fit is not None:
+        if fit is not None and fit.origin is None:
             return f"{self.dev.name}: {fit.describe()}"
+        if fit is not None:  # a catalogue GPU: another GPU's curves, the catalogue's links
+            return f"{self.dev.name}: {fit.describe()}; links: {self.cal.link_source}"
         eff = self.cal.for_device(self.dev)
         return f"{self.dev.name}: {eff.source}; links: {self.cal.link_source}"
 

@@ -1,0 +1,109 @@
+"""Kernel curves of one GPU scaled to catalogue GPUs (``perfmodel.scaled``): the ratios,
+the precision each GPU runs at, and predict()'s use of them. Arithmetic only."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.perfmodel import Calibration, predict, scaled
+from dlperf.perfmodel import catalogue as cat
+from dlperf.perfmodel.fit import Samples, fit_local
+from dlperf.perfmodel.kernels import element_bytes, grid
+from dlperf.perfmodel.scaled import ReferenceFits, scale, scaled_fit
+from tests import calibration_fixtures as made_up
+
+
+@pytest.fixture(autouse=True)
+def _no_user_catalogue(tmp_path, monkeypatch):
+    monkeypatch.delenv("DLPERF_DEVICES", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+def _fit(precision: str = "fp32"):
+    """The made-up machine's curves, as a GPU's at ``precision``."""
+    elem = element_bytes(precision)
+    samples = [made_up.sample(op, tuple(s), 1, elem) for op in
+               ("gemm", "gemm_tn", "conv", "conv_bwd", "memory", "update", "xent", "bn",
+                "dispatch", "dispatch_train") for s in grid(op)]
+    return fit_local(Samples.of(samples), "torch", 1, "gpu", precision)
+
+
+@pytest.fixture
+def ref(monkeypatch) -> ReferenceFits:
+    r = ReferenceFits(device="h100-sxm", source="made up", fits=(_fit("fp32"), _fit("tf32")))
+    monkeypatch.setattr(scaled, "reference", lambda: r)
+    return r
+
+
+def test_scaling_divides_work_by_the_rates_and_keeps_fixed_costs():
+    f = _fit()
+    g = scale(f, flops=2.0, bandwidth=4.0)
+    m, n, k_ = 4096, 4096, 4096
+    assert g.gemm.t0 == f.gemm.t0 and g.gemm.residuals == f.gemm.residuals
+    # the FLOP term halves, the operands' traffic term quarters, the fixed cost stays
+    traffic = 4 * (m * k_ + k_ * n + m * n) / f.gemm.bandwidth
+    flop_term = f.gemm.curve(m, n, k_) - f.gemm.t0 - traffic
+    assert g.gemm.curve(m, n, k_) == pytest.approx(f.gemm.t0 + flop_term / 2 + traffic / 4)
+    assert g.conv.rate == 2 * f.conv.rate and g.conv_bwd.t0 == f.conv_bwd.t0
+    assert g.memory.time(1e8) == pytest.approx(f.memory.time(1e8) / 4)
+    assert g.bn.time(1e8) == pytest.approx(f.bn.time(1e8) / 4)
+    assert g.dispatch == f.dispatch and g.allreduce == {}
+
+
+def test_no_scaled_product_or_convolution_beats_the_peak():
+    """The fitted saturation can pass the datasheet peak far beyond the shapes timed: a
+    scaled curve is floored at the target's peak (the backward's at half: it times both
+    gradients)."""
+    f = _fit()
+    peak = 1e9  # far below the made-up machine's rates
+    g = scale(f, flops=1.0, bandwidth=1.0, peak=peak)
+    assert g.gemm.time(4096, 4096, 4096) == pytest.approx(2 * 4096**3 / peak)
+    m, n, k_ = 1e6, 256, 256 * 9
+    assert g.conv.time(m, n, k_, 3) == pytest.approx(2 * m * n * k_ / peak)
+    assert g.conv_bwd.time(m, n, k_, 3) == pytest.approx(4 * m * n * k_ / peak)
+    assert f.gemm.time(4096, 4096, 4096) < g.gemm.time(4096, 4096, 4096)
+
+
+def test_a_catalogue_gpu_takes_the_reference_curves_at_its_peaks_ratio(ref):
+    a100 = cat.device("a100-80gb")
+    fit, note = scaled_fit(a100, "tf32")
+    h100 = cat.device("h100-sxm")
+    flops = a100.peak_flops("tf32") / h100.peak_flops("tf32")
+    assert fit.gemm.rate == pytest.approx(ref.at("tf32").gemm.rate * flops)
+    assert fit.memory.seconds[-1] == pytest.approx(
+        ref.at("tf32").memory.seconds[-1] * h100.memory_gbps / a100.memory_gbps)
+    assert "h100-sxm" in note and "tf32" in note
+    # a GPU without TF32 runs tf32 as fp32: the fp32 curves at the fp32 peaks
+    v100 = cat.device("v100")
+    fit, note = scaled_fit(v100, "tf32")
+    assert fit.precision == "fp32" and fit.gemm.rate == pytest.approx(
+        ref.at("fp32").gemm.rate * v100.fp32_tflops / h100.fp32_tflops)
+    assert scaled_fit(a100, "bf16") is None  # no bf16 curves in this reference
+    assert scaled_fit(cat.device("xeon-8380"), "fp32") is None  # CPUs: never
+
+
+def test_predict_times_a_catalogue_gpu_from_the_scaled_curves(ref):
+    """The reference GPU itself is predicted from its own curves (ratio 1); another from
+    the scaled ones, with a note; ``Calibration(scaled=False)`` keeps the datasheet
+    roofline with efficiency factors; a device's own curves win."""
+    own = predict("resnet50", device="h100-sxm", batch_size=32, precision="tf32")
+    direct = predict("resnet50", device="h100-sxm", batch_size=32, precision="tf32",
+                     calibration=Calibration(kernels={"h100-sxm": ref.at("tf32")}))
+    assert own.time_s == pytest.approx(direct.time_s)
+    assert any("scaled" in n for n in own.notes)
+    other = predict("resnet50", device="a100-80gb", batch_size=32, precision="tf32")
+    factors = predict("resnet50", device="a100-80gb", batch_size=32, precision="tf32",
+                      calibration=Calibration(scaled=False))
+    assert other.time_s != pytest.approx(factors.time_s)
+    assert not any("scaled" in n for n in factors.notes)
+    assert other.time_s > own.time_s  # a slower GPU, a longer step
+    cpu = predict("resnet50", device="xeon-8380", batch_size=32)
+    assert not any("scaled" in n for n in cpu.notes)
+
+
+def test_the_shipped_reference_names_a_catalogue_gpu_and_its_source():
+    r = scaled.reference()
+    assert r is not None and cat.device(r.device).kind == "gpu"
+    assert {f.precision for f in r.fits} == {"fp32", "tf32", "bf16", "fp16"}
+    assert all(f.framework == "torch" and f.device == "gpu" for f in r.fits)
+    assert "dlperf calibrate" in r.source and "H200" in r.source
