@@ -107,3 +107,10 @@ def test_the_shipped_reference_names_a_catalogue_gpu_and_its_source():
     assert {f.precision for f in r.fits} == {"fp32", "tf32", "bf16", "fp16"}
     assert all(f.framework == "torch" and f.device == "gpu" for f in r.fits)
     assert "dlperf calibrate" in r.source and "H200" in r.source
+
+
+def test_advice_says_its_gpu_numbers_stand_on_scaled_curves(ref):
+    from dlperf.advice.predicted import BASIS, SCALED_BASIS, basis
+
+    assert basis(predict("alexnet", device="a100-80gb", batch_size=32)) == SCALED_BASIS
+    assert basis(predict("alexnet", device="xeon-8380", batch_size=32)) == BASIS

@@ -21,9 +21,18 @@ from dlperf.errors import UsageError
 from dlperf.perfmodel import catalogue, predict
 from dlperf.perfmodel.predict import training_memory
 from dlperf.perfmodel.result import Prediction
+from dlperf.perfmodel.scaled import NOTE as SCALED_NOTE
 from dlperf.report.aggregate import ConfigResult
 
 BASIS = "datasheet rates x public efficiency factors (dlperf predict --json shows them)"
+#: a catalogue GPU's basis (``perfmodel.scaled``): its prediction carries a note saying so
+SCALED_BASIS = ("a calibrated GPU's kernel curves scaled to this one's datasheet (dlperf "
+                "predict --json shows them)")
+
+
+def basis(p: Prediction) -> str:
+    """What the prediction stands on: scaled kernel curves or the datasheet roofline."""
+    return SCALED_BASIS if any(n.startswith(SCALED_NOTE) for n in p.notes) else BASIS
 
 
 def strategies(devices: int) -> list[str]:
@@ -54,7 +63,7 @@ def best_prediction(net: str, size: str, hw: Hardware) -> tuple[Prediction | Non
 def _source(p: Prediction, errors: ErrorLookup | None) -> Predicted:
     cfg = (f"{p.network} [{p.size}] batch {p.batch_size}, {p.devices} x {p.device}, "
            f"{p.strategy}, {p.precision}")
-    return Predicted(cfg, errors(p) if errors else None, BASIS)
+    return Predicted(cfg, errors(p) if errors else None, basis(p))
 
 
 def advise_catalogue(task: Task, hw: Hardware, here: list[ConfigResult], samples: int, epochs: float,

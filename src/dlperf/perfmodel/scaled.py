@@ -37,6 +37,8 @@ from dlperf.perfmodel.catalogue import Device
 from dlperf.perfmodel.fit import ConvCurve, GemmCurve, LocalFit, MemoryCurve
 
 REFERENCE_FILE = "reference_fits.json"
+#: how the note of a prediction from scaled curves begins
+NOTE = "kernels: the "
 
 
 class ReferenceFits(BaseModel):
@@ -112,7 +114,7 @@ def scaled_fit(target: Device, precision: str,
     source = catalogue.device(ref.device)
     flops = target.peak_flops(runs_as) / source.peak_flops(runs_as)
     bandwidth = target.memory_gbps / source.memory_gbps
-    note = (f"kernels: the {ref.device}'s calibrated {runs_as} curves, scaled by peak "
+    note = (f"{NOTE}{ref.device}'s calibrated {runs_as} curves, scaled by peak "
             f"FLOP/s x{flops:.3g} and bandwidth x{bandwidth:.3g} (Habitat's wave scaling)")
     origin = f"the {ref.device}'s curves scaled to the {target.name}'s peaks ({ref.source})"
     scaled = scale(fit, flops, bandwidth, target.peak_flops(runs_as))
