@@ -5,9 +5,14 @@ Habitat's premise (Yu et al., 'Habitat: A Runtime-Based Computational Performanc
 Predictor for Deep Neural Network Training', USENIX ATC 2021, sec. 3): a kernel measured
 on one GPU predicts the same kernel on another better than a datasheet roofline does,
 because the measurement carries what the roofline leaves out (the library's efficiency at
-that shape, its fixed costs). Its 'wave scaling' takes a memory-bound kernel's time by
-the ratio of the memory bandwidths and a compute-bound one's by the ratio of the peak
-rates. Here the same scaling acts on the fitted curves (``perfmodel.fit``):
+that shape, its fixed costs). Habitat's 'wave scaling' takes a memory-bound kernel's time
+by the ratio of the memory bandwidths and a compute-bound one's by the ratios of SM
+counts and clocks (its code, ``habitat/analysis/wave_scaling/roofline.py``), and learns
+convolutions and products with MLPs. The catalogue holds no SM counts or clocks, and a
+tensor core's or FP32 unit's work per SM per cycle changed between generations, so here
+a compute-bound curve scales by the ratio of the datasheets' peak FLOP/s at the
+precision (SM count x clock x work per SM per cycle). The scaling acts on the fitted
+curves (``perfmodel.fit``):
 
 - products and convolutions: the asymptotic rate by the ratio of peak FLOP/s at the
   precision, the operands' traffic term by the ratio of bandwidths; the shape
@@ -17,9 +22,9 @@ rates. Here the same scaling acts on the fitted curves (``perfmodel.fit``):
   bandwidths;
 - the fixed costs (a kernel's minimum time, the host's launches and step call) stay.
 
-What it leaves out: Habitat scales by SM count and clock, with wave quantisation, and
-learns the products' and convolutions' change of algorithm between GPUs (MLPs); here a
-shape keeps the measured GPU's efficiency. The reference curves ship in
+What it leaves out: wave quantisation (a kernel's last, partial wave of thread blocks on
+a GPU of another SM count) and the libraries' change of algorithm between GPUs; a shape
+keeps the measured GPU's efficiency. The reference curves ship in
 ``data/reference_fits.json`` (``dlperf calibrate --device gpu --frameworks torch
 --precision P --json`` on one GPU at each precision; the file's ``source`` names the GPU,
 software and date).
@@ -115,7 +120,7 @@ def scaled_fit(target: Device, precision: str,
     flops = target.peak_flops(runs_as) / source.peak_flops(runs_as)
     bandwidth = target.memory_gbps / source.memory_gbps
     note = (f"{NOTE}{ref.device}'s calibrated {runs_as} curves, scaled by peak "
-            f"FLOP/s x{flops:.3g} and bandwidth x{bandwidth:.3g} (Habitat's wave scaling)")
+            f"FLOP/s x{flops:.3g} and bandwidth x{bandwidth:.3g}")
     origin = f"the {ref.device}'s curves scaled to the {target.name}'s peaks ({ref.source})"
     scaled = scale(fit, flops, bandwidth, target.peak_flops(runs_as))
     return scaled.model_copy(update={"origin": origin}), note
