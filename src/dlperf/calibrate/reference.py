@@ -47,10 +47,12 @@ def reference_fits(store: Store, entry: str, machine_id: str | None = None) -> R
     rows.sort(key=lambda r: r.finished_at or 0)
     gpu = rows[-1].software.get("gpu") or entry
     day = time.strftime("%Y-%m-%d", time.gmtime(rows[-1].finished_at or 0))
+    timed = [x for s in stored for x in s.samples.items if not x.op.startswith("dispatch")]
+    clock = ("the device's own clock" if all(x.clock == "device" for x in timed)
+             else "the wall clock (queued calls)")
     source = (f"dlperf calibrate --device gpu --frameworks torch at "
               f"{', '.join(f.precision for f in fits)} on one {gpu} ({_software(rows)}), "
-              f"{day}; {sum(f.samples for f in fits)} kernel samples, timed on the device's "
-              "own clock")
+              f"{day}; {sum(f.samples for f in fits)} kernel samples, timed on {clock}")
     return ReferenceFits(device=entry, source=source, fits=fits)
 
 

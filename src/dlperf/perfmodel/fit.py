@@ -140,9 +140,9 @@ class GemmCurve(_Frozen):
     bandwidth: float = float("inf")  # bytes/s of the operands' traffic
     points: tuple[tuple[float, float, float], ...] = ()  # log2 (m, n, k) of the samples
     residuals: tuple[float, ...] = ()  # log(measured / curve) at each
-    #: FLOP/s no product exceeds (a datasheet peak, where known: ``perfmodel.scaled``); the
-    #: fitted saturation can pass it far beyond the largest shape timed
-    peak: float = float("inf")
+    #: FLOP/s no product exceeds (a datasheet peak, where known: ``perfmodel.scaled``; None:
+    #: no bound); the fitted saturation can pass it far beyond the largest shape timed
+    peak: float | None = None
 
     def curve(self, m: float, n: float, k: float) -> float:
         hm, hn, hk = self.h
@@ -152,8 +152,8 @@ class GemmCurve(_Frozen):
     def time(self, m: float, n: float, k: float) -> float:
         """Seconds of one (m x k) @ (k x n) product."""
         pt = (math.log2(m), math.log2(n), math.log2(k))
-        return max(self.curve(m, n, k) * math.exp(_smooth(pt, self.points, self.residuals)),
-                   2 * m * n * k / self.peak)
+        t = self.curve(m, n, k) * math.exp(_smooth(pt, self.points, self.residuals))
+        return max(t, 2 * m * n * k / self.peak) if self.peak else t
 
 
 class ConvCurve(_Frozen):
@@ -164,7 +164,7 @@ class ConvCurve(_Frozen):
     h: tuple[float, float, float]
     points: tuple[tuple[float, float, float, float], ...] = ()  # log2 (M, N, K, window)
     residuals: tuple[float, ...] = ()
-    peak: float = float("inf")  # as ``GemmCurve.peak``
+    peak: float | None = None  # as ``GemmCurve.peak``
 
     def curve(self, m: float, n: float, k: float, window: int, passes: float = 1.0) -> float:
         hm, hn, hc = self.h
@@ -175,9 +175,8 @@ class ConvCurve(_Frozen):
     def time(self, m: float, n: float, k: float, window: int) -> float:
         """Seconds of the convolution whose implicit GEMM is (m, n, k)."""
         pt = (math.log2(m), math.log2(n), math.log2(k), math.log2(window))
-        return max(self.curve(m, n, k, window) * math.exp(_smooth(pt, self.points,
-                                                                  self.residuals)),
-                   2 * m * n * k / self.peak)
+        t = self.curve(m, n, k, window) * math.exp(_smooth(pt, self.points, self.residuals))
+        return max(t, 2 * m * n * k / self.peak) if self.peak else t
 
 
 class MemoryCurve(_Frozen):

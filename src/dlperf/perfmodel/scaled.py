@@ -68,12 +68,12 @@ def reference() -> ReferenceFits | None:
     return ReferenceFits.model_validate_json(path.read_text())
 
 
-def _gemm(c: GemmCurve, flops: float, bandwidth: float, peak: float) -> GemmCurve:
+def _gemm(c: GemmCurve, flops: float, bandwidth: float, peak: float | None) -> GemmCurve:
     return c.model_copy(update={"rate": c.rate * flops, "bandwidth": c.bandwidth * bandwidth,
                                 "peak": peak})
 
 
-def _conv(c: ConvCurve, flops: float, peak: float) -> ConvCurve:
+def _conv(c: ConvCurve, flops: float, peak: float | None) -> ConvCurve:
     return c.model_copy(update={"rate": c.rate * flops, "peak": peak})
 
 
@@ -82,7 +82,7 @@ def _memory(c: MemoryCurve, bandwidth: float) -> MemoryCurve:
 
 
 def scale(fit: LocalFit, flops: float, bandwidth: float,
-          peak: float = float("inf")) -> LocalFit:
+          peak: float | None = None) -> LocalFit:
     """``fit`` on a GPU with ``flops`` times the peak rate and ``bandwidth`` times the
     memory bandwidth (module docstring), no product or convolution faster than ``peak``
     FLOP/s (the curves' saturation, fitted on the shapes timed, can pass the datasheet's
@@ -97,7 +97,8 @@ def scale(fit: LocalFit, flops: float, bandwidth: float,
         "gemm": _gemm(fit.gemm, flops, bandwidth, peak), "gemm_tn": opt_gemm(fit.gemm_tn),
         "gemm_tn_seq": opt_gemm(fit.gemm_tn_seq), "conv": _conv(fit.conv, flops, peak),
         # the backward's curve times both gradients, twice the forward's FLOPs per call
-        "conv_bwd": _conv(fit.conv_bwd, flops, peak / 2), "memory": _memory(fit.memory, bandwidth),
+        "conv_bwd": _conv(fit.conv_bwd, flops, peak and peak / 2),
+        "memory": _memory(fit.memory, bandwidth),
         "update": opt(fit.update), "xent": opt(fit.xent), "bn": opt(fit.bn),
         "bn_channels": {k: _memory(v, bandwidth) for k, v in fit.bn_channels.items()},
         "allreduce": {},
