@@ -43,11 +43,11 @@ class LocalCalibration:
     def find(self, framework: str, threads: int, device: str = "cpu",
              precision: str = "fp32") -> LocalFit | None:
         """The fit of ``framework`` at ``threads`` on ``device`` at ``precision``. On a
-        CPU, more threads
-        than its physical cores take the fit at the cores, unless calibrated themselves:
-        a thread beyond the cores adds no FMA units (``environment.cores_for``), so the
-        model gives it no speed-up, and what oversubscription costs on top (DLBench saw
-        steps slow down past the cores) shows as the prediction's error."""
+        CPU, more threads than its physical cores take the fit at the cores, unless
+        calibrated themselves: a thread beyond the cores adds no FMA units
+        (``environment.cores_for``), so the model gives it no speed-up, and what
+        oversubscription costs on top (DLBench saw steps slow down past the cores) shows
+        as the prediction's error."""
         def at(t: int) -> LocalFit | None:
             return next((f for f in self.fits if (f.framework, f.threads, f.device, f.precision)
                          == (framework, t, device, precision)), None)

@@ -25,9 +25,9 @@ curves (``perfmodel.fit``):
 What it leaves out: wave quantisation (a kernel's last, partial wave of thread blocks on
 a GPU of another SM count) and the libraries' change of algorithm between GPUs; a shape
 keeps the measured GPU's efficiency. The reference curves ship in
-``data/reference_fits.json`` (``dlperf calibrate --device gpu --frameworks torch
---precision P --json`` on one GPU at each precision; the file's ``source`` names the GPU,
-software and date).
+``data/reference_fits.json``: ``dlperf calibrate --device gpu --frameworks torch
+--precision P`` on one GPU at each precision, written by ``python -m
+dlperf.calibrate.reference`` (the file's ``source`` names the GPU, software and date).
 """
 
 from __future__ import annotations
