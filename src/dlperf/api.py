@@ -177,9 +177,9 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
               precision: str = "fp32") -> LocalCalibration:
     """Time this machine's calibration kernels (``dlperf.calibrate.plan``: every installed
     framework at 1, 2, 4, ... threads up to the physical cores unless given, at
-    ``precision``) through the normal runner, ``repeat`` times each (each kernel's median over them counts), and
-    return the fitted calibration. A kernel run that failed is run again: a calibration
-    is only usable whole."""
+    ``precision``) through the normal runner, ``repeat`` times each (each kernel's median
+    over them counts), and return the fitted calibration. A kernel run that failed is run
+    again: a calibration is only usable whole."""
     from dlperf.calibrate import plan as calibration
 
     todo = calibration.specs(list(frameworks or calibration.default_frameworks()),

@@ -119,9 +119,10 @@ TRAINED_CHAIN_REVISION = 5
 
 def _newest(rows: Sequence[RunResult]) -> list[list[RunResult]]:
     """Per framework, thread count, device, precision and kind of kernel run (the
-    kernels, or the all-reduce among a process count): the newest run and its repetitions (the same
-    configuration, ``calibrate --repeat``). A calibration measured again with another grid
-    or revision replaces the earlier one instead of mixing with it."""
+    kernels, or the all-reduce among a process count): the newest run and its
+    repetitions (the same configuration, ``calibrate --repeat``). A calibration measured
+    again with another grid or revision replaces the earlier one instead of mixing with
+    it."""
     newest: dict[tuple, RunResult] = {}
     for r in rows:
         o = r.spec.options
@@ -182,8 +183,8 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
 
 def local_calibration(store: Store, *, device: str | None = "cpu") -> LocalCalibration:
     """This machine's fitted calibration from the store: every (framework, threads,
-    precision) on ``device`` (every device with None) whose samples cover every op (an incomplete one
-    is left out; ``find`` then says what to run)."""
+    precision) on ``device`` (every device with None) whose samples cover every op (an
+    incomplete one is left out; ``find`` then says what to run)."""
     complete = [s for s in load(store, device=device)
                 if all(s.samples.of_op(op) for op in REQUIRED_OPS)]
     memory = float(environment.machine().get("memory_bytes") or 0) / 1e9 or 1.0
