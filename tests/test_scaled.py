@@ -114,3 +114,15 @@ def test_advice_says_its_gpu_numbers_stand_on_scaled_curves(ref):
 
     assert basis(predict("alexnet", device="a100-80gb", batch_size=32)) == SCALED_BASIS
     assert basis(predict("alexnet", device="xeon-8380", batch_size=32)) == BASIS
+
+
+def test_dlperf_devices_says_what_gpu_predictions_stand_on(capsys):
+    import json
+
+    from dlperf.cli import main
+
+    assert main(["devices"]) == 0
+    assert "GPU predictions: the h200's calibrated kernel curves" in capsys.readouterr().out
+    assert main(["devices", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["gpu_kernels"]["reference"] == "h200" and "H200" in doc["gpu_kernels"]["source"]

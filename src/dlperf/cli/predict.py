@@ -33,16 +33,20 @@ def _rate(tflops: float | None) -> str:
 
 def cmd_devices(a: argparse.Namespace) -> int:
     from dlperf.perfmodel import catalogue
+    from dlperf.perfmodel.scaled import reference
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import Table
 
     devices, links, storage = catalogue.devices(), catalogue.links(), catalogue.storage()
+    ref = reference()
     if a.json:
         import json
 
         print(json.dumps({"devices": [d.model_dump() for d in devices.values()],
                           "links": [x.model_dump() for x in links.values()],
-                          "storage": [s.model_dump() for s in storage.values()]}, indent=1))
+                          "storage": [s.model_dump() for s in storage.values()],
+                          "gpu_kernels": {"reference": ref.device, "source": ref.source}
+                          if ref else None}, indent=1))
         return 0
     rows = [[d.name, d.kind, d.description, _rate(d.fp32_tflops), _rate(d.tf32_tflops),
              _rate(d.fp16_tflops), _rate(d.bf16_tflops), f"{d.memory_gbps:g}",
@@ -60,6 +64,11 @@ def cmd_devices(a: argparse.Namespace) -> int:
     print_table(Table(title="Storage", headers=["name", "description", "read GB/s"],
                       rows=[[s.name, s.description, f"{s.read_gbps:g}"]
                             for s in storage.values()]), out)
+    if ref is not None:
+        out.print(f"GPU predictions: the {ref.device}'s calibrated kernel curves scaled to each "
+                  f"GPU's peaks and bandwidth ({ref.source}); CPUs: peaks x efficiency "
+                  "factors. 'dlperf validate --published' shows how far to trust them.",
+                  markup=False)
     return 0
 
 
