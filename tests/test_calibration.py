@@ -838,12 +838,20 @@ ENTRY %main (x: f32[2,8,4], w: f32[4,6], img: f32[2,9,9,3], k: f32[3,3,3,5]) -> 
   %flat = f32[8,4]{1,0} parameter(5)
   %ynn_fusion = f32[8,6]{1,0} fusion(%flat, %w), kind=kCustom, calls=%fused_computation
   %convolution.4 = f32[2,9,9,5]{3,2,1,0} convolution(%img, %k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  %g = f32[2,9,9,5]{3,2,1,0} parameter(6)
+  %convolution.9 = f32[3,3,3,5]{3,2,1,0} convolution(%img, %g), window={size=9x9 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf
   %add.5 = f32[8,6]{1,0} add(%ynn_fusion, %ynn_fusion)
   %transpose_copy_fusion.7 = f32[6,8]{1,0} fusion(%add.5), kind=kLoop, calls=%fused_copy
   %dot.8 = f32[4,6]{1,0} dot(%flat, %transpose_copy_fusion.7), lhs_contracting_dims={0}, rhs_contracting_dims={1}
   ROOT %while.6 = (s32[], f32[8,6]{1,0}) while(%t), condition=%c, body=%b
 }
 """
+
+
+def made_up_fit() -> fit.LocalFit:
+    """The made-up machine's curves, fitted from its samples of every op."""
+    items = [made_up.sample(op, tuple(s)) for op in calibration.LOCAL_OPS for s in k.grid(op)]
+    return fit.fit_local(fit.Samples.of(items), "torch", 1)
 
 
 def test_xla_instructions_are_read_from_the_hlo_and_the_trace():
@@ -862,6 +870,19 @@ def test_xla_instructions_are_read_from_the_hlo_and_the_trace():
     name, shapes, flops = jp.describe(table["convolution.4"], table)
     assert (name, shapes) == ("xla:convolution", ((2, 3, 9, 9), (5, 3, 3, 3)))
     assert flops == 2.0 * (2 * 9 * 9 * 5) * 9 * 3
+    # the same layer's weight gradient, which XLA runs as a convolution of the input with
+    # the output gradient: named apart, with the layer's geometry (input, output
+    # gradient, window), and timed as half the calibrated backward pair
+    name, shapes, flops = jp.describe(table["convolution.9"], table)
+    assert (name, shapes) == ("xla:convolution_wgrad", ((2, 3, 9, 9), (2, 5, 9, 9), (3, 3)))
+    assert flops == 2.0 * (2 * 9 * 9) * 5 * (3 * 3 * 3)
+    from dlperf.kinds.profile import ProfiledOp
+    from dlperf.perfmodel.ops import op_time
+
+    fit_ = made_up_fit()
+    t = op_time(ProfiledOp(name=name, shapes=shapes, calls=1, time_s=1e-3, flops=flops), fit_)
+    assert t.kind == "conv_bwd" and t.flops == flops
+    assert t.model_s == pytest.approx(fit_.conv_bwd.time(2 * 9 * 9, 5, 27, 3) / 2)
     assert jp.describe(table["add.5"], table) == ("xla:add", ((8, 6), (8, 6), (8, 6)), None)
     # a fusion around no product is named after the kind XLA gives it, without its number
     assert jp.describe(table["transpose_copy_fusion.7"], table) == (

@@ -109,24 +109,36 @@ def dot_operands(ins: Instr, table: dict[str, Instr]) -> tuple[tuple[tuple[int, 
     return (((batch, m, k), (batch, k, n)) if ba else ((m, k), (k, n))), layout
 
 
-def conv_flops(ins: Instr, table: dict[str, Instr]) -> tuple[tuple[tuple[int, ...], ...], float] | None:
-    """((input NCHW, kernel OIHW), FLOPs) of a 2-D convolution: 2 x output elements x the
-    kernel's window and input features; None for another layout."""
+def conv_flops(ins: Instr, table: dict[str, Instr]
+               ) -> tuple[tuple[tuple[int, ...], ...], float, bool] | None:
+    """((input NCHW, kernel OIHW), FLOPs, False) of a 2-D convolution: 2 x output elements x
+    the kernel's window and input features; None for another layout.
+
+    XLA runs a layer's weight gradient as a convolution too: the layer's input (its batch
+    as the input features) convolved with its output gradient (the window as large as
+    the output's pixels), giving a kernel-sized result, whose pixels are fewer than the
+    window's. Such a one comes back as ((input N, C_in, H, W), (output gradient N, C_out,
+    H_out, W_out), (kernel window)), its FLOPs, True: the layer's geometry, which the
+    model times as a weight gradient (``perfmodel.ops``)."""
     m = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", ins.attrs)
     if m is None or len(ins.args) < 2 or ins.dims is None:
         return None
-    lhs, rhs, _ = m.groups()
+    lhs, rhs, out = m.groups()
     x, w = (table.get(n) for n in ins.args[:2])
     if x is None or w is None or x.dims is None or w.dims is None or len(rhs) != 4 \
-            or len(lhs) != 4:
+            or len(lhs) != 4 or len(out) != 4:
         return None
     rd = dict(zip(rhs, w.dims, strict=True))
     xd = dict(zip(lhs, x.dims, strict=True))
+    od = dict(zip(out, ins.dims, strict=True))
     window = [d for label, d in rd.items() if label not in "io"]
+    pixels = [d for label, d in od.items() if label not in "bf"]
     flops = 2.0 * math.prod(ins.dims) * math.prod(window) * rd["i"]
-    shapes = ((xd["b"], xd["f"], *(d for label, d in xd.items() if label not in "bf")),
-              (rd["o"], rd["i"], *window))
-    return shapes, flops
+    spatial = tuple(d for label, d in xd.items() if label not in "bf")
+    if math.prod(pixels) < math.prod(window):  # a weight gradient (docstring)
+        return ((xd["f"], xd["b"], *spatial), (rd["i"], rd["o"], *window),
+                tuple(pixels)), flops, True
+    return ((xd["b"], xd["f"], *spatial), (rd["o"], rd["i"], *window)), flops, False
 
 
 def describe(ins: Instr, table: dict[str, Instr]) -> tuple[str, tuple[tuple[int, ...], ...], float | None]:
@@ -136,7 +148,7 @@ def describe(ins: Instr, table: dict[str, Instr]) -> tuple[str, tuple[tuple[int,
     if inner.op == "dot" and (found := dot_operands(inner, table)):
         return f"xla:dot{found[1]}", found[0], None
     if inner.op == "convolution" and (found := conv_flops(inner, table)):
-        return "xla:convolution", found[0], found[1]
+        return "xla:convolution" + ("_wgrad" if found[2] else ""), found[0], found[1]
     shapes = [table[a].dims for a in ins.args if a in table and table[a].dims is not None]
     if ins.dims is not None:
         shapes.append(ins.dims)

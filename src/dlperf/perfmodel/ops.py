@@ -28,7 +28,10 @@ times in that form; ``xla:dot_nt`` by the GEMM's),
 rest, a fusion by the kind XLA names it after (fusions of elementwise ops, reductions,
 copies such as ``xla:transpose_copy_fusion``: memory-bound; a while loop's own
 time, whose operands are a tuple: unmodelled). XLA runs a convolution's gradients as
-convolutions too; each is timed by the forward convolution curve. TensorFlow's graph ops
+convolutions too: the input gradient is timed by the forward convolution curve, the
+weight gradient (``xla:convolution_wgrad``, on the layer's input, output gradient and
+window) by half the calibrated backward pair, as the step model times a layer's weight
+gradient alone. TensorFlow's graph ops
 (``backends/tf_profile``) come the same way: ``tf:matmul``, ``tf:conv2d`` (forward and
 both gradients, with their FLOPs) and ``tf:<OpType>``.
 """
@@ -47,7 +50,9 @@ GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "xla:dot", "xla
         "xla:dot_nt", "xla:dot_tt", "tf:matmul"}
 CONV = {"aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::_slow_conv2d_forward",
         "aten::_nnpack_spatial_convolution", "xla:convolution", "tf:conv2d"}
-CONV_BWD = {"aten::convolution_backward", "aten::_slow_conv2d_backward"}
+#: XLA's weight gradient of a convolution, run as a convolution (``backends/jax_profile``)
+XLA_WGRAD = "xla:convolution_wgrad"
+CONV_BWD = {"aten::convolution_backward", "aten::_slow_conv2d_backward", XLA_WGRAD}
 #: PyTorch's convolution without oneDNN (a 1x1 window at a small batch on one thread):
 #: ``convolution_backward`` calls this op, which does the work; the same operands, in order
 SLOW_CONV_BWD = "aten::_slow_conv2d_backward"
@@ -165,6 +170,12 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit,
         k = cg * kh * kw
         rows = total / calls / (2 * o * k) if total else x[0] * x[2] * x[3]
         return fit.conv.time(rows, o, k, kh), 2.0 * rows * o * k
+    if op.name == XLA_WGRAD:  # (input, output gradient, window): the weight gradient alone,
+        x, g, win = op.shapes[:3]  # half the calibrated pair, as a step's layer is timed
+        if len(x) != 4 or len(g) != 4 or len(win) != 2:
+            return None
+        rows, o, k = g[0] * g[2] * g[3], g[1], x[1] * win[0] * win[1]
+        return fit.conv_bwd.time(rows, o, k, win[0]) / 2, 2.0 * rows * o * k
     g, w = op.shapes[0], op.shapes[2]
     if len(g) != 4 or len(w) != 4:
         return None
