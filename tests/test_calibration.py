@@ -1055,8 +1055,7 @@ def test_a_mixed_precision_calibration_predicts_steps_at_its_precision(db):
     """A bf16 calibration is its own (framework, threads, precision). On the made-up
     machine, whose bandwidth is the same at every precision, a layer's memory passes
     move half the bytes in bf16 and take half the time; products are timed by their FLOPs
-    (the same here); the update stays on the fp32 weights. A precision never calibrated
-    is said so."""
+    (the same here). A precision never calibrated is said so."""
     with Store(db) as store:
         made_up.calibrated(store)
         made_up.calibrated(store, precision="bf16", allreduce=False)
@@ -1092,9 +1091,9 @@ def test_kernels_timed_on_the_devices_clock_keep_their_whole_time():
 
 
 def test_mixed_precision_kernels_run_on_half_operands_under_autocast():
-    """PyTorch's kernels at bf16: the products, passes and batch norm on bf16 operands, the
-    loss's logits cast up by autocast (fp32 gradient out of the fp32 softmax is cast back),
-    the update on fp32 weights; each sample's bytes at the precision's element."""
+    """PyTorch's kernels at bf16: the products, passes, loss and batch norm on bf16
+    operands (autocast computes the loss in fp32), the update on fp32 weights; each
+    sample's bytes at the precision's element (the update's and the loss's at fp32)."""
     import torch
 
     from dlperf.backends.torch_kernels import kernel
@@ -1108,6 +1107,10 @@ def test_mixed_precision_kernels_run_on_half_operands_under_autocast():
     bn = kernel("bn", (2, 4, 4), "cpu", torch.bfloat16)
     bn.step()
     assert bn.x.dtype == torch.bfloat16 and bn.bn.weight.dtype == torch.float32
+    xent = kernel("xent", (8, 16), "cpu", torch.bfloat16)
+    xent.step()
+    assert xent.x.dtype == torch.bfloat16 and xent.out.dtype == torch.bfloat16
+    assert k.nbytes("xent", (8, 16), k.element_bytes("bf16")) == 2 * 4 * 8 * 16
     assert k.nbytes("memory", (64,), k.element_bytes("bf16")) == 2 * 2 * 64
     assert k.nbytes("update", (64,), k.element_bytes("bf16")) == 2 * 4 * 64
     assert k.element_bytes("tf32") == k.element_bytes("fp32") == 4
