@@ -17,6 +17,7 @@ FAST = Measurement(min_time_s=0.05, min_steps=3, warmup_min_steps=2, warmup_max_
 def _isolated_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("DLPERF_DB", str(tmp_path / "default.db"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("DLPERF_REFERENCE_FITS", raising=False)  # the shipped GPU curves
 
 
 @pytest.fixture(autouse=True)

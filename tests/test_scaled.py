@@ -126,3 +126,26 @@ def test_dlperf_devices_says_what_gpu_predictions_stand_on(capsys):
     assert main(["devices", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["gpu_kernels"]["reference"] == "h200" and "H200" in doc["gpu_kernels"]["source"]
+
+
+def test_a_users_own_gpu_can_be_the_reference(tmp_path, monkeypatch, capsys):
+    """``$DLPERF_REFERENCE_FITS`` names a file written by ``python -m
+    dlperf.calibrate.reference`` for the user's own GPU: the catalogue's GPUs are scaled
+    from it. A missing or broken file: one line, exit 2."""
+    from dlperf.cli import main
+
+    mine = ReferenceFits(device="a100-80gb", source="my A100", fits=(_fit("fp32"),))
+    path = tmp_path / "mine.json"
+    path.write_text(mine.model_dump_json())
+    monkeypatch.setenv("DLPERF_REFERENCE_FITS", str(path))
+    p = predict("resnet50", device="h100-sxm", batch_size=32)
+    assert any("a100-80gb's calibrated fp32 curves" in n for n in p.notes)
+    assert scaled.reference().source == "my A100"
+    for bad, message in ((tmp_path / "missing.json", "cannot read"),
+                         (tmp_path / "broken.json", "not a reference file")):
+        if bad.name == "broken.json":
+            bad.write_text('{"device": "h200"}')
+        monkeypatch.setenv("DLPERF_REFERENCE_FITS", str(bad))
+        assert main(["predict", "-n", "resnet50", "-d", "h100-sxm"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0]

@@ -6,6 +6,10 @@ software and the date.
     dlperf calibrate --device gpu --frameworks torch --precision fp32   # and tf32, bf16, fp16
     python -m dlperf.calibrate.reference --db gpu.db --entry h200 \\
         --out src/dlperf/perfmodel/data/reference_fits.json
+
+A user's own GPU the same way, into a file of their own (``--entry``: the catalogue entry
+of that GPU, or one of their devices file); ``DLPERF_REFERENCE_FITS=that-file dlperf
+predict -d h100-sxm ...`` then scales the catalogue's GPUs from it.
 """
 
 from __future__ import annotations

@@ -27,16 +27,21 @@ a GPU of another SM count) and the libraries' change of algorithm between GPUs; 
 keeps the measured GPU's efficiency. The reference curves ship in
 ``data/reference_fits.json``: ``dlperf calibrate --device gpu --frameworks torch
 --precision P`` on one GPU at each precision, written by ``python -m
-dlperf.calibrate.reference`` (the file's ``source`` names the GPU, software and date).
+dlperf.calibrate.reference`` (the file's ``source`` names the GPU, software and date). A
+user with a GPU of their own writes its file the same way and points
+``$DLPERF_REFERENCE_FITS`` at it: the catalogue's GPUs are then scaled from theirs.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from importlib import resources
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dlperf.errors import UsageError
 from dlperf.perfmodel import catalogue
 from dlperf.perfmodel.catalogue import Device
 from dlperf.perfmodel.fit import ConvCurve, GemmCurve, LocalFit, MemoryCurve
@@ -59,13 +64,29 @@ class ReferenceFits(BaseModel):
         return next((f for f in self.fits if f.precision == precision), None)
 
 
-@functools.cache
 def reference() -> ReferenceFits | None:
-    """The shipped reference curves (None when the package has none)."""
+    """The reference curves: ``$DLPERF_REFERENCE_FITS`` where set (a missing or broken
+    file is one UsageError line), else the shipped ones (None when the package has none)."""
+    env = os.environ.get("DLPERF_REFERENCE_FITS")
+    if env:
+        return _read(str(Path(env).expanduser()))
     path = resources.files("dlperf.perfmodel").joinpath("data", REFERENCE_FILE)
-    if not path.is_file():
-        return None
-    return ReferenceFits.model_validate_json(path.read_text())
+    return _read(str(path)) if path.is_file() else None
+
+
+@functools.cache
+def _read(path: str) -> ReferenceFits:
+    from pydantic import ValidationError
+
+    try:
+        ref = ReferenceFits.model_validate_json(Path(path).read_text())
+    except OSError as e:
+        raise UsageError(f"DLPERF_REFERENCE_FITS={path}: cannot read: {e.strerror}") from None
+    except ValidationError as e:
+        raise UsageError(f"{path}: not a reference file of 'python -m "
+                         f"dlperf.calibrate.reference': {e.errors()[0]['msg']}") from None
+    catalogue.device(ref.device)  # its GPU must be in the catalogue: the ratios divide by it
+    return ref
 
 
 def _gemm(c: GemmCurve, flops: float, bandwidth: float, peak: float | None) -> GemmCurve:
