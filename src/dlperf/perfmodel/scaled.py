@@ -39,7 +39,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dlperf.errors import UsageError
 from dlperf.perfmodel import catalogue
@@ -76,8 +76,6 @@ def reference() -> ReferenceFits | None:
 
 @functools.cache
 def _read(path: str) -> ReferenceFits:
-    from pydantic import ValidationError
-
     try:
         ref = ReferenceFits.model_validate_json(Path(path).read_text())
     except OSError as e:
