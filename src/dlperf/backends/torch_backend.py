@@ -262,6 +262,13 @@ def import_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def autocast_context(device: torch.device,
+                     dtype: torch.dtype | None) -> Callable[[], contextlib.AbstractContextManager]:
+    """What a step's ops run inside, made anew for each step: ``torch.autocast`` to
+    ``dtype`` under mixed precision, else nothing."""
+    return (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
+
+
 class TorchTrainer(Trainer):
     def __init__(self, model: nn.Module, x, y, variant: str, device: torch.device,
                  config: Any = None, precision: str = "fp32"):
@@ -276,9 +283,7 @@ class TorchTrainer(Trainer):
         )
         self._forward = torch.compile(model) if variant == "compile" else model
         self._last_loss: torch.Tensor | None = None
-        dtype = AUTOCAST.get(precision)
-        self._autocast = ((lambda: torch.autocast(device.type, dtype=dtype)) if dtype
-                          else contextlib.nullcontext)
+        self._autocast = autocast_context(device, AUTOCAST.get(precision))
         self._scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
     def _loss(self, forward: Callable) -> torch.Tensor:
@@ -396,9 +401,7 @@ class TorchInference(ForwardOnly):
         self.batch_size = x.shape[0]
         self.param_count = trainable_params(model)
         self._forward = torch.compile(model) if variant == "compile" else model
-        dtype = AUTOCAST.get(precision)
-        self._autocast = ((lambda: torch.autocast(device.type, dtype=dtype)) if dtype
-                          else contextlib.nullcontext)
+        self._autocast = autocast_context(device, AUTOCAST.get(precision))
         self.out: torch.Tensor | None = None
 
     def step(self) -> torch.Tensor:

@@ -10,7 +10,6 @@ cost)."""
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing as mp
 import os
 import tempfile
@@ -21,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from dlperf.backends.base import Trainer, UnsupportedError
+from dlperf.backends.torch_backend import autocast_context
 from dlperf.perfmodel.kernels import DISPATCH_SIDE, flops
 
 
@@ -83,8 +83,7 @@ class KernelTrainer(Trainer):
         self.op, self.shape, self.device = op, shape, device
         gen = torch.Generator().manual_seed(0)
         dtype = half or torch.float32
-        self._autocast = ((lambda: torch.autocast(device.type, dtype=half)) if half
-                          else contextlib.nullcontext)
+        self._autocast = autocast_context(device, half)
 
         def randn(*dims: int) -> torch.Tensor:
             return torch.randn(dims, generator=gen).to(device, dtype)
