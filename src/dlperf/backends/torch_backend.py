@@ -7,7 +7,6 @@ same distribution. FLOPs come from ``torch.utils.flop_counter.FlopCounterMode``.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 from collections import OrderedDict
@@ -29,6 +28,7 @@ from dlperf.backends.base import (
     conv_probe_flops,
     conv_probe_shape,
 )
+from dlperf.backends.torch_amp import AUTOCAST, autocast_context
 from dlperf.backends.torch_transformer import GPT
 from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
 from dlperf.workloads.transformer import TransformerConfig
@@ -257,16 +257,6 @@ def import_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
 
 
 # ----------------------------------------------------------------------------- trainer
-#: Mixed precisions: the autocast dtype; fp16 also scales the loss (GradScaler) so that
-#: small gradients do not flush to zero in fp16.
-AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def autocast_context(device: torch.device,
-                     dtype: torch.dtype | None) -> Callable[[], contextlib.AbstractContextManager]:
-    """What a step's ops run inside, made anew for each step: ``torch.autocast`` to
-    ``dtype`` under mixed precision, else nothing."""
-    return (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
 
 
 class TorchTrainer(Trainer):

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from dlperf.backends.base import Trainer, UnsupportedError
-from dlperf.backends.torch_backend import autocast_context
+from dlperf.backends.torch_amp import autocast_context
 from dlperf.perfmodel.kernels import DISPATCH_SIDE, flops
 
 
