@@ -58,6 +58,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dlperf.perfmodel.catalogue import PRECISIONS
+
 Op = Literal["gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
              "xent", "bn", "dispatch", "dispatch_train", "allreduce"]
 OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory",
@@ -225,12 +227,12 @@ def bn_bytes(elems: float, channels: float, elem: int = ELEM) -> float:
 
 
 def element_bytes(precision: str) -> int:
-    """Bytes of an activation's element at a precision: 2 under mixed precision (fp16,
-    bf16: autocast runs products, convolutions and elementwise layers in half), else 4.
-    The weights, their update and the loss stay fp32 there (PyTorch's 'Automatic Mixed
-    Precision' documentation: the model's parameters stay float32; ``cross_entropy`` and
-    the softmaxes autocast to float32)."""
-    return 2 if precision in ("fp16", "bf16") else ELEM
+    """Bytes of an activation's element at a precision (``catalogue.PRECISIONS``): 2 under
+    mixed precision (fp16, bf16: autocast runs products, convolutions and elementwise
+    layers in half), else 4. The weights, their update and the loss stay fp32 there
+    (PyTorch's 'Automatic Mixed Precision' documentation: the model's parameters stay
+    float32; ``cross_entropy`` and the softmaxes autocast to float32)."""
+    return PRECISIONS[precision]
 
 
 def label(shape: tuple[int, ...]) -> str:
