@@ -18,6 +18,7 @@ from dlperf import units
 from dlperf.cli.args import add_db, positive_int, str_list, threads_arg
 from dlperf.cli.progress import ProgressListener, out
 from dlperf.errors import UsageError
+from dlperf.perfmodel.catalogue import PRECISIONS
 from dlperf.perfmodel.fit import LocalFit
 
 
@@ -34,7 +35,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=threads_arg, help="comma-separated or 'auto' (default: "
                    "1, 2, 4, ... up to the physical cores)")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
-    p.add_argument("--precision", default="fp32", choices=("fp32", "tf32", "bf16", "fp16"),
+    p.add_argument("--precision", default="fp32", choices=tuple(PRECISIONS),
                    help="the kernels' precision (default fp32): tf32 turns TF32 on (a GPU's), "
                    "bf16 and fp16 run PyTorch's kernels under autocast; 'dlperf predict "
                    "--precision' then uses that calibration")

@@ -42,7 +42,8 @@ def add(sub: argparse._SubParsersAction) -> None:
                      "H100")
     how.add_argument("--published", action="store_true", help="predict the published GPU "
                      "measurements shipped with dlperf from their catalogue entries alone, "
-                     "beside a plain roofline (no store needed)")
+                     "beside the efficiency-factor roofline and a plain roofline (no store "
+                     "needed)")
     p.add_argument("--machine", help="with --catalogue: whose measurements (a machine id as "
                    "the report shows it, or 'all'; default this machine)")
     p.add_argument("--networks", help="comma-separated (default: all measured)")
@@ -130,7 +131,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def _published(as_json: bool) -> int:
-    """The catalogue model and a plain roofline against ``reference.published_gpu``."""
+    """``report.published``'s three models against ``reference.published_gpu``."""
     import statistics
 
     from dlperf.perfmodel.scaled import reference

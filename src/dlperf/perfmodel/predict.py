@@ -263,10 +263,9 @@ class _Context:
 
     def _calibration(self) -> str:
         fit = self.cal.fitted(self.dev)
-        if fit is not None and fit.origin is None:
-            return f"{self.dev.name}: {fit.describe()}"
-        if fit is not None:  # a catalogue GPU: another GPU's curves, the catalogue's links
-            return f"{self.dev.name}: {fit.describe()}; links: {self.cal.link_source}"
+        if fit is not None:  # a catalogue GPU's (another GPU's curves) has catalogue links
+            links = f"; links: {self.cal.link_source}" if fit.origin else ""
+            return f"{self.dev.name}: {fit.describe()}{links}"
         eff = self.cal.for_device(self.dev)
         return f"{self.dev.name}: {eff.source}; links: {self.cal.link_source}"
 
