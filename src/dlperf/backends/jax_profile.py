@@ -9,8 +9,9 @@ nested in another on the same thread (a loop body's ops inside the loop) is take
 parent, so that each instruction has its own time and nothing is counted twice.
 Products are given as ``xla:dot`` with operands (m x k) and (k x n) (a leading batch
 dimension where the dot has one), named by how they are laid out (``dot_operands``: a
-weight gradient reads its first operand transposed, ``xla:dot_tn``), convolutions as ``xla:convolution`` with their FLOPs,
-other fusions by the kind XLA names them after (``xla:transpose_copy_fusion``: a copy
+weight gradient reads its first operand transposed, ``xla:dot_tn``), convolutions as
+``xla:convolution`` with their FLOPs (a layer's weight gradient, which XLA runs as a
+convolution, as ``xla:convolution_wgrad``: ``conv_flops``), other fusions by the kind XLA names them after (``xla:transpose_copy_fusion``: a copy
 into another layout with the elementwise ops fused into it), everything else as
 ``xla:<opcode>``, each with its operands' and result's shapes.
 """

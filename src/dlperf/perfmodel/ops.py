@@ -31,9 +31,9 @@ time, whose operands are a tuple: unmodelled). XLA runs a convolution's gradient
 convolutions too: the input gradient is timed by the forward convolution curve, the
 weight gradient (``xla:convolution_wgrad``, on the layer's input, output gradient and
 window) by half the calibrated backward pair, as the step model times a layer's weight
-gradient alone. TensorFlow's graph ops
-(``backends/tf_profile``) come the same way: ``tf:matmul``, ``tf:conv2d`` (forward and
-both gradients, with their FLOPs) and ``tf:<OpType>``.
+gradient alone. TensorFlow's graph ops (``backends/tf_profile``) come the same way:
+``tf:matmul``, ``tf:conv2d`` (forward and both gradients, with their FLOPs) and
+``tf:<OpType>``.
 """
 
 from __future__ import annotations

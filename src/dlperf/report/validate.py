@@ -133,8 +133,8 @@ def catalogue_cases(store: Store, device: str, *, machine_id: str | None = None
     for every machine in the store) on a device of the catalogue entry's kind, predicted
     from the catalogue entry alone (as ``dlperf predict`` does: a GPU from the reference
     GPU's curves scaled to its datasheet, a CPU from its datasheet and the public
-    efficiency factors; no calibration of this machine): how far to trust the model for hardware that was not calibrated, on
-    hardware that was measured."""
+    efficiency factors; no calibration of this machine): how far to trust the model for
+    hardware that was not calibrated, on hardware that was measured."""
     from dlperf.errors import UsageError
     from dlperf.perfmodel import catalogue, predict
 
