@@ -10,6 +10,7 @@ cost)."""
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import tempfile
@@ -32,6 +33,20 @@ def _device(device: str) -> torch.device:
     return torch.device("cpu")
 
 
+@functools.cache
+def _spin_rate(device: torch.device) -> float:
+    """The spin kernel's clock cycles per second on ``device``, timed once per process
+    (every calibration shape makes a clock)."""
+    begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+    cycles = 10_000_000
+    torch.cuda._sleep(cycles)  # loads the kernel
+    begin.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / (begin.elapsed_time(end) * 1e-3)
+
+
 class CudaClock:
     """The device's own time of the calls queued between ``start`` and ``stop``, without
     the host's. A spin kernel (``torch.cuda._sleep``) holds the stream while the host
@@ -46,17 +61,7 @@ class CudaClock:
         self.device = device
         self.begin, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
         self._hold_s = 0.02  # the first spin, before any queueing time is known
-        self._cycles_per_s = self._spin_rate()
-
-    def _spin_rate(self) -> float:
-        """The spin kernel's clock cycles per second, timed once on the device."""
-        cycles = 10_000_000
-        torch.cuda._sleep(cycles)  # loads the kernel
-        self.begin.record()
-        torch.cuda._sleep(cycles)
-        self.end.record()
-        self.end.synchronize()
-        return cycles / (self.begin.elapsed_time(self.end) * 1e-3)
+        self._cycles_per_s = _spin_rate(device)
 
     def start(self) -> None:
         torch.cuda._sleep(int(self._hold_s * self._cycles_per_s))
