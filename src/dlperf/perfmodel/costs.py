@@ -80,7 +80,7 @@ def layer_cost(layer: Layer, in_elems: int, batch: float, elem_bytes: int) -> La
         bwd_flops=(layer.train_flops() - layer.fwd_flops) * b,
         fwd_bytes=fwd * elem_bytes,
         bwd_bytes=bwd * elem_bytes,
-        update_bytes=3 * p * max(elem_bytes, WEIGHT_BYTES),
+        update_bytes=3 * p * WEIGHT_BYTES,
         kernels=kernels(layer),
     )
 

@@ -142,8 +142,7 @@ class _Context:
         self.layers: list[Layer] = cfg.layers()
         self.elem = PRECISIONS[precision]
         # gradients are fp32 under mixed precision too (``costs.WEIGHT_BYTES``)
-        self.grad_bytes = sum(layer.params for layer in self.layers) * max(self.elem,
-                                                                           WEIGHT_BYTES)
+        self.grad_bytes = sum(layer.params for layer in self.layers) * WEIGHT_BYTES
         self.links: dict[str, str] = {}
         self._link_names = (link, inter_link)
         self.notes = [INPUT_NOTE]
