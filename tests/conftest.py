@@ -18,6 +18,9 @@ def _isolated_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("DLPERF_DB", str(tmp_path / "default.db"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("DLPERF_REFERENCE_FITS", raising=False)  # the shipped GPU curves
+    # never the developer's own device file ($DLPERF_DEVICES, ~/.config/dlperf/devices.toml)
+    monkeypatch.delenv("DLPERF_DEVICES", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
 @pytest.fixture(autouse=True)

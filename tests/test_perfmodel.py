@@ -19,13 +19,6 @@ from dlperf.workloads.base import Layer, dense
 
 
 @pytest.fixture(autouse=True)
-def _no_user_catalogue(tmp_path, monkeypatch):
-    """Never read the developer's own device file."""
-    monkeypatch.delenv("DLPERF_DEVICES", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
-@pytest.fixture(autouse=True)
 def _datasheet_roofline(monkeypatch):
     """These tests check the datasheet roofline's formulas on catalogue GPUs: no reference
     curves scaled to them (``tests/test_scaled.py`` checks those)."""

@@ -13,12 +13,6 @@ from dlperf.perfmodel.scaled import ReferenceFits, scale, scaled_fit
 from tests import calibration_fixtures as made_up
 
 
-@pytest.fixture(autouse=True)
-def _no_user_catalogue(tmp_path, monkeypatch):
-    monkeypatch.delenv("DLPERF_DEVICES", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
 def _fit(precision: str = "fp32"):
     """The made-up machine's curves, as a GPU's at ``precision``."""
     elem = element_bytes(precision)

@@ -12,12 +12,6 @@ GUIDE = ["calc", "transfer", "--link", "pcie4x16", "--device-memory", "8GB", "--
          "--compute", "0.5"]
 
 
-@pytest.fixture(autouse=True)
-def _no_user_catalogue(tmp_path, monkeypatch):
-    monkeypatch.delenv("DLPERF_DEVICES", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
 def test_the_guides_figures_from_its_inputs():
     r = tr.refresh(8e9, 31.5, 4)
     assert f"{r.one_s:.6f}" == "0.253968"  # 8 / 31.5
