@@ -154,6 +154,37 @@ def test_elementwise_and_embedding_bytes():
     assert emb.fwd_bytes == (64 + 8 + 64) * 4
 
 
+def test_autocast_runs_softmax_and_layer_norm_in_fp32_with_their_casts():
+    """Under mixed precision (2-byte elements) a softmax over 5 elements, batch 2, moves
+    its own 10 + 10 elements forward and 30 backward at 4 bytes, and casts its input and
+    its output once each way (read 2, write 4, or the reverse: 20 elements x 6 bytes per
+    pass), two more kernels a pass; a ReLU, not on autocast's float32 list, stays at 2
+    bytes; in fp32 the softmax has no casts."""
+    soft = Layer("softmax", "softmax", out_elems=5)
+    half = layer_cost(soft, in_elems=5, batch=2, elem_bytes=2)
+    assert (half.fwd_bytes, half.bwd_bytes) == (20 * 4 + 20 * 6, 30 * 4 + 20 * 6)
+    assert half.kernels == layer_cost(soft, in_elems=5, batch=2, elem_bytes=4).kernels + 4
+    full = layer_cost(soft, in_elems=5, batch=2, elem_bytes=4)
+    assert (full.fwd_bytes, full.bwd_bytes) == (20 * 4, 30 * 4)
+    ln = layer_cost(Layer("ln", "ln", params=2 * 5, out_elems=5), in_elems=5, batch=2,
+                    elem_bytes=2)
+    # forward: weights 10 + x 10 + y 10 in fp32, and the two casts
+    assert ln.fwd_bytes == 30 * 4 + 20 * 6
+    relu = layer_cost(Layer("relu", "act", out_elems=5), in_elems=5, batch=2, elem_bytes=2)
+    assert (relu.fwd_bytes, relu.kernels) == (40, 2)  # forward and input gradient
+
+
+def test_the_transformer_masks_its_scores_before_the_softmax():
+    """The causal mask is an elementwise pass over every head's T x T scores (the PyTorch
+    GPT-2's masked_fill), with no FLOPs of its own."""
+    cfg = workloads.resolve("gpt2", "tiny", {})[2]
+    layers = cfg.layers()
+    names = [x.name for x in layers]
+    mask = layers[names.index("b1_mask")]
+    assert names.index("b1_mask") == names.index("b1_softmax") - 1
+    assert mask.out_elems == cfg.heads * cfg.seq_len**2 and mask.fwd_flops == 0
+
+
 @pytest.mark.parametrize("name", list(workloads.WORKLOADS))
 def test_layer_flops_add_up_to_the_counted_training_flops(name):
     """The model's FLOPs are the workload's (which the backend tests check against each

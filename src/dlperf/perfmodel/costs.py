@@ -15,6 +15,11 @@ of the layer before it; the data for the first), O its ``out_elems`` and P its p
   precision keeps the weights and their gradients in fp32: PyTorch's 'Automatic Mixed
   Precision' and Keras' 'Mixed precision' guides).
 
+Under mixed precision (2-byte elements) the layers PyTorch's autocast runs in float32
+(``AUTOCAST_FP32``) move their elements at 4 bytes, and each of their activations, input
+and output, is cast once per pass between the half and the float32 copy (read one, write
+the other: a kernel and 2 + 4 bytes an element each way).
+
 Every tensor is counted once per pass, as if nothing stayed in cache: the bytes a
 kernel must move at least, the memory side of Williams et al.'s roofline.
 """
@@ -58,6 +63,11 @@ def kernels(layer: Layer) -> int:
 
 #: bytes of a weight and of its gradient: fp32 under mixed precision too (module docstring)
 WEIGHT_BYTES = 4
+#: layers that autocast runs in float32 under mixed precision: PyTorch's
+#: aten/src/ATen/autocast_mode.h lists softmax and log_softmax among the ops it runs in
+#: fp32 (AT_FORALL_FP32_SET_OPT_DTYPE) and layer_norm among AT_FORALL_FP32 (the torch.amp
+#: documentation's 'CUDA Ops that can autocast to float32'); the loss has its own curve
+AUTOCAST_FP32 = ("softmax", "ln")
 
 
 def layer_cost(layer: Layer, in_elems: int, batch: float, elem_bytes: int) -> LayerCost:
@@ -73,15 +83,21 @@ def layer_cost(layer: Layer, in_elems: int, batch: float, elem_bytes: int) -> La
     if layer.input_grad:
         bwd += i  # the input gradient
     bwd += p  # the weight gradient
+    fwd_bytes, bwd_bytes, launches = fwd * elem_bytes, bwd * elem_bytes, kernels(layer)
+    if elem_bytes < WEIGHT_BYTES and layer.op in AUTOCAST_FP32:  # float32, and the casts
+        cast = (i + o) * (elem_bytes + WEIGHT_BYTES)
+        fwd_bytes = fwd * WEIGHT_BYTES + cast
+        bwd_bytes = bwd * WEIGHT_BYTES + (cast if bwd else 0)
+        launches += 2 + (2 if bwd else 0)
     return LayerCost(
         name=layer.name,
         op=layer.op,
         fwd_flops=layer.fwd_flops * b,
         bwd_flops=(layer.train_flops() - layer.fwd_flops) * b,
-        fwd_bytes=fwd * elem_bytes,
-        bwd_bytes=bwd * elem_bytes,
+        fwd_bytes=fwd_bytes,
+        bwd_bytes=bwd_bytes,
         update_bytes=3 * p * WEIGHT_BYTES,
-        kernels=kernels(layer),
+        kernels=launches,
     )
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dlperf.perfmodel.catalogue import Device, Link
 from dlperf.perfmodel.compute import LayerTiming
-from dlperf.perfmodel.costs import LayerCost, kernels
+from dlperf.perfmodel.costs import LayerCost
 from dlperf.perfmodel.fit import AlphaBeta, GemmCurve, LocalFit
 from dlperf.perfmodel.kernels import element_bytes, xent_bytes
 from dlperf.workloads.base import Gemm, Layer
@@ -148,11 +148,12 @@ def _guess(layer: Layer) -> tuple[Gemm, ...]:
     return (Gemm(1, side, max(1, round(layer.fwd_flops / 2 / side))),)
 
 
-def launches(layer: Layer) -> int:
-    """Kernel launches per step: ``costs.kernels``, plus the extra calls of products run
-    one after another (an LSTM's steps), forward and backward."""
+def launches(layer: Layer, cost: LayerCost) -> int:
+    """Kernel launches per step: the cost's (``costs.kernels``, and autocast's casts), plus
+    the extra calls of products run one after another (an LSTM's steps), forward and
+    backward."""
     extra = sum(g.count - 1 for g in layer.gemms if g.batch_rows)
-    return kernels(layer) + extra * (1 + (1 if layer.input_grad else 0) + (1 if layer.params else 0))
+    return cost.kernels + extra * (1 + (1 if layer.input_grad else 0) + (1 if layer.params else 0))
 
 
 def layer_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) -> LayerTiming:
@@ -170,7 +171,7 @@ def layer_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) -> 
     s = fit.slowdown
     return LayerTiming(name=cost.name, op=cost.op, compute_s=compute * s, memory_s=memory * s,
                        update_s=(fit.update or fit.memory).time(cost.update_bytes) * s,
-                       overhead_s=launches(layer) * fit.dispatch.step_op_s * s,
+                       overhead_s=launches(layer, cost) * fit.dispatch.step_op_s * s,
                        flops=cost.flops, bytes=cost.bytes)
 
 
