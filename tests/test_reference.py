@@ -104,6 +104,26 @@ def test_published_gpu_times_ship_with_their_source_and_catalogue_entries():
     assert (sxm.batch_size, sxm.samples_per_s, sxm.published_precision) == (640, 1066, "fp32")
 
 
+def test_measured_gpu_steps_name_their_machine_and_command_and_are_not_the_reference_gpu():
+    """The steps dlperf measured on a lent GPU: their machine, software and command in the
+    file, a catalogue GPU for each, and never the GPU the reference curves come from."""
+    from dlperf.perfmodel import catalogue
+    from dlperf.perfmodel.scaled import reference
+    from dlperf.reference import measured_gpu
+
+    m = measured_gpu()
+    cite = " ".join(m.citation)
+    assert "dlperf sweep" in cite and "H100 80GB HBM3" in cite and "cuDNN" in cite
+    assert len(m.rows) == 19 and {r.network for r in m.rows} == {"fcn5", "alexnet", "lstm32",
+                                                                 "resnet50", "gpt2"}
+    assert {r.size for r in m.rows if r.network == "gpt2"} == {"small", "medium"}
+    assert {r.precision for r in m.rows} == {"fp32", "tf32", "bf16", "fp16"}
+    ref = reference()
+    for r in m.rows:
+        assert catalogue.device(r.device).kind == "gpu" and r.device != ref.device
+        assert r.gpus == 1 and r.time_s == pytest.approx(r.batch_size / r.samples_per_s)
+
+
 def test_validate_published_predicts_every_row_from_the_catalogue_beside_a_roofline(capsys):
     """Each published time against dlperf predict (the reference GPU's curves scaled), the
     datasheet roofline with efficiency factors and a plain roofline; the plain roofline
@@ -135,7 +155,17 @@ def test_validate_published_predicts_every_row_from_the_catalogue_beside_a_roofl
     assert doc["summary"]["catalogue"]["median_abs"] == pytest.approx(
         (errs[7] + errs[8]) / 2)
     assert set(doc["summary"]) == {"catalogue", "factors", "roofline"}
+    measured = doc["measured"]
+    assert len(measured["cases"]) == 19 and "dlperf sweep" in " ".join(measured["citation"])
+    lstm = next(c for c in measured["cases"] if c["network"] == "lstm32")
+    assert lstm["predicted_s"] == pytest.approx(predict(
+        "lstm32", device="h100-sxm", batch_size=lstm["batch_size"], precision="fp32").time_s)
+    assert lstm["error"] == pytest.approx(lstm["predicted_s"] / lstm["published_s"] - 1)
+    medium = next(c for c in measured["cases"] if c["size"] == "medium")
+    assert medium["predicted_s"] == pytest.approx(predict(
+        "gpt2", size="medium", device="h100-sxm", batch_size=4, precision="bf16").time_s)
     assert main(["validate", "--published"]) == 0
     text = capsys.readouterr().out
     assert "plain roofline: median |error|" in text and "lambdal" in text
+    assert "(19 steps measured there)" in text and "gpt2[medium]" in text
     assert "reference curves: h200" in text

@@ -4,7 +4,7 @@ measured on this machine and print the errors. Parsing and printing only
 
     dlperf validate                                # the kernel-calibrated model alone
     dlperf validate --leave-one-network-out        # plus factors fitted on other networks
-    dlperf validate --published                    # the catalogue against published times
+    dlperf validate --published                    # the catalogue against GPU times
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def add(sub: argparse._SubParsersAction) -> None:
                      "calibration of this machine), e.g. h100-sxm for the measurements of an "
                      "H100")
     how.add_argument("--published", action="store_true", help="predict the published GPU "
-                     "measurements shipped with dlperf from their catalogue entries alone, "
+                     "measurements shipped with dlperf, and the steps dlperf measured on a "
+                     "lent GPU that is not the reference, from their catalogue entries alone, "
                      "beside the efficiency-factor roofline and a plain roofline (no store "
                      "needed)")
     p.add_argument("--machine", help="with --catalogue: whose measurements (a machine id as "
@@ -131,17 +132,36 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def _published(as_json: bool) -> int:
-    """``report.published``'s three models against ``reference.published_gpu``."""
+    """``report.published``'s three models against ``reference.published_gpu``, and then
+    against ``reference.measured_gpu`` (steps dlperf measured on a lent GPU)."""
+    from dlperf.perfmodel.scaled import reference
+    from dlperf.reference import measured_gpu, published_gpu
+
+    sets = (("The catalogue against published training times (ResNet-50)", "published",
+             "published measurements", published_gpu()),
+            ("The catalogue against steps dlperf measured on a lent GPU (not the reference "
+             "curves' GPU)", "measured", "steps measured there", measured_gpu()))
+    docs = [_published_set(*s, as_json) for s in sets]
+    if as_json:
+        print(json.dumps({**docs[0], "measured": docs[1]}, indent=1))
+        return 0
+    ref = reference()
+    if ref is not None:
+        out.print(f"reference curves: {ref.device}, {ref.source}", markup=False)
+    return 0
+
+
+def _published_set(title: str, column: str, noun: str, data, as_json: bool) -> dict:
+    """One set of GPU steps against the three models: its table and summary lines (none
+    with ``as_json``), and its JSON document."""
     import statistics
 
-    from dlperf.perfmodel.scaled import reference
-    from dlperf.reference import published_gpu
     from dlperf.report.exporters import print_table
     from dlperf.report.published import published_cases
     from dlperf.report.tables import Table
     from dlperf.report.validate import p90
 
-    cases = published_cases()
+    cases = published_cases(data)
 
     def summary(errors: list[float]) -> dict[str, float]:
         mags = [abs(e) for e in errors]
@@ -151,24 +171,26 @@ def _published(as_json: bool) -> int:
     model = summary([c.error for c in cases])
     factors = summary([c.factors_error for c in cases])
     roof = summary([c.roofline_error for c in cases])
+    doc = {"citation": list(data.citation), "cases": [
+        {"gpu": c.row.gpu, "device": c.row.device, "gpus": c.row.gpus,
+         "precision": c.row.precision, "network": c.row.network, "size": c.row.size,
+         "batch_size": c.row.batch_size, "published_s": c.row.time_s,
+         "predicted_s": c.model_s, "error": c.error, "factors_s": c.factors_s,
+         "factors_error": c.factors_error, "roofline_s": c.roofline_s,
+         "roofline_error": c.roofline_error, "note": c.row.note} for c in cases],
+        "summary": {"catalogue": model, "factors": factors, "roofline": roof}}
     if as_json:
-        print(json.dumps({"citation": list(published_gpu().citation), "cases": [
-            {"gpu": c.row.gpu, "device": c.row.device, "gpus": c.row.gpus,
-             "precision": c.row.precision, "network": c.row.network,
-             "batch_size": c.row.batch_size, "published_s": c.row.time_s,
-             "predicted_s": c.model_s, "error": c.error, "factors_s": c.factors_s,
-             "factors_error": c.factors_error, "roofline_s": c.roofline_s,
-             "roofline_error": c.roofline_error, "note": c.row.note} for c in cases],
-            "summary": {"catalogue": model, "factors": factors, "roofline": roof}}, indent=1))
-        return 0
-    rows = [[c.row.gpu, c.row.device, c.row.precision, str(c.row.batch_size),
+        return doc
+    rows = [[c.row.gpu, c.row.device,
+             c.row.network + (f"[{c.row.size}]" if c.row.size not in (None, "full") else ""),
+             c.row.precision, str(c.row.batch_size),
              units.seconds(c.row.time_s), units.seconds(c.model_s), f"{c.error:+.0%}",
              units.seconds(c.factors_s), f"{c.factors_error:+.0%}",
              units.seconds(c.roofline_s), f"{c.roofline_error:+.0%}"] for c in cases]
-    print_table(Table(title="The catalogue against published training times (ResNet-50)",
-                      headers=["published on", "entry", "precision", "batch", "published",
-                               "predicted", "error", "factors", "error", "roofline",
-                               "error"], rows=rows,
+    print_table(Table(title=title,
+                      headers=[f"{column} on", "entry", "network", "precision", "batch",
+                               column, "predicted", "error", "factors", "error",
+                               "roofline", "error"], rows=rows,
                       caption="per mini-batch, never fitted on these rows; predicted: as "
                               "dlperf predict (the reference GPU's calibrated kernels scaled "
                               "to the entry's peaks); factors: the datasheet's peaks times "
@@ -178,12 +200,10 @@ def _published(as_json: bool) -> int:
                     ("plain roofline", roof)):
         out.print(f"[bold]{name}[/]: median |error| {units.percent(s['median_abs'])}, p90 "
                   f"{units.percent(s['p90_abs'])}, median error {s['median_signed']:+.1%} "
-                  f"({len(cases)} published measurements)")
-    ref = reference()
-    if ref is not None:
-        out.print(f"reference curves: {ref.device}, {ref.source}", markup=False)
-    out.print("source: " + " ".join(published_gpu().citation[:3]), markup=False)
-    return 0
+                  f"({len(cases)} {noun})")
+    out.print("source: " + " ".join(data.citation[:3]), markup=False)
+    out.print("")
+    return doc
 
 
 def _machine(store, given: str | None) -> str | None:

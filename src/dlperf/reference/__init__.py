@@ -11,6 +11,11 @@ threads), with its citation in the file's comment lines.
 ``published_gpu.csv``: ResNet-50 training throughput published for GPUs that have a
 catalogue entry (one to eight GPUs, fp32/TF32 and mixed precision), with its citation:
 what ``dlperf validate --published`` predicts from the catalogue alone.
+
+``measured_gpu.csv``: the one exception to "someone else": steps dlperf's own sweep
+measured on a GPU lent to its developers that is not the reference curves' GPU, four
+networks at four precisions, the machine, software and command in its comment lines;
+``dlperf validate --published`` predicts them the same way, in a table of their own.
 """
 
 from __future__ import annotations
@@ -105,6 +110,7 @@ class PublishedStep:
     batch_size: int  # all GPUs together
     samples_per_s: float
     note: str
+    size: str | None = None  # the network's size where not its default
 
     @property
     def time_s(self) -> float:
@@ -121,11 +127,22 @@ class Published:
 @cache
 def published_gpu() -> Published:
     """ResNet-50 training throughputs published for catalogue GPUs (``published_gpu.csv``)."""
-    comments, body = _read("published_gpu.csv")
+    return _steps("published_gpu.csv")
+
+
+@cache
+def measured_gpu() -> Published:
+    """Steps dlperf measured on a lent catalogue GPU, not the reference's (``measured_gpu.csv``)."""
+    return _steps("measured_gpu.csv")
+
+
+def _steps(name: str) -> Published:
+    comments, body = _read(name)
     rows = tuple(PublishedStep(gpu=r["gpu"], device=r["device"], gpus=int(r["gpus"]),
                                precision=r["precision"],
                                published_precision=r["published_precision"],
                                network=r["network"], batch_size=int(r["batch"]),
-                               samples_per_s=float(r["samples_per_s"]), note=r["note"])
+                               samples_per_s=float(r["samples_per_s"]), note=r["note"],
+                               size=r.get("size") or None)
                  for r in csv.DictReader(body))
     return Published(citation=comments, rows=rows)

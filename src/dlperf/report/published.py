@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlperf.perfmodel import Calibration, Efficiency, predict
-from dlperf.reference import PublishedStep, published_gpu
+from dlperf.reference import Published, PublishedStep, published_gpu
 
 #: the datasheet roofline with the public efficiency factors, no scaled curves
 FACTORS = Calibration(scaled=False)
@@ -43,11 +43,12 @@ class PublishedCase:
         return self._error(self.roofline_s)
 
 
-def published_cases() -> list[PublishedCase]:
-    """Every published row, predicted the three ways."""
+def published_cases(steps: Published | None = None) -> list[PublishedCase]:
+    """Every row of ``steps`` (the published ones by default), predicted the three ways."""
     out = []
-    for r in published_gpu().rows:
-        kw: dict = dict(device=r.device, batch_size=r.batch_size, precision=r.precision)
+    for r in (steps or published_gpu()).rows:
+        kw: dict = dict(device=r.device, batch_size=r.batch_size, precision=r.precision,
+                        size=r.size)
         if r.gpus > 1:
             kw.update(strategy="sync", devices=r.gpus)
         out.append(PublishedCase(r, *(predict(r.network, calibration=c, **kw).time_s
