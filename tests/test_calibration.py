@@ -711,6 +711,14 @@ def test_profiled_ops_are_timed_by_the_curve_of_what_does_their_work():
                                   time_s=1e-4), f)
     assert relu.kind == "memory" and relu.bytes == 4 * 2 * 64 * 4096
     assert relu.model_s == pytest.approx(f.dispatch.op_s + f.memory.time(relu.bytes))
+    # dtypes recorded (PyTorch under autocast): a half ReLU moves 2-byte elements; a copy
+    # of a half tensor into an fp32 one (autocast's cast) reads 2 and writes 4 bytes each
+    half = ops.op_time(ProfiledOp(name="aten::relu", shapes=((64, 4096),), calls=1,
+                                  time_s=1e-4, element_bytes=(2,)), f)
+    assert half.bytes == 2 * 2 * 64 * 4096
+    cast = ops.op_time(ProfiledOp(name="aten::copy_", shapes=((64, 4096), (64, 4096), ()),
+                                  calls=1, time_s=1e-4, element_bytes=(4, 2, 0)), f)
+    assert cast.bytes == (4 + 2) * 64 * 4096
     view = ops.op_time(ProfiledOp(name="aten::view", shapes=((64, 4096), ()), calls=3,
                                   time_s=1e-6), f)
     assert view.kind == "dispatch" and view.model_s == pytest.approx(3 * f.dispatch.op_s)
@@ -1075,6 +1083,32 @@ def test_a_mixed_precision_calibration_predicts_steps_at_its_precision(db):
         "torch at 1 thread(s) at fp16 is not calibrated")
     with pytest.raises(Exception, match="--precision fp16"):
         cal.model("torch", 1, precision="fp16")
+
+
+def test_explain_profiles_a_mixed_precision_step_against_its_precisions_calibration(db, capsys):
+    """explain --precision bf16 profiles the step under autocast and reads the bf16
+    calibration; the profiler's dtypes give the ops' bytes: the products' operands are
+    half, and some memory-bound op moves 2-byte elements. Without that calibration: one
+    line, exit 2."""
+    with Store(db) as store:
+        made_up.calibrated(store)
+    assert main(["explain", "-n", "fcn5", "--size", "tiny", "-b", "8", "--steps", "1",
+                 "--precision", "bf16", "--db", str(db)]) == 2
+    assert "--precision bf16" in capsys.readouterr().err
+    with Store(db) as store:
+        made_up.calibrated(store, precision="bf16", allreduce=False)
+    assert main(["explain", "-n", "fcn5", "--size", "tiny", "-b", "8", "--steps", "1",
+                 "--precision", "bf16", "--db", str(db), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "bf16" in doc["label"] and doc["predicted_s"] > 0
+    with Store(db) as store:
+        (run,) = [r for r in store.results(kind="profile") if r.spec.precision == "bf16"]
+    gemms = [o for o in run.outcome.ops if o.name in ("aten::addmm", "aten::mm")]
+    assert gemms and all(2 in (o.element_bytes or ()) for o in gemms)
+    memory = {o["name"]: o for o in doc["ops"] if o["kind"] == "memory"}
+    halves = [o for o in run.outcome.ops if o.name in memory and o.element_bytes
+              and set(b for b in o.element_bytes if b) == {2}]
+    assert halves and all(memory[o.name]["bytes"] > 0 for o in halves)
 
 
 def test_kernels_timed_on_the_devices_clock_keep_their_whole_time():

@@ -203,19 +203,20 @@ def explain(network: str, *, framework: str = "torch", threads: int = 1,
             batch_size: int | None = None, size: str | None = None,
             params: dict[str, Any] | None = None, device: str = "cpu", steps: int = 5,
             measurement: Measurement | None = None, db: str | Path | None = None,
-            listener: Listener | None = None) -> Explanation:
+            listener: Listener | None = None, precision: str = "fp32") -> Explanation:
     """Profile ``network``'s training step with the framework's own profiler (a fresh run of
-    kind 'profile', stored) and set each op group beside the model calibrated here. One-line
-    UsageError when this machine has no calibration for the framework and thread count, or
-    the framework cannot be profiled."""
+    kind 'profile', stored) and set each op group beside the model calibrated here at
+    ``precision``. One-line UsageError when this machine has no calibration for the
+    framework, thread count and precision, or the framework cannot be profiled."""
     from dlperf.errors import UsageError
     from dlperf.explain.analysis import explain as explained
     from dlperf.kinds.profile import ProfileOptions
 
     wl, size, _ = workloads.resolve(network, size, params)  # a bad name first, in one line
     cal = local_calibration(db=db, device=device)
-    cal.model(backends.info(framework).name, threads, device)  # calibrated? (else: what to run)
-    spec = RunSpec(kind="profile", network=wl.name, size=size,
+    # calibrated? (else: what to run)
+    cal.model(backends.info(framework).name, threads, device, precision=precision)
+    spec = RunSpec(kind="profile", network=wl.name, size=size, precision=precision,
                    framework=backends.info(framework).name, device=device, threads=threads,
                    batch_size=batch_size or wl.default_batch, params=params or {},
                    options=ProfileOptions(steps=steps),

@@ -1,7 +1,9 @@
 """PyTorch's own profiler over a few training steps (``dlperf explain``): every op's self
 time (its children excluded, so that nothing is counted twice), call count and FLOPs,
-grouped by op and operand shapes (``key_averages(group_by_input_shape=True)``), per step.
-On a GPU the device's kernel time is the op's time."""
+grouped by op and operand shapes (``key_averages(group_by_input_shape=True)``), per step,
+with each operand's element size as the op's first call recorded it (the averages keep no
+dtypes; under mixed precision an op's operands can be half or fp32). On a GPU the device's
+kernel time is the op's time."""
 
 from __future__ import annotations
 
@@ -36,11 +38,28 @@ def _shapes(operands: list) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
+#: bytes of an element of the dtypes the profiler names (others, scalars: 0)
+DTYPE_BYTES = {"double": 8, "float": 4, "int": 4, "long int": 8, "c10::Half": 2,
+               "c10::BFloat16": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
+
+
+def _element_bytes(events) -> dict[tuple, tuple[int, ...]]:
+    """(op, operand shapes) -> each operand's element bytes, from the first raw event."""
+    out: dict[tuple, tuple[int, ...]] = {}
+    for e in events:
+        key = (e.name, _shapes(list(e.input_shapes or [])))
+        dtypes = getattr(e, "input_dtypes", None)
+        if key not in out and dtypes:
+            out[key] = tuple(DTYPE_BYTES.get(d, 0) for d in dtypes)
+    return out
+
+
 def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
     gpu = device == "gpu"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
     with torch_profile(activities=activities, record_shapes=True, with_flops=True) as prof:
         wall = mean_step_s(trainer, steps)
+    elems = _element_bytes(prof.events())
     ops = []
     for e in prof.key_averages(group_by_input_shape=True):
         # on a GPU, the ops (CPU-side events) with the device time of the kernels each one
@@ -52,5 +71,6 @@ def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], floa
             continue
         shapes = _shapes(list(e.input_shapes or []))
         ops.append({"name": e.key, "shapes": shapes, "calls": e.count / steps,
-                    "time_s": us * 1e-6 / steps, "flops": (e.flops / steps) if e.flops else None})
+                    "time_s": us * 1e-6 / steps, "flops": (e.flops / steps) if e.flops else None,
+                    "element_bytes": elems.get((e.key, shapes))})
     return ops, wall

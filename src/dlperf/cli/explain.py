@@ -13,6 +13,7 @@ import json
 from dlperf import units
 from dlperf.cli.args import add_db, parse_params, positive_int
 from dlperf.cli.progress import ProgressListener, out
+from dlperf.perfmodel.catalogue import PRECISIONS
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +32,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size")
     p.add_argument("--param", action="append", metavar="NAME=VALUE")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
+    p.add_argument("--precision", default="fp32", choices=tuple(PRECISIONS),
+                   help="the step's precision, against the calibration at it (dlperf "
+                        "calibrate --precision; default fp32)")
     p.add_argument("--steps", type=positive_int, default=5, help="steps under the profiler "
                    "(default 5)")
     p.add_argument("--top", type=positive_int, default=12, help="op groups to list (default 12)")
@@ -47,7 +51,8 @@ def cmd_explain(a: argparse.Namespace) -> int:
     with ProgressListener(to_stderr=a.json) as listener:  # --json: stdout for the document
         e = api.explain(a.network, framework=a.framework, threads=a.threads,
                         batch_size=a.batch_size, size=a.size, params=parse_params(a.param),
-                        device=a.device, steps=a.steps, db=a.db, listener=listener)
+                        device=a.device, steps=a.steps, db=a.db, listener=listener,
+                        precision=a.precision)
     if a.json:
         print(json.dumps(_json(e), indent=1))
         return 0

@@ -97,10 +97,10 @@ class Explanation:
 
 def explain(result: RunResult, calibration: LocalCalibration) -> Explanation:
     """The explanation of a stored profile run (kind 'profile') from this machine's
-    calibration of its framework and thread count."""
+    calibration of its framework, thread count and precision."""
     assert isinstance(result.outcome, ProfileOutcome)
     s = result.spec
-    model = calibration.model(s.framework, s.threads, s.device)
+    model = calibration.model(s.framework, s.threads, s.device, precision=s.precision)
     step = RunSpec.model_validate({**s.model_dump(), "kind": "step", "options": {}})
     return Explanation(result, result.outcome, op_times(result.outcome.ops, model.fit),
                        model.fit, predict_for_spec(step, calibration))

@@ -24,6 +24,9 @@ class ProfiledOp(Payload):
     calls: float  # calls per step
     time_s: float  # the op's own time per step (children excluded): CPU, or the device's
     flops: float | None = None  # per step, the profiler's count where it has one
+    #: bytes of an element of each operand, where the profiler records dtypes (PyTorch);
+    #: None: unknown (fp32 taken)
+    element_bytes: tuple[int, ...] | None = None
 
 
 class ProfileOutcome(Payload):

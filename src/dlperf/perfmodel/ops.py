@@ -15,8 +15,11 @@ an op excludes its children, so a wrapper that only calls others costs its dispa
   convolution without oneDNN (then the parent counts as dispatch);
 - ``dispatch``: wrappers, views and autograd's bookkeeping: the per-op cost alone;
 - ``memory``: everything else (elementwise, reductions, normalisation, pooling, the
-  optimizer's update): its operands read and a result as large as the largest written,
-  at the bandwidth the memory curve gives for that many bytes, plus the per-op cost;
+  optimizer's update): its operands read and a result as large as the largest written
+  (each at its own element size where the profiler recorded dtypes, PyTorch's: half or
+  fp32 under mixed precision; else fp32; a ``copy_``, autocast's cast among them, its
+  source read and its destination written), at the bandwidth the memory curve gives for
+  that many bytes, plus the per-op cost;
 - ``unmodelled``: an op whose operands the profiler did not record (the optimizer's fused
   ``_foreach_*`` ops on some builds): its time is shown, the model claims none for it.
 
@@ -75,6 +78,7 @@ class ProfiledOp(Protocol):
     calls: float
     time_s: float
     flops: float | None
+    element_bytes: tuple[int, ...] | None
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,21 @@ class OpTime:
 
 def _numel(shape: Sequence[int]) -> int:
     return math.prod(shape) if shape else 0
+
+
+def _memory_bytes(op: ProfiledOp) -> float:
+    """A memory-bound call's bytes: every operand read, and a result as large as the
+    largest written, each at its recorded element size (fp32 where none is known). A
+    ``copy_`` (autocast's casts among them) writes its first operand and reads the
+    second: their bytes once each."""
+    sizes = [_numel(s) for s in op.shapes]
+    known = op.element_bytes or ()
+    elems = [known[i] if i < len(known) and known[i] else ELEM for i in range(len(sizes))]
+    moved = float(sum(n * e for n, e in zip(sizes, elems, strict=True)))
+    if op.name == "aten::copy_":
+        return moved
+    largest = max(range(len(sizes)), key=lambda i: sizes[i], default=None)
+    return moved + (sizes[largest] * elems[largest] if largest is not None else 0)
 
 
 def gemm_shape(name: str, shapes: Sequence[Sequence[int]]) -> tuple[int, int, int, int] | None:
@@ -207,8 +226,7 @@ def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
                       op.flops or 0.0, 0.0)
     elif kind != "dispatch":  # elementwise and the like, or a product of unknown layout
         kind = "memory"
-        sizes = [_numel(s) for s in op.shapes]
-        bytes_call = float(ELEM * (sum(sizes) + max(sizes, default=0)))
+        bytes_call = _memory_bytes(op)
         per_call = fit.dispatch.op_s + fit.memory.time(bytes_call)
         flops_call = (op.flops or 0.0) / max(op.calls, 1e-12)
     return OpTime(op.name, tuple(op.shapes), kind, op.calls, op.time_s,
