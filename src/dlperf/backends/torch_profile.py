@@ -43,13 +43,19 @@ DTYPE_BYTES = {"double": 8, "float": 4, "int": 4, "long int": 8, "c10::Half": 2,
                "c10::BFloat16": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
 
 
-def _element_bytes(events) -> dict[tuple, tuple[int, ...]]:
-    """(op, operand shapes) -> each operand's element bytes, from the first raw event."""
+def _element_bytes(prof: torch_profile) -> dict[tuple, tuple[int, ...]]:
+    """(op, operand shapes) -> each operand's element bytes, from the op's first call.
+    Read from the profiler's kineto events, which have carried each operand's dtype for
+    many releases (the averaged events keep none, and the raw ``FunctionEvent`` only
+    since PyTorch 2.12); none where this build's profiler has no such record."""
+    try:
+        events = prof.profiler.kineto_results.events()
+    except AttributeError:
+        return {}
     out: dict[tuple, tuple[int, ...]] = {}
     for e in events:
-        key = (e.name, _shapes(list(e.input_shapes or [])))
-        dtypes = getattr(e, "input_dtypes", None)
-        if key not in out and dtypes:
+        key = (e.name(), _shapes(list(e.shapes() or [])))
+        if key not in out and (dtypes := e.dtypes()):
             out[key] = tuple(DTYPE_BYTES.get(d, 0) for d in dtypes)
     return out
 
@@ -59,7 +65,7 @@ def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], floa
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
     with torch_profile(activities=activities, record_shapes=True, with_flops=True) as prof:
         wall = mean_step_s(trainer, steps)
-    elems = _element_bytes(prof.events())
+    elems = _element_bytes(prof)
     ops = []
     for e in prof.key_averages(group_by_input_shape=True):
         # on a GPU, the ops (CPU-side events) with the device time of the kernels each one
