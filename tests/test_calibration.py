@@ -862,6 +862,33 @@ def made_up_fit() -> fit.LocalFit:
     return fit.fit_local(fit.Samples.of(items), "torch", 1)
 
 
+def test_explain_names_products_tensor_cores_cannot_tile_on_a_gpu():
+    """On a GPU at bf16, products with a dimension no multiple of 8 that ran at under half
+    their calibrated rate are named with the padding that aligns them (a GPT-2 head over
+    50257 tokens ran at 10-15% of it on an H100); aligned or fast products are not, and
+    neither is anything on a CPU or at fp32."""
+    from dlperf.explain.analysis import Explanation
+    from dlperf.kinds.profile import ProfileOutcome
+    from dlperf.perfmodel.ops import OpTime
+
+    def op(shapes, measured_s, model_s, calls=1.0):
+        return OpTime("aten::mm", shapes, "gemm", calls, measured_s, model_s, 1e12, 0.0)
+
+    ops = [op(((8192, 768), (768, 50257)), 6.6e-3, 0.65e-3),
+           op(((50257, 8192), (8192, 768)), 4.3e-3, 0.63e-3),
+           op(((8192, 768), (768, 3072)), 0.7e-3, 0.67e-3, calls=12),  # aligned
+           op(((8192, 768), (768, 50257)), 1e-3, 0.9e-3)]  # unaligned, but at 90%
+    profile = ProfileOutcome(profiler="torch profiler", steps=1, step_s=0.085)
+    gpu = made_up_fit().model_copy(update={"device": "gpu", "precision": "bf16"})
+    (note,) = Explanation(None, profile, ops, gpu, None).notes()
+    assert note.startswith("2 matrix product calls with a dimension of 50257 (no multiple "
+                           "of 8 at bf16) ran at 10%-15% of the calibrated rate")
+    assert "10.9 ms (13% of the step)" in note and "padding it to 50264" in note
+    for device, precision in (("cpu", "bf16"), ("gpu", "fp32")):
+        other = gpu.model_copy(update={"device": device, "precision": precision})
+        assert Explanation(None, profile, ops, other, None).notes() == []
+
+
 def test_xla_instructions_are_read_from_the_hlo_and_the_trace():
     pytest.importorskip("jax")
     from dlperf.backends import jax_profile as jp

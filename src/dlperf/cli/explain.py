@@ -82,6 +82,8 @@ def cmd_explain(a: argparse.Namespace) -> int:
                              units.seconds(p) if k != "unmodelled" else "-",
                              units.percent(m / step)] for k, m, p in e.by_kind()]), out)
     out.print(f"[bold]diagnosis:[/] {e.diagnosis()}", markup=True)
+    for note in e.notes():
+        out.print(f"note: {note}", markup=False)
     out.print(f"calibration: {e.fit.describe()}", markup=False)
     return 0
 
@@ -90,7 +92,7 @@ def _json(e) -> dict:
     return {"label": e.result.spec.label(), "measured_s": e.measured_s,
             "profiled_step_s": e.profile.step_s, "ops_s": e.ops_s, "outside_s": e.outside_s,
             "predicted_s": e.prediction.time_s if e.prediction else None,
-            "diagnosis": e.diagnosis(),
+            "diagnosis": e.diagnosis(), "notes": e.notes(),
             "ops": [{"name": o.name, "shapes": o.shapes, "kind": o.kind, "calls": o.calls,
                      "measured_s": o.measured_s, "model_s": o.model_s, "flops": o.flops,
                      "bytes": o.bytes} for o in e.ops]}

@@ -12,7 +12,7 @@ from dlperf.calibrate.prediction import predict_for_spec
 from dlperf.kinds.profile import ProfileOutcome
 from dlperf.perfmodel.fit import LocalFit
 from dlperf.perfmodel.machine import LocalCalibration
-from dlperf.perfmodel.ops import OpTime, op_times
+from dlperf.perfmodel.ops import OpTime, gemm_shape, op_times
 from dlperf.perfmodel.result import Prediction
 from dlperf.spec import RunResult, RunSpec
 
@@ -23,6 +23,12 @@ KIND_NAMES = {"gemm": "matrix products", "conv": "convolutions", "conv_bwd":
               "ops whose operands were not recorded (no model time)"}
 #: an op group whose time beyond the model's is at least this share of the step is named
 NOTABLE = 0.10
+#: Tensor cores run a product at full rate when every dimension is a multiple of 16
+#: bytes: 8 half elements, 4 TF32 ones (NVIDIA's Deep Learning Performance Guide,
+#: "Matrix Multiplication Background", Tensor Core Requirements)
+TENSOR_ALIGN = {"bf16": 8, "fp16": 8, "tf32": 4}
+#: a product is named as unaligned when it runs below this share of its calibrated rate
+SLOW = 0.5
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,34 @@ class Explanation:
             mine = [o for o in self.ops if o.kind == k]
             if mine:
                 out.append((k, sum(o.measured_s for o in mine), sum(o.model_s for o in mine)))
+        return out
+
+    def notes(self) -> list[str]:
+        """Causes the profile shows beyond the diagnosis: on a GPU at a tensor-core
+        precision, the products with a dimension tensor cores cannot tile (``TENSOR_ALIGN``)
+        that ran well below their calibrated rate (the calibration's shapes are powers of
+        two)."""
+        align = TENSOR_ALIGN.get(self.fit.precision) if self.fit.device == "gpu" else None
+        if align is None:
+            return []
+        odd: dict[int, list[OpTime]] = {}
+        for o in self.ops:
+            dims = gemm_shape(o.name, o.shapes) if o.kind == "gemm" else None
+            if dims and o.share_of_calibrated < SLOW:
+                for d in sorted({d for d in dims[1:] if d % align}):
+                    odd.setdefault(d, []).append(o)
+        out = []
+        for d, ops in sorted(odd.items(), key=lambda kv: -sum(o.measured_s for o in kv[1])):
+            took = sum(o.measured_s for o in ops)
+            low = min(o.share_of_calibrated for o in ops)
+            high = max(o.share_of_calibrated for o in ops)
+            calls = sum(o.calls for o in ops)
+            out.append(f"{calls:g} matrix product call{'s' if calls != 1 else ''} with a "
+                       f"dimension of {d} (no multiple of {align} at {self.fit.precision}) ran "
+                       f"at {low:.0%}-{high:.0%} of the calibrated rate and take "
+                       f"{units.seconds(took)} ({took / self.profile.step_s:.0%} of the step): "
+                       f"tensor cores want every dimension a multiple of 16 bytes; padding it "
+                       f"to {-(-d // align) * align} is the usual cure")
         return out
 
     def diagnosis(self) -> str:
