@@ -135,6 +135,12 @@ def test_a_users_own_gpu_can_be_the_reference(tmp_path, monkeypatch, capsys):
     p = predict("resnet50", device="h100-sxm", batch_size=32)
     assert any("a100-80gb's calibrated fp32 curves" in n for n in p.notes)
     assert scaled.reference().source == "my A100"
+    # an H100 of their own: the shipped H100 steps then check its curves, not a scaling
+    h100 = tmp_path / "h100.json"
+    h100.write_text(mine.model_copy(update={"device": "h100-sxm"}).model_dump_json())
+    monkeypatch.setenv("DLPERF_REFERENCE_FITS", str(h100))
+    assert main(["validate", "--published"]) == 0
+    assert "measured on a lent GPU (the reference curves' own GPU)" in capsys.readouterr().out
     for bad, message in ((tmp_path / "missing.json", "cannot read"),
                          (tmp_path / "broken.json", "not a reference file")):
         if bad.name == "broken.json":
