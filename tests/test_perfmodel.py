@@ -174,15 +174,18 @@ def test_autocast_runs_softmax_and_layer_norm_in_fp32_with_their_casts():
     assert (relu.fwd_bytes, relu.kernels) == (40, 2)  # forward and input gradient
 
 
-def test_the_transformer_masks_its_scores_before_the_softmax():
-    """The causal mask is an elementwise pass over every head's T x T scores (the PyTorch
-    GPT-2's masked_fill), with no FLOPs of its own."""
+def test_the_transformer_scales_and_masks_its_scores_before_the_softmax():
+    """The scaling by 1/sqrt(d/h) and the causal mask are each an elementwise pass over
+    every head's T x T scores (the PyTorch GPT-2's mul and masked_fill), with no FLOPs of
+    their own."""
     cfg = workloads.resolve("gpt2", "tiny", {})[2]
     layers = cfg.layers()
     names = [x.name for x in layers]
-    mask = layers[names.index("b1_mask")]
-    assert names.index("b1_mask") == names.index("b1_softmax") - 1
-    assert mask.out_elems == cfg.heads * cfg.seq_len**2 and mask.fwd_flops == 0
+    assert names[names.index("b1_scores") + 1:names.index("b1_softmax")] == ["b1_scale",
+                                                                            "b1_mask"]
+    for name in ("b1_scale", "b1_mask"):
+        layer = layers[names.index(name)]
+        assert layer.out_elems == cfg.heads * cfg.seq_len**2 and layer.fwd_flops == 0
 
 
 @pytest.mark.parametrize("name", list(workloads.WORKLOADS))

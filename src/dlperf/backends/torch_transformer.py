@@ -2,8 +2,9 @@
 
 Attention is written out as its two products and a softmax (``q @ k^T``, masked softmax,
 ``p @ v``), not as ``F.scaled_dot_product_attention``: the neutral definition, and the
-prediction model built on it, has the scores, the causal mask, the softmax and the values
-as four ops over a T x T matrix, so the measured network runs what is predicted. A fused kernel is
+prediction model built on it, has the scores, their scaling, the causal mask, the
+softmax and the values as five ops over a T x T matrix, so the measured network runs what
+is predicted. A fused kernel is
 another algorithm (flash attention recomputes the scores in the backward, a fifth product
 that PyTorch's counter adds), and on the CPU the counter does not see it at all.
 """

@@ -1,7 +1,8 @@
 """A GPT-2-style decoder-only transformer (Radford et al., 2019), framework-neutral.
 
 Pre-norm blocks: LayerNorm -> causal self-attention (one fused QKV projection, ``heads``
-heads, the scores masked to the past before their softmax, an output projection) -> residual add -> LayerNorm -> MLP (width -> 4 width,
+heads, the scores scaled and masked to the past before their softmax, an output
+projection) -> residual add -> LayerNorm -> MLP (width -> 4 width,
 GELU, -> width) -> residual add; learned position embeddings; a final LayerNorm; the
 language-model head tied to the token embedding (as GPT-2 ties them); softmax
 cross-entropy over the vocabulary at every position.
@@ -64,7 +65,9 @@ class TransformerConfig:
             # one product for each input, each the forward's size
             Layer(f"b{i}_scores", "attention", fwd_flops=attn, out_elems=h * t * t,
                   dgrad_flops=2 * attn, gemms=(Gemm(t, t, d // h, count=h, batch_rows=False),)),
-            # the causal mask: one elementwise pass over the scores each way (masked_fill)
+            # the scores' scaling by 1/sqrt(d/h) and the causal mask (masked_fill): each
+            # one elementwise pass over the scores each way
+            Layer(f"b{i}_scale", "scale", out_elems=h * t * t),
             Layer(f"b{i}_mask", "mask", out_elems=h * t * t),
             Layer(f"b{i}_softmax", "softmax", out_elems=h * t * t),
             Layer(f"b{i}_values", "attention", fwd_flops=attn, out_elems=t * d,
