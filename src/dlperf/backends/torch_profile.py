@@ -46,8 +46,9 @@ DTYPE_BYTES = {"double": 8, "float": 4, "int": 4, "long int": 8, "c10::Half": 2,
 def _element_bytes(prof: torch_profile) -> dict[tuple, tuple[int, ...]]:
     """(op, operand shapes) -> each operand's element bytes, from the op's first call.
     Read from the profiler's kineto events, which have carried each operand's dtype for
-    many releases (the averaged events keep none, and the raw ``FunctionEvent`` only
-    since PyTorch 2.12); none where this build's profiler has no such record."""
+    many releases (the averaged events keep none, and the raw ``FunctionEvent``'s
+    ``input_dtypes`` is recent: an H100's PyTorch 2.11 gave none); none where this
+    build's profiler has no such record."""
     try:
         events = prof.profiler.kineto_results.events()
     except AttributeError:

@@ -13,8 +13,9 @@ catalogue entry (one to eight GPUs, fp32/TF32 and mixed precision), with its cit
 what ``dlperf validate --published`` predicts from the catalogue alone.
 
 ``measured_gpu.csv``: the one exception to "someone else": steps dlperf's own sweep
-measured on a GPU lent to its developers that is not the reference curves' GPU, four
-networks at four precisions, the machine, software and command in its comment lines;
+measured on a GPU lent to its developers that is not the reference curves' GPU, five
+networks (GPT-2 among them) at four precisions, the machine, software and command in its
+comment lines;
 ``dlperf validate --published`` predicts them the same way, in a table of their own.
 """
 
