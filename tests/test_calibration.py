@@ -1122,6 +1122,10 @@ def test_explain_profiles_a_mixed_precision_step_against_its_precisions_calibrat
     assert main(["explain", "-n", "fcn5", "--size", "tiny", "-b", "8", "--steps", "1",
                  "--precision", "bf16", "--db", str(db)]) == 2
     assert "--precision bf16" in capsys.readouterr().err
+    assert main(["explain", "-n", "fcn5", "-f", "jax", "--precision", "fp16",
+                 "--db", str(db)]) == 2  # no framework but PyTorch calibrates mixed precision
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "PyTorch only" in err[0]
     with Store(db) as store:
         made_up.calibrated(store, precision="bf16", allreduce=False)
     assert main(["explain", "-n", "fcn5", "--size", "tiny", "-b", "8", "--steps", "1",

@@ -208,16 +208,19 @@ def explain(network: str, *, framework: str = "torch", threads: int = 1,
     kind 'profile', stored) and set each op group beside the model calibrated here at
     ``precision``. One-line UsageError when this machine has no calibration for the
     framework, thread count and precision, or the framework cannot be profiled."""
+    from dlperf.backends.base import MIXED, MIXED_KERNELS
     from dlperf.errors import UsageError
     from dlperf.explain.analysis import explain as explained
     from dlperf.kinds.profile import ProfileOptions
 
     wl, size, _ = workloads.resolve(network, size, params)  # a bad name first, in one line
+    fw = backends.info(framework).name
+    if precision in MIXED and fw != "torch":  # no calibration there to explain it against
+        raise UsageError(f"--precision {precision}: {MIXED_KERNELS}")
     cal = local_calibration(db=db, device=device)
-    # calibrated? (else: what to run)
-    cal.model(backends.info(framework).name, threads, device, precision=precision)
+    cal.model(fw, threads, device, precision=precision)  # calibrated? (else: what to run)
     spec = RunSpec(kind="profile", network=wl.name, size=size, precision=precision,
-                   framework=backends.info(framework).name, device=device, threads=threads,
+                   framework=fw, device=device, threads=threads,
                    batch_size=batch_size or wl.default_batch, params=params or {},
                    options=ProfileOptions(steps=steps),
                    measurement=measurement or Measurement(min_time_s=1.0))
