@@ -568,6 +568,14 @@ def test_predict_on_this_machine_needs_a_calibration(db, capsys):
     assert len(err.splitlines()) == 1 and "dlperf calibrate" in err
     assert main(["predict", "-n", "fcn5", "--device", "cpu", "--precision", "bf16",
                  "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip()  # not refused as fp32-only: what to calibrate
+    assert len(err.splitlines()) == 1 and "dlperf calibrate" in err
+    # a precision the kernels cannot run at here: said so, not a calibration to run
+    for precision, reason in (("tf32", "GPU format"), ("fp16", "PyTorch only")):
+        assert main(["predict", "-n", "fcn5", "--device", "cpu", "-f", "jax", "--precision",
+                     precision, "--db", str(db)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and reason in err[0]
 
 
 def test_predict_on_this_machine_prints_the_measurement_beside_it(db, capsys):
@@ -1086,7 +1094,7 @@ def test_a_gpu_kernel_is_queued_several_calls_per_synchronisation():
 
 
 # ----------------------------------------------------------------------------- precisions
-def test_a_mixed_precision_calibration_predicts_steps_at_its_precision(db):
+def test_a_mixed_precision_calibration_predicts_steps_at_its_precision(db, capsys):
     """A bf16 calibration is its own (framework, threads, precision). On the made-up
     machine, whose bandwidth is the same at every precision, a layer's memory passes
     move half the bytes in bf16 and take half the time; products are timed by their FLOPs
@@ -1108,6 +1116,14 @@ def test_a_mixed_precision_calibration_predicts_steps_at_its_precision(db):
     assert conv["bf16"].time_s == pytest.approx(conv["fp32"].time_s, rel=0.05)
     assert why_not(spec.model_copy(update={"precision": "fp16"}), cal) == (
         "torch at 1 thread(s) at fp16 is not calibrated")
+    # dlperf predict on this machine takes the bf16 calibration (not refused as fp32-only)
+    assert main(["predict", "-n", "alexnet", "--device", "cpu", "--threads", "1", "-b", "16",
+                 "--precision", "bf16", "--db", str(db), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["precision"] == "bf16" and doc["time_s"] == pytest.approx(bf16.time_s)
+    assert main(["predict", "-n", "alexnet", "--device", "cpu", "--precision", "bf16",
+                 "-s", "sync", "--gpus", "2", "--db", str(db)]) == 2
+    assert "parallel strategies run at fp32" in capsys.readouterr().err
     with pytest.raises(Exception, match="--precision fp16"):
         cal.model("torch", 1, precision="fp16")
 

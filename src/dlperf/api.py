@@ -208,15 +208,14 @@ def explain(network: str, *, framework: str = "torch", threads: int = 1,
     kind 'profile', stored) and set each op group beside the model calibrated here at
     ``precision``. One-line UsageError when this machine has no calibration for the
     framework, thread count and precision, or the framework cannot be profiled."""
-    from dlperf.backends.base import MIXED, MIXED_KERNELS
+    from dlperf.calibrate.plan import check_precision
     from dlperf.errors import UsageError
     from dlperf.explain.analysis import explain as explained
     from dlperf.kinds.profile import ProfileOptions
 
     wl, size, _ = workloads.resolve(network, size, params)  # a bad name first, in one line
     fw = backends.info(framework).name
-    if precision in MIXED and fw != "torch":  # no calibration there to explain it against
-        raise UsageError(f"--precision {precision}: {MIXED_KERNELS}")
+    check_precision(precision, device, [fw])  # no calibration there to explain it against
     cal = local_calibration(db=db, device=device)
     cal.model(fw, threads, device, precision=precision)  # calibrated? (else: what to run)
     spec = RunSpec(kind="profile", network=wl.name, size=size, precision=precision,

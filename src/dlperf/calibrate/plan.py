@@ -50,6 +50,20 @@ def default_threads(device: str = "cpu") -> list[int]:
     return [*out, cores]
 
 
+def check_precision(precision: str, device: str, frameworks: Sequence[str],
+                    hint: str = "") -> None:
+    """One UsageError line for a precision the calibration kernels cannot run at here
+    (TF32 on a CPU; mixed precision outside PyTorch), ``hint`` after the second: what
+    ``dlperf calibrate`` would be told to run instead could not run either."""
+    from dlperf.backends.base import MIXED, MIXED_KERNELS, NO_TF32_ON_CPU
+    from dlperf.errors import UsageError
+
+    if precision == "tf32" and device == "cpu":
+        raise UsageError(f"--precision tf32: {NO_TF32_ON_CPU}")
+    if precision in MIXED and set(frameworks) - {"torch"}:
+        raise UsageError(f"--precision {precision}: {MIXED_KERNELS}{hint}")
+
+
 def default_frameworks() -> list[str]:
     return [fw for fw in FRAMEWORKS if backends.installed(fw)]
 

@@ -17,7 +17,6 @@ import statistics
 from dlperf import units
 from dlperf.cli.args import add_db, positive_int, str_list, threads_arg
 from dlperf.cli.progress import ProgressListener, out
-from dlperf.errors import UsageError
 from dlperf.perfmodel.catalogue import PRECISIONS
 from dlperf.perfmodel.fit import LocalFit
 
@@ -60,7 +59,8 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     frameworks = [backends.info(f).name for f in (str_list(a.frameworks)
                                                   or calibration.default_frameworks())]
     threads = a.threads or calibration.default_threads(a.device)
-    _check_precision(a.precision, a.device, frameworks)
+    calibration.check_precision(a.precision, a.device, frameworks,
+                                hint=" (add --frameworks torch)")
     if a.dry_run:
         for s in calibration.specs(frameworks, threads, device=a.device, fine=a.fine,
                                    allreduce=not a.no_allreduce, repeat=a.repeat,
@@ -87,16 +87,6 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         out.print(f"  [red]{fw} x{t}: incomplete[/] (a kernel run failed; 'dlperf report' or "
                   "the store has its reason)")
     return 1 if missing else 0
-
-
-def _check_precision(precision: str, device: str, frameworks: list[str]) -> None:
-    """One line for a precision the kernels cannot run at here."""
-    from dlperf.backends.base import MIXED, MIXED_KERNELS, NO_TF32_ON_CPU
-
-    if precision == "tf32" and device == "cpu":
-        raise UsageError(f"--precision tf32: {NO_TF32_ON_CPU}")
-    if precision in MIXED and set(frameworks) - {"torch"}:
-        raise UsageError(f"--precision {precision}: {MIXED_KERNELS} (add --frameworks torch)")
 
 
 def _spread(residuals: tuple[float, ...]) -> str:

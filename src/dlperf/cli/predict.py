@@ -123,6 +123,7 @@ def _local(a: argparse.Namespace, store: Any) -> tuple[Any, Any]:
     framework = backends.info(a.framework).name
     params = parse_params(a.param)
     wl, size, _ = workloads.resolve(a.network, a.size, params)  # a bad name first
+    calibration.check_precision(a.precision, device, [framework])  # (never calibrated)
     cal = calibration.local_calibration(store, device=device)
     if a.strategy == "single":
         m = cal.model(framework, a.threads, device, precision=a.precision)
@@ -133,7 +134,10 @@ def _local(a: argparse.Namespace, store: Any) -> tuple[Any, Any]:
     if framework != "torch":
         raise UsageError("parallel strategies run PyTorch workers here (dlperf parallel); "
                          "use --framework torch")
-    m = cal.model(framework, a.threads, device, workers=a.devices, precision=a.precision)
+    if a.precision != "fp32":
+        raise UsageError("parallel strategies run at fp32 here (dlperf parallel); --precision "
+                         "applies to one device here, or to catalogue devices")
+    m = cal.model(framework, a.threads, device, workers=a.devices)
     spec = make_spec(a.network, strategy=a.strategy, workers=a.devices, size=a.size,
                      batch_size=a.batch_size, threads=a.threads, groups=a.groups,
                      micro_batches=a.micro_batches, straggler_delay_s=a.straggler_delay,
@@ -156,9 +160,6 @@ def cmd_predict(a: argparse.Namespace) -> int:
         from dlperf.report.validate import measured as lookup
         from dlperf.store import Store
 
-        if a.precision != "fp32":
-            raise UsageError("this machine's calibration is fp32 only; --precision applies "
-                             "to catalogue devices")
         with Store(a.db) as store:
             m, spec = _local(a, store)
             p = predict(a.network, device=m.device, calibration=m.calibration,
