@@ -8,6 +8,7 @@ import time
 
 from dlperf.calibrate import plan as calibration
 from dlperf.kinds.kernel import KernelOutcome, KernelSample
+from dlperf.perfmodel.fit import conv_traffic
 from dlperf.perfmodel.kernels import ELEM, conv_gemm, element_bytes, flops, nbytes
 from dlperf.spec import RunResult
 
@@ -18,6 +19,7 @@ GEMM_RATE, H = 60e9, (32.0, 32.0, 16.0)  # FLOP/s, half-rate sides
 TRAFFIC_BPS = 20e9
 CONV_RATE, CONV_BWD_RATE = 40e9, 30e9
 H_CONV = (64.0, 8.0, 12.0)  # half-rate output pixels, output and input channels
+CONV_TRAFFIC = 2.0  # memory passes over a convolution's input, weights and output
 DRAM_BPS = 15e9
 UPDATE_BPS = 25e9
 XENT_BPS = 2e9  # the loss: exponentials make it slower than a memory pass
@@ -59,8 +61,10 @@ def true_s(op: str, shape: tuple[int, ...], world: int = 1, elem: int = ELEM) ->
         m, n, k = conv_gemm(shape)
         rate = CONV_RATE if op == "conv" else CONV_BWD_RATE
         passes = 1 if op == "conv" else 2
+        traffic = passes * conv_traffic(m, n, k, shape[4], shape[5], elem)
         return CALL_S + OP_S + passes * 2 * m * n * k / (
-            rate * _phi(m, H_CONV[0]) * _phi(n, H_CONV[1]) * _phi(shape[1], H_CONV[2]))
+            rate * _phi(m, H_CONV[0]) * _phi(n, H_CONV[1]) * _phi(shape[1], H_CONV[2])
+        ) + CONV_TRAFFIC * traffic / DRAM_BPS
     if op == "memory":
         return CALL_S + OP_S + nbytes(op, shape, elem) / DRAM_BPS
     if op == "update":  # in place: faster than a fresh result

@@ -89,9 +89,9 @@ def test_a_gpu_times_larger_products_and_convolutions_within_its_own_bound():
             k.flops(op, s) for s in cpu)
         assert all(k.flops(op, s) <= k.MAX_GEMM_FLOPS * k.GPU_SCALE for s in gpu)
     conv = k.grid("conv", device="gpu")
-    assert len(conv) == len(k.grid("conv"))
-    assert max(k.flops("conv", s) for s in conv) > 10 * max(k.flops("conv", s)
-                                                            for s in k.grid("conv"))
+    assert {s[1:] for s in conv} <= {s[1:] for s in k.grid("conv")}
+    assert max(s[0] * s[2] * k.conv_out(*s[3:]) ** 2 for s in conv) > k.CONV_LARGE_ELEMS
+    assert max(k.flops("conv", s) for s in conv) > 10 * k.CONV_FLOPS
     for op in ("memory", "bn", "xent", "dispatch"):
         assert k.grid(op, device="gpu") == k.grid(op)
 
@@ -112,19 +112,44 @@ def _samples(op: str, world: int = 1) -> list:
 
 
 def test_the_convolution_fit_recovers_the_made_up_machine():
-    """Rate and saturations in output pixels, output and input channels, forward and
-    backward apart: at calibrated shapes and at a network's shapes it never saw (a 5x5
-    layer of 96 channels, an 11x11 first layer on 3)."""
+    """Rate, saturations in output pixels, output and input channels, and the memory
+    passes over its traffic, forward and backward apart: at calibrated shapes and at a
+    network's shapes it never saw (a 5x5 layer of 96 channels, an 11x11 first layer on
+    3, a strided 1x1 projection over a 56x56 map, where the traffic is most of the time)."""
     d = fit.fit_dispatch(_samples("dispatch"), _samples("dispatch_train"))
+    memory = fit.fit_memory(_samples("memory"), d)
     for op, rate in (("conv", made_up.CONV_RATE), ("conv_bwd", made_up.CONV_BWD_RATE)):
-        c = fit.fit_conv(_samples(op), d)
+        c = fit.fit_conv(_samples(op), d, memory)
         passes = 2 if op == "conv_bwd" else 1  # the rate is per pass; time() is both
         assert c.rate * passes == pytest.approx(rate, rel=0.05)
         assert c.h == pytest.approx(made_up.H_CONV, rel=0.1)
-        for shape in (*k.grid(op)[:4], (16, 96, 256, 27, 5, 1), (16, 3, 96, 224, 11, 4)):
+        assert c.traffic_factor == pytest.approx(made_up.CONV_TRAFFIC, rel=0.05)
+        for shape in (*k.grid(op)[:4], (16, 96, 256, 27, 5, 1), (16, 3, 96, 224, 11, 4),
+                      (16, 256, 512, 56, 1, 2)):
             m, n, kk = k.conv_gemm(shape)
-            assert c.time(m, n, kk, shape[4]) == pytest.approx(
+            assert c.time(m, n, kk, shape[4], shape[5]) == pytest.approx(
                 made_up.true_s(op, shape) - made_up.CALL_S, rel=0.05)
+    # without a memory curve (a curve fitted before the traffic term): no traffic time
+    old = fit.fit_conv(_samples("conv"), d).model_copy(update={"memory": None})
+    m, n, kk = k.conv_gemm((16, 256, 512, 56, 1, 2))
+    assert old.time(m, n, kk, 1, 2) == old.curve(m, n, kk, 1) * math.exp(
+        fit._smooth((math.log2(m), math.log2(n), math.log2(kk), 0.0, 1.0), old.points,
+                    old.residuals))
+
+
+def test_the_convolution_grid_reaches_large_maps():
+    """Each layer of the grid at about CONV_FLOPS and a small size, and the layers whose
+    output reaches tens of MB at a training batch again at that size: a 1x1 window over
+    such a map, strided too, the shapes whose traffic, not FLOPs, sets the time."""
+    grid = k.grid("conv")
+    large = [s for s in grid if s[0] * s[2] * k.conv_out(s[3], s[4], s[5]) ** 2
+             >= k.CONV_LARGE_ELEMS / 2 and k.flops("conv", s) > 2 * k.CONV_FLOPS]
+    assert any(s[4] == 1 and s[5] == 1 for s in large)
+    assert any(s[4] == 1 and s[5] == 2 for s in large)
+    assert all(k.flops("conv", s) <= 1.01 * k.CONV_LARGE_FLOPS for s in large)
+    # generic layers only: each shape is one of CONV_LAYERS at some batch and side
+    layers = {(c_in, c_out, w, st) for c_in, c_out, _, w, st in k.CONV_LAYERS}
+    assert {(s[1], s[2], s[4], s[5]) for s in grid} == layers
 
 
 def test_dispatch_and_allreduce_fits_recover_the_made_up_machine():
@@ -673,13 +698,13 @@ def test_pytorchs_one_thread_1x1_convolution_of_a_small_batch_is_timed_as_per_sa
     assert bwd == pytest.approx(8 * (max(f.gemm.time(64, px, 256), local._fresh(f, 64 * px))
                                      + max(f.gemm_tn.time(256, 64, px),
                                            local._fresh(f, 256 * 64))))
-    conv_fwd = lambda batch: max(f.conv.time(batch * px, 256, 64, 1),  # noqa: E731
-                                 local._fresh(f, batch * px * 256))
+    conv_fwd = lambda batch, stride=1: max(  # noqa: E731
+        f.conv.time(batch * px, 256, 64, 1, stride), local._fresh(f, batch * px * 256))
     assert local.product_times(layer, 16, f)[0] == pytest.approx(conv_fwd(16))
     two = f.model_copy(update={"threads": 2})
     assert local.product_times(layer, 8, two)[0] == pytest.approx(conv_fwd(8))
     strided = conv("proj", 64, 256, 1, 56, bias=False, stride=2)
-    assert local.product_times(strided, 8, f)[0] == pytest.approx(conv_fwd(8))
+    assert local.product_times(strided, 8, f)[0] == pytest.approx(conv_fwd(8, 2))
     three = conv("c2", 64, 64, 3, 56, bias=False)
     assert local.product_times(three, 8, f)[0] != pytest.approx(
         8 * f.gemm.time(64, px, 9 * 64))
@@ -773,7 +798,8 @@ def test_a_convolution_without_onednn_is_timed_once_on_the_op_that_does_the_work
 def test_a_strided_library_convolution_takes_its_rows_from_its_conv2d_flop_count():
     """torch.profiler counts FLOPs on 'aten::conv2d' only; the cuDNN or oneDNN op it ends
     in (same input and weight) gets its output rows from that count, not from the
-    input's pixels (a stride of 4 would make them 16 times too many)."""
+    input's pixels (a stride of 4 would make them 16 times too many); the stride, for
+    the input's traffic, from the input's pixels over the output's."""
     from dlperf.kinds.profile import ProfiledOp
     from dlperf.perfmodel import ops
 
@@ -789,9 +815,10 @@ def test_a_strided_library_convolution_takes_its_rows_from_its_conv2d_flop_count
     t = {o.name: o for o in ops.op_times(profiled, f)}
     lib = t["aten::cudnn_convolution"]
     assert lib.kind == "conv" and lib.flops == pytest.approx(flops)
-    assert lib.model_s == pytest.approx(f.conv.time(rows, 64, 363, 11))
+    assert lib.model_s == pytest.approx(f.conv.time(rows, 64, 363, 11, 4))
+    assert lib.model_s > f.conv.time(rows, 64, 363, 11, 1)  # 16 times the input's pixels
     alone = ops.op_times(profiled[1:], f)[0]  # no conv2d record: the input's pixels
-    assert alone.model_s == pytest.approx(f.conv.time(8 * 224 * 224, 64, 363, 11))
+    assert alone.model_s == pytest.approx(f.conv.time(8 * 224 * 224, 64, 363, 11, 1))
 
 
 def test_the_diagnosis_names_a_kind_of_op_that_loses_in_many_small_groups():

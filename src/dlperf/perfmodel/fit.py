@@ -20,8 +20,12 @@ times the model adds up.
   vectorises over channels, so three input channels under a 7x7 window are as thin as
   under a 3x3 one; on this machine's calibration samples this form leaves a median
   residual of 8-16% where the GEMM's saturations on K left 10-46%, JAX's backward
-  excepted: 32-42%), plus a fixed cost, forward and backward fitted apart, and its
-  residuals.
+  excepted: 32-42%), plus a fixed cost, plus a fitted number of memory passes over its
+  input, weights and output at the bandwidth the memory curve gives a working set of
+  that size (the layout copies and fresh pages of a large map: XLA:CPU transposes both
+  operands of every weight gradient, and its 1x1 backward over a 56x56 map at batch 16
+  took four times its compute time on this machine), forward and backward fitted apart,
+  and its residuals.
 - ``MemoryCurve``: time against bytes moved, interpolated in log-log over the sizes
   measured (caches, then DRAM), the op's fixed cost taken off; the same form serves the
   in-place update, the softmax cross-entropy (against its logits' bytes) and batch
@@ -40,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from dlperf.perfmodel.kernels import TRAIN_KERNELS, KernelSample, conv_gemm
+from dlperf.perfmodel.kernels import TRAIN_KERNELS, KernelSample, conv_gemm, element_bytes
 
 #: bandwidth of the kernel smoother, in octaves of each shape dimension
 SMOOTH_OCTAVES = 1.0
@@ -156,29 +160,6 @@ class GemmCurve(_Frozen):
         return max(t, 2 * m * n * k / self.peak) if self.peak else t
 
 
-class ConvCurve(_Frozen):
-    rate: float
-    t0: float
-    #: the sides at which phi is 1/2: output pixels x batch (M), output channels (N),
-    #: input channels
-    h: tuple[float, float, float]
-    points: tuple[tuple[float, float, float, float], ...] = ()  # log2 (M, N, K, window)
-    residuals: tuple[float, ...] = ()
-    peak: float | None = None  # as ``GemmCurve.peak``
-
-    def curve(self, m: float, n: float, k: float, window: int, passes: float = 1.0) -> float:
-        hm, hn, hc = self.h
-        c_in = k / (window * window)
-        return self.t0 + passes * 2 * m * n * k / (
-            self.rate * _phi(m, hm) * _phi(n, hn) * _phi(c_in, hc))
-
-    def time(self, m: float, n: float, k: float, window: int) -> float:
-        """Seconds of the convolution whose implicit GEMM is (m, n, k)."""
-        pt = (math.log2(m), math.log2(n), math.log2(k), math.log2(window))
-        t = self.curve(m, n, k, window) * math.exp(_smooth(pt, self.points, self.residuals))
-        return max(t, 2 * m * n * k / self.peak) if self.peak else t
-
-
 class MemoryCurve(_Frozen):
     nbytes: tuple[float, ...]  # bytes moved, ascending
     seconds: tuple[float, ...]  # the op's time less its fixed cost
@@ -200,6 +181,63 @@ class MemoryCurve(_Frozen):
     def dram_bytes_per_s(self) -> float:
         """The bandwidth of the largest working set measured (out of every cache)."""
         return self.nbytes[-1] / self.seconds[-1]
+
+
+class ConvCurve(_Frozen):
+    rate: float
+    t0: float
+    #: the sides at which phi is 1/2: output pixels x batch (M), output channels (N),
+    #: input channels
+    h: tuple[float, float, float]
+    #: log2 (M, N, K, window, stride) of the samples (without the stride in a curve fitted
+    #: before it was a coordinate)
+    points: tuple[tuple[float, ...], ...] = ()
+    residuals: tuple[float, ...] = ()
+    peak: float | None = None  # as ``GemmCurve.peak``
+    #: the memory pass's curve, and how many of its passes the convolution's traffic
+    #: (``conv_traffic``) costs: the layout copies a library makes of a large map, at the
+    #: bandwidth a working set of that size gets (caches, then DRAM); None, 0: a curve
+    #: fitted before the term existed
+    memory: MemoryCurve | None = None
+    traffic_factor: float = 0.0
+    #: passes over the traffic: 1 forward, 2 backward (``kernels.nbytes``)
+    traffic_passes: float = 1.0
+    #: bytes of an activation's element at the curve's precision (``kernels.element_bytes``)
+    elem_bytes: int = 4
+
+    def curve(self, m: float, n: float, k: float, window: int, passes: float = 1.0,
+              stride: int = 1) -> float:
+        hm, hn, hc = self.h
+        c_in = k / (window * window)
+        return (self.t0 + passes * 2 * m * n * k / (
+            self.rate * _phi(m, hm) * _phi(n, hn) * _phi(c_in, hc))
+            + self._traffic_time(self.traffic_passes * conv_traffic(m, n, k, window, stride,
+                                                                    self.elem_bytes)))
+
+    def _traffic_time(self, nbytes: float) -> float:
+        if self.memory is None or not self.traffic_factor:
+            return 0.0
+        return self.traffic_factor * self.memory.time(nbytes)
+
+    def time(self, m: float, n: float, k: float, window: int, stride: int = 1) -> float:
+        """Seconds of the convolution whose implicit GEMM is (m, n, k)."""
+        pt = (math.log2(m), math.log2(n), math.log2(k), math.log2(window), math.log2(stride))
+        if self.points:
+            pt = pt[:len(self.points[0])]
+        t = self.curve(m, n, k, window, stride=stride) * math.exp(
+            _smooth(pt, self.points, self.residuals))
+        return max(t, 2 * m * n * k / self.peak) if self.peak else t
+
+
+def conv_traffic(m: float, n: float, k: float, window: int, stride: int = 1,
+                 elem: int = 4) -> float:
+    """Bytes of one pass over a convolution's input, weights and output (``elem`` bytes an
+    element) from its implicit GEMM: the output m x n, the weights k x n, the input m x stride^2
+    pixels of k / window^2 channels ('same' padding). A convolution of few FLOPs per byte
+    (a 1x1 window over a large map) is held by this traffic, and by the layout copies a
+    library makes of it, not by its FLOPs: the roofline's memory side, added to the
+    compute time as in ``GemmCurve``."""
+    return float(elem) * (m * n + k * n + m * stride * stride * k / (window * window))
 
 
 class AlphaBeta(_Frozen):
@@ -247,33 +285,44 @@ def fit_gemm(samples: Sequence[KernelSample], d: Dispatch) -> GemmCurve:
                      residuals=tuple(float(r) for r in res))
 
 
-def fit_conv(samples: Sequence[KernelSample], d: Dispatch) -> ConvCurve:
-    """A rate, its saturations in M, output and input channels, and a fixed cost, fitted
-    on log time (robust loss)."""
+def fit_conv(samples: Sequence[KernelSample], d: Dispatch,
+             memory: MemoryCurve | None = None, elem: int = 4) -> ConvCurve:
+    """A rate, its saturations in M, output and input channels, a fixed cost, and the
+    memory passes its traffic costs (``conv_traffic`` at ``memory``'s bandwidth for that
+    many bytes), fitted on log time (robust loss)."""
     geo = [conv_gemm(s.shape) for s in samples]
     mnk = np.array(geo, float)
     m, n = mnk[:, 0], mnk[:, 1]
     c_in = np.array([s.shape[1] for s in samples], float)
     passes = 2.0 if samples and samples[0].op == "conv_bwd" else 1.0
+    traffic = [passes * conv_traffic(*g, s.shape[4], s.shape[5], elem)
+               for g, s in zip(geo, samples, strict=True)]
+    mem_t = np.array([memory.time(b) for b in traffic]) if memory else np.zeros(len(samples))
     t = np.array([net_time(s, d) for s in samples])
     f = passes * 2 * mnk.prod(axis=1)
     best = float((f / t).max())
 
     def model(p: np.ndarray) -> np.ndarray:
         rate, hm, hn, hc, t0 = math.exp(p[0]), *np.exp(p[1:4]), math.exp(p[4])
-        return t0 + f / (rate * _phi(m, hm) * _phi(n, hn) * _phi(c_in, hc))
+        return t0 + f / (rate * _phi(m, hm) * _phi(n, hn) * _phi(c_in, hc)) + p[5] * mem_t
 
     x0 = [math.log(best * 1.2), math.log(16), math.log(16), math.log(16),
-          math.log(max(d.op_s, 1e-7))]
-    lo = [math.log(best * 0.5), math.log(0.1), math.log(0.1), math.log(0.1), math.log(1e-8)]
-    hi = [math.log(best * 20), math.log(1e5), math.log(1e5), math.log(1e5), math.log(1e-2)]
+          math.log(max(d.op_s, 1e-7)), 1.0]
+    lo = [math.log(best * 0.5), math.log(0.1), math.log(0.1), math.log(0.1), math.log(1e-8), 0.0]
+    hi = [math.log(best * 20), math.log(1e5), math.log(1e5), math.log(1e5), math.log(1e-2),
+          MAX_TRAFFIC_PASSES]
     p = _least_squares(lambda p: np.log(model(p)) - np.log(t), x0, lo, hi)
     res = np.log(t) - np.log(model(p))
-    pts = tuple((*(math.log2(v) for v in g), math.log2(s.shape[4]))
+    pts = tuple((*(math.log2(v) for v in g), math.log2(s.shape[4]), math.log2(s.shape[5]))
                 for g, s in zip(geo, samples, strict=True))
     return ConvCurve(rate=math.exp(p[0]) / passes, t0=math.exp(p[4]),
                      h=tuple(float(v) for v in np.exp(p[1:4])), points=pts,
-                     residuals=tuple(float(r) for r in res))
+                     residuals=tuple(float(r) for r in res), memory=memory,
+                     traffic_factor=float(p[5]), traffic_passes=passes, elem_bytes=elem)
+
+
+#: at most this many memory passes per pass over a convolution's traffic
+MAX_TRAFFIC_PASSES = 32.0
 
 
 def fit_memory(samples: Sequence[KernelSample], d: Dispatch) -> MemoryCurve:
@@ -396,6 +445,8 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
               precision: str = "fp32") -> LocalFit:
     """Every curve from the samples of one framework at one thread count and precision."""
     d = fit_dispatch(samples.of_op("dispatch"), samples.of_op("dispatch_train"))
+    memory = fit_memory(samples.of_op("memory"), d)
+    elem = element_bytes(precision)
     gemm = fit_gemm(samples.of_op("gemm"), d)
     tn = samples.of_op("gemm_tn")
     # the sequence's product on (m, n, time x batch), the GEMM curve's three sides
@@ -405,9 +456,9 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     dispatch=d, gemm=gemm,
                     gemm_tn=fit_gemm(tn, d) if len(tn) >= 6 else None,
                     gemm_tn_seq=fit_gemm(seq, d) if len(seq) >= 6 else None,
-                    conv=fit_conv(samples.of_op("conv"), d),
-                    conv_bwd=fit_conv(samples.of_op("conv_bwd"), d),
-                    memory=fit_memory(samples.of_op("memory"), d),
+                    conv=fit_conv(samples.of_op("conv"), d, memory, elem),
+                    conv_bwd=fit_conv(samples.of_op("conv_bwd"), d, memory, elem),
+                    memory=memory,
                     update=fit_memory(up, d) if (up := samples.of_op("update")) else None,
                     xent=fit_memory(xe, d) if (xe := samples.of_op("xent")) else None,
                     bn=fit_memory(bn, d) if (bn := samples.of_op("bn")) else None,

@@ -79,8 +79,9 @@ ELEM = 4
 #: 7: the softmax cross-entropy (xent), and the sequence's weight gradient timed up to
 #: the inner dimension of a long sequence batch (8192 rows); 8: batch normalisation (bn),
 #: the memory passes at every power of two; 9: JAX's weight gradient over a sequence as
-#: the plain dot its training step runs
-REVISION = 9
+#: the plain dot its training step runs; 10: convolutions also at a large map
+#: (``CONV_LARGE_ELEMS``)
+REVISION = 10
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
 
@@ -262,6 +263,12 @@ CONV_LAYERS = (
 )
 CONV_FLOPS = 4e8
 CONV_SMALL_FLOPS = 4e6
+#: ... and at a batch whose output has about this many elements (32 MB at fp32, the
+#: activations of a network's first stages at a training batch), at most
+#: CONV_LARGE_FLOPS: where a library's layout copies and fresh pages, not its FLOPs,
+#: can set the time (a 1x1 window over a large map)
+CONV_LARGE_ELEMS = 2**23
+CONV_LARGE_FLOPS = 3.2e9
 #: Elements of the memory kernel: 16 KB to 256 MB per operand (caches to DRAM), every
 #: power of two: where the working set leaves the last cache, and where the allocator
 #: starts handing out fresh pages, the time per byte jumps several times within one
@@ -299,7 +306,9 @@ def conv_grid(fine: bool = False, scale: float = 1) -> list[tuple[int, ...]]:
     """Each of ``CONV_LAYERS`` at the batch that brings it to about ``CONV_FLOPS``, and
     again at ``CONV_SMALL_FLOPS`` (a quarter of its side where even one sample is more):
     the small convolutions of a small network or batch, where the library's fixed cost
-    per call, not its rate, sets the time."""
+    per call, not its rate, sets the time; on a CPU, a layer whose map is large also at
+    the batch that makes its output about ``CONV_LARGE_ELEMS`` (a GPU's grid, ``scale``
+    times larger, reaches such maps already)."""
     out = []
     for c_in, c_out, side, window, stride in CONV_LAYERS:
         per_sample = flops("conv", (1, c_in, c_out, side, window, stride))
@@ -309,6 +318,10 @@ def conv_grid(fine: bool = False, scale: float = 1) -> list[tuple[int, ...]]:
         per_small = flops("conv", (1, c_in, c_out, small, window, stride))
         out.append((max(1, round(CONV_SMALL_FLOPS / per_small)), c_in, c_out, small, window,
                     stride))
+        per_out = c_out * conv_out(side, window, stride) ** 2
+        large = min(round(CONV_LARGE_ELEMS / per_out), int(CONV_LARGE_FLOPS / per_sample))
+        if scale == 1 and large >= 2 * batch and large * per_out >= CONV_LARGE_ELEMS / 2:
+            out.append((large, c_in, c_out, side, window, stride))
     return out
 
 

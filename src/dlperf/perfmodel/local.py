@@ -83,11 +83,11 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
             continue
         if layer.op in CONV_OPS:  # results: the output (rows x n); the input's gradient
             # (rows x input channels, a stride of 1 taken: at least that) and the weights'
-            fwd += calls * max(fit.conv.time(rows, g.n, g.k, g.window), _fresh(fit, rows * g.n))
+            fwd += calls * max(fit.conv.time(rows, g.n, g.k, g.window, g.stride), _fresh(fit, rows * g.n))
             share = (1.0 if layer.input_grad else 0.0) + (1.0 if layer.params else 0.0)
             grads = ((rows * g.k / g.window**2 if layer.input_grad else 0.0)
                      + (g.n * g.k if layer.params else 0.0))
-            bwd += calls * max(fit.conv_bwd.time(rows, g.n, g.k, g.window) * share / 2,
+            bwd += calls * max(fit.conv_bwd.time(rows, g.n, g.k, g.window, g.stride) * share / 2,
                                _fresh(fit, grads))
             continue
         fwd += calls * _product(fit, fit.gemm, rows, g.n, g.k)

@@ -92,8 +92,9 @@ def _gemm(c: GemmCurve, flops: float, bandwidth: float, peak: float | None) -> G
                                 "peak": peak})
 
 
-def _conv(c: ConvCurve, flops: float, peak: float | None) -> ConvCurve:
-    return c.model_copy(update={"rate": c.rate * flops, "peak": peak})
+def _conv(c: ConvCurve, flops: float, bandwidth: float, peak: float | None) -> ConvCurve:
+    memory = None if c.memory is None else _memory(c.memory, bandwidth)  # its traffic's
+    return c.model_copy(update={"rate": c.rate * flops, "peak": peak, "memory": memory})
 
 
 def _memory(c: MemoryCurve, bandwidth: float) -> MemoryCurve:
@@ -114,9 +115,9 @@ def scale(fit: LocalFit, flops: float, bandwidth: float,
 
     return fit.model_copy(update={
         "gemm": _gemm(fit.gemm, flops, bandwidth, peak), "gemm_tn": opt_gemm(fit.gemm_tn),
-        "gemm_tn_seq": opt_gemm(fit.gemm_tn_seq), "conv": _conv(fit.conv, flops, peak),
+        "gemm_tn_seq": opt_gemm(fit.gemm_tn_seq), "conv": _conv(fit.conv, flops, bandwidth, peak),
         # the backward's curve times both gradients, twice the forward's FLOPs per call
-        "conv_bwd": _conv(fit.conv_bwd, flops, peak and peak / 2),
+        "conv_bwd": _conv(fit.conv_bwd, flops, bandwidth, peak and peak / 2),
         "memory": _memory(fit.memory, bandwidth),
         "update": opt(fit.update), "xent": opt(fit.xent), "bn": opt(fit.bn),
         "bn_channels": {k: _memory(v, bandwidth) for k, v in fit.bn_channels.items()},
