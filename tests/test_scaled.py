@@ -39,6 +39,9 @@ def test_scaling_divides_work_by_the_rates_and_keeps_fixed_costs():
     flop_term = f.gemm.curve(m, n, k_) - f.gemm.t0 - traffic
     assert g.gemm.curve(m, n, k_) == pytest.approx(f.gemm.t0 + flop_term / 2 + traffic / 4)
     assert g.conv.rate == 2 * f.conv.rate and g.conv_bwd.t0 == f.conv_bwd.t0
+    # a convolution's traffic moves at the scaled bandwidth, its factor unchanged
+    assert f.conv.traffic_factor > 0 and g.conv.traffic_factor == f.conv.traffic_factor
+    assert g.conv.memory.time(1e8) == pytest.approx(f.conv.memory.time(1e8) / 4)
     assert g.memory.time(1e8) == pytest.approx(f.memory.time(1e8) / 4)
     assert g.bn.time(1e8) == pytest.approx(f.bn.time(1e8) / 4)
     assert g.dispatch == f.dispatch and g.allreduce == {}

@@ -318,7 +318,8 @@ def fit_conv(samples: Sequence[KernelSample], d: Dispatch,
     return ConvCurve(rate=math.exp(p[0]) / passes, t0=math.exp(p[4]),
                      h=tuple(float(v) for v in np.exp(p[1:4])), points=pts,
                      residuals=tuple(float(r) for r in res), memory=memory,
-                     traffic_factor=float(p[5]), traffic_passes=passes, elem_bytes=elem)
+                     traffic_factor=float(p[5]) if memory else 0.0, traffic_passes=passes,
+                     elem_bytes=elem)
 
 
 #: at most this many memory passes per pass over a convolution's traffic
