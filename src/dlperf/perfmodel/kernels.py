@@ -263,10 +263,10 @@ CONV_LAYERS = (
 )
 CONV_FLOPS = 4e8
 CONV_SMALL_FLOPS = 4e6
-#: ... and at a batch whose output has about this many elements (32 MB at fp32, the
-#: activations of a network's first stages at a training batch), at most
-#: CONV_LARGE_FLOPS: where a library's layout copies and fresh pages, not its FLOPs,
-#: can set the time (a 1x1 window over a large map)
+#: A layer whose map is large is timed again at the batch that gives its output about
+#: this many elements (32 MB at fp32, the activations of a network's first stages at a
+#: training batch), at most CONV_LARGE_FLOPS: where a library's layout copies and fresh
+#: pages, not its FLOPs, can set the time (a 1x1 window over a large map)
 CONV_LARGE_ELEMS = 2**23
 CONV_LARGE_FLOPS = 3.2e9
 #: Elements of the memory kernel: 16 KB to 256 MB per operand (caches to DRAM), every
