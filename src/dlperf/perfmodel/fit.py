@@ -24,8 +24,8 @@ times the model adds up.
   input, weights and output at the bandwidth the memory curve gives a working set of
   that size (the layout copies and fresh pages of a large map: XLA:CPU transposes both
   operands of every weight gradient, and its 1x1 backward over a 56x56 map at batch 16
-  took four times its compute time on this machine), forward and backward fitted apart,
-  and its residuals.
+  took six times what its FLOPs take at a 3x3 window's rate on this machine), forward
+  and backward fitted apart, and its residuals.
 - ``MemoryCurve``: time against bytes moved, interpolated in log-log over the sizes
   measured (caches, then DRAM), the op's fixed cost taken off; the same form serves the
   in-place update, the softmax cross-entropy (against its logits' bytes) and batch
