@@ -187,30 +187,35 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit,
             return None
         o, cg, kh, kw = w
         k = cg * kh * kw
-        rows = total / calls / (2 * o * k) if total else x[0] * x[2] * x[3]
-        return fit.conv.time(rows, o, k, kh, _stride(x[0] * x[2] * x[3], rows)), 2.0 * rows * o * k
+        rows = total / calls / (2 * o * k) if total else _pixels(x)
+        return fit.conv.time(rows, o, k, kh, _stride(x, rows)), 2.0 * rows * o * k
     if op.name == XLA_WGRAD:  # (input, output gradient, window): the weight gradient alone,
         x, g, win = op.shapes[:3]  # half the calibrated pair, as a step's layer is timed
         if len(x) != 4 or len(g) != 4 or len(win) != 2:
             return None
-        rows, o, k = g[0] * g[2] * g[3], g[1], x[1] * win[0] * win[1]
-        stride = _stride(x[0] * x[2] * x[3], rows)
-        return fit.conv_bwd.time(rows, o, k, win[0], stride) / 2, 2.0 * rows * o * k
+        rows, o, k = _pixels(g), g[1], x[1] * win[0] * win[1]
+        return fit.conv_bwd.time(rows, o, k, win[0], _stride(x, rows)) / 2, 2.0 * rows * o * k
     g, w = op.shapes[0], op.shapes[2]
     if len(g) != 4 or len(w) != 4:
         return None
     o, cg, kh, kw = w
     k = cg * kh * kw
-    rows = g[0] * g[2] * g[3]
+    rows = _pixels(g)
     x = op.shapes[1]  # convolution_backward(grad_output, input, weight, ...)
-    stride = _stride(x[0] * x[2] * x[3], rows) if len(x) == 4 else 1
-    return fit.conv_bwd.time(rows, o, k, kh, stride), 4.0 * rows * o * k
+    return fit.conv_bwd.time(rows, o, k, kh, _stride(x, rows)), 4.0 * rows * o * k
 
 
-def _stride(in_pixels: float, out_pixels: float) -> int:
-    """A convolution's stride from its input and output pixels ('same' padding: the
-    output side is the input's over the stride)."""
-    return max(1, round((in_pixels / max(out_pixels, 1.0)) ** 0.5))
+def _pixels(x: Sequence[int]) -> int:
+    """Pixels of an (N, C, H, W) activation over its batch."""
+    return x[0] * x[2] * x[3]
+
+
+def _stride(x: Sequence[int], out_pixels: float) -> int:
+    """A convolution's stride from its (N, C, H, W) input and its output pixels ('same'
+    padding: the output side is the input's over the stride); 1 for another operand."""
+    if len(x) != 4:
+        return 1
+    return max(1, round((_pixels(x) / max(out_pixels, 1.0)) ** 0.5))
 
 
 def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
