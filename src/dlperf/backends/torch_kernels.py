@@ -90,44 +90,47 @@ class KernelTrainer(Trainer):
         dtype = half or torch.float32
         self._autocast = autocast_context(device, half)
 
-        def randn(*dims: int) -> torch.Tensor:
-            return torch.randn(dims, generator=gen).to(device, dtype)
+        def operand(*dims: int) -> torch.Tensor:
+            # uniform in [-1, 1): a kernel's time does not depend on its values, and
+            # these draw faster than normal ones
+            return torch.empty(dims).uniform_(-1, 1, generator=gen).to(device, dtype)
 
         if op == "gemm":
             m, n, k = shape
-            self.a, self.b = randn(m, k), randn(k, n)
+            self.a, self.b = operand(m, k), operand(k, n)
         elif op == "gemm_tn":  # A stored k x m, used transposed (a view, as autograd does)
             m, n, k = shape
-            self.a, self.b = randn(k, m).t(), randn(k, n)
+            self.a, self.b = operand(k, m).t(), operand(k, n)
         elif op == "gemm_tn_seq":  # nn.Linear's backward flattens time and batch: a view
             m, n, t, b = shape
-            self.a = randn(t, b, m).reshape(t * b, m).t()
-            self.b = randn(t, b, n).reshape(t * b, n)
+            self.a = operand(t, b, m).reshape(t * b, m).t()
+            self.b = operand(t, b, n).reshape(t * b, n)
         elif op in ("conv", "conv_bwd"):
             batch, c_in, c_out, side, window, stride = shape
-            self.x, self.w = randn(batch, c_in, side, side), randn(c_out, c_in, window, window)
+            self.x, self.w = operand(batch, c_in, side, side), operand(c_out, c_in, window, window)
             self.stride, self.pad = (stride, stride), (window // 2, window // 2)
             with torch.no_grad():
-                self.g = torch.randn_like(F.conv2d(self.x, self.w, stride=stride,
-                                                   padding=window // 2))
+                self.g = torch.empty_like(F.conv2d(self.x, self.w, stride=stride,
+                                                   padding=window // 2)).uniform_(-1, 1)
         elif op == "memory":
-            self.x = randn(shape[0])
+            self.x = operand(shape[0])
         elif op == "update":  # the fp32 weights, whatever the precision
-            self.x = torch.randn(shape[0], generator=gen).to(device)
+            self.x = torch.empty(shape[0]).uniform_(-1, 1, generator=gen).to(device)
         elif op == "bn":  # nn.BatchNorm2d in training mode, as torch_backend's ResNet
             batch, channels, side = shape
-            self.x = randn(batch, channels, side, side).requires_grad_()
+            self.x = operand(batch, channels, side, side).requires_grad_()
             self.bn = torch.nn.BatchNorm2d(channels).to(device).train()
-            self.g = randn(batch, channels, side, side)
+            self.g = operand(batch, channels, side, side)
         elif op == "xent":  # the loss torch_backend trains with, and its gradient
             rows, classes = shape
-            self.x = randn(rows, classes).requires_grad_()
+            self.x = operand(rows, classes).requires_grad_()
             self.y = torch.randint(0, classes, (rows,), generator=gen).to(device)
         elif op in ("dispatch", "dispatch_train"):
             # fp32 weights, as a model's are: under autocast each product casts them (cast
             # kernels that a mixed-precision step launches too, counted in the per-op cost)
             def weight() -> torch.Tensor:
-                return torch.randn(DISPATCH_SIDE, DISPATCH_SIDE, generator=gen).to(device) / DISPATCH_SIDE
+                return torch.empty(DISPATCH_SIDE, DISPATCH_SIDE).uniform_(
+                    -1, 1, generator=gen).to(device) / DISPATCH_SIDE
 
             self.a = weight()
             if op == "dispatch_train":
