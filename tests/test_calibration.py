@@ -73,7 +73,13 @@ def test_the_default_grid_is_generic_and_bounded():
     # the loss over few and many classes, every shape whole rows
     assert {c for _, c in k.grid("xent")} == set(k.XENT_CLASSES)
     assert all(r >= 1 for r, _ in k.grid("xent"))
-    assert all(k.flops("gemm_tn_seq", s) <= k.MAX_GEMM_FLOPS for s in k.grid("gemm_tn_seq"))
+    seq = k.grid("gemm_tn_seq")
+    assert all(k.flops("gemm_tn_seq", s) <= k.MAX_GEMM_FLOPS or s[0] in k.SEQ_FEATURES
+               for s in seq)
+    assert all(k.flops("gemm_tn_seq", s) <= k.SEQ_FEATURES_FLOPS for s in seq)
+    # a recurrent layer's few hundred features, up to a vocabulary projection's size: a
+    # product over thousands of columns and a sequence batch's thousands of rows
+    assert any(m in k.SEQ_FEATURES and n >= 4096 and t * b >= 4096 for m, n, t, b in seq)
     assert all(k.flops("gemm", s) <= k.MAX_GEMM_FLOPS for s in k.grid("gemm"))
     assert len(k.grid("gemm", fine=True)) > len(k.grid("gemm"))
     with pytest.raises(ValueError, match="unknown kernel op"):
@@ -87,7 +93,8 @@ def test_a_gpu_times_larger_products_and_convolutions_within_its_own_bound():
         cpu, gpu = k.grid(op), k.grid(op, device="gpu")
         assert set(cpu) <= set(gpu) and max(k.flops(op, s) for s in gpu) > max(
             k.flops(op, s) for s in cpu)
-        assert all(k.flops(op, s) <= k.MAX_GEMM_FLOPS * k.GPU_SCALE for s in gpu)
+        bound = k.SEQ_FEATURES_FLOPS if op == "gemm_tn_seq" else k.MAX_GEMM_FLOPS
+        assert all(k.flops(op, s) <= bound * k.GPU_SCALE for s in gpu)
     conv = k.grid("conv", device="gpu")
     assert {s[1:] for s in conv} <= {s[1:] for s in k.grid("conv")}
     assert max(s[0] * s[2] * k.conv_out(*s[3:]) ** 2 for s in conv) > k.CONV_LARGE_ELEMS
@@ -138,15 +145,20 @@ def test_the_convolution_fit_recovers_the_made_up_machine():
 
 
 def test_the_convolution_grid_reaches_large_maps():
-    """Each layer of the grid at about CONV_FLOPS and a small size, and the layers whose
-    output reaches tens of MB at a training batch again at that size: a 1x1 window over
-    such a map, strided too, the shapes whose traffic, not FLOPs, sets the time."""
+    """Each layer of the grid at about CONV_FLOPS and a small size, and again at a
+    training batch's size: the layers whose output reaches tens of MB there, a 1x1 window
+    over such a map, strided too, the shapes whose traffic, not FLOPs, sets the time."""
     grid = k.grid("conv")
     large = [s for s in grid if s[0] * s[2] * k.conv_out(s[3], s[4], s[5]) ** 2
              >= k.CONV_LARGE_ELEMS / 2 and k.flops("conv", s) > 2 * k.CONV_FLOPS]
     assert any(s[4] == 1 and s[5] == 1 for s in large)
     assert any(s[4] == 1 and s[5] == 2 for s in large)
     assert all(k.flops("conv", s) <= 1.01 * k.CONV_LARGE_FLOPS for s in large)
+    # a layer of many channels over a small map too, at a training batch's FLOPs: the
+    # 5x5 window's at several times its CONV_FLOPS batch
+    fives = sorted(s[0] for s in grid if s[4] == 5)
+    assert len(fives) == 3 and fives[-1] >= 4 * fives[-2]
+    assert all(k.flops("conv", s) <= 1.01 * k.CONV_LARGE_FLOPS for s in grid)
     # generic layers only: each shape is one of CONV_LAYERS at some batch and side
     layers = {(c_in, c_out, w, st) for c_in, c_out, _, w, st in k.CONV_LAYERS}
     assert {(s[1], s[2], s[4], s[5]) for s in grid} == layers

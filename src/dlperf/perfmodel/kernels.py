@@ -80,8 +80,9 @@ ELEM = 4
 #: the inner dimension of a long sequence batch (8192 rows); 8: batch normalisation (bn),
 #: the memory passes at every power of two; 9: JAX's weight gradient over a sequence as
 #: the plain dot its training step runs; 10: convolutions also at a large map
-#: (``CONV_LARGE_ELEMS``)
-REVISION = 10
+#: (``CONV_LARGE_ELEMS``); 11: the sequence's weight gradient also at ``SEQ_FEATURES`` rows,
+#: every convolution also at a training batch's size, operands drawn uniform
+REVISION = 11
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
 
@@ -251,8 +252,18 @@ GEMM_TN_INNER_MAX = 1024
 #: the sequence's length in the weight gradient over a sequence (the batch is the rest of
 #: the inner dimension)
 SEQ_STEPS = 32
+#: the sequence's weight gradient's rows (a recurrent layer's input features) are also
+#: timed at these sides between GEMM_SIDES': a hidden size of a few hundred is where
+#: XLA:CPU's plain dot of that form runs slowest (about 75 GFLOP/s at 256 rows on two
+#: threads, where 64 and 512 rows each reach about 90 and 120-270), so the octave-spaced
+#: sides alone miss it
+SEQ_FEATURES = (256,)
 #: a GEMM larger than this takes too long at one thread to be worth its calibration time
 MAX_GEMM_FLOPS = 8e9
+#: ... and the sequence's weight gradient at ``SEQ_FEATURES`` rows up to this: a language
+#: model's vocabulary projection (thousands of columns) over a sequence batch (thousands
+#: of rows) is that large, and at such rows its time stops following its FLOPs
+SEQ_FEATURES_FLOPS = 4 * MAX_GEMM_FLOPS
 #: Convolutions: (c_in, c_out, side, window, stride), at the batch that brings each to
 #: about CONV_FLOPS: 1x1 to 11x11 windows (the large strided window of a first layer that
 #: reads an image), few and many channels, large and small maps.
@@ -263,10 +274,15 @@ CONV_LAYERS = (
 )
 CONV_FLOPS = 4e8
 CONV_SMALL_FLOPS = 4e6
-#: A layer whose map is large is timed again at the batch that gives its output about
-#: this many elements (32 MB at fp32, the activations of a network's first stages at a
-#: training batch), at most CONV_LARGE_FLOPS: where a library's layout copies and fresh
-#: pages, not its FLOPs, can set the time (a 1x1 window over a large map)
+#: Every layer is timed again at a training batch's size: the batch that gives its output
+#: about CONV_LARGE_ELEMS elements (32 MB at fp32, the activations of a network's first
+#: stages), at most CONV_LARGE_FLOPS (a many-channel layer's, whose map is small), where
+#: that is at least twice CONV_FLOPS' batch. At a large map a library's layout copies and
+#: fresh pages, not its FLOPs, can set the time (a 1x1 window); at many channels XLA:CPU's
+#: backward runs several times faster than at CONV_FLOPS' few samples (a 5x5 window's at
+#: 225 GFLOP/s at batch 2, about 320 at AlexNet's batch 32, on two threads), and one
+#: curve's saturations, fitted mostly on slower layers, do not reach that from the small
+#: sample alone
 CONV_LARGE_ELEMS = 2**23
 CONV_LARGE_FLOPS = 3.2e9
 #: Elements of the memory kernel: 16 KB to 256 MB per operand (caches to DRAM), every
@@ -306,9 +322,9 @@ def conv_grid(fine: bool = False, scale: float = 1) -> list[tuple[int, ...]]:
     """Each of ``CONV_LAYERS`` at the batch that brings it to about ``CONV_FLOPS``, and
     again at ``CONV_SMALL_FLOPS`` (a quarter of its side where even one sample is more):
     the small convolutions of a small network or batch, where the library's fixed cost
-    per call, not its rate, sets the time; on a CPU, a layer whose map is large also at
-    the batch that makes its output about ``CONV_LARGE_ELEMS`` (a GPU's grid, ``scale``
-    times larger, reaches such maps already)."""
+    per call, not its rate, sets the time; on a CPU, also at a training batch's size
+    (``CONV_LARGE_ELEMS``, ``CONV_LARGE_FLOPS``; a GPU's grid, ``scale`` times larger,
+    reaches such sizes already)."""
     out = []
     for c_in, c_out, side, window, stride in CONV_LAYERS:
         per_sample = flops("conv", (1, c_in, c_out, side, window, stride))
@@ -320,7 +336,7 @@ def conv_grid(fine: bool = False, scale: float = 1) -> list[tuple[int, ...]]:
                     stride))
         per_out = c_out * conv_out(side, window, stride) ** 2
         large = min(round(CONV_LARGE_ELEMS / per_out), int(CONV_LARGE_FLOPS / per_sample))
-        if scale == 1 and large >= 2 * batch and large * per_out >= CONV_LARGE_ELEMS / 2:
+        if scale == 1 and large >= 2 * batch:
             out.append((large, c_in, c_out, side, window, stride))
     return out
 
@@ -334,7 +350,9 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
     if op == "gemm_tn":  # a weight gradient's inner dimension is a batch: small to medium
         return [s for s in gemm_grid(fine, scale) if s[2] <= GEMM_TN_INNER_MAX]
     if op == "gemm_tn_seq":  # time x batch as the inner dimension: a sequence's rows
-        return [(m, n, SEQ_STEPS, k // SEQ_STEPS) for m, n, k in gemm_grid(fine, scale)
+        extra = [(m, n, k) for m in SEQ_FEATURES for n in GEMM_SIDES for k in GEMM_INNER
+                 if 2 * m * n * k <= SEQ_FEATURES_FLOPS * scale]
+        return [(m, n, SEQ_STEPS, k // SEQ_STEPS) for m, n, k in gemm_grid(fine, scale) + extra
                 if SEQ_STEPS * 4 <= k <= SEQ_INNER_MAX]
     if op == "bn":
         elems = tuple(2**e for e in range(14, 26, 2)) if fine else BN_ELEMS
