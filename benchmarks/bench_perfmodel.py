@@ -20,6 +20,7 @@ Nothing is asserted: the figures are the result.
 from __future__ import annotations
 
 import argparse
+import time
 import sys
 from pathlib import Path
 
@@ -159,7 +160,10 @@ def main() -> int:
     if not a.no_measure:
         measure(a.db, networks, frameworks, threads, a.retries)
         print("calibrating ...", flush=True)
+        started = time.perf_counter()
         api.calibrate(frameworks, threads, db=a.db, repeat=a.calibrate_repeat)
+        print(f"calibrated in {time.perf_counter() - started:.0f} s (the kernels this store "
+              "lacked)", flush=True)
         if not a.no_parallel:
             measure_parallel(a.db)
     report(a.db, networks, frameworks)
