@@ -350,8 +350,9 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
     if op == "gemm_tn":  # a weight gradient's inner dimension is a batch: small to medium
         return [s for s in gemm_grid(fine, scale) if s[2] <= GEMM_TN_INNER_MAX]
     if op == "gemm_tn_seq":  # time x batch as the inner dimension: a sequence's rows
+        # on a CPU only (a GPU's grid, ``scale`` times larger, is unchanged)
         extra = [(m, n, k) for m in SEQ_FEATURES for n in GEMM_SIDES for k in GEMM_INNER
-                 if 2 * m * n * k <= SEQ_FEATURES_FLOPS * scale]
+                 if 2 * m * n * k <= SEQ_FEATURES_FLOPS and scale == 1]
         return [(m, n, SEQ_STEPS, k // SEQ_STEPS) for m, n, k in gemm_grid(fine, scale) + extra
                 if SEQ_STEPS * 4 <= k <= SEQ_INNER_MAX]
     if op == "bn":
