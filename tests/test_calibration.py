@@ -1133,6 +1133,46 @@ def test_a_gpu_kernel_is_queued_several_calls_per_synchronisation():
     assert q.per_call([0.8, 0.4]) == [0.2, 0.1]
 
 
+def test_a_kernel_that_keeps_fewer_threads_busy_of_its_own_is_timed_twice(monkeypatch):
+    """A CPU shape that kept its threads less than BUSY busy is timed again; a second
+    attempt alike the first (the same CPU use and time: the kernel's own use of the
+    threads, as XLA runs many ops on one) ends it; one unlike it goes on to ATTEMPTS, and
+    the busiest attempt is kept."""
+    from dlperf.backends.base import Trainer
+    from dlperf.calibrate import worker as cw
+    from dlperf.measure.timing import Timing
+
+    class Idle(Trainer):
+        def step(self):
+            pass
+
+        def sync(self):
+            pass
+
+    o = KernelOptions(parts=(KernelPart(op="memory", shapes=((4096,),)),), versions={},
+                      revision=1)
+
+    def attempts(utils, times):
+        seq, made = iter(zip(utils, times, strict=True)), []
+
+        def fake(step, sync, m, clock=None):
+            u, t = next(seq)
+            made.append(Timing(steps_s=[t] * 3, cpu_s=3 * t * u, wall_s=3 * t))
+            return made[-1]
+
+        monkeypatch.setattr(cw, "measure", fake)
+        return made, cw._timed(cw.Queued(Idle(), 1), o, 2, "cpu")
+
+    made, best = attempts([1.0, 1.05, 1.9], [0.010, 0.0102, 0.008])
+    assert len(made) == 2 and best is made[1]  # alike: no third attempt
+    made, best = attempts([1.0, 1.5, 1.2], [0.010, 0.008, 0.009])
+    assert len(made) == 3 and best is made[1]  # unlike: the busiest of three
+    made, _ = attempts([1.0, 1.05, 1.0], [0.010, 0.013, 0.010])
+    assert len(made) == 3  # the same CPU use but another time: a disturbance
+    made, _ = attempts([1.8, 1.0, 1.0], [0.010, 0.010, 0.010])
+    assert len(made) == 1  # busy enough at once
+
+
 # ----------------------------------------------------------------------------- precisions
 def test_a_mixed_precision_calibration_predicts_steps_at_its_precision(db, capsys):
     """A bf16 calibration is its own (framework, threads, precision). On the made-up

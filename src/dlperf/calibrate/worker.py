@@ -9,7 +9,10 @@ of memory, a missing kernel) is recorded by name and the others go on.
 A machine shared with other work slows a kernel by taking its cores away, which shows as
 CPU time below the wall time. A shape whose timed calls kept its threads less than
 ``BUSY`` busy is timed again (``ATTEMPTS`` in all) and the attempt that kept them busiest
-is kept: the choice is by the measurement's own CPU accounting, never by its time.
+is kept: the choice is by the measurement's own CPU accounting, never by its time. Two
+attempts that agree (``ALIKE``: their CPU use within a tenth of a thread's, their times
+within a tenth) show a kernel that keeps fewer threads busy of its own accord, as XLA
+runs many ops on one thread; a third would find the same, and is not run.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from dlperf.spec import Measurement, RunResult, RunSpec
 #: the share of its threads a kernel must keep busy to count as undisturbed
 BUSY = 0.85
 ATTEMPTS = 3
+#: two attempts this close in CPU use (share of one thread) and in time are alike
+ALIKE = 0.1
 #: calls of a kernel queued on a GPU between two synchronisations (``Queued``)
 GPU_CALLS = 10
 
@@ -100,14 +105,24 @@ def _timed(trainer: Queued, o: KernelOptions, threads: int, device: str) -> Timi
     is timed once: the host's threads wait on the device, so their CPU time says nothing
     of the kernel's."""
     best: Timing | None = None
+    last: Timing | None = None
     for _ in range(ATTEMPTS if device == "cpu" else 1):
         t = measure(trainer.step, trainer.sync, _timing(o), clock=trainer.elapsed())
         if best is None or t.cpu_util > best.cpu_util:
             best = t
-        if statistics.median(t.steps_s) < 1e-3 or t.cpu_util >= BUSY * threads:
+        if statistics.median(t.steps_s) < 1e-3 or t.cpu_util >= BUSY * threads \
+                or (last is not None and _alike(last, t)):
             break
+        last = t
     assert best is not None
     return best
+
+
+def _alike(a: Timing, b: Timing) -> bool:
+    """Two attempts at one shape that kept the same share of the threads busy and took
+    the same time (module docstring)."""
+    ta, tb = statistics.median(a.steps_s), statistics.median(b.steps_s)
+    return abs(a.cpu_util - b.cpu_util) <= ALIKE and abs(ta - tb) <= ALIKE * min(ta, tb)
 
 
 def _allreduce(o: KernelOptions, part: KernelPart, backend: Backend,
