@@ -1310,3 +1310,32 @@ def test_reference_curves_are_written_from_a_gpu_calibration(db, tmp_path):
     with pytest.raises(SystemExit) as e:
         write(["--db", str(db), "--entry", "nope", "--out", str(out)])
     assert e.value.code == 2
+
+
+def test_a_jax_step_pays_the_new_pages_of_its_temporaries_block(db):
+    """XLA:CPU allocates a step's temporaries as one block per call (``local.FRESH_BLOCK``):
+    a JAX step adds its activations' bytes at what a fresh result costs over an in-place
+    one; a PyTorch step, on the same machine's curves, does not. On the made-up machine a
+    fresh result moves at DRAM_BPS and an in-place update at UPDATE_BPS, both reading and
+    writing each element: a byte of result costs 2 / DRAM_BPS - 2 / UPDATE_BPS more."""
+    from dlperf.perfmodel import local
+    from dlperf.perfmodel.costs import activation_bytes
+
+    with Store(db) as store:
+        made_up.calibrated(store, frameworks=("torch", "jax"))
+        cal = calibration.local_calibration(store)
+    per_byte = 2 / made_up.DRAM_BPS - 2 / made_up.UPDATE_BPS
+    jax_fit, torch_fit = cal.find("jax", 1), cal.find("torch", 1)
+    assert local.fresh_byte_s(jax_fit) == pytest.approx(per_byte, rel=0.02)
+    _, _, cfg = workloads.resolve("alexnet", None)
+    block = activation_bytes(cfg.layers(), 16, 4) * per_byte
+    assert local.fresh_block_s(cfg.layers(), 16, jax_fit) == pytest.approx(block, rel=0.02)
+    assert local.fresh_block_s(cfg.layers(), 16, torch_fit) == 0.0
+    p = {fw: predict_for_spec(RunSpec(network="alexnet", framework=fw, threads=1,
+                                      batch_size=16), cal) for fw in ("torch", "jax")}
+    # the same kernels on both (one made-up machine): the steps differ by the block alone
+    assert p["jax"].breakdown.memory_s - p["torch"].breakdown.memory_s == pytest.approx(
+        block, rel=0.02)
+    assert p["jax"].time_s - p["torch"].time_s == pytest.approx(block, rel=0.02)
+    assert any("temporaries afresh" in n for n in p["jax"].notes)
+    assert not any("temporaries afresh" in n for n in p["torch"].notes)

@@ -184,6 +184,16 @@ class _Context:
         eff = self.cal.for_device(self.dev)
         return [layer_timing(c, self.dev, self.precision, eff) for c in costs]
 
+    def fresh_block_s(self, batch: float) -> float:
+        """The new pages of a step's temporaries where the framework allocates them as one
+        block per call (``local.fresh_block_s``; calibrated devices only)."""
+        fit = self.cal.fitted(self.dev)
+        if fit is None or (took := local.fresh_block_s(self.layers, batch, fit)) <= 0:
+            return 0.0
+        self.notes.append(f"{fit.framework} allocates the step's temporaries afresh at every "
+                          f"call: {took * 1e3:.3g} ms of new pages for its activations")
+        return took
+
     def call_s(self) -> float:
         """The fixed cost of calling a framework's step once (calibrated devices only)."""
         fit = self.cal.fitted(self.dev)
@@ -306,6 +316,7 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     local = ctx.batch // p
     timings = ctx.timings(local)
     compute, memory = _totals(timings)
+    memory += ctx.fresh_block_s(local)
     overhead = ctx.exposed(timings)
     step = compute + memory + overhead
     g_bytes = ctx.grad_bytes
