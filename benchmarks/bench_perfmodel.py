@@ -20,8 +20,8 @@ Nothing is asserted: the figures are the result.
 from __future__ import annotations
 
 import argparse
-import time
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
