@@ -28,7 +28,10 @@ class KernelTrainer(Trainer):
             # uniform in [-1, 1): a product's time does not depend on its values, and
             # numpy draws these about nine times faster than normal ones (the operands of
             # a calibration's large shapes took a sixth of its run)
-            return rng.random(dims, np.float32) * 2 - 1
+            a = rng.random(dims, np.float32)
+            a *= 2
+            a -= 1
+            return a
 
         if op == "gemm":
             m, n, k = shape
