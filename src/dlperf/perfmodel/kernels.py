@@ -254,8 +254,8 @@ GEMM_TN_INNER_MAX = 1024
 SEQ_STEPS = 32
 #: the sequence's weight gradient's rows (a recurrent layer's input features) are also
 #: timed at these sides between GEMM_SIDES': a hidden size of a few hundred is where
-#: XLA:CPU's plain dot of that form runs slowest (about 75 GFLOP/s at 256 rows on two
-#: threads, where 64 and 512 rows each reach about 90 and 120-270), so the octave-spaced
+#: XLA:CPU's plain dot of that form runs slowest (60-90 GFLOP/s at 256 rows on two
+#: threads, where 64 rows reach about 90 and 512 rows 120-270), so the octave-spaced
 #: sides alone miss it
 SEQ_FEATURES = (256,)
 #: a GEMM larger than this takes too long at one thread to be worth its calibration time
@@ -278,11 +278,11 @@ CONV_SMALL_FLOPS = 4e6
 #: about CONV_LARGE_ELEMS elements (32 MB at fp32, the activations of a network's first
 #: stages), at most CONV_LARGE_FLOPS (a many-channel layer's, whose map is small), where
 #: that is at least twice CONV_FLOPS' batch. At a large map a library's layout copies and
-#: fresh pages, not its FLOPs, can set the time (a 1x1 window); at many channels XLA:CPU's
-#: backward runs several times faster than at CONV_FLOPS' few samples (a 5x5 window's at
-#: 225 GFLOP/s at batch 2, about 320 at AlexNet's batch 32, on two threads), and one
-#: curve's saturations, fitted mostly on slower layers, do not reach that from the small
-#: sample alone
+#: fresh pages, not its FLOPs, can set the time (a 1x1 window); at many channels over a
+#: small map XLA:CPU's backward on two threads reaches 250-310 GFLOP/s there, 1.6-1.9
+#: times its one-thread rate, where at CONV_FLOPS' few samples the second thread adds
+#: little (75-275), and one curve's saturations, fitted mostly on slower layers, do not
+#: reach that from the small sample alone
 CONV_LARGE_ELEMS = 2**23
 CONV_LARGE_FLOPS = 3.2e9
 #: Elements of the memory kernel: 16 KB to 256 MB per operand (caches to DRAM), every
