@@ -82,6 +82,8 @@ def test_the_default_grid_is_generic_and_bounded():
     assert any(m in k.SEQ_FEATURES and n >= 4096 and t * b >= 4096 for m, n, t, b in seq)
     assert all(k.flops("gemm", s) <= k.MAX_GEMM_FLOPS for s in k.grid("gemm"))
     assert len(k.grid("gemm", fine=True)) > len(k.grid("gemm"))
+    for fine in (False, True):  # no shape timed twice
+        assert len(set(k.grid("gemm_tn_seq", fine))) == len(k.grid("gemm_tn_seq", fine))
     with pytest.raises(ValueError, match="unknown kernel op"):
         k.grid("fft")
 

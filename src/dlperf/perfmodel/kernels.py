@@ -350,10 +350,12 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
     if op == "gemm_tn":  # a weight gradient's inner dimension is a batch: small to medium
         return [s for s in gemm_grid(fine, scale) if s[2] <= GEMM_TN_INNER_MAX]
     if op == "gemm_tn_seq":  # time x batch as the inner dimension: a sequence's rows
-        # on a CPU only (a GPU's grid, ``scale`` times larger, is unchanged)
+        # on a CPU only (a GPU's grid, ``scale`` times larger, is unchanged); the fine
+        # grid's sides hold 256 already, so a shape both give is timed once
         extra = [(m, n, k) for m in SEQ_FEATURES for n in GEMM_SIDES for k in GEMM_INNER
-                 if 2 * m * n * k <= SEQ_FEATURES_FLOPS and scale == 1]
-        return [(m, n, SEQ_STEPS, k // SEQ_STEPS) for m, n, k in gemm_grid(fine, scale) + extra
+                 if 2 * m * n * k <= SEQ_FEATURES_FLOPS] if scale == 1 else []
+        shapes = dict.fromkeys(gemm_grid(fine, scale) + extra)
+        return [(m, n, SEQ_STEPS, k // SEQ_STEPS) for m, n, k in shapes
                 if SEQ_STEPS * 4 <= k <= SEQ_INNER_MAX]
     if op == "bn":
         elems = tuple(2**e for e in range(14, 26, 2)) if fine else BN_ELEMS
