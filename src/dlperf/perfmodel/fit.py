@@ -50,6 +50,8 @@ from dlperf.perfmodel.kernels import TRAIN_KERNELS, KernelSample, conv_gemm, ele
 SMOOTH_OCTAVES = 1.0
 #: weight of "no correction" in the smoother: far from every sample the correction fades
 SMOOTH_PRIOR = 0.25
+#: at most this many memory passes per pass over a convolution's traffic (``fit_conv``)
+MAX_TRAFFIC_PASSES = 32.0
 
 
 @dataclass(frozen=True)
@@ -321,9 +323,6 @@ def fit_conv(samples: Sequence[KernelSample], d: Dispatch,
                      traffic_factor=float(p[5]) if memory else 0.0, traffic_passes=passes,
                      elem_bytes=elem)
 
-
-#: at most this many memory passes per pass over a convolution's traffic
-MAX_TRAFFIC_PASSES = 32.0
 
 
 def fit_memory(samples: Sequence[KernelSample], d: Dispatch) -> MemoryCurve:
