@@ -560,6 +560,29 @@ def test_parallel_runs_use_the_loopback_all_reduce_and_share_the_cores(db):
     assert one is not None
 
 
+def test_pipeline_stages_share_only_the_cores_they_are_pinned_to(db):
+    """Four stages of one thread: on four cores each has its own; on two, stage s shares
+    core s mod 2 with one other (as dlperf parallel pins ranks), which slows the step,
+    but by less than every stage at half speed would, since a stage that waits leaves its
+    core to the busy one."""
+    from dlperf.parallel.options import make_spec
+    from dlperf.perfmodel.machine import LocalCalibration
+
+    with Store(db) as store:
+        made_up.calibrated(store)
+        cal = calibration.local_calibration(store)
+    spec = make_spec("alexnet", size="tiny", strategy="pipeline", workers=4, batch_size=64)
+    four = predict_for_spec(spec, LocalCalibration(cal.fits, cal.memory_gb, 4))
+    two = predict_for_spec(spec, LocalCalibration(cal.fits, cal.memory_gb, 2))
+    assert four is not None and two is not None
+    assert four.time_s < two.time_s < 2 * four.time_s
+    for p in (four, two):
+        assert p.breakdown.total_s == pytest.approx(p.time_s)
+        assert min(p.breakdown.model_dump().values()) >= 0
+    assert any("block s mod 2" in n for n in two.notes)
+    assert not any("block s mod" in n for n in four.notes)
+
+
 # ----------------------------------------------------------------------------- validate
 NETS = ("fcn5", "alexnet", "lstm32")
 TIMES = {"fcn5": 1.25, "alexnet": 0.8, "lstm32": 1.5}  # measured / predicted

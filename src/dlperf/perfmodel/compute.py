@@ -23,6 +23,9 @@ class LayerTiming:
     overhead_s: float  # kernel launches
     flops: float
     bytes: float
+    #: the forward pass's share of compute_s + memory_s (the rest is the backward's; a
+    #: pipeline's schedule runs them apart, ``perfmodel.schedule``)
+    forward_s: float = 0.0
 
     @property
     def passes_s(self) -> float:
@@ -45,8 +48,10 @@ def layer_timing(cost: LayerCost, device: Device, precision: str, eff: Efficienc
     peak = device.peak_flops(precision) * eff.matmul
     bandwidth = device.memory_gbps * 1e9 * eff.memory
     compute = memory = 0.0
+    passes = []
     for flops, nbytes in ((cost.fwd_flops, cost.fwd_bytes), (cost.bwd_flops, cost.bwd_bytes)):
         t = roofline_time(flops, nbytes, peak, bandwidth)
+        passes.append(t)
         if flops and flops / peak >= nbytes / bandwidth:
             compute += t
         else:
@@ -60,4 +65,5 @@ def layer_timing(cost: LayerCost, device: Device, precision: str, eff: Efficienc
         overhead_s=cost.kernels * eff.overhead_s,
         flops=cost.flops,
         bytes=cost.bytes,
+        forward_s=passes[0],
     )

@@ -162,20 +162,24 @@ def launches(layer: Layer, cost: LayerCost) -> int:
 def layer_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) -> LayerTiming:
     """One layer's step on this machine from the fitted curves (module docstring)."""
     fwd, bwd = product_times(layer, batch, fit)
+    moved = cost.fwd_bytes + cost.bwd_bytes
     if layer.fwd_flops:
-        compute, memory = fwd + bwd, 0.0
+        compute, memory, forward = fwd + bwd, 0.0, fwd
     elif layer.op == "loss" and fit.xent is not None:  # the loss and its gradient
         compute, memory = 0.0, fit.xent.time(xent_bytes(layer.out_elems * batch))
+        forward = memory * cost.fwd_bytes / moved if moved else 0.0
     elif layer.op == "bn" and fit.bn is not None:  # batch statistics: several passes
-        compute, memory = 0.0, fit.bn_time(cost.fwd_bytes + cost.bwd_bytes, layer.params / 2)
+        compute, memory = 0.0, fit.bn_time(moved, layer.params / 2)
+        forward = memory * cost.fwd_bytes / moved if moved else 0.0
     else:
         compute = 0.0
-        memory = fit.memory.time(cost.fwd_bytes) + fit.memory.time(cost.bwd_bytes)
+        forward = fit.memory.time(cost.fwd_bytes)
+        memory = forward + fit.memory.time(cost.bwd_bytes)
     s = fit.slowdown
     return LayerTiming(name=cost.name, op=cost.op, compute_s=compute * s, memory_s=memory * s,
                        update_s=(fit.update or fit.memory).time(cost.update_bytes) * s,
                        overhead_s=launches(layer, cost) * fit.dispatch.step_op_s * s,
-                       flops=cost.flops, bytes=cost.bytes)
+                       flops=cost.flops, bytes=cost.bytes, forward_s=forward * s)
 
 
 def call_timing(fit: LocalFit) -> LayerTiming:

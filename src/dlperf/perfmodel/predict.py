@@ -13,7 +13,7 @@ from typing import Any
 
 from dlperf import workloads
 from dlperf.errors import UsageError
-from dlperf.perfmodel import catalogue, local, scaled
+from dlperf.perfmodel import catalogue, local, scaled, schedule
 from dlperf.perfmodel import formulas as f
 from dlperf.perfmodel.calibration import Calibration
 from dlperf.perfmodel.catalogue import PRECISIONS, Device, Link
@@ -419,38 +419,60 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     stages = [[body[j] for j in part] for part in
               split_by_cost([layer_cost(ctx.layers[i]) for i in body], p)]
     stages[-1] += [i for i, layer in enumerate(ctx.layers) if layer.op == "loss"]
-    stage_times, comms, updates, shown = [], [], [], []
+    # the timings are slowed as if every stage computed at once (``machine.model``'s
+    # share of the cores); the schedule takes them at full speed and shares the cores
+    # only among the stages computing at each moment
+    fit = ctx.cal.fitted(ctx.dev)
+    share = fit.slowdown if fit is not None else 1.0
+    fwd, bwd, sends, updates = [], [], [], []
     out_elems = 0
     for s, idx in enumerate(stages):
         for i in idx:
             out_elems = ctx.layers[i].out_elems or out_elems
-        comm = 0.0
+        send = 0.0
         if s < p - 1:  # activations forward and their gradients back, per micro-batch
             crosses = ctx.nodes > 1 and (s + 1) % ctx.per_node == 0
             link = ctx.inter() if crosses else ctx.intra()
-            comm = 2 * f.p2p_time(out_elems * mb * ctx.elem, ctx.bw(link), link.latency_s)
-        comms.append(comm)
-        update = sum(timings[i].update_s for i in idx)
+            send = f.p2p_time(out_elems * mb * ctx.elem, ctx.bw(link), link.latency_s)
+        stage = [timings[i] for i in idx]
+        shown = ctx.exposed(stage, step=False)  # per micro-batch's passes
+        update = sum(t.update_s for t in stage)
         # every micro-batch after the first adds its weight gradients into the stage's:
         # read both, write one, the update's 3 x P bytes (gradient accumulation, GPipe)
-        stage = [timings[i] for i in idx]
-        shown.append(ctx.exposed(stage, step=False))  # per micro-batch's passes
-        stage_times.append(sum(t.compute_s + t.memory_s for t in stage) + shown[-1] + comm
-                           + f.accumulation_time(update, m) / m)
-        updates.append(update)
-    slow = max(range(p), key=stage_times.__getitem__)
-    t_stage = stage_times[slow]
-    compute, memory = _totals([timings[i] for i in stages[slow]], repeat=m)
-    memory += max(updates) - updates[slow] + f.accumulation_time(updates[slow], m)
-    overhead = m * shown[slow] + ctx.call_s()  # as in ``t_stage``, and the step's call
-    bubble = (p - 1) * t_stage
-    time = f.pipeline_time(t_stage, p, m) + max(updates) + ctx.straggler + ctx.call_s()
+        accumulate = f.accumulation_time(update, m) / m
+        fwd.append((sum(t.forward_s for t in stage) + shown / 2) / share)
+        bwd.append((sum(t.compute_s + t.memory_s - t.forward_s for t in stage) + shown / 2
+                    + accumulate) / share)
+        sends.append(send)
+        updates.append(update / share)
+    # a stage sends its activations across the boundary after it, its input's gradient
+    # across the one before it
+    own_sends = [(sends[s] if s < p - 1 else 0.0) + (sends[s - 1] if s else 0.0)
+                 for s in range(p)]
+    work = [m * (fwd[s] + bwd[s] + own_sends[s]) + updates[s] for s in range(p)]
+    # dlperf parallel pins rank r to the r-th block of a stage's threads, wrapping round
+    # the cores (``parallel.worker.rank_cpus``): the stages of one block share it
+    blocks = max(1, int(p / share + 1e-9))
+    run = schedule.gpipe_step_time(fwd, bwd, sends, updates, m, [s % blocks for s in range(p)])
+    time = run + ctx.straggler + ctx.call_s()
+    slow = max(range(p), key=work.__getitem__)
+    stage = [timings[i] for i in stages[slow]]
+    compute, memory = (x / share for x in _totals(stage, repeat=m))
+    memory += f.accumulation_time(updates[slow], m)
+    overhead = m * ctx.exposed(stage, step=False) / share + ctx.call_s()
+    comm = m * own_sends[slow]
+    bubble = run - work[slow]  # fill, drain, the other stages' longer slots, a core's wait
     if p > 1:
         ctx.notes.append(f"GPipe schedule, {m} micro-batches of {mb:g}: ideal idle share "
                          f"{f.pipeline_bubble_fraction(p, m):.1%} with equal stages")
+    if blocks < p:
+        ctx.notes.append(f"the {p} stages share cores enough for {blocks} at full speed, "
+                         f"stage s on block s mod {blocks} as dlperf parallel pins them: "
+                         "those computing at one moment split their block, and a stage "
+                         "that waits (bubble) leaves its share to the busy ones")
     mem = max(_memory([ctx.layers[i] for i in idx], batch, ctx.elem) for idx in stages)
     return ctx.result("pipeline", time, Breakdown(
         compute_s=compute, memory_s=memory, overhead_s=overhead,
-        communication_s=m * comms[slow], bubble_s=bubble, straggler_s=ctx.straggler),
+        communication_s=comm, bubble_s=bubble, straggler_s=ctx.straggler),
         _layer_times(timings, repeat=m), mem, micro_batches=m,
         stages=[[ctx.layers[i].name for i in idx] for idx in stages])
