@@ -370,6 +370,25 @@ def test_data_parallel_steps_pay_their_gradient_copies():
     assert single.breakdown.memory_s == pytest.approx(one.breakdown.memory_s)
 
 
+def test_one_mixed_group_exchanges_with_the_server_in_its_own_process():
+    """mixed with one group: the leader is rank 0, beside which the server lives, so the
+    step pays the server's passes but no push or pull over a link: the group's ring
+    all-reduce and broadcast, the copies, and the apply (7 passes of the gradient)."""
+    g = 25_557_032 * 4
+    mem, link = 900e9 * 0.8, 150e9 * 0.8  # v100; nvlink2, 150 GB/s a direction
+    lat = cat.link("nvlink2").latency_s
+    one = predict("resnet50", device="v100", batch_size=32)
+    p = predict("resnet50", device="v100", batch_size=64, strategy="mixed", devices=2,
+                groups=1)
+    assert cat.device("v100").peer_link == "nvlink2"
+    group = (g / link + 2 * lat) + (g / link + lat)  # ring of 2, then the broadcast
+    assert p.time_s - one.time_s == pytest.approx(group + (12 + 7) * g / mem, rel=1e-9)
+    assert any("cross no link" in n for n in p.notes)
+    two = predict("resnet50", device="v100", batch_size=64, strategy="mixed", devices=4,
+                  groups=2)
+    assert not any("cross no link" in n for n in two.notes)
+
+
 def test_straggler_costs_sync_its_whole_delay_and_async_a_share():
     kw = dict(device="v100", batch_size=64, devices=4)
     sync0 = predict("alexnet", strategy="sync", **kw)

@@ -81,8 +81,9 @@ ELEM = 4
 #: the memory passes at every power of two; 9: JAX's weight gradient over a sequence as
 #: the plain dot its training step runs; 10: convolutions also at a large map
 #: (``CONV_LARGE_ELEMS``); 11: the sequence's weight gradient also at ``SEQ_FEATURES`` rows,
-#: every convolution also at a training batch's size, operands drawn uniform
-REVISION = 11
+#: every convolution also at a training batch's size, operands drawn uniform; 12: the
+#: products also at a few rows (``SMALL_ROWS``), the all-reduce up to 256 MB
+REVISION = 12
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
 
@@ -249,6 +250,15 @@ GEMM_SIDES = (64, 512, 4096, 32768)
 GEMM_INNER = (16, 128, 1024, 8192)
 #: the transposed form is timed at inner dimensions up to this (batches, not layers)
 GEMM_TN_INNER_MAX = 1024
+#: A product's rows are also timed at these counts, the rows of a dense layer's forward
+#: and input gradient at a batch or a pipeline's micro-batch of a few samples: there the
+#: product streams the weights at a rate of the library's own (on this project's 2-core
+#: machine PyTorch's 1 x 4096 x 4096 read them at 21 GB/s, 8 x 26752 x 2048 at 8 GB/s,
+#: where the curve from 64 rows up gave 3-8 times less time), each over the columns and
+#: inner dimensions from SMALL_ROWS_SIDES whose weights hold at most SMALL_ROWS_ELEMS
+SMALL_ROWS = (1, 8)
+SMALL_ROWS_SIDES = (512, 4096, 32768)
+SMALL_ROWS_ELEMS = 2**25
 #: the sequence's length in the weight gradient over a sequence (the batch is the rest of
 #: the inner dimension)
 SEQ_STEPS = 32
@@ -307,8 +317,12 @@ SEQ_INNER_MAX = SEQ_STEPS * 256
 GPU_SCALE = 32
 #: Lengths of the dispatch chain.
 DISPATCH_OPS = (1, 16, 64)
-#: All-reduce sizes: 4 KB to 64 MB (latency- to bandwidth-bound).
-ALLREDUCE_BYTES = tuple(4 * 2**e for e in range(10, 25, 3))
+#: All-reduce sizes: 4 KB to 256 MB (latency- to bandwidth-bound). A network's gradient
+#: is tens to hundreds of MB; on this project's 2-core machine gloo on loopback moved
+#: 16 MB among 2 processes at 1.3 GB/s and 64 MB to 472 MB at 1.8-1.9, and a fit that
+#: stopped at 16 MB drew its bandwidth from the noise of the small sizes (1.2 to 4 GB/s
+#: from one calibration to the next)
+ALLREDUCE_BYTES = (*(4 * 2**e for e in range(10, 25, 3)), 2**26, 2**28)
 
 
 def gemm_grid(fine: bool = False, scale: float = 1) -> list[tuple[int, int, int]]:
@@ -345,8 +359,10 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
     """The shapes ``dlperf calibrate`` times for ``op`` (``fine``: a denser grid; on a
     ``device`` 'gpu', products and convolutions ``GPU_SCALE`` times larger)."""
     scale = GPU_SCALE if device == "gpu" else 1
-    if op == "gemm":
-        return list(gemm_grid(fine, scale))
+    if op == "gemm":  # on a CPU also at SMALL_ROWS (a GPU's grid is unchanged)
+        small = [(m, n, k) for m in SMALL_ROWS for n in SMALL_ROWS_SIDES
+                 for k in SMALL_ROWS_SIDES if n * k <= SMALL_ROWS_ELEMS]
+        return list(gemm_grid(fine, scale)) + (small if scale == 1 else [])
     if op == "gemm_tn":  # a weight gradient's inner dimension is a batch: small to medium
         return [s for s in gemm_grid(fine, scale) if s[2] <= GEMM_TN_INNER_MAX]
     if op == "gemm_tn_seq":  # time x batch as the inner dimension: a sequence's rows
@@ -370,7 +386,7 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
     if op in ("dispatch", "dispatch_train"):
         return [(n,) for n in ((1, 4, 16, 64, 256) if fine else DISPATCH_OPS)]
     if op == "allreduce":
-        return [(n,) for n in (tuple(4 * 2**e for e in range(8, 25)) if fine else ALLREDUCE_BYTES)]
+        return [(n,) for n in (tuple(4 * 2**e for e in range(8, 27)) if fine else ALLREDUCE_BYTES)]
     raise ValueError(f"unknown kernel op '{op}' (known: {', '.join(OPS)})")
 
 

@@ -368,7 +368,12 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
         intra = ctx.intra()  # the leader broadcasts the pulled weights to its group
         group_comm += f.p2p_time(g_bytes, ctx.bw(intra), intra.latency_s)
     own = shared = 0.0
-    if p > 1:  # one worker applies its own updates: no server traffic
+    if p > 1 and g == 1:  # one group: its leader is rank 0, beside which the server
+        # lives (dlperf parallel's servers 0), so its push and pull stay in its process
+        own = shared = ctx.server_apply_s(g_bytes)
+        ctx.notes.append("one group: the parameter server lives in its leader's process, "
+                         "so the push and pull cross no link")
+    elif p > 1:  # one worker applies its own updates: no server traffic
         server = ctx.server_link()
         apply = ctx.server_apply_s(g_bytes)
         own = 2 * f.p2p_time(g_bytes, ctx.bw(server), server.latency_s) + apply
