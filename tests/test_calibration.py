@@ -794,6 +794,12 @@ def test_profiled_ops_are_timed_by_the_curve_of_what_does_their_work():
     cast = ops.op_time(ProfiledOp(name="aten::copy_", shapes=((64, 4096), (64, 4096), ()),
                                   calls=1, time_s=1e-4, element_bytes=(4, 2, 0)), f)
     assert cast.bytes == (4 + 2) * 64 * 4096
+    # in place (the update, a gradient's accumulation): no fresh result, the update's curve
+    add_ = ops.op_time(ProfiledOp(name="aten::add_", shapes=((64, 4096), (64, 4096), ()),
+                                  calls=1, time_s=1e-4), f)
+    assert add_.bytes == 3 * 4 * 64 * 4096 and f.update is not None
+    assert add_.model_s == pytest.approx(f.dispatch.op_s + f.update.time(add_.bytes))
+    assert f.update.time(add_.bytes) < f.memory.time(add_.bytes)
     view = ops.op_time(ProfiledOp(name="aten::view", shapes=((64, 4096), ()), calls=3,
                                   time_s=1e-6), f)
     assert view.kind == "dispatch" and view.model_s == pytest.approx(3 * f.dispatch.op_s)

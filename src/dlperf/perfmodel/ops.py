@@ -19,7 +19,9 @@ an op excludes its children, so a wrapper that only calls others costs its dispa
   (each at its own element size where the profiler recorded dtypes, PyTorch's: half or
   fp32 under mixed precision; else fp32; a ``copy_``, autocast's cast among them, its
   source read and its destination written), at the bandwidth the memory curve gives for
-  that many bytes, plus the per-op cost;
+  that many bytes (an in-place op's, which writes over its first operand, PyTorch's
+  trailing underscore: the optimizer's update, a gradient's accumulation, at the in-place
+  update's curve, as the step model times them), plus the per-op cost;
 - ``unmodelled``: an op whose operands the profiler did not record (the optimizer's fused
   ``_foreach_*`` ops on some builds): its time is shown, the model claims none for it.
 
@@ -140,6 +142,13 @@ def _memory_bytes(op: ProfiledOp) -> float:
     return moved + (sizes[largest] * elems[largest] if largest is not None else 0)
 
 
+def _in_place(name: str) -> bool:
+    """A PyTorch op that writes its result over its first operand: its name ends in an
+    underscore (PyTorch's convention for in-place ops, 'torch.Tensor' documentation),
+    other than ``copy_``, whose destination is usually new (autocast's casts)."""
+    return name.startswith("aten::") and name.endswith("_") and name != "aten::copy_"
+
+
 def gemm_shape(name: str, shapes: Sequence[Sequence[int]]) -> tuple[int, int, int, int] | None:
     """(b, m, n, k) of a matrix-product op from its operands' shapes, or None."""
     ops = [tuple(s) for s in shapes]
@@ -241,7 +250,8 @@ def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
     elif kind != "dispatch":  # elementwise and the like, or a product of unknown layout
         kind = "memory"
         bytes_call = _memory_bytes(op)
-        per_call = fit.dispatch.op_s + fit.memory.time(bytes_call)
+        curve = (fit.update or fit.memory) if _in_place(op.name) else fit.memory
+        per_call = fit.dispatch.op_s + curve.time(bytes_call)
         flops_call = (op.flops or 0.0) / max(op.calls, 1e-12)
     return OpTime(op.name, tuple(op.shapes), kind, op.calls, op.time_s,
                   per_call * op.calls * fit.slowdown, flops_call * op.calls,
