@@ -233,7 +233,7 @@ def test_a_product_takes_at_least_the_memory_pass_of_its_fresh_result(db):
     """A wide weight gradient at a tiny batch: its 26752 x 2048 result's memory pass, not
     its FLOPs, sets its time; a compute-bound product keeps its curve's time; a 1x1
     convolution over a large map is bound by its output, and its gradients by theirs."""
-    from dlperf.perfmodel.local import _product, product_times
+    from dlperf.perfmodel.local import one_product, product_times
 
     with Store(db) as store:
         made_up.calibrated(store)
@@ -242,8 +242,15 @@ def test_a_product_takes_at_least_the_memory_pass_of_its_fresh_result(db):
     f = f.model_copy(update={"memory": fit.MemoryCurve(nbytes=(1e3, 1e9), seconds=(1e-6, 1.0))})
     wide = f.memory.time(2 * 4 * 26752 * 2048)
     assert f.gemm_tn.time(26752, 2048, 1) < wide
-    assert _product(f, f.gemm_tn, 26752, 2048, 1) == wide
-    assert _product(f, f.gemm, 2048, 2048, 2048) == f.gemm.time(2048, 2048, 2048)
+    assert one_product(f, f.gemm_tn, 26752, 2048, 1) == wide
+    assert one_product(f, f.gemm, 2048, 2048, 2048) == f.gemm.time(2048, 2048, 2048)
+    # explain gives a profiled product the same time as the step model
+    from dlperf.kinds.profile import ProfiledOp
+    from dlperf.perfmodel import ops
+
+    mm = ops.op_time(ProfiledOp(name="aten::mm", shapes=((26752, 1), (1, 2048)), calls=1,
+                                time_s=1.0), f)
+    assert f.gemm.time(26752, 2048, 1) < wide and mm.model_s == pytest.approx(wide)
     # a convolution the same way: a 1x1 layer's large output, and its input's gradient
     from dlperf.workloads.base import conv
 

@@ -93,14 +93,14 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
             bwd += calls * max(fit.conv_bwd.time(rows, g.n, g.k, g.window, g.stride) * share / 2,
                                _fresh(fit, grads))
             continue
-        fwd += calls * _product(fit, fit.gemm, rows, g.n, g.k)
+        fwd += calls * one_product(fit, fit.gemm, rows, g.n, g.k)
         if layer.input_grad:  # dX = dY @ W^T; two inputs (attention): one product each
-            bwd += calls * _product(fit, fit.gemm, rows, g.k, g.n) * (1 if layer.params else 2)
+            bwd += calls * one_product(fit, fit.gemm, rows, g.k, g.n) * (1 if layer.params else 2)
         if layer.params:  # dW = X^T @ dY: transposed inputs, the batch the inner dimension
             # (time x batch for a layer applied to each step of a sequence)
             seq = g.batch_rows and g.m > 1 and g.count == 1 and fit.gemm_tn_seq is not None
             curve = fit.gemm_tn_seq if seq else (fit.gemm_tn or fit.gemm)
-            bwd += calls * _product(fit, curve, g.k, g.n, rows)
+            bwd += calls * one_product(fit, curve, g.k, g.n, rows)
     return fwd, bwd
 
 
@@ -120,16 +120,16 @@ def _per_sample_conv(layer: Layer, g: Gemm, batch: float, fit: LocalFit) -> tupl
     input; backward, the input's gradient (k x pixels) and the weights' gradient summed
     over the samples (n x k, the pixels the inner dimension)."""
     pixels = g.m
-    fwd = batch * _product(fit, fit.gemm, g.n, pixels, g.k)
+    fwd = batch * one_product(fit, fit.gemm, g.n, pixels, g.k)
     bwd = 0.0
     if layer.input_grad:
-        bwd += batch * _product(fit, fit.gemm, g.k, pixels, g.n)
+        bwd += batch * one_product(fit, fit.gemm, g.k, pixels, g.n)
     if layer.params:
-        bwd += batch * _product(fit, fit.gemm_tn or fit.gemm, g.n, g.k, pixels)
+        bwd += batch * one_product(fit, fit.gemm_tn or fit.gemm, g.n, g.k, pixels)
     return fwd, bwd
 
 
-def _product(fit: LocalFit, curve: GemmCurve, m: float, n: float, k: float) -> float:
+def one_product(fit: LocalFit, curve: GemmCurve, m: float, n: float, k: float) -> float:
     """One (m x k) @ (k x n) product: its curve, and never less than making its m x n
     result fresh, as the memory pass does (a roofline's memory side, Williams et al.
     2009). A weight gradient of a wide layer at a small batch is such a product: its

@@ -7,7 +7,8 @@ An op is classed by what does its work (PyTorch's op names; the profiler's own t
 an op excludes its children, so a wrapper that only calls others costs its dispatch):
 
 - ``gemm``: ``mm`` (m x k) @ (k x n), ``addmm`` (bias, m x k, k x n), ``bmm``/``baddbmm``
-  (b products), timed by the GEMM curve;
+  (b products), timed by the GEMM curve, never faster than making its result fresh, as
+  the step model times a layer's products (``local.one_product``);
 - ``conv``: the library convolution a ``conv2d`` ends in, on its implicit GEMM (rows =
   output pixels x batch, taken from the profiler's FLOP count where it has one, else the
   input's pixels); ``conv_bwd``: ``convolution_backward`` (both gradients), from the
@@ -50,6 +51,7 @@ from typing import Protocol
 
 from dlperf.perfmodel.fit import LocalFit
 from dlperf.perfmodel.kernels import ELEM
+from dlperf.perfmodel.local import one_product
 
 GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "xla:dot", "xla:dot_tn",
         "xla:dot_nt", "xla:dot_tt", "tf:matmul"}
@@ -239,7 +241,7 @@ def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
         b, m, n, k = mnk
         curve = ((fit.gemm_tn_seq or fit.gemm_tn) if op.name == "xla:dot_tt"
                  else fit.gemm_tn if op.name == "xla:dot_tn" else None) or fit.gemm
-        found = b * curve.time(m, n, k), 2.0 * b * m * n * k
+        found = b * one_product(fit, curve, m, n, k), 2.0 * b * m * n * k
     elif kind in ("conv", "conv_bwd"):
         found = _conv(op, kind, fit, flops)
     if found is not None:
