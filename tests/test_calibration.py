@@ -811,6 +811,10 @@ def test_profiled_ops_are_timed_by_the_curve_of_what_does_their_work():
                                   time_s=1e-6), f)
     assert view.kind == "dispatch" and view.model_s == pytest.approx(3 * f.dispatch.op_s)
     assert ops.classify("autograd::engine::evaluate_function: AddmmBackward0") == "dispatch"
+    # autograd's gradient accumulation node and PyTorch 2.x's detach: their children (or
+    # nothing) move the data, never a pass over their operand
+    for name in ("torch::autograd::AccumulateGrad", "detach", "aten::resolve_conj"):
+        assert ops.classify(name) == "dispatch", name
     # operands not recorded: shown, never given a model time it could be compared with
     fused = ops.op_time(ProfiledOp(name="aten::_foreach_add_", shapes=((), (), ()), calls=1,
                                    time_s=5e-4), f)

@@ -71,7 +71,10 @@ DISPATCH = {"aten::linear", "aten::matmul", "aten::conv2d", "aten::convolution",
             "aten::empty_strided", "aten::resize_", "aten::unsqueeze", "aten::squeeze",
             "aten::select", "aten::slice", "aten::alias", "aten::lift_fresh", "aten::zeros",
             "aten::_unsafe_view", "aten::numpy_T", "aten::contiguous", "aten::flatten",
-            "aten::thnn_conv2d"}  # (calls _slow_conv2d_forward, which does the work)
+            "aten::thnn_conv2d",  # (calls _slow_conv2d_forward, which does the work)
+            # a view's conjugate or negation bit resolved where none is set, and autograd's
+            # detach as PyTorch 2.x's profiler names it: no data moved
+            "aten::resolve_conj", "aten::resolve_neg", "detach", "detach_"}
 
 
 class ProfiledOp(Protocol):
@@ -177,8 +180,8 @@ def classify(name: str) -> str:
         return "conv"
     if name in CONV_BWD:
         return "conv_bwd"
-    if name in DISPATCH or name.startswith("autograd::") or name.endswith("Backward0") \
-            or name.endswith("Backward1"):
+    if name in DISPATCH or name.startswith(("autograd::", "torch::autograd::")) \
+            or name.endswith("Backward0") or name.endswith("Backward1"):
         return "dispatch"
     return "memory"
 
