@@ -61,6 +61,14 @@ def _element_bytes(prof: torch_profile) -> dict[tuple, tuple[int, ...]]:
     return out
 
 
+def kept(name: str, us: float, flops: float | None) -> bool:
+    """Whether an averaged event becomes an op of the profile: one that took time, and
+    one that took none but carries the FLOPs the profiler counts on it alone
+    (``aten::conv2d``, a wrapper that launches no kernel of its own on a GPU: the library
+    convolution it ends in takes its rows from that count, ``perfmodel.ops.op_times``)."""
+    return not name.startswith("ProfilerStep") and (us > 0 or bool(flops))
+
+
 def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
     gpu = device == "gpu"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
@@ -74,7 +82,7 @@ def profile(trainer: Trainer, steps: int, device: str) -> tuple[list[dict], floa
         if gpu and getattr(e, "device_type", DeviceType.CPU) != DeviceType.CPU:
             continue
         us = _device_time(e) if gpu else float(e.self_cpu_time_total)
-        if us <= 0 or e.key.startswith("ProfilerStep"):
+        if not kept(e.key, us, e.flops):
             continue
         shapes = _shapes(list(e.input_shapes or []))
         ops.append({"name": e.key, "shapes": shapes, "calls": e.count / steps,
