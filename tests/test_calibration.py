@@ -880,11 +880,10 @@ def test_a_strided_library_convolution_takes_its_rows_from_its_conv2d_flop_count
     assert alone.model_s == pytest.approx(f.conv.time(8 * 224 * 224, 64, 363, 11, 1))
     # on a GPU conv2d launches no kernel of its own (no device time): the profile keeps it
     # for its FLOPs all the same, and drops a timeless event that counts none
-    if backends.installed("torch"):
-        from dlperf.backends.torch_profile import kept
+    from dlperf.backends.torch_profile import kept
 
-        assert kept("aten::conv2d", 0.0, flops) and not kept("aten::view", 0.0, None)
-        assert kept("aten::relu", 3.0, None) and not kept("ProfilerStep#1", 9.0, None)
+    assert kept("aten::conv2d", 0.0, flops) and not kept("aten::view", 0.0, None)
+    assert kept("aten::relu", 3.0, None) and not kept("ProfilerStep#1", 9.0, None)
 
 
 def test_the_diagnosis_names_a_kind_of_op_that_loses_in_many_small_groups():

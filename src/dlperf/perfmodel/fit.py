@@ -422,6 +422,12 @@ class LocalFit(_Frozen):
         return math.exp((1 - w) * math.log(t_lo) + w * math.log(t_hi))
 
     @property
+    def in_place(self) -> MemoryCurve:
+        """The curve of a pass that writes over what it reads (an update, a gradient's
+        accumulation): the in-place update's, else the memory pass's."""
+        return self.update or self.memory
+
+    @property
     def label(self) -> str:
         """'torch x2', 'torch x1 bf16'."""
         prec = "" if self.precision == "fp32" else f" {self.precision}"

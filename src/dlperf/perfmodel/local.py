@@ -177,7 +177,7 @@ def layer_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) -> 
         memory = forward + fit.memory.time(cost.bwd_bytes)
     s = fit.slowdown
     return LayerTiming(name=cost.name, op=cost.op, compute_s=compute * s, memory_s=memory * s,
-                       update_s=(fit.update or fit.memory).time(cost.update_bytes) * s,
+                       update_s=fit.in_place.time(cost.update_bytes) * s,
                        overhead_s=launches(layer, cost) * fit.dispatch.step_op_s * s,
                        flops=cost.flops, bytes=cost.bytes, forward_s=forward * s)
 

@@ -255,7 +255,7 @@ def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
     elif kind != "dispatch":  # elementwise and the like, or a product of unknown layout
         kind = "memory"
         bytes_call = _memory_bytes(op)
-        curve = (fit.update or fit.memory) if _in_place(op.name) else fit.memory
+        curve = fit.in_place if _in_place(op.name) else fit.memory
         per_call = fit.dispatch.op_s + curve.time(bytes_call)
         flops_call = (op.flops or 0.0) / max(op.calls, 1e-12)
     return OpTime(op.name, tuple(op.shapes), kind, op.calls, op.time_s,

@@ -221,7 +221,7 @@ class _Context:
         catalogue device at its attainable bandwidth."""
         fit = self.cal.fitted(self.dev)
         if fit is not None:
-            curve = fit.memory if fresh else (fit.update or fit.memory)
+            curve = fit.memory if fresh else fit.in_place
             return curve.time(moved) * fit.slowdown
         return moved / (self.dev.memory_gbps * 1e9 * self.cal.for_device(self.dev).memory)
 
@@ -429,7 +429,7 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     # only among the stages computing at each moment
     fit = ctx.cal.fitted(ctx.dev)
     share = fit.slowdown if fit is not None else 1.0
-    fwd, bwd, sends, updates = [], [], [], []
+    fwd, bwd, sends, updates, shown = [], [], [], [], []
     out_elems = 0
     for s, idx in enumerate(stages):
         for i in idx:
@@ -440,13 +440,13 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
             link = ctx.inter() if crosses else ctx.intra()
             send = f.p2p_time(out_elems * mb * ctx.elem, ctx.bw(link), link.latency_s)
         stage = [timings[i] for i in idx]
-        shown = ctx.exposed(stage, step=False)  # per micro-batch's passes
+        shown.append(ctx.exposed(stage, step=False))  # per micro-batch's passes
         update = sum(t.update_s for t in stage)
         # every micro-batch after the first adds its weight gradients into the stage's:
         # read both, write one, the update's 3 x P bytes (gradient accumulation, GPipe)
         accumulate = f.accumulation_time(update, m) / m
-        fwd.append((sum(t.forward_s for t in stage) + shown / 2) / share)
-        bwd.append((sum(t.compute_s + t.memory_s - t.forward_s for t in stage) + shown / 2
+        fwd.append((sum(t.forward_s for t in stage) + shown[-1] / 2) / share)
+        bwd.append((sum(t.compute_s + t.memory_s - t.forward_s for t in stage) + shown[-1] / 2
                     + accumulate) / share)
         sends.append(send)
         updates.append(update / share)
@@ -464,7 +464,7 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     stage = [timings[i] for i in stages[slow]]
     compute, memory = (x / share for x in _totals(stage, repeat=m))
     memory += f.accumulation_time(updates[slow], m)
-    overhead = m * ctx.exposed(stage, step=False) / share + ctx.call_s()
+    overhead = m * shown[slow] / share + ctx.call_s()
     comm = m * own_sends[slow]
     bubble = run - work[slow]  # fill, drain, the other stages' longer slots, a core's wait
     if p > 1:
