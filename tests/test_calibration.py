@@ -1204,19 +1204,23 @@ def test_a_kernel_that_keeps_fewer_threads_busy_of_its_own_is_timed_twice(monkey
     o = KernelOptions(parts=(KernelPart(op="memory", shapes=((4096,),)),), versions={},
                       revision=1)
 
+    discards = []
+
     def attempts(utils, times):
         seq, made = iter(zip(utils, times, strict=True)), []
 
-        def fake(step, sync, m, clock=None):
+        def fake(step, sync, m, clock=None, discard=None):
             u, t = next(seq)
+            discards.append(discard)
             made.append(Timing(steps_s=[t] * 3, cpu_s=3 * t * u, wall_s=3 * t))
             return made[-1]
 
-        monkeypatch.setattr(cw, "measure", fake)
+        monkeypatch.setattr(cw, "measure_window", fake)
         return made, cw._timed(cw.Queued(Idle(), 1), o, 2, "cpu")
 
     made, best = attempts([1.0, 1.05, 1.9], [0.010, 0.0102, 0.008])
     assert len(made) == 2 and best is made[1]  # alike: no third attempt
+    assert discards == [None, 0]  # the second attempt's kernel is warm: no cold call
     made, best = attempts([1.0, 1.5, 1.2], [0.010, 0.008, 0.009])
     assert len(made) == 3 and best is made[1]  # unlike: the busiest of three
     made, _ = attempts([1.0, 1.05, 1.0], [0.010, 0.013, 0.010])

@@ -94,6 +94,55 @@ def test_with_a_clock_the_sample_is_as_long_as_min_time_in_wall_time(monkeypatch
     assert t.wall_s == pytest.approx(0.05)
 
 
+# ------------------------------------------------------- the window rule (calibration)
+WINDOW = Measurement(min_steps=3, min_time_s=0.1, settle_tolerance=0.1, warmup_max_steps=4)
+
+
+def test_a_window_of_agreeing_steps_is_the_sample_itself(monkeypatch):
+    """Long steps: the first three after the cold one that agree are the sample, two
+    steps fewer than measure's settling pair and sample after it."""
+    scripted(monkeypatch, [3.0, 1.0, 1.05, 0.98, 7.0])
+    t = timing.measure_window(lambda: None, lambda: None, WINDOW)
+    assert t.warmup_s == [3.0] and t.steps_s == [1.0, 1.05, 0.98] and t.settled
+    assert t.wall_s == pytest.approx(3.03)
+
+
+def test_a_window_waits_out_a_slow_step(monkeypatch):
+    # a pair of 1.0 and 1.0 would have settled before the slow 1.5; a window holding it
+    # does not agree, and the sample is the first window after it
+    scripted(monkeypatch, [3.0, 1.0, 1.0, 1.5, 1.0, 1.0, 1.02, 9.0])
+    t = timing.measure_window(lambda: None, lambda: None, WINDOW)
+    assert t.steps_s == [1.0, 1.0, 1.02] and t.warmup_s == [3.0, 1.0, 1.0, 1.5]
+    assert t.settled
+
+
+def test_a_window_that_never_agrees_takes_the_last_steps_unsettled(monkeypatch):
+    scripted(monkeypatch, [3.0] + [1.0, 2.0] * 10)
+    t = timing.measure_window(lambda: None, lambda: None, WINDOW)
+    assert not t.settled
+    assert len(t.warmup_s) + len(t.steps_s) == WINDOW.warmup_max_steps + WINDOW.min_steps
+    assert t.steps_s == [2.0, 1.0, 2.0]
+
+
+def test_a_warm_step_discards_nothing(monkeypatch):
+    scripted(monkeypatch, [1.0, 1.0, 1.0, 9.0])
+    t = timing.measure_window(lambda: None, lambda: None, WINDOW, discard=0)
+    assert t.warmup_s == [] and t.steps_s == [1.0, 1.0, 1.0]
+
+
+def test_short_steps_are_timed_by_measures_rule(monkeypatch):
+    """Three 10 ms steps do not fill min_time_s: the window gives way to measure's
+    settling pair and a sample of 10 steps, the steps already run counted as warm-up."""
+    script = [0.5, 0.012, 0.01] + [0.01] * 20
+    scripted(monkeypatch, script)
+    window = timing.measure_window(lambda: None, lambda: None, WINDOW)
+    scripted(monkeypatch, script)
+    plain = timing.measure(lambda: None, lambda: None, WINDOW)
+    assert window.warmup_s == plain.warmup_s == [0.5, 0.012, 0.01, 0.01]
+    assert window.steps_s == plain.steps_s and len(window.steps_s) == 10
+    assert window.settled and window.wall_s == pytest.approx(plain.wall_s)
+
+
 def test_summary_statistics():
     s = stats.summarize([1.0, 2.0, 3.0, 4.0, 100.0])
     assert s.median == 3.0 and s.min == 1.0 and s.max == 100.0

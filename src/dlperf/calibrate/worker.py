@@ -2,8 +2,10 @@
 (``dlperf.perfmodel.kernels``) with the framework's own kernel, one after another in
 this one process, and returns their times as the run's ``KernelOutcome``.
 
-Each shape is warmed up and timed like a training step (``measure.timing``), briefly: a
-calibration grid has tens of shapes and must finish in minutes. A shape that fails (out
+Each shape is warmed up and timed by the harness's rules (``measure.timing``), briefly: a
+calibration grid has hundreds of shapes and must finish in minutes. On a CPU a shape's
+sample is the first window of calls that agree (``measure_window``), which takes two calls
+fewer than a training step's settling pair and sample after it. A shape that fails (out
 of memory, a missing kernel) is recorded by name and the others go on.
 
 A machine shared with other work slows a kernel by taking its cores away, which shows as
@@ -24,7 +26,7 @@ from typing import Any
 
 from dlperf.backends.base import Backend, Trainer, UnsupportedError
 from dlperf.errors import is_out_of_memory
-from dlperf.measure.timing import Timing, measure
+from dlperf.measure.timing import Timing, measure, measure_window
 from dlperf.perfmodel.kernels import (
     KernelOptions,
     KernelOutcome,
@@ -102,12 +104,16 @@ def _timed(trainer: Queued, o: KernelOptions, threads: int, device: str) -> Timi
     """The least disturbed of up to ``ATTEMPTS`` timings (module docstring). Calls shorter
     than a millisecond are left to the median of their many repetitions: the CPU clock
     cannot tell a short call's disturbance from the framework's idle threads. A GPU kernel
-    is timed once: the host's threads wait on the device, so their CPU time says nothing
-    of the kernel's."""
+    is timed once, by ``measure`` on the device's clock: the host's threads wait on the
+    device, so their CPU time says nothing of the kernel's."""
     best: Timing | None = None
     last: Timing | None = None
-    for _ in range(ATTEMPTS if device == "cpu" else 1):
-        t = measure(trainer.step, trainer.sync, _timing(o), clock=trainer.elapsed())
+    for attempt in range(ATTEMPTS if device == "cpu" else 1):
+        if device == "cpu":  # a later attempt's kernel is warm: it discards no call
+            t = measure_window(trainer.step, trainer.sync, _timing(o),
+                               discard=None if attempt == 0 else 0)
+        else:
+            t = measure(trainer.step, trainer.sync, _timing(o), clock=trainer.elapsed())
         if best is None or t.cpu_util > best.cpu_util:
             best = t
         if statistics.median(t.steps_s) < 1e-3 or t.cpu_util >= BUSY * threads \

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from dlperf.spec import Measurement
@@ -90,14 +90,17 @@ def measure(
     m: Measurement,
     on_step: Callable[[str, float], None] | None = None,
     clock: Callable[[], float] | None = None,
+    warmed: Sequence[float] = (),
 ) -> Timing:
     """Warm up, then time. ``on_step(phase, seconds)`` is called after every step so a
     parent can keep partial results if this process is killed. ``clock``, when given, is
     read after each step's sync and is that step's time instead of the wall clock's (a
     GPU's own timer of the device's work: ``calibrate.worker.Queued``); the sample's
-    length in ``min_time_s`` stays wall time."""
+    length in ``min_time_s`` stays wall time. ``warmed``: the times of warm-up steps
+    already run (``measure_window``'s, for steps too short for a window)."""
     notify = on_step or (lambda phase, s: None)
     warm = WarmUp(m)
+    over = any(warm.add(s) for s in warmed)  # stops at the step that ends the warm-up
     cpu: list[float] = []
     wall: list[float] = []
 
@@ -111,11 +114,59 @@ def measure(
         notify(phase, t)
         return t
 
-    while not warm.add(one("warmup")):
-        pass
+    while not over:
+        over = warm.add(one("warmup"))
     t = Timing(warmup_s=list(warm.times), settled=warm.settled)
     start = len(cpu)
-    t.steps_s = [one("step") for _ in range(warm.timed_steps(min(wall[-2:])))]
+    t.steps_s = [one("step") for _ in range(warm.timed_steps(min(wall[-2:], default=None)))]
     t.cpu_s = sum(cpu[start:])
     t.wall_s = sum(wall[start:])
     return t
+
+
+def measure_window(
+    step: Callable[[], object],
+    sync: Callable[[], None],
+    m: Measurement,
+    clock: Callable[[], float] | None = None,
+    discard: int | None = None,
+) -> Timing:
+    """Georges, Buytaert and Eeckhout's steady-state rule as they give it (OOPSLA 2007,
+    sec. 4.2: the first window of k iterations whose variation falls below a threshold),
+    for steps long enough that ``min_steps`` of them fill ``min_time_s``: after the
+    ``discard`` steps (default ``warmup_min_steps``), the sample is the first
+    ``min_steps`` consecutive steps whose times agree within ``settle_tolerance`` (the
+    slowest at most that much above the fastest); the steps before it are its warm-up.
+    ``measure`` finds a settling pair and times the sample after it, two steps more for
+    the same evidence: a calibration grid of hundreds of shapes, each a few calls long,
+    spends a third of its time on them. A window agrees only where all its steps do, so
+    it waits out a slow step that a pair could have missed. If none agrees within
+    ``warmup_max_steps + min_steps`` steps or ``warmup_max_time_s`` of warm-up, the last
+    ``min_steps`` are the sample, not settled. Shorter steps go on by ``measure``'s rule
+    (their sample is many steps, not a window). ``discard=0``: the step was warmed up by
+    an earlier measurement in this process."""
+    skip = m.warmup_min_steps if discard is None else discard
+    k = m.min_steps
+    cpu: list[float] = []
+    wall: list[float] = []
+    times: list[float] = []
+    start = time.perf_counter()
+    while True:
+        c0 = time.process_time()
+        w = _timed(step, sync)
+        wall.append(w)
+        times.append(clock() if clock is not None else w)
+        cpu.append(time.process_time() - c0)
+        n = len(times)
+        if n <= skip:
+            continue
+        if n == skip + 1 and w * k < m.min_time_s:
+            return measure(step, sync, m, clock=clock, warmed=times)
+        last = times[-k:]
+        agree = n - k >= skip and max(last) <= (1 + m.settle_tolerance) * min(last)
+        spent = n >= m.warmup_max_steps + k or (
+            n - k >= skip and time.perf_counter() - start - sum(wall[-k:]) >= m.warmup_max_time_s)
+        if agree or spent:
+            return Timing(warmup_s=times[:-k], steps_s=last, settled=agree,
+                          cpu_s=sum(cpu[-k:]), wall_s=sum(wall[-k:]))
+
