@@ -26,7 +26,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         "calibrate", help="time this machine's kernels for the performance model",
         description="Time GEMMs over a grid of shapes, convolutions, memory bandwidth, the "
         "per-op cost and, with PyTorch, a gloo all-reduce on loopback, per framework and "
-        "thread count, through the normal worker (stored, resumable). About 5 minutes on 2 "
+        "thread count, through the normal worker (stored, resumable). 4 to 5 minutes on 2 "
         "cores for torch, tensorflow and jax at 1 and 2 threads. The model is fitted on "
         "these kernels only, never on the networks it predicts.")
     p.add_argument("--frameworks", help="comma-separated (default: every installed one of "

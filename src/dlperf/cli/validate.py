@@ -81,7 +81,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
             cal = calibration.local_calibration(store, device=None)  # each run's own device
             if not cal.fits:
                 raise UsageError("this machine has no calibration in the store; run 'dlperf "
-                                 "calibrate' first (about 5 minutes)")
+                                 "calibrate' first (4-5 minutes on 2 cores)")
             cases, skipped = validate.cases(store, cal, kinds=kinds)
     nets, fws = str_list(a.networks), str_list(a.frameworks)
     cases = [c for c in cases if (not nets or c.row.spec.network in nets)

@@ -67,7 +67,7 @@ class LocalCalibration:
         if not self.fits:
             raise UsageError("this machine has no calibration in the store; run 'dlperf "
                              f"calibrate{' --device gpu' if device == 'gpu' else ''}' first "
-                             "(about 5 minutes)")
+                             "(4-5 minutes on 2 cores)")
         if fit is None:
             have = ", ".join(f.label for f in self.fits if f.device == device) or "none"
             at = "" if precision == "fp32" else f" at {precision}"
