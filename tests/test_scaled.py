@@ -47,6 +47,44 @@ def test_scaling_divides_work_by_the_rates_and_keeps_fixed_costs():
     assert g.dispatch == f.dispatch and g.allreduce == {}
 
 
+def test_a_memory_kernel_slower_than_the_dram_scales_its_excess_by_the_sms():
+    """The part of a memory kernel's time its DRAM held (its bytes at the reference's
+    memory pass rate) scales by the bandwidths, what it took beyond that by SMs x clock;
+    a kernel in cache (faster than the DRAM) by the bandwidths, as before."""
+    dram = 100.0  # B/s on the reference
+    # at the DRAM's rate: the bandwidth alone, whatever the SMs
+    assert scaled.held_time(2.0, 200.0, dram, bandwidth=0.5, sm=0.25) == pytest.approx(4.0)
+    # a batch norm at a quarter of the DRAM's rate: 1 s of DRAM, 3 s beyond it
+    assert scaled.held_time(4.0, 100.0, dram, bandwidth=0.5, sm=0.25) == pytest.approx(
+        1.0 / 0.5 + 3.0 / 0.25)
+    assert scaled.held_time(0.5, 100.0, dram, bandwidth=0.5, sm=0.25) == pytest.approx(1.0)
+    assert scaled.held_time(4.0, 100.0, dram, bandwidth=0.5, sm=None) == pytest.approx(8.0)
+    # on the curves: the made-up batch norm is slower than its memory pass, so a GPU with
+    # twice the SMs and the same bandwidth runs it faster; the memory pass not
+    f = _fit()
+    g = scale(f, flops=1.0, bandwidth=1.0, sm=2.0)
+    assert g.memory.time(1e8) == pytest.approx(f.memory.time(1e8))
+    assert f.bn.time(1e8) > f.memory.time(1e8) and g.bn.time(1e8) < f.bn.time(1e8)
+
+
+def test_the_catalogues_sm_figures_agree_with_its_peaks():
+    """Every GPU entry has its SMs and FP32 units; the clock they imply with its fp32 peak
+    (peak = units x 2 x clock) is a plausible boost clock and its units per SM one of the
+    architectures' (Kepler 192, Maxwell to Ada 64 or 128). An entry without them (a
+    user's) scales by the peaks."""
+    gpus = [d for d in cat.devices().values() if d.kind == "gpu"]
+    assert len(gpus) >= 12
+    for d in gpus:
+        assert d.sms and d.fp32_cores and d.fp32_cores / d.sms in (64, 128, 192), d.name
+        clock = d.sm_rate() / d.sms
+        assert 0.8e9 < clock < 2.6e9, d.name
+    mine = cat.device("v100").model_copy(update={"sms": None})
+    assert mine.sm_rate() is None
+    fit, note = scaled_fit(mine, "fp32", ReferenceFits(device="h200", source="s",
+                                                        fits=(_fit("fp32"),)))
+    assert "peak FLOP/s" in note and "held by the SMs" not in note
+
+
 def test_no_scaled_product_or_convolution_beats_the_peak():
     """The fitted saturation can pass the datasheet peak far beyond the shapes timed: a
     scaled curve is floored at the target's peak (the backward's at half: it times both
@@ -62,6 +100,9 @@ def test_no_scaled_product_or_convolution_beats_the_peak():
 
 
 def test_a_catalogue_gpu_takes_the_reference_curves_at_its_peaks_ratio(ref):
+    """Tensor-core products by the ratio of peaks at the precision; products on the FP32
+    units by SMs x clock (Habitat's); the largest memory pass, at the DRAM's rate, by the
+    bandwidths."""
     a100 = cat.device("a100-80gb")
     fit, note = scaled_fit(a100, "tf32")
     h100 = cat.device("h100-sxm")
@@ -69,12 +110,16 @@ def test_a_catalogue_gpu_takes_the_reference_curves_at_its_peaks_ratio(ref):
     assert fit.gemm.rate == pytest.approx(ref.at("tf32").gemm.rate * flops)
     assert fit.memory.seconds[-1] == pytest.approx(
         ref.at("tf32").memory.seconds[-1] * h100.memory_gbps / a100.memory_gbps)
-    assert "h100-sxm" in note and "tf32" in note
-    # a GPU without TF32 runs tf32 as fp32: the fp32 curves at the fp32 peaks
+    assert "h100-sxm" in note and "tf32" in note and "peak FLOP/s" in note
+    # a GPU without TF32 runs tf32 as fp32: the fp32 curves, by SMs x clock: a V100 has
+    # 80 SMs at 1.53 GHz to the H100's 132 at 1.98, and half its FP32 units per SM
     v100 = cat.device("v100")
     fit, note = scaled_fit(v100, "tf32")
+    sm = (80 * 1.53) / (132 * 1.98)
     assert fit.precision == "fp32" and fit.gemm.rate == pytest.approx(
-        ref.at("fp32").gemm.rate * v100.fp32_tflops / h100.fp32_tflops)
+        ref.at("fp32").gemm.rate * sm, rel=0.01)
+    assert sm == pytest.approx(2 * v100.fp32_tflops / h100.fp32_tflops, rel=0.01)
+    assert "SMs x clock" in note
     assert scaled_fit(a100, "bf16") is None  # no bf16 curves in this reference
     assert scaled_fit(cat.device("xeon-8380"), "fp32") is None  # CPUs: never
 

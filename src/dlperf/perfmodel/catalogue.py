@@ -43,6 +43,10 @@ class Device(_Entry):
     memory_gb: float = Field(gt=0)
     host_link: str | None = None  # to the host (PCIe), a links.toml name
     peer_link: str | None = None  # between devices of one node (NVLink), a links.toml name
+    #: a GPU's streaming multiprocessors and FP32 units (CUDA cores), from its whitepaper:
+    #: what scales a kernel from one GPU to another where the peaks do not (``sm_rate``)
+    sms: int | None = Field(default=None, gt=0)
+    fp32_cores: int | None = Field(default=None, gt=0)
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s at a precision. TF32 where the device has none runs as fp32 (the
@@ -59,6 +63,16 @@ class Device(_Entry):
                 f"(it has no fast {precision} path); use fp32 or add the figure in your catalogue"
             )
         return tflops * 1e12
+
+
+    def sm_rate(self) -> float | None:
+        """SMs x clock (SM cycles per second), the clock being the one the fp32 peak is
+        quoted at (peak = FP32 cores x 2 FLOP x clock): the rate at which a GPU issues
+        work. Habitat (Yu et al., USENIX ATC 2021, sec. 3.2, 'wave scaling') scales a
+        compute-bound kernel between GPUs by it; None without the figures."""
+        if self.sms is None or self.fp32_cores is None:
+            return None
+        return self.sms * self.fp32_tflops * 1e12 / (2 * self.fp32_cores)
 
 
 class Link(_Entry):

@@ -8,18 +8,28 @@ because the measurement carries what the roofline leaves out (the library's effi
 that shape, its fixed costs). Habitat's 'wave scaling' takes a memory-bound kernel's time
 by the ratio of the memory bandwidths and a compute-bound one's by the ratios of SM
 counts and clocks (its code, ``habitat/analysis/wave_scaling/roofline.py``), and learns
-convolutions and products with MLPs. The catalogue holds no SM counts or clocks, and a
-tensor core's or FP32 unit's work per SM per cycle changed between generations, so here
-a compute-bound curve scales by the ratio of the datasheets' peak FLOP/s at the
-precision (SM count x clock x work per SM per cycle). The scaling acts on the fitted
-curves (``perfmodel.fit``):
+convolutions and products with MLPs. The scaling acts on the fitted curves
+(``perfmodel.fit``):
 
-- products and convolutions: the asymptotic rate by the ratio of peak FLOP/s at the
-  precision, the operands' traffic term by the ratio of bandwidths; the shape
-  saturations and the residuals (the library's efficiency shape by shape) stay as
-  measured;
-- every memory curve (passes, update, loss, batch normalisation): by the ratio of
-  bandwidths;
+- products and convolutions at fp32, on the FP32 units: the asymptotic rate by the ratio
+  of SMs x clock (``Device.sm_rate``), as Habitat scales them. The datasheets' fp32 peaks
+  count every FP32 unit, and an SM of Hopper's or Ada's has twice Volta's or the A100's
+  (128 against 64) but issues no more instructions per cycle, so that a product's loads
+  and address arithmetic take issue slots the peak counts as FLOPs: the H200's fp32
+  convolutions reach a quarter of its peak, a V100's ResNet-50 trains at 29% of its own
+  whole. Without the SM figures, by the ratio of fp32 peaks;
+- products and convolutions on tensor cores (tf32, fp16, bf16): by the ratio of the
+  datasheets' peaks at the precision, since a tensor core's work per SM per cycle
+  doubled from one generation to the next (Volta, Ampere, Hopper), which SM counts and
+  clocks do not show;
+- the operands' traffic term, and every memory curve (passes, update, loss, batch
+  normalisation) held by the memory, by the ratio of bandwidths; a memory kernel that
+  ran slower on the reference than its DRAM allowed (the plain memory pass's largest
+  working set sets that rate) was held by its SMs (the requests they keep in flight:
+  Little's law, as in Volkov, 'Understanding Latency Hiding on GPUs', 2016; its
+  reductions' instructions), so its time beyond the DRAM's scales by SMs x clock, the
+  DRAM's part by the bandwidths. The H200's PyTorch batch norm moved 80 to 2,200 GB/s of
+  its 4,800, its plain memory pass 4,070;
 - the fixed costs (a kernel's minimum time, the host's launches and step call) stay.
 
 What it leaves out: wave quantisation (a kernel's last, partial wave of thread blocks on
@@ -36,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -92,35 +103,59 @@ def _gemm(c: GemmCurve, flops: float, bandwidth: float, peak: float | None) -> G
                                 "peak": peak})
 
 
-def _conv(c: ConvCurve, flops: float, bandwidth: float, peak: float | None) -> ConvCurve:
-    memory = None if c.memory is None else _memory(c.memory, bandwidth)  # its traffic's
-    return c.model_copy(update={"rate": c.rate * flops, "peak": peak, "memory": memory})
+def _conv(c: ConvCurve, flops: float, memory: Callable[[MemoryCurve], MemoryCurve],
+          peak: float | None) -> ConvCurve:
+    traffic = None if c.memory is None else memory(c.memory)  # its layout copies'
+    return c.model_copy(update={"rate": c.rate * flops, "peak": peak, "memory": traffic})
 
 
-def _memory(c: MemoryCurve, bandwidth: float) -> MemoryCurve:
-    return c.model_copy(update={"seconds": tuple(s / bandwidth for s in c.seconds)})
+def held_time(seconds: float, nbytes: float, dram: float, bandwidth: float,
+              sm: float | None) -> float:
+    """A memory kernel's time on the target: the part the reference's DRAM held (its
+    bytes at ``dram`` B/s, the most the reference's memory pass reached) over the
+    bandwidth ratio, and what it took beyond that, where the reference ran slower than
+    its DRAM allowed, over the ``sm`` ratio (SMs x clock) (module docstring). Only that
+    excess shows the SMs holding it: a kernel at the DRAM's rate scales with the
+    bandwidth alone. Without ``sm``, the whole time over the bandwidth ratio."""
+    if sm is None:
+        return seconds / bandwidth
+    dram_s = min(seconds, nbytes / dram)
+    return dram_s / bandwidth + (seconds - dram_s) / sm
+
+
+def _memory(c: MemoryCurve, bandwidth: float, sm: float | None = None,
+            dram: float | None = None) -> MemoryCurve:
+    top = dram if dram is not None else c.dram_bytes_per_s
+    return c.model_copy(update={"seconds": tuple(
+        held_time(s, n, top, bandwidth, sm) for s, n in zip(c.seconds, c.nbytes, strict=True))})
 
 
 def scale(fit: LocalFit, flops: float, bandwidth: float,
-          peak: float | None = None) -> LocalFit:
-    """``fit`` on a GPU with ``flops`` times the peak rate and ``bandwidth`` times the
-    memory bandwidth (module docstring), no product or convolution faster than ``peak``
-    FLOP/s (the curves' saturation, fitted on the shapes timed, can pass the datasheet's
-    peak on a network's far larger layers)."""
+          peak: float | None = None, sm: float | None = None) -> LocalFit:
+    """``fit`` on a GPU whose products and convolutions run ``flops`` times as fast, with
+    ``bandwidth`` times the memory bandwidth and ``sm`` times the SMs x clock (None:
+    unknown, memory curves by bandwidth alone) (module docstring), no product or
+    convolution faster than ``peak`` FLOP/s (the curves' saturation, fitted on the shapes
+    timed, can pass the datasheet's peak on a network's far larger layers)."""
+    dram = fit.memory.dram_bytes_per_s  # the reference's DRAM, as its plain pass gets it
+
+    def mem(c: MemoryCurve) -> MemoryCurve:
+        return _memory(c, bandwidth, sm, dram)
+
     def opt(c: MemoryCurve | None) -> MemoryCurve | None:
-        return None if c is None else _memory(c, bandwidth)
+        return None if c is None else mem(c)
 
     def opt_gemm(c: GemmCurve | None) -> GemmCurve | None:
         return None if c is None else _gemm(c, flops, bandwidth, peak)
 
     return fit.model_copy(update={
         "gemm": _gemm(fit.gemm, flops, bandwidth, peak), "gemm_tn": opt_gemm(fit.gemm_tn),
-        "gemm_tn_seq": opt_gemm(fit.gemm_tn_seq), "conv": _conv(fit.conv, flops, bandwidth, peak),
+        "gemm_tn_seq": opt_gemm(fit.gemm_tn_seq), "conv": _conv(fit.conv, flops, mem, peak),
         # the backward's curve times both gradients, twice the forward's FLOPs per call
-        "conv_bwd": _conv(fit.conv_bwd, flops, bandwidth, peak and peak / 2),
-        "memory": _memory(fit.memory, bandwidth),
+        "conv_bwd": _conv(fit.conv_bwd, flops, mem, peak and peak / 2),
+        "memory": mem(fit.memory),
         "update": opt(fit.update), "xent": opt(fit.xent), "bn": opt(fit.bn),
-        "bn_channels": {k: _memory(v, bandwidth) for k, v in fit.bn_channels.items()},
+        "bn_channels": {k: mem(v) for k, v in fit.bn_channels.items()},
         "allreduce": {},
     })
 
@@ -138,10 +173,16 @@ def scaled_fit(target: Device, precision: str,
     if fit is None:
         return None
     source = catalogue.device(ref.device)
-    flops = target.peak_flops(runs_as) / source.peak_flops(runs_as)
     bandwidth = target.memory_gbps / source.memory_gbps
-    note = (f"{NOTE}{ref.device}'s calibrated {runs_as} curves, scaled by peak "
-            f"FLOP/s x{flops:.3g} and bandwidth x{bandwidth:.3g}")
-    origin = f"the {ref.device}'s curves scaled to the {target.name}'s peaks ({ref.source})"
-    scaled = scale(fit, flops, bandwidth, target.peak_flops(runs_as))
+    rates = (target.sm_rate(), source.sm_rate())
+    sm = rates[0] / rates[1] if rates[0] is not None and rates[1] is not None else None
+    if runs_as == "fp32" and sm is not None:  # the FP32 units: by SMs x clock (Habitat)
+        flops, by = sm, "SMs x clock"
+    else:
+        flops, by = target.peak_flops(runs_as) / source.peak_flops(runs_as), "peak FLOP/s"
+    held = f", memory held by the SMs x{sm:.3g}" if sm is not None else ""
+    note = (f"{NOTE}{ref.device}'s calibrated {runs_as} curves, products scaled by {by} "
+            f"x{flops:.3g}, bandwidth x{bandwidth:.3g}{held}")
+    origin = f"the {ref.device}'s curves scaled to the {target.name}'s figures ({ref.source})"
+    scaled = scale(fit, flops, bandwidth, target.peak_flops(runs_as), sm)
     return scaled.model_copy(update={"origin": origin}), note
