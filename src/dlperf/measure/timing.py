@@ -169,4 +169,3 @@ def measure_window(
         if agree or spent:
             return Timing(warmup_s=times[:-k], steps_s=last, settled=agree,
                           cpu_s=sum(cpu[-k:]), wall_s=sum(wall[-k:]))
-

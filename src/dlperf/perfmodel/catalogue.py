@@ -64,7 +64,6 @@ class Device(_Entry):
             )
         return tflops * 1e12
 
-
     def sm_rate(self) -> float | None:
         """SMs x clock (SM cycles per second), the clock being the one the fp32 peak is
         quoted at (peak = FP32 cores x 2 FLOP x clock): the rate at which a GPU issues

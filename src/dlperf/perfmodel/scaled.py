@@ -123,11 +123,9 @@ def held_time(seconds: float, nbytes: float, dram: float, bandwidth: float,
     return dram_s / bandwidth + (seconds - dram_s) / sm
 
 
-def _memory(c: MemoryCurve, bandwidth: float, sm: float | None = None,
-            dram: float | None = None) -> MemoryCurve:
-    top = dram if dram is not None else c.dram_bytes_per_s
+def _memory(c: MemoryCurve, bandwidth: float, sm: float | None, dram: float) -> MemoryCurve:
     return c.model_copy(update={"seconds": tuple(
-        held_time(s, n, top, bandwidth, sm) for s, n in zip(c.seconds, c.nbytes, strict=True))})
+        held_time(s, n, dram, bandwidth, sm) for s, n in zip(c.seconds, c.nbytes, strict=True))})
 
 
 def scale(fit: LocalFit, flops: float, bandwidth: float,
