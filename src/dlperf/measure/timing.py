@@ -44,6 +44,27 @@ def _timed(step: Callable[[], object], sync: Callable[[], None]) -> float:
     return (time.perf_counter_ns() - t0) * 1e-9
 
 
+@dataclass
+class _Steps:
+    """Steps run one at a time, each step's wall time and process CPU time kept; a step's
+    time is the wall clock's or, given, ``clock``'s (read after the sync)."""
+
+    step: Callable[[], object]
+    sync: Callable[[], None]
+    clock: Callable[[], float] | None
+    cpu: list[float] = field(default_factory=list)
+    wall: list[float] = field(default_factory=list)
+
+    def run(self) -> float:
+        c0 = time.process_time()
+        t = _timed(self.step, self.sync)
+        self.wall.append(t)
+        if self.clock is not None:
+            t = self.clock()
+        self.cpu.append(time.process_time() - c0)
+        return t
+
+
 class WarmUp:
     """The warm-up rule one step at a time: ``add`` each warm-up step's time until it says
     the warm-up is over, then ``timed_steps`` is the calibrated length of the sample. The
@@ -101,26 +122,21 @@ def measure(
     notify = on_step or (lambda phase, s: None)
     warm = WarmUp(m)
     over = any(warm.add(s) for s in warmed)  # stops at the step that ends the warm-up
-    cpu: list[float] = []
-    wall: list[float] = []
+    steps = _Steps(step, sync, clock)
 
     def one(phase: str) -> float:
-        c0 = time.process_time()
-        t = _timed(step, sync)
-        wall.append(t)
-        if clock is not None:
-            t = clock()
-        cpu.append(time.process_time() - c0)
+        t = steps.run()
         notify(phase, t)
         return t
 
     while not over:
         over = warm.add(one("warmup"))
     t = Timing(warmup_s=list(warm.times), settled=warm.settled)
-    start = len(cpu)
-    t.steps_s = [one("step") for _ in range(warm.timed_steps(min(wall[-2:], default=None)))]
-    t.cpu_s = sum(cpu[start:])
-    t.wall_s = sum(wall[start:])
+    start = len(steps.cpu)
+    t.steps_s = [one("step")
+                 for _ in range(warm.timed_steps(min(steps.wall[-2:], default=None)))]
+    t.cpu_s = sum(steps.cpu[start:])
+    t.wall_s = sum(steps.wall[start:])
     return t
 
 
@@ -147,25 +163,21 @@ def measure_window(
     an earlier measurement in this process."""
     skip = m.warmup_min_steps if discard is None else discard
     k = m.min_steps
-    cpu: list[float] = []
-    wall: list[float] = []
+    steps = _Steps(step, sync, clock)
     times: list[float] = []
     start = time.perf_counter()
     while True:
-        c0 = time.process_time()
-        w = _timed(step, sync)
-        wall.append(w)
-        times.append(clock() if clock is not None else w)
-        cpu.append(time.process_time() - c0)
+        times.append(steps.run())
         n = len(times)
         if n <= skip:
             continue
-        if n == skip + 1 and w * k < m.min_time_s:
+        if n == skip + 1 and steps.wall[-1] * k < m.min_time_s:
             return measure(step, sync, m, clock=clock, warmed=times)
         last = times[-k:]
+        window_wall = sum(steps.wall[-k:])
         agree = n - k >= skip and max(last) <= (1 + m.settle_tolerance) * min(last)
         spent = n >= m.warmup_max_steps + k or (
-            n - k >= skip and time.perf_counter() - start - sum(wall[-k:]) >= m.warmup_max_time_s)
+            n - k >= skip and time.perf_counter() - start - window_wall >= m.warmup_max_time_s)
         if agree or spent:
             return Timing(warmup_s=times[:-k], steps_s=last, settled=agree,
-                          cpu_s=sum(cpu[-k:]), wall_s=sum(wall[-k:]))
+                          cpu_s=sum(steps.cpu[-k:]), wall_s=window_wall)
