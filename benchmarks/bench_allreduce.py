@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from dlperf import units  # noqa: E402
-from dlperf.launch.torchrun import run_parallel, run_probe  # noqa: E402
-from dlperf.parallel import make_spec  # noqa: E402
-from dlperf.parallel.probe import ring_allreduce_estimate  # noqa: E402
-from dlperf.spec import Measurement  # noqa: E402
+from dlperf.core import units  # noqa: E402
+from dlperf.core.spec import Measurement  # noqa: E402
+from dlperf.engine.launch.torchrun import run_parallel, run_probe  # noqa: E402
+from dlperf.kinds.parallel.make import make_spec  # noqa: E402
+from dlperf.kinds.parallel.probe import ring_allreduce_estimate  # noqa: E402
 
 
 def main() -> int:
@@ -57,7 +57,7 @@ def main() -> int:
         print(f"the sync run failed: {r.failure if r else 'no result'}")
         return 1
     if a.db:
-        from dlperf.store import Store
+        from dlperf.core.store import Store
 
         with Store(a.db) as st:
             st.add(r)

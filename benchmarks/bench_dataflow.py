@@ -32,13 +32,14 @@ import sys
 from pathlib import Path
 
 from dlperf import workloads
-from dlperf.config import parse_bytes
-from dlperf.dataflow import datasets, storage
-from dlperf.kinds.dataflow import InputOptions
-from dlperf.launch import run_isolated
-from dlperf.launch.isolated import SRC_DIR
-from dlperf.report.dataflow import dataflow_of
-from dlperf.spec import Measurement, RunSpec
+from dlperf.core.spec import Measurement, RunSpec
+from dlperf.engine.config import parse_bytes
+from dlperf.engine.launch import run_isolated
+from dlperf.engine.launch.isolated import SRC_DIR
+from dlperf.inputs import datasets
+from dlperf.inputs.options import InputOptions
+from dlperf.kinds.dataflow import storage
+from dlperf.kinds.dataflow.section import dataflow_of
 
 HERE = Path(__file__).resolve().parent
 

@@ -26,31 +26,31 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dlperf import environment
-from dlperf import peak as peakmod
-from dlperf.launch import run_isolated
-from dlperf.spec import Measurement, RunSpec
+from dlperf.core import environment
+from dlperf.core.spec import Measurement, RunSpec
+from dlperf.engine.launch import run_isolated
+from dlperf.kinds.peak import rates as peakmod
 
 HERE = Path(__file__).resolve().parent
 
 
 def handwritten(framework: str, network: str, threads: int, batch: int, steps: int,
                 warmup: int, variant: str | None = None) -> dict:
-    from dlperf import backends
-    from dlperf.launch.isolated import SRC_DIR
+    from dlperf.core import frameworks
+    from dlperf.engine.launch.isolated import SRC_DIR
 
     script = {"torch": "torch_loop.py", "tensorflow": "tf_loop.py", "jax": "jax_loop.py",
               "mxnet": "mxnet_loop.py", "keras": "keras_loop.py"}
     # a framework in an environment of its own (MXNet) runs with that interpreter, and
     # finds dlperf (for the layer sizes) on PYTHONPATH, as its workers do
-    python = backends.info(framework).python or sys.executable
+    python = frameworks.info(framework).python or sys.executable
     cmd = [python, str(HERE / "handwritten" / script[framework]), "--network",
            network, "--threads", str(threads), "--batch-size", str(batch), "--steps",
            str(steps), "--warmup", str(warmup)]
     if variant:
         cmd += ["--variant", variant]
-    env = {**__import__("os").environ, **backends.info(framework).thread_env(threads, variant)}
-    if backends.info(framework).python:
+    env = {**__import__("os").environ, **frameworks.info(framework).thread_env(threads, variant)}
+    if frameworks.info(framework).python:
         env["PYTHONPATH"] = SRC_DIR
     p = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -58,10 +58,10 @@ def handwritten(framework: str, network: str, threads: int, batch: int, steps: i
 
 def dlperf_run(framework: str, network: str, threads: int, batch: int, min_time: float,
                variant: str = "default") -> dict:
-    from dlperf import backends
+    from dlperf.core import frameworks
 
     spec = RunSpec(network=network, framework=framework, threads=threads, batch_size=batch,
-                   variant=backends.resolve_variant(framework, variant),
+                   variant=frameworks.resolve_variant(framework, variant),
                    measurement=Measurement(min_time_s=min_time, min_steps=5))
     r = run_isolated(spec, timeout_s=1800)
     if not r.ok:

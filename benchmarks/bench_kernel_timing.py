@@ -36,9 +36,9 @@ def one(framework: str, threads: int) -> None:
     os.sched_setaffinity(0, list(range(threads)))
     os.environ.setdefault("NPROC", str(threads))
     from dlperf import backends
-    from dlperf.calibrate import plan
-    from dlperf.calibrate import worker as cw
-    from dlperf.measure.timing import measure, measure_window
+    from dlperf.core.timing import measure, measure_window
+    from dlperf.kinds.calibrate import plan
+    from dlperf.kinds.calibrate import run as cw
 
     backend = backends.load(framework)
     backend.set_threads(threads)

@@ -11,7 +11,7 @@ Everything goes through the store, so a second run resumes where the first stopp
 ``--no-measure`` recomputes the figures from what is stored. A configuration whose worker
 lost its cores to other work (its CPU time per second well below its threads) is measured
 again, up to ``--retries`` more processes, and its least disturbed processes count
-(``dlperf.report.validate.undisturbed_s``): the choice is made on the CPU accounting, never on
+(``dlperf.kinds.calibrate.validate.undisturbed_s``): the choice is made on the CPU accounting, never on
 the time. Targets (docs/prediction.md): leave-one-network-out median |error| <= 10% and
 90th percentile <= 25% for the steps; median <= 20% for the parallel strategies.
 Nothing is asserted: the figures are the result.
@@ -26,14 +26,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from dlperf import api, environment  # noqa: E402
-from dlperf.calibrate import plan as calibrate  # noqa: E402
-from dlperf.parallel.options import make_spec  # noqa: E402
-from dlperf.presets import QUICK_MEASUREMENT  # noqa: E402
-from dlperf.report import validate  # noqa: E402
-from dlperf.report.aggregate import aggregate  # noqa: E402
-from dlperf.spec import Measurement  # noqa: E402
-from dlperf.store import Store  # noqa: E402
+from dlperf import api
+from dlperf.core import environment  # noqa: E402
+from dlperf.core.aggregate import aggregate  # noqa: E402
+from dlperf.core.settings import QUICK_MEASUREMENT  # noqa: E402
+from dlperf.core.spec import Measurement  # noqa: E402
+from dlperf.core.store import Store  # noqa: E402
+from dlperf.kinds.calibrate import plan as calibrate  # noqa: E402
+from dlperf.kinds.calibrate import validate  # noqa: E402
+from dlperf.kinds.parallel.make import make_spec  # noqa: E402
 
 #: two batch sizes per network: DLBench's default and the next of its sweep
 BATCHES = {"fcn5": (64, 128), "fcn8": (64, 128), "alexnet": (16, 32), "resnet50": (16, 32),

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import psutil
 
-from dlperf.launch.isolated import worker_env
-from dlperf.launch.watch import watch
-from dlperf.spec import Measurement, RunResult, RunSpec
+from dlperf.core.spec import Measurement, RunResult, RunSpec
+from dlperf.engine.launch.isolated import worker_env
+from dlperf.engine.launch.watch import watch
 
 
 def _old_loop(popen: subprocess.Popen, progress: Path) -> None:
@@ -55,7 +55,7 @@ def one_run(spec: RunSpec, loop: str) -> tuple[float, float, float]:
         (d / "spec.json").write_text(spec.model_dump_json())
         (d / "progress.jsonl").touch()
         cpu0, t0 = time.process_time(), time.monotonic()
-        popen = subprocess.Popen([sys.executable, "-m", "dlperf.worker", str(d / "spec.json"),
+        popen = subprocess.Popen([sys.executable, "-m", "dlperf.engine.worker", str(d / "spec.json"),
                                   str(d / "result.json"), str(d / "progress.jsonl")],
                                  env=worker_env(spec), start_new_session=True,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

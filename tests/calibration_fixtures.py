@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import time
 
-from dlperf.calibrate import plan as calibration
-from dlperf.kinds.kernel import KernelOutcome, KernelSample
+from dlperf.core.spec import RunResult
+from dlperf.kinds.calibrate import plan as calibration
+from dlperf.kinds.calibrate.options import KernelOutcome, KernelSample
 from dlperf.perfmodel.fit import conv_traffic
 from dlperf.perfmodel.kernels import ELEM, conv_gemm, element_bytes, flops, nbytes
-from dlperf.spec import RunResult
 
 # the made-up machine
 CALL_S, OP_S = 4e-6, 2e-6  # per call, per op

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from dlperf.spec import Measurement
+from dlperf.core.spec import Measurement
 
 #: Timing settings for tests: tiny networks, a fraction of a second each.
 FAST = Measurement(min_time_s=0.05, min_steps=3, warmup_min_steps=2, warmup_max_steps=5,

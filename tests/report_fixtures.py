@@ -9,8 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from dlperf import environment, workloads
-from dlperf.spec import FailureReason, Metrics, RunResult, RunSpec
+from dlperf import workloads
+from dlperf.core import environment
+from dlperf.core.spec import FailureReason, Metrics, RunResult, RunSpec
 
 OTHER_ID = "bbbb2222cccc3333"
 OTHER_MACHINE = {"hostname": "server", "cpu_model": "Other CPU 9000", "cpu_vendor": "x",

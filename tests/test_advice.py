@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from dlperf import environment
 from dlperf.advice import Measured, Predicted, Unknown, advise
+from dlperf.advice.section import advice_tables, number, rows_here
 from dlperf.cli import main
-from dlperf.report.advice import advice_tables, number, rows_here
-from dlperf.store import Store
+from dlperf.core import environment
+from dlperf.core.store import Store
 from tests.report_fixtures import fcn5_table, result
 
 
@@ -127,9 +127,10 @@ def _on_pipeline(median: float, share: float, workers: int, data_set_bytes: int 
                  kind: str = "step"):
     """alexnet at batch 16 on disk JPEG files with ``workers`` loader workers, waiting
     ``share`` of each step (a loader run: ``median`` per batch, no training)."""
-    from dlperf.dataflow import plan as dplan
+    from dlperf.inputs.options import InputOptions
     from dlperf.kinds import StepOutcome
-    from dlperf.kinds.dataflow import DataflowOutcome, InputOptions
+    from dlperf.kinds.dataflow import plan as dplan
+    from dlperf.kinds.dataflow.options import DataflowOutcome
 
     base = result("alexnet", 2, median, batch=16)
     opts = InputOptions(input="disk", data_format="jpeg", loader_workers=workers, samples=512)
@@ -144,9 +145,9 @@ def _on_pipeline(median: float, share: float, workers: int, data_set_bytes: int 
 
 
 def _storage(seq: float, rand: float):
-    from dlperf.dataflow.storage_run import storage_spec
-    from dlperf.kinds.dataflow import StorageOutcome
-    from dlperf.spec import RunResult
+    from dlperf.core.spec import RunResult
+    from dlperf.kinds.dataflow.options import StorageOutcome
+    from dlperf.kinds.dataflow.storage_run import storage_spec
 
     spec = storage_spec(__import__("pathlib").Path("/"), 2**20, "direct")
     o = StorageOutcome(tool="direct", method="O_DIRECT", file_bytes=2**20,

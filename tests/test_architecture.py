@@ -14,32 +14,32 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "dlperf"
 FRAMEWORKS = ("torch", "tensorflow", "jax", "flax", "optax", "keras", "mxnet")
 
 #: Layers from the bottom up; a module may import its own layer or one below, never above.
-#: The first matching prefix decides (so "dlperf.parallel.options" is matched before
-#: "dlperf.parallel").
+#: The first matching prefix decides (so "dlperf.kinds.parallel.make" is matched before
+#: "dlperf.kinds.parallel").
 LAYERS: list[tuple[str, ...]] = [
     # 0: facts and definitions, no dlperf dependencies beyond their own kind
-    ("dlperf.errors", "dlperf.units", "dlperf.environment", "dlperf.data",
-     "dlperf.workloads", "dlperf.measure.stats", "dlperf.launch.orphans",
-     "dlperf.launch.cpulock", "dlperf.launch.watch", "dlperf.parallel.status",
-     "dlperf.parallel.partition", "dlperf.perfmodel", "dlperf.dataflow", "dlperf.cpu_peak",
-     "dlperf.envs", "dlperf.reference"),
+    ("dlperf.core.errors", "dlperf.core.units", "dlperf.core.environment", "dlperf.workloads.real_data",
+     "dlperf.workloads", "dlperf.core.stats", "dlperf.core.orphans",
+     "dlperf.engine.cpulock", "dlperf.engine.launch.watch", "dlperf.kinds.parallel.status",
+     "dlperf.perfmodel.partition", "dlperf.perfmodel", "dlperf.kinds.dataflow", "dlperf.core.cpu_peak",
+     "dlperf.core.separate_envs", "dlperf.reference"),
     # 1: what a run is
-    ("dlperf.spec", "dlperf.kinds", "dlperf.backends.base", "dlperf.backends.__init__",
-     "dlperf.measure.timing", "dlperf.parallel.options", "dlperf.training"),
+    ("dlperf.core.spec", "dlperf.kinds", "dlperf.backends.base", "dlperf.backends.__init__",
+     "dlperf.core.timing", "dlperf.kinds.parallel.make", "dlperf.kinds.train"),
     # 2: configuration, planning, storage
-    ("dlperf.config", "dlperf.store", "dlperf.migrate", "dlperf.plan", "dlperf.presets",
-     "dlperf.peak", "dlperf.store_import", "dlperf.dataflow.plan",
-     "dlperf.dataflow.storage_run", "dlperf.dataflow.pipeline", "dlperf.calibrate.plan",
-     "dlperf.calibrate.prediction", "dlperf.calibrate.reference", "dlperf.calibrate.__init__"),
+    ("dlperf.engine.config", "dlperf.core.store", "dlperf.core.migrate", "dlperf.engine.plan", "dlperf.engine.presets",
+     "dlperf.kinds.peak.rates", "dlperf.core.store_import", "dlperf.kinds.dataflow.plan",
+     "dlperf.kinds.dataflow.storage_run", "dlperf.inputs.pipeline", "dlperf.kinds.calibrate.plan",
+     "dlperf.kinds.calibrate.prediction", "dlperf.kinds.calibrate.reference", "dlperf.kinds.calibrate.__init__"),
     # 3: inside a worker process
-    ("dlperf.backends", "dlperf.worker", "dlperf.training.loop", "dlperf.parallel",
-     "dlperf.dataflow.worker", "dlperf.calibrate.worker", "dlperf.explain.worker"),
+    ("dlperf.backends", "dlperf.engine.worker", "dlperf.kinds.train.run", "dlperf.kinds.parallel",
+     "dlperf.kinds.dataflow.run", "dlperf.kinds.calibrate.run", "dlperf.kinds.explain.run"),
     # 4: starting and watching workers
-    ("dlperf.launch",),
+    ("dlperf.engine.launch",),
     # 5: running specs and the experiments made of them
-    ("dlperf.runner", "dlperf.experiments", "dlperf.flopcache"),
+    ("dlperf.engine.runner", "dlperf.kinds.train.experiments", "dlperf.engine.flopcache"),
     # 6: reading the store (advice reads the report's rows and the model)
-    ("dlperf.report", "dlperf.advice", "dlperf.explain.analysis", "dlperf.explain.__init__"),
+    ("dlperf.report", "dlperf.advice", "dlperf.kinds.explain.analysis", "dlperf.kinds.explain.__init__"),
     # 7: the Python API
     ("dlperf.api",),
     # 8: the command line
@@ -146,11 +146,11 @@ def test_no_upward_imports():
 
 
 def test_frameworks_are_imported_only_by_backends_and_the_torch_wing():
-    allowed = ("dlperf.backends.", "dlperf.parallel.")
+    allowed = ("dlperf.backends.", "dlperf.kinds.parallel.")
     found = []
     for mod, path in MODULES.items():
         if mod.startswith(allowed) and not mod.startswith("dlperf.backends.base") and \
-                mod != "dlperf.backends.__init__" and mod != "dlperf.parallel.options":
+                mod != "dlperf.backends.__init__" and mod != "dlperf.kinds.parallel.make":
             continue
         for name in _imports(path):
             if name.split(".")[0] in FRAMEWORKS:

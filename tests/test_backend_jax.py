@@ -21,8 +21,8 @@ optax = pytest.importorskip("optax")
 from dlperf import workloads  # noqa: E402
 from dlperf.backends import jax_backend  # noqa: E402
 from dlperf.backends.base import UnsupportedError  # noqa: E402
-from dlperf.launch import run_isolated  # noqa: E402
-from dlperf.spec import Measurement, RunSpec  # noqa: E402
+from dlperf.core.spec import Measurement, RunSpec  # noqa: E402
+from dlperf.engine.launch import run_isolated  # noqa: E402
 
 NETWORKS = ("fcn5", "fcn8", "alexnet", "resnet50", "lstm32", "lstm64")
 BATCH = 4

@@ -23,13 +23,15 @@ import numpy as np
 import pytest
 
 import dlperf
-from dlperf import backends, presets, workloads
-from dlperf.spec import Measurement, RunSpec
+from dlperf import workloads
+from dlperf.core import frameworks
+from dlperf.core.spec import Measurement, RunSpec
+from dlperf.engine import presets
 
-if not backends.installed("keras"):
+if not frameworks.installed("keras"):
     pytest.skip("keras is not installed: pip install 'dlperf[keras]'", allow_module_level=True)
 
-VARIANTS = backends.info("keras").variants
+VARIANTS = frameworks.info("keras").variants
 BATCH = 4
 HELPER = Path(__file__).with_name("keras_step.py")
 #: These tests check numbers, not speed. Keras initialises each variable with its own
@@ -57,9 +59,9 @@ assert CASES["alexnet_2x2"][1].feature_side() == 2
 
 def _variant(v: str):
     """A variant as a test parameter, skipped where its framework is missing."""
-    missing = not backends.installed(v)
+    missing = not frameworks.installed(v)
     return pytest.param(v, marks=pytest.mark.skipif(
-        missing, reason=f"Keras' {v} backend needs pip install 'dlperf[{backends.info(v).extra}]'"))
+        missing, reason=f"Keras' {v} backend needs pip install 'dlperf[{frameworks.info(v).extra}]'"))
 
 
 def _batch(cfg, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -105,7 +107,7 @@ def keras_runs(torch_steps, tmp_path_factory) -> dict[str, dict]:
         return subprocess.run([sys.executable, str(HELPER), variant, str(d)], env=env,
                               capture_output=True, text=True, timeout=300)
 
-    installed = [v for v in VARIANTS if backends.installed(v)]
+    installed = [v for v in VARIANTS if frameworks.installed(v)]
     with ThreadPoolExecutor(len(installed)) as pool:
         done = dict(zip(installed, pool.map(run, installed), strict=True))
     for v, p in done.items():
@@ -116,19 +118,19 @@ def keras_runs(torch_steps, tmp_path_factory) -> dict[str, dict]:
 # ----------------------------------------------------------------------------- env
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_worker_env_names_the_keras_backend_and_its_threads(variant):
-    env = backends.info("keras").thread_env(3, variant)
+    env = frameworks.info("keras").thread_env(3, variant)
     assert env["KERAS_BACKEND"] == variant
     assert env["OMP_NUM_THREADS"] == "3"
     assert ("NPROC" in env) == (variant == "jax")  # XLA:CPU sizes its pool from NPROC
-    default = backends.info("keras").thread_env(3)
-    assert default["KERAS_BACKEND"] == backends.info("keras").default_variant
-    assert "KERAS_BACKEND" not in backends.info(variant).thread_env(3)
+    default = frameworks.info("keras").thread_env(3)
+    assert default["KERAS_BACKEND"] == frameworks.info("keras").default_variant
+    assert "KERAS_BACKEND" not in frameworks.info(variant).thread_env(3)
 
 
 def test_reproduce_all_includes_keras():
     names = presets.resolve_frameworks(["all"])
     assert "keras" in names and "torch" in names
-    assert names == [b for b in backends.BACKENDS if backends.installed(b)]
+    assert names == [b for b in frameworks.BACKENDS if frameworks.installed(b)]
     assert presets.resolve_frameworks(["torch", "keras"]) == ["torch", "keras"]
     cfg = presets.dlbench(quick=True, frameworks=["all"])[0][1]
     assert "keras" in cfg.frameworks
@@ -199,12 +201,12 @@ def test_one_step_matches_pytorch(keras_runs, torch_steps, variant, case):
 
 # ----------------------------------------------------------------------------- worker
 @pytest.mark.slow
-@pytest.mark.skipif(not backends.installed("jax"), reason="needs pip install 'dlperf[jax]'")
+@pytest.mark.skipif(not frameworks.installed("jax"), reason="needs pip install 'dlperf[jax]'")
 def test_worker_runs_the_variants_keras_backend_with_the_thread_count(monkeypatch):
     """Through the launcher: KERAS_BACKEND comes from the variant (jax here, not Keras'
     own default), and the thread count in force is the one asked for. One variant: the
     helper above checks the same environment for each."""
-    from dlperf.launch import run_isolated
+    from dlperf.engine.launch import run_isolated
 
     monkeypatch.setenv("XLA_FLAGS", FAST_XLA["XLA_FLAGS"])
     r = run_isolated(RunSpec(

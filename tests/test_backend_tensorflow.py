@@ -210,8 +210,8 @@ def _check_parity(backend, name: str, cfg, variant: str) -> None:
 # ----------------------------------------------------------------------------- worker
 @pytest.mark.slow
 def test_worker_applies_thread_count():
-    from dlperf.launch import run_isolated
-    from dlperf.spec import Measurement, RunSpec
+    from dlperf.core.spec import Measurement, RunSpec
+    from dlperf.engine.launch import run_isolated
 
     def run(threads: int):
         return run_isolated(RunSpec(

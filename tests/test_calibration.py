@@ -11,15 +11,16 @@ import math
 import pytest
 
 from dlperf import backends, workloads
-from dlperf.calibrate import plan as calibration
-from dlperf.calibrate.prediction import predict_for_spec, why_not
 from dlperf.cli import main
-from dlperf.kinds.kernel import KernelOptions, KernelOutcome, KernelPart
+from dlperf.core import frameworks
+from dlperf.core.spec import RunSpec
+from dlperf.core.store import Store
+from dlperf.kinds.calibrate import plan as calibration
+from dlperf.kinds.calibrate import validate
+from dlperf.kinds.calibrate.options import KernelOptions, KernelOutcome, KernelPart
+from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
 from dlperf.perfmodel import fit
 from dlperf.perfmodel import kernels as k
-from dlperf.report import validate
-from dlperf.spec import RunSpec
-from dlperf.store import Store
 from tests import calibration_fixtures as made_up
 from tests.report_fixtures import result
 
@@ -245,7 +246,7 @@ def test_a_product_takes_at_least_the_memory_pass_of_its_fresh_result(db):
     assert one_product(f, f.gemm_tn, 26752, 2048, 1) == wide
     assert one_product(f, f.gemm, 2048, 2048, 2048) == f.gemm.time(2048, 2048, 2048)
     # explain gives a profiled product the same time as the step model
-    from dlperf.kinds.profile import ProfiledOp
+    from dlperf.kinds.explain.options import ProfiledOp
     from dlperf.perfmodel import ops
 
     mm = ops.op_time(ProfiledOp(name="aten::mm", shapes=((26752, 1), (1, 2048)), calls=1,
@@ -361,9 +362,9 @@ TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)], "gemm_tn_seq":
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow", "jax"])
 def test_worker_times_every_op_with_the_frameworks_own_kernels(framework):
-    if not backends.installed(framework):
+    if not frameworks.installed(framework):
         pytest.skip(f"{framework} not installed")
-    from dlperf.worker import execute
+    from dlperf.engine.worker import execute
 
     r = execute(_kernel_spec(framework, TINY))
     assert r.ok, r.failure
@@ -378,7 +379,7 @@ def test_worker_times_every_op_with_the_frameworks_own_kernels(framework):
 def test_tensorflow_pads_its_convolution_kernels_as_its_keras_layers_do():
     """'SAME' at stride 1, a padded input and 'VALID' otherwise (keras_models._conv): the
     output has the side conv_out gives, and the gradients the shapes of their operands."""
-    if not backends.installed("tensorflow"):
+    if not frameworks.installed("tensorflow"):
         pytest.skip("tensorflow not installed")
     from dlperf.backends import tf_kernels
 
@@ -398,7 +399,7 @@ def test_tensorflow_pads_its_convolution_kernels_as_its_keras_layers_do():
 def test_a_trained_chain_without_the_optimizer_is_not_read_as_one_with_it(db):
     """Revisions before 5 trained their chain without an optimizer (three kernels a
     layer): their trained samples are left out and the plain chain stands in."""
-    from dlperf.spec import RunResult
+    from dlperf.core.spec import RunResult
 
     versions = calibration.specs(["torch"], [1], allreduce=False)[0].options.versions
     parts = {op: [tuple(s) for s in k.grid(op)] for op in ("dispatch", "dispatch_train")}
@@ -418,7 +419,7 @@ def test_a_trained_chain_without_the_optimizer_is_not_read_as_one_with_it(db):
 def test_repeated_calibrations_count_by_each_kernels_median(db):
     """calibrate --repeat: the runs of one configuration merge, each sample the median of
     the runs' medians; a run of another grid or revision stands alone, newest first."""
-    from dlperf.spec import RunResult
+    from dlperf.core.spec import RunResult
 
     versions = calibration.specs(["torch"], [1], allreduce=False)[0].options.versions
     parts = {"memory": [(1024,)], "dispatch": [(1,), (4,)]}
@@ -449,7 +450,7 @@ def test_repeated_calibrations_count_by_each_kernels_median(db):
 
 
 def test_a_failing_shape_is_recorded_and_the_others_go_on():
-    from dlperf.worker import execute
+    from dlperf.engine.worker import execute
 
     # a tensor of negative size cannot be made
     r = execute(_kernel_spec("torch", {"gemm": [(8, 8, 8)], "memory": [(-1,)]}))
@@ -498,7 +499,7 @@ def test_threads_beyond_the_physical_cores_are_predicted_from_the_cores_fit(db, 
     """DLBench's 2P column: on 2 physical cores, 4 threads take the 2-thread fit (a thread
     beyond the cores adds no FMA units), unslowed; 2 threads uncalibrated stay so, and
     workers sharing the cores are still slowed."""
-    from dlperf import environment
+    from dlperf.core import environment
 
     monkeypatch.setattr(environment, "physical_cores", lambda: 2)
     with Store(db) as store:
@@ -518,7 +519,7 @@ def test_threads_beyond_the_physical_cores_are_predicted_from_the_cores_fit(db, 
 
 
 def test_a_calibration_of_other_library_versions_is_not_used(db, monkeypatch):
-    from dlperf import environment
+    from dlperf.core import environment
 
     with Store(db) as store:
         made_up.calibrated(store)
@@ -554,7 +555,7 @@ def test_a_step_is_predicted_from_the_kernels_and_says_what_it_cannot_predict(db
 
 
 def test_parallel_runs_use_the_loopback_all_reduce_and_share_the_cores(db):
-    from dlperf.parallel.options import make_spec
+    from dlperf.kinds.parallel.make import make_spec
 
     with Store(db) as store:
         made_up.calibrated(store)
@@ -576,7 +577,7 @@ def test_pipeline_stages_share_only_the_cores_they_are_pinned_to(db):
     core s mod 2 with one other (as dlperf parallel pins ranks), which slows the step,
     but by less than every stage at half speed would, since a stage that waits leaves its
     core to the busy one."""
-    from dlperf.parallel.options import make_spec
+    from dlperf.kinds.parallel.make import make_spec
     from dlperf.perfmodel.machine import LocalCalibration
 
     with Store(db) as store:
@@ -768,7 +769,7 @@ def test_pytorchs_one_thread_1x1_convolution_of_a_small_batch_is_timed_as_per_sa
 
 
 def test_profiled_ops_are_timed_by_the_curve_of_what_does_their_work():
-    from dlperf.kinds.profile import ProfiledOp
+    from dlperf.kinds.explain.options import ProfiledOp
     from dlperf.perfmodel import ops
 
     f = _fit()
@@ -829,7 +830,7 @@ def test_a_convolution_without_onednn_is_timed_once_on_the_op_that_does_the_work
     """PyTorch's slow path: conv2d -> thnn_conv2d -> _slow_conv2d_forward, and
     convolution_backward -> _slow_conv2d_backward (same operands): the wrappers are calls,
     the inner ops carry the convolution's model time, once each."""
-    from dlperf.kinds.profile import ProfiledOp
+    from dlperf.kinds.explain.options import ProfiledOp
     from dlperf.perfmodel import ops
 
     f = _fit()
@@ -859,7 +860,7 @@ def test_a_strided_library_convolution_takes_its_rows_from_its_conv2d_flop_count
     in (same input and weight) gets its output rows from that count, not from the
     input's pixels (a stride of 4 would make them 16 times too many); the stride, for
     the input's traffic, from the input's pixels over the output's."""
-    from dlperf.kinds.profile import ProfiledOp
+    from dlperf.kinds.explain.options import ProfiledOp
     from dlperf.perfmodel import ops
 
     f = _fit()
@@ -890,8 +891,8 @@ def test_the_diagnosis_names_a_kind_of_op_that_loses_in_many_small_groups():
     """Ten convolutions each 5% of the step over their model time name no single op, but
     together they are half the step's gap: the diagnosis names the kind, its time and its
     ratio to the calibrated curves, the slower way round."""
-    from dlperf.explain.analysis import Explanation
-    from dlperf.kinds.profile import ProfiledOp, ProfileOutcome
+    from dlperf.kinds.explain.analysis import Explanation
+    from dlperf.kinds.explain.options import ProfiledOp, ProfileOutcome
     from dlperf.perfmodel.ops import OpTime
 
     ops = [OpTime(f"xla:convolution#{i}", (), "conv", 1, 0.1, 0.05, 1e9, 0.0)
@@ -967,8 +968,8 @@ def test_explain_names_products_tensor_cores_cannot_tile_on_a_gpu():
     their calibrated rate are named with the padding that aligns them (a GPT-2 head over
     50257 tokens ran at 10-15% of it on an H100); aligned or fast products are not, and
     neither is anything on a CPU or at fp32."""
-    from dlperf.explain.analysis import Explanation
-    from dlperf.kinds.profile import ProfileOutcome
+    from dlperf.kinds.explain.analysis import Explanation
+    from dlperf.kinds.explain.options import ProfileOutcome
     from dlperf.perfmodel.ops import OpTime
 
     def op(shapes, measured_s, model_s, calls=1.0):
@@ -1011,7 +1012,7 @@ def test_xla_instructions_are_read_from_the_hlo_and_the_trace():
     name, shapes, flops = jp.describe(table["convolution.9"], table)
     assert (name, shapes) == ("xla:convolution_wgrad", ((2, 3, 9, 9), (2, 5, 9, 9), (3, 3)))
     assert flops == 2.0 * (2 * 9 * 9) * 5 * (3 * 3 * 3)
-    from dlperf.kinds.profile import ProfiledOp
+    from dlperf.kinds.explain.options import ProfiledOp
     from dlperf.perfmodel.ops import op_time
 
     fit_ = made_up_fit()
@@ -1033,7 +1034,7 @@ def test_xla_instructions_are_read_from_the_hlo_and_the_trace():
 
 
 def test_explain_profiles_a_jax_step_with_xla_instruction_names(db, capsys):
-    if not backends.installed("jax"):
+    if not frameworks.installed("jax"):
         pytest.skip("jax not installed")
     with Store(db) as store:
         made_up.calibrated(store, frameworks=("jax",), allreduce=False)
@@ -1053,7 +1054,7 @@ def test_explain_needs_a_calibration_and_a_profiler(db, capsys):
     assert "dlperf calibrate" in capsys.readouterr().err
     with Store(db) as store:
         made_up.calibrated(store)
-    if backends.installed("keras"):  # a framework without a wired profiler: one line
+    if frameworks.installed("keras"):  # a framework without a wired profiler: one line
         from dlperf.backends.base import UnsupportedError
 
         with pytest.raises(UnsupportedError, match="torch, tensorflow and jax"):
@@ -1063,7 +1064,7 @@ def test_explain_needs_a_calibration_and_a_profiler(db, capsys):
 def test_tensorflow_ops_are_read_from_the_traced_graph():
     """A fused MatMul is found behind the node it is named after; transposes, convolutions
     and their gradients get their shapes and FLOPs from the graph."""
-    if not backends.installed("tensorflow"):
+    if not frameworks.installed("tensorflow"):
         pytest.skip("tensorflow not installed")
     import tensorflow as tf
 
@@ -1097,7 +1098,7 @@ def test_tensorflow_ops_are_read_from_the_traced_graph():
 
 
 def test_explain_profiles_a_tensorflow_step(db, capsys):
-    if not backends.installed("tensorflow"):
+    if not frameworks.installed("tensorflow"):
         pytest.skip("tensorflow not installed")
     with Store(db) as store:
         made_up.calibrated(store, frameworks=("tensorflow",), allreduce=False)
@@ -1152,7 +1153,7 @@ def test_a_gpu_kernel_is_queued_several_calls_per_synchronisation():
     """On a GPU each timed step queues GPU_CALLS calls and synchronises once; the sample
     is one call's share. On a CPU every call is timed on its own."""
     from dlperf.backends.base import Trainer
-    from dlperf.calibrate import worker as cw
+    from dlperf.kinds.calibrate import run as cw
 
     class Counting(Trainer):
         def __init__(self):
@@ -1191,8 +1192,8 @@ def test_a_kernel_that_keeps_fewer_threads_busy_of_its_own_is_timed_twice(monkey
     threads, as XLA runs many ops on one) ends it; one unlike it goes on to ATTEMPTS, and
     the busiest attempt is kept."""
     from dlperf.backends.base import Trainer
-    from dlperf.calibrate import worker as cw
-    from dlperf.measure.timing import Timing
+    from dlperf.core.timing import Timing
+    from dlperf.kinds.calibrate import run as cw
 
     class Idle(Trainer):
         def step(self):
@@ -1349,10 +1350,10 @@ def test_calibrate_plans_a_precision_without_the_all_reduce():
 
 
 def test_reference_curves_are_written_from_a_gpu_calibration(db, tmp_path):
-    """``python -m dlperf.calibrate.reference`` reads a PyTorch GPU calibration at each
+    """``python -m dlperf.kinds.calibrate.reference`` reads a PyTorch GPU calibration at each
     precision from a store and writes the reference file that catalogue GPUs are scaled
     from, with its source."""
-    from dlperf.calibrate.reference import main as write
+    from dlperf.kinds.calibrate.reference import main as write
     from dlperf.perfmodel.scaled import ReferenceFits
 
     with Store(db) as store:

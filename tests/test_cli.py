@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dlperf.cli import main
-from dlperf.spec import Metrics, RunResult, RunSpec
-from dlperf.store import Store
+from dlperf.core.spec import Metrics, RunResult, RunSpec
+from dlperf.core.store import Store
 
 
 def dlperf(*args: str, **kw) -> subprocess.CompletedProcess:
@@ -223,7 +223,7 @@ def _worker_running(pid: int) -> bool:
     import psutil
 
     try:
-        return any("dlperf.worker" in " ".join(c.cmdline())
+        return any("dlperf.engine.worker" in " ".join(c.cmdline())
                    for c in psutil.Process(pid).children(recursive=True))
     except psutil.Error:
         return False

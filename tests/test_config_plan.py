@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf import config, plan
-from dlperf.errors import UsageError
-from dlperf.spec import RunResult
-from dlperf.store import Store
+from dlperf.core.errors import UsageError
+from dlperf.core.spec import RunResult
+from dlperf.core.store import Store
+from dlperf.engine import config, plan
 
 
 def test_sweep_file_expands_to_the_product(tmp_path):

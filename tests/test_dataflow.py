@@ -12,17 +12,19 @@ import numpy as np
 import pytest
 
 from dlperf.cli import main
-from dlperf.dataflow import cache, datasets, storage
-from dlperf.dataflow import plan as dplan
-from dlperf.dataflow.memory import search
-from dlperf.dataflow.pipeline import Source
-from dlperf.dataflow.plan import input_of
-from dlperf.dataflow.storage_run import resolve_tool
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
+from dlperf.core.spec import RunSpec
+from dlperf.inputs import cache, datasets
+from dlperf.inputs.options import InputOptions
+from dlperf.inputs.pipeline import Source
 from dlperf.kinds import LoaderOptions, StepOptions, StepOutcome
-from dlperf.kinds.dataflow import DataflowOutcome, InputOptions
-from dlperf.report.dataflow import dataflow_of
-from dlperf.spec import RunSpec
+from dlperf.kinds.dataflow import plan as dplan
+from dlperf.kinds.dataflow import storage
+from dlperf.kinds.dataflow.memory import search
+from dlperf.kinds.dataflow.options import DataflowOutcome
+from dlperf.kinds.dataflow.plan import input_of
+from dlperf.kinds.dataflow.section import dataflow_of
+from dlperf.kinds.dataflow.storage_run import resolve_tool
 
 DATA = Path(__file__).parent / "data"
 
@@ -225,7 +227,7 @@ def test_bad_dataflow_input_is_one_line_and_status_2(args, message, capsys):
 
 
 def test_gpu_commands_without_a_gpu_say_so_and_exit_2(capsys):
-    from dlperf.environment import gpus
+    from dlperf.core.environment import gpus
 
     if gpus():
         pytest.skip("this machine has a GPU")
@@ -238,7 +240,7 @@ def test_gpu_commands_without_a_gpu_say_so_and_exit_2(capsys):
 
 # ----------------------------------------------------------------------------- plans to specs
 def test_the_dataflow_outcome_round_trips():
-    from dlperf.spec import RunResult
+    from dlperf.core.spec import RunResult
 
     o = DataflowOutcome(kind="step", stall_s=[0.1], stall_share=0.5)
     step = RunSpec(network="alexnet", options={"input": "disk"})
@@ -251,7 +253,7 @@ def test_the_dataflow_outcome_round_trips():
 
 # ----------------------------------------------------------------------------- the report
 def _fake(spec: RunSpec, median: float, share: float, cpus=(0, 1)):
-    from dlperf.spec import Metrics, RunResult
+    from dlperf.core.spec import Metrics, RunResult
 
     m = Metrics(steps=5, median_s=median, mean_s=median, std_s=0, min_s=median, max_s=median,
                 mad_s=0, iqr_s=0, cv=0, samples_per_s=spec.batch_size / median)
@@ -266,9 +268,9 @@ def _fake(spec: RunSpec, median: float, share: float, cpus=(0, 1)):
 
 
 def test_the_sweep_table_answers_the_what_if_from_the_numbers(db, tmp_path):
+    from dlperf.core.store import Store
+    from dlperf.kinds.dataflow.section import groups, sweep_table
     from dlperf.report import Filters, render
-    from dlperf.report.dataflow import groups, sweep_table
-    from dlperf.store import Store
 
     base = RunSpec(network="alexnet", batch_size=16)
     grid = {(0, 0): (0.020, 0.50), (0, 2): (0.0102, 0.02), (2, 0): (0.0145, 0.31),
@@ -298,9 +300,9 @@ def test_the_sweep_table_answers_the_what_if_from_the_numbers(db, tmp_path):
 
 
 def test_no_dataflow_section_without_dataflow_results(db, tmp_path):
+    from dlperf.core.store import Store
+    from dlperf.kinds.dataflow.section import dataflow_section
     from dlperf.report.base import Filters
-    from dlperf.report.dataflow import dataflow_section
-    from dlperf.store import Store
 
     with Store(db) as store:
         store.add(_fake(RunSpec(network="alexnet", batch_size=16), 0.01, 0.0))

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf.dataflow import plan as dplan
-from dlperf.launch import run_isolated
-from dlperf.report.dataflow import dataflow_of
-from dlperf.spec import RunSpec
+from dlperf.core.spec import RunSpec
+from dlperf.engine.launch import run_isolated
+from dlperf.kinds.dataflow import plan as dplan
+from dlperf.kinds.dataflow.section import dataflow_of
 from tests.conftest import FAST
 
 torch = pytest.importorskip("torch")

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 from dlperf.cli import main
-from dlperf.dataflow import plan as dplan
-from dlperf.kinds.dataflow import DataflowOutcome
-from dlperf.report.dataflow import dataflow_of
-from dlperf.runner import Runner
-from dlperf.spec import RunSpec
-from dlperf.store import Store
-from dlperf.worker import execute
+from dlperf.core.spec import RunSpec
+from dlperf.core.store import Store
+from dlperf.engine.runner import Runner
+from dlperf.engine.worker import execute
+from dlperf.kinds.dataflow import plan as dplan
+from dlperf.kinds.dataflow.options import DataflowOutcome
+from dlperf.kinds.dataflow.section import dataflow_of
 from tests.conftest import FAST
 
 pytestmark = pytest.mark.slow
@@ -80,7 +80,7 @@ def test_the_loader_alone_trains_nothing_and_reports_its_throughput():
 
 
 def test_cold_cache_evicts_the_data_sets_files_before_the_run(monkeypatch):
-    from dlperf.dataflow import cache
+    from dlperf.inputs import cache
 
     seen = []
     real = cache.evict
@@ -157,7 +157,7 @@ def test_with_loader_plans_one_loader_run_per_pipeline():
 def test_tf_data_and_grain_pipelines_feed_their_frameworks(framework, module):
     # tf.data for TensorFlow, Grain for JAX: each in a worker of its own
     pytest.importorskip(module)
-    from dlperf.launch import run_isolated
+    from dlperf.engine.launch import run_isolated
 
     def on(s: RunSpec) -> RunSpec:  # the same run on this framework, its default variant
         return RunSpec.model_validate({**s.model_dump(), "framework": framework,

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf import experiments as ex
-from dlperf import plan
+from dlperf.api import render_report as render
+from dlperf.api import report_sections as sections
 from dlperf.cli import main
+from dlperf.core.spec import Metrics, RunResult, RunSpec
+from dlperf.core.store import Store
+from dlperf.engine import plan
 from dlperf.kinds import TrainOutcome
-from dlperf.report import experiments as report_ex
-from dlperf.report import render, sections
-from dlperf.spec import Metrics, RunResult, RunSpec
-from dlperf.store import Store
+from dlperf.kinds.train import experiments as ex
+from dlperf.kinds.train import experiments_section as report_ex
 from dlperf.workloads.families import FAMILIES
 
 

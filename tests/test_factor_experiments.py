@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dlperf import experiments as ex
 from dlperf import workloads
-from dlperf.errors import UsageError
-from dlperf.report import experiments as report_ex
-from dlperf.report import factor_experiments as fx
-from dlperf.spec import RunSpec
-from dlperf.store import Store
+from dlperf.core.errors import UsageError
+from dlperf.core.spec import RunSpec
+from dlperf.core.store import Store
+from dlperf.kinds.train import experiments as ex
+from dlperf.kinds.train import experiments_section as report_ex
+from dlperf.kinds.train import factor_section as fx
 from dlperf.workloads.families.layouts import SHAPES, equal_budget, params_of
 from tests.conftest import FAST
 from tests.test_experiments import _step_result, _train_result
@@ -68,7 +68,7 @@ def test_generators_share_the_mmd2_measure_and_the_vae_generates():
     import torch
 
     from dlperf.backends import torch_backend as tb
-    from dlperf.training.options import check_options
+    from dlperf.kinds.train.settings import check_options
 
     assert check_options("vae", {"measure": "mmd2"})["target"] == 0.1
     with pytest.raises(UsageError, match="does not apply"):
@@ -81,7 +81,7 @@ def test_generators_share_the_mmd2_measure_and_the_vae_generates():
 
 
 def test_tabular_data_is_scaled_into_the_unit_interval():
-    from dlperf import data
+    from dlperf.workloads import real_data as data
 
     ds = data.load("cancer")
     assert ds.input_shape == (30,) and ds.classes == 2
@@ -99,7 +99,7 @@ def test_input_size_runs_are_steps_on_synthetic_inputs():
 
 @pytest.mark.slow
 def test_an_input_over_the_memory_limit_is_a_stored_oom():
-    from dlperf.launch import run_isolated
+    from dlperf.engine.launch import run_isolated
 
     spec = RunSpec(network="cnn", size="small", batch_size=32, params={"side": 512},
                    measurement=FAST)
@@ -116,7 +116,7 @@ def test_sections_state_what_the_store_shows(db, tmp_path):
         for s in size_specs:
             side = s.params["side"]
             if s.network == "cnn" and side == 512:
-                from dlperf.spec import RunResult
+                from dlperf.core.spec import RunResult
 
                 st.add(RunResult.failed(s, "oom", "exceeded --memory-limit"))
             else:

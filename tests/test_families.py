@@ -12,12 +12,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dlperf import data, workloads  # noqa: E402
+from dlperf import workloads  # noqa: E402
 from dlperf.backends import torch_families as tf  # noqa: E402
 from dlperf.backends.torch_backend import TorchBackend, build_trainer, count_flops  # noqa: E402
-from dlperf.errors import UsageError  # noqa: E402
-from dlperf.training.quality import load_data  # noqa: E402
+from dlperf.core.errors import UsageError  # noqa: E402
+from dlperf.kinds.train.quality import load_data  # noqa: E402
 from dlperf.workloads import families as fam  # noqa: E402
+from dlperf.workloads import real_data as data  # noqa: E402
 from dlperf.workloads.families import FAMILIES  # noqa: E402
 
 NAMES = list(FAMILIES)
@@ -104,7 +105,7 @@ def batch_loss(name: str, t, x, y) -> float:
         logp = z - np.log(np.exp(z).sum(1, keepdims=True))
         return float(-logp[np.arange(len(y)), y].mean())
     if name == "vae":
-        from dlperf.training.quality import neg_elbo
+        from dlperf.kinds.train.quality import neg_elbo
 
         return neg_elbo(out["logits"], x, out["mu"], out["logvar"])
     return float(np.mean((out["recon"] - x) ** 2))
@@ -214,8 +215,8 @@ def test_vae_elbo_matches_the_closed_form_on_a_tiny_case():
     t.set_batch(x, y)
     loss = t.step().detach()  # the loss of the step, before its update
     assert float(loss) == pytest.approx(float(expected), rel=1e-5)
-    # the numpy measure of dlperf.training agrees with the torch loss
-    from dlperf.training.quality import neg_elbo
+    # the numpy measure of dlperf.kinds.train agrees with the torch loss
+    from dlperf.kinds.train.quality import neg_elbo
 
     out = t.outputs(x)
     assert neg_elbo(out["logits"], x, out["mu"], out["logvar"]) == pytest.approx(
@@ -366,8 +367,8 @@ def test_synthetic_batch_has_the_real_data_shapes():
 
 def test_the_harness_times_a_family_step():
     """`dlperf run --network gan` goes through the worker like any DLBench network."""
-    from dlperf.spec import RunSpec
-    from dlperf.worker import execute
+    from dlperf.core.spec import RunSpec
+    from dlperf.engine.worker import execute
     from tests.conftest import FAST
 
     r = execute(RunSpec(network="gan", size="tiny", batch_size=8, threads=2, measurement=FAST))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf.launch import run_isolated
-from dlperf.spec import RunSpec
+from dlperf.core.spec import RunSpec
+from dlperf.engine.launch import run_isolated
 from tests.conftest import FAST
 
 torch = pytest.importorskip("torch")
@@ -36,9 +36,9 @@ def test_device_clock_times_the_device_not_the_host():
     small input: the device clock must time less than the wall clock, and a spin of known
     length queued with the calls must show in it."""
     from dlperf.backends.torch_kernels import kernel
-    from dlperf.calibrate.worker import GPU_CALLS, Queued
-    from dlperf.measure.timing import measure
-    from dlperf.spec import Measurement
+    from dlperf.core.spec import Measurement
+    from dlperf.core.timing import measure
+    from dlperf.kinds.calibrate.run import GPU_CALLS, Queued
 
     m = Measurement(min_time_s=0.05, min_steps=5, warmup_min_steps=2, warmup_max_steps=6)
     bn = Queued(kernel("bn", (8, 64, 8), "gpu"), GPU_CALLS)

@@ -10,13 +10,13 @@ import sqlite3
 
 import pytest
 
-from dlperf import environment
 from dlperf.cli import main
+from dlperf.core import environment
+from dlperf.core.spec import RunResult
+from dlperf.core.store import Store
+from dlperf.core.store_import import import_file
 from dlperf.report import Filters, render
 from dlperf.report.machines import resolve_machines
-from dlperf.spec import RunResult
-from dlperf.store import Store
-from dlperf.store_import import import_file
 from tests.report_fixtures import OTHER_ID, fcn5_table, other_machine, result
 
 
@@ -162,8 +162,8 @@ def test_an_unknown_machine_is_one_line(db, server_db, capsys):
 
 def test_experiments_of_an_imported_machine_stay_out_of_this_machines_tables(db, tmp_path,
                                                                             monkeypatch):
-    from dlperf.experiments import arm_results
-    from dlperf.spec import RunSpec
+    from dlperf.core.spec import RunSpec
+    from dlperf.kinds.train.experiments import arm_results
 
     spec = RunSpec(kind="train", network="ffn", size="small", batch_size=32,
                    options={"experiment": "init-scale", "arm": "ffn default init"})

@@ -10,10 +10,10 @@ import pytest
 
 from dlperf import workloads
 from dlperf.cli import main
+from dlperf.core.spec import RunSpec
+from dlperf.core.store import Store
 from dlperf.kinds import InferenceOutcome
-from dlperf.kinds.inference import latency_outcome
-from dlperf.spec import RunSpec
-from dlperf.store import Store
+from dlperf.kinds.inference.options import latency_outcome
 from tests.conftest import FAST
 
 BATCH = 4
@@ -76,7 +76,7 @@ def test_torch_inference_runs_no_backward_and_evaluates_in_eval_mode(monkeypatch
 
 
 def test_worker_times_queries_and_records_the_outcome():
-    from dlperf.worker import execute
+    from dlperf.engine.worker import execute
 
     r = execute(RunSpec(kind="inference", network="resnet50", size="tiny", batch_size=BATCH,
                         measurement=FAST))
@@ -94,7 +94,7 @@ def test_worker_times_queries_and_records_the_outcome():
 
 
 def test_a_family_without_a_query_is_unsupported():
-    from dlperf.worker import execute
+    from dlperf.engine.worker import execute
 
     r = execute(RunSpec(kind="inference", network="rbm", size="tiny", batch_size=4,
                         measurement=FAST))
@@ -156,7 +156,7 @@ def test_tensorflow_inference_matches_torch_and_traces_no_gradient(name):
 @pytest.mark.slow
 def test_keras_serves_queries_with_predict_on_batch():
     pytest.importorskip("keras")
-    from dlperf.launch import run_isolated
+    from dlperf.engine.launch import run_isolated
 
     r = run_isolated(RunSpec(kind="inference", framework="keras", variant="torch",
                              network="fcn5", size="tiny", batch_size=BATCH, measurement=FAST),

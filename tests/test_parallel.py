@@ -18,13 +18,13 @@ import uuid
 import pytest
 
 from dlperf.cli import main
+from dlperf.core.spec import Metrics, RunResult
+from dlperf.core.store import Store
 from dlperf.kinds import ParallelOutcome
-from dlperf.parallel import make_spec
-from dlperf.parallel.partition import child_costs, layer_cost, split_by_cost
-from dlperf.parallel.results import breakdown, server_series, union_length
-from dlperf.parallel.status import Status, culprits
-from dlperf.spec import Metrics, RunResult
-from dlperf.store import Store
+from dlperf.kinds.parallel.make import make_spec
+from dlperf.kinds.parallel.results import breakdown, server_series, union_length
+from dlperf.kinds.parallel.status import Status, culprits
+from dlperf.perfmodel.partition import child_costs, layer_cost, split_by_cost
 from tests.conftest import FAST
 
 TIMEOUTS = dict(timeout_s=240, stall_timeout_s=90)
@@ -53,7 +53,7 @@ def train_spec(strategy: str, workers: int, **kw):
 
 
 def launch(spec, tmp_path, env=None, **kw) -> RunResult:
-    from dlperf.launch.torchrun import run_parallel
+    from dlperf.engine.launch.torchrun import run_parallel
 
     dump = tmp_path / "dump"
     dump.mkdir(exist_ok=True)
@@ -227,7 +227,7 @@ def test_pipeline_over_two_nodes_gives_the_unsplit_loss_and_gradients(tmp_path):
     machines would; the network is split over them (one stage each)."""
     import torch
 
-    from dlperf.launch.torchrun import free_port, run_parallel
+    from dlperf.engine.launch.torchrun import free_port, run_parallel
 
     spec = spec_for("pipeline", 2, nodes=2, micro_batches=4, steps=1, warmup_steps=0)
     endpoint, rid = f"127.0.0.1:{free_port()}", f"two-nodes-{uuid.uuid4().hex[:8]}"
@@ -303,7 +303,7 @@ def test_hung_worker_is_named_and_the_run_ends(tmp_path):
 
 @pytest.mark.slow
 def test_missing_node_ends_at_the_rendezvous_timeout():
-    from dlperf.launch.torchrun import free_port, run_parallel
+    from dlperf.engine.launch.torchrun import free_port, run_parallel
 
     r = run_parallel(spec_for("pipeline", 2, nodes=2), rdzv_endpoint=f"127.0.0.1:{free_port()}",
                      local_addr="127.0.0.1", rdzv_timeout_s=3, **TIMEOUTS)
@@ -447,7 +447,7 @@ def _result(strategy: str, workers: int, median: float, threads: int, delay: flo
 
 
 def test_report_tables_compare_against_one_worker_and_without_a_straggler(db, tmp_path):
-    from dlperf.report import parallel as report
+    from dlperf.kinds.parallel import section as report
 
     results = [_result("sync", 1, 0.10, 2), _result("sync", 2, 0.08, 1),
                _result("sync", 2, 0.13, 1, delay=0.05), _result("async", 2, 0.05, 1),
@@ -504,7 +504,7 @@ Root Cause (first observed failure):
 def test_diagnosis_blames_the_killed_rank_not_its_victims(tmp_path):
     import json
 
-    from dlperf.launch.torchrun import diagnose
+    from dlperf.engine.launch.torchrun import diagnose
 
     (tmp_path / "error_rank0.json").write_text(json.dumps(
         {"rank": 0, "time": 1.0, "reason": "error", "message": "RuntimeError: Connection closed"}))

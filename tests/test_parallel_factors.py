@@ -11,9 +11,9 @@ import math
 import pytest
 
 from dlperf.cli import main
-from dlperf.parallel import make_spec
-from dlperf.parallel.partition import shard_layout
-from dlperf.parallel.results import drift_stats, server_loads, server_series
+from dlperf.kinds.parallel.make import make_spec
+from dlperf.kinds.parallel.results import drift_stats, server_loads, server_series
+from dlperf.perfmodel.partition import shard_layout
 from tests.conftest import FAST
 from tests.test_parallel import as_dict, launch, load, reference
 

@@ -7,12 +7,13 @@ import re
 
 import pytest
 
-from dlperf import cpu_peak, peak
-from dlperf.report.aggregate import aggregate, other_framework_rates
+from dlperf.core import cpu_peak
+from dlperf.core.aggregate import aggregate, other_framework_rates
+from dlperf.core.spec import Metrics, RunResult, RunSpec
+from dlperf.core.store import Store
+from dlperf.engine.runner import Runner
+from dlperf.kinds.peak import rates as peak
 from dlperf.report.tables import detail_table
-from dlperf.runner import Runner
-from dlperf.spec import Metrics, RunResult, RunSpec
-from dlperf.store import Store
 
 from .conftest import FAST
 
@@ -79,7 +80,7 @@ def test_a_peak_row_of_the_previous_dlperf_is_not_reused():
 
 
 def test_store_peak_rows_are_per_machine_and_thread_count(db, monkeypatch):
-    from dlperf import environment
+    from dlperf.core import environment
 
     with Store(db) as st:
         for t in (1, 2):
@@ -142,7 +143,7 @@ def test_a_run_above_the_theoretical_peak_does_not_raise_it(db):
 
 
 def peak_packages() -> dict[str, str]:
-    from dlperf import environment
+    from dlperf.core import environment
 
     return environment.packages()
 

@@ -10,7 +10,7 @@ import pytest
 
 from dlperf import workloads
 from dlperf.cli import main
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
 from dlperf.perfmodel import Calibration, Device, Efficiency, data_parallel_scaling, predict, scaled
 from dlperf.perfmodel import catalogue as cat
 from dlperf.perfmodel import formulas as f
@@ -450,8 +450,8 @@ def test_a_pipeline_accumulates_its_micro_batches_gradients():
 def test_the_pipeline_is_cut_where_dlperf_parallel_cuts_it():
     """By the layers' FLOPs (parallel.partition), the loss on the last stage: the stages
     the model times are the ones that run."""
-    from dlperf.parallel.partition import layer_cost as flop_cost
-    from dlperf.parallel.partition import split_by_cost
+    from dlperf.perfmodel.partition import layer_cost as flop_cost
+    from dlperf.perfmodel.partition import split_by_cost
 
     _, _, cfg = workloads.resolve("alexnet", None)
     body = [x for x in cfg.layers() if x.op != "loss"]

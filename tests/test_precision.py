@@ -8,8 +8,8 @@ import pytest
 
 from dlperf import workloads
 from dlperf.backends.base import UnsupportedError
-from dlperf.launch import run_isolated
-from dlperf.spec import RunSpec
+from dlperf.core.spec import RunSpec
+from dlperf.engine.launch import run_isolated
 from tests.conftest import FAST
 
 torch = pytest.importorskip("torch")

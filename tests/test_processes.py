@@ -15,12 +15,12 @@ import psutil
 import pytest
 
 from dlperf.cli import main
-from dlperf.errors import StoreWriteError
-from dlperf.launch import cpulock
-from dlperf.launch.isolated import LaunchInterrupted, run_isolated
-from dlperf.runner import Interrupted, Listener, Runner
-from dlperf.spec import Measurement, RunResult, RunSpec
-from dlperf.store import Store
+from dlperf.core.errors import StoreWriteError
+from dlperf.core.spec import Measurement, RunResult, RunSpec
+from dlperf.core.store import Store
+from dlperf.engine import cpulock
+from dlperf.engine.launch.isolated import LaunchInterrupted, run_isolated
+from dlperf.engine.runner import Interrupted, Listener, Runner
 from tests.conftest import FAST
 
 LONG = Measurement(min_time_s=600, max_steps=10**9, warmup_max_steps=2)
@@ -96,7 +96,7 @@ def _driver(*args: str, db) -> subprocess.Popen:
 def test_a_worker_dies_with_its_sweep(db, sig):
     driver = _driver("sweep", "--networks", "fcn5", "--size", "tiny", "--min-time", "600",
                      db=db)
-    workers = _children_running(driver, "dlperf.worker")
+    workers = _children_running(driver, "dlperf.engine.worker")
     driver.send_signal(sig)
     assert _gone_within(workers, 3.0) == [], "the worker outlived its sweep"
     driver.communicate(timeout=30)
@@ -112,7 +112,7 @@ def test_torchrun_and_its_workers_die_with_the_driver(db, sig):
     driver = _driver("parallel", "--network", "fcn5", "--size", "tiny", "--strategy", "sync",
                      "--workers", "2", "--threads", "1", "--steps", "10000000",
                      "--warmup-steps", "1", db=db)
-    ranks = _children_running(driver, "dlperf.parallel.worker", wait_s=180, count=2)
+    ranks = _children_running(driver, "dlperf.kinds.parallel.run", wait_s=180, count=2)
     tree = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
     driver.send_signal(sig)
     assert _gone_within(tree, 3.0) == [], (
@@ -198,7 +198,7 @@ def test_a_run_stored_meanwhile_by_another_sweep_is_not_measured_again(db):
 
 def test_the_cpus_are_held_by_one_measurement_at_a_time(tmp_path):
     other = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from dlperf.launch.cpulock import cpus_held\n"
+        [sys.executable, "-c", "import sys, time; from dlperf.engine.cpulock import cpus_held\n"
          "with cpus_held('other sweep'):\n print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True, env={**os.environ})
     try:
@@ -251,7 +251,7 @@ def test_an_internal_error_is_one_line(monkeypatch, capsys):
 
 
 def test_an_interrupted_calibration_keeps_the_shapes_it_timed():
-    from dlperf.kinds.kernel import KernelOptions, KernelOutcome, KernelPart
+    from dlperf.kinds.calibrate.options import KernelOptions, KernelOutcome, KernelPart
 
     # shapes of a millisecond or more per call, so each lasts its min_time and the run
     # outlives the watch's polls after the interrupting event (tiny ones all finish in a
@@ -279,7 +279,7 @@ def test_an_interrupted_calibration_keeps_the_shapes_it_timed():
 def test_a_calibration_run_again_after_an_interrupt_keeps_what_it_had_timed(db):
     """The runner hands the run the interrupted one's shapes; the worker times only the
     rest, and the finished record holds both."""
-    from dlperf.kinds.kernel import KernelOptions, KernelPart
+    from dlperf.kinds.calibrate.options import KernelOptions, KernelPart
 
     # shapes of a millisecond or more per call, so each lasts its min_time and the run
     # outlives the watch's polls after the interrupting event (tiny ones all finish in a

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf import environment
+from dlperf.api import render_report as render
+from dlperf.core import environment
+from dlperf.core.spec import RunResult
+from dlperf.core.store import Store
+from dlperf.kinds.step.reference_section import findings, local_times
 from dlperf.reference import ReferenceRow, guide_table1
-from dlperf.report import render
-from dlperf.report.reference import findings, local_times
-from dlperf.spec import RunResult
-from dlperf.store import Store
 from tests.report_fixtures import fcn5_table, result
 
 PUBLISHED = (1.324, 0.790, 0.578, 15.444, 7.062, 4.789, 2.648, 1.938, 1.329, 0.710, 0.423)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import base64
 from html.parser import HTMLParser
 
+from dlperf.api import render_report as render
 from dlperf.cli import main
-from dlperf.report import render
-from dlperf.store import Store
+from dlperf.core.store import Store
 from tests.report_fixtures import fcn5_table
 
 VOID = {"meta", "img", "br", "hr", "input", "link", "col", "area", "base", "source", "wbr"}
@@ -135,7 +135,8 @@ def test_report_html_flag_prints_the_path_last(db, tmp_path, capsys):
 
 
 def test_the_brief_study_is_one_network_per_kind_at_1_p_and_2p_threads(monkeypatch):
-    from dlperf import environment, plan, presets
+    from dlperf.core import environment, settings
+    from dlperf.engine import plan, presets
 
     monkeypatch.setattr(environment, "physical_cores", lambda: 2)
     (name, cfg), = presets.dlbench(quick=False, brief=True, frameworks=["torch", "tensorflow"])
@@ -144,5 +145,5 @@ def test_the_brief_study_is_one_network_per_kind_at_1_p_and_2p_threads(monkeypat
     assert sorted({s.threads for s in specs}) == [1, 2, 4]
     assert len(specs) == 3 * 2 * 3
     # the quick settings: a later 'reproduce dlbench --quick' counts these results as its own
-    assert {s.measurement for s in specs} == {presets.QUICK_MEASUREMENT}
+    assert {s.measurement for s in specs} == {settings.QUICK_MEASUREMENT}
     assert presets.brief_threads(4) == [1, 4, 8] and presets.brief_threads(1) == [1, 2]

@@ -172,7 +172,7 @@ def test_dlperf_devices_says_what_gpu_predictions_stand_on(capsys):
 
 def test_a_users_own_gpu_can_be_the_reference(tmp_path, monkeypatch, capsys):
     """``$DLPERF_REFERENCE_FITS`` names a file written by ``python -m
-    dlperf.calibrate.reference`` for the user's own GPU: the catalogue's GPUs are scaled
+    dlperf.kinds.calibrate.reference`` for the user's own GPU: the catalogue's GPUs are scaled
     from it. A missing or broken file: one line, exit 2."""
     from dlperf.cli import main
 

@@ -9,14 +9,14 @@ import sqlite3
 
 import pytest
 
-from dlperf import environment
-from dlperf import store as store_module
-from dlperf.errors import UsageError
-from dlperf.migrate import GPU_PRECISION_WARNING
-from dlperf.presets import FULL_MEASUREMENT, QUICK_MEASUREMENT
-from dlperf.report.aggregate import aggregate
-from dlperf.spec import Measurement, Metrics, RunResult, RunSpec
-from dlperf.store import Store
+from dlperf.core import environment
+from dlperf.core import store as store_module
+from dlperf.core.aggregate import aggregate
+from dlperf.core.errors import UsageError
+from dlperf.core.migrate import GPU_PRECISION_WARNING
+from dlperf.core.settings import FULL_MEASUREMENT, QUICK_MEASUREMENT
+from dlperf.core.spec import Measurement, Metrics, RunResult, RunSpec
+from dlperf.core.store import Store
 
 
 def _ok(spec: RunSpec, median: float = 0.5) -> RunResult:

@@ -3,11 +3,11 @@ settings measured each number."""
 
 from __future__ import annotations
 
-from dlperf.presets import FULL_MEASUREMENT, QUICK_MEASUREMENT
-from dlperf.report.aggregate import aggregate
+from dlperf.core.aggregate import aggregate
+from dlperf.core.settings import FULL_MEASUREMENT, QUICK_MEASUREMENT
+from dlperf.core.spec import Measurement, Metrics, RunResult, RunSpec
 from dlperf.report.exporters import to_markdown
 from dlperf.report.tables import detail_table, dlbench_table
-from dlperf.spec import Measurement, Metrics, RunResult, RunSpec
 
 
 def _ok(spec: RunSpec, median: float, machine: str = "1111aaaa2222bbbb") -> RunResult:
@@ -61,8 +61,8 @@ def test_thread_curves_and_rankings_compare_plain_steps_only(db):
     """An experiment's workload variants (--param side=...) and runs on an input pipeline
     are other configurations: they never join a thread curve or a framework ranking."""
     from dlperf.kinds import StepOptions
-    from dlperf.report.base import plain_steps
-    from dlperf.report.threads import ranking, scaling_curves
+    from dlperf.kinds.step.rows import plain_steps
+    from dlperf.kinds.step.threads_section import ranking, scaling_curves
     from tests.report_fixtures import result
 
     rows = [result("fcn5", 1, 1.0), result("fcn5", 2, 0.6),
@@ -84,7 +84,7 @@ def test_thread_curves_and_rankings_compare_plain_steps_only(db):
 
 
 def test_seconds_are_rounded_before_their_unit_is_chosen():
-    from dlperf import units
+    from dlperf.core import units
 
     assert units.seconds(0.9999) == "1 s"
     assert units.seconds(0.00099996) == "1 ms"

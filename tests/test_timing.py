@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf.measure import stats, timing
-from dlperf.presets import QUICK_MEASUREMENT
-from dlperf.spec import Measurement
+from dlperf.core import stats, timing
+from dlperf.core.settings import QUICK_MEASUREMENT
+from dlperf.core.spec import Measurement
 
 
 def scripted(monkeypatch, times):

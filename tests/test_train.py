@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from dlperf.cli import main
-from dlperf.errors import UsageError
-from dlperf.spec import RunResult, RunSpec
-from dlperf.store import Store
-from dlperf.training.options import check_options
-from dlperf.training.quality import mmd2, neg_elbo
+from dlperf.core.errors import UsageError
+from dlperf.core.spec import RunResult, RunSpec
+from dlperf.core.store import Store
+from dlperf.kinds.train.quality import mmd2, neg_elbo
+from dlperf.kinds.train.settings import check_options
 
 torch = pytest.importorskip("torch")
 
 from dlperf.backends.torch_backend import TorchBackend  # noqa: E402
-from dlperf.training.loop import run_training  # noqa: E402
+from dlperf.kinds.train.run import run_training  # noqa: E402
 
 
 def as_dict(r: RunResult) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dlperf.cli import main
-from dlperf.dataflow import transfer as tr
+from dlperf.kinds.dataflow import transfer as tr
 
 GUIDE = ["calc", "transfer", "--link", "pcie4x16", "--device-memory", "8GB", "--devices", "4",
          "--compute", "0.5"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dlperf import api, workloads
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
 from dlperf.workloads.transformer import TransformerConfig
 
 
@@ -90,7 +90,7 @@ def test_torch_counter_matches_the_neutral_train_flops():
     default size and batch ('dlperf networks' shows the latter)."""
     pytest.importorskip("torch")
     from dlperf.backends.torch_backend import TorchBackend
-    from dlperf.flopcache import counted_flops
+    from dlperf.engine.flopcache import counted_flops
 
     wl, _, cfg = workloads.resolve("gpt2", "tiny")
     t = TorchBackend().build("gpt2", cfg, 2, "eager", "cpu", 0)
@@ -100,8 +100,8 @@ def test_torch_counter_matches_the_neutral_train_flops():
 
 def test_torch_measures_a_tiny_step():
     pytest.importorskip("torch")
-    from dlperf.spec import RunSpec
-    from dlperf.worker import execute
+    from dlperf.core.spec import RunSpec
+    from dlperf.engine.worker import execute
     from tests.conftest import FAST
 
     r = execute(RunSpec(network="gpt2", size="tiny", batch_size=2, measurement=FAST))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf import api, config, plan
-from dlperf.launch import run_isolated
-from dlperf.runner import Runner
-from dlperf.spec import Measurement, RunSpec
-from dlperf.store import Store
-from dlperf.worker import execute
+from dlperf import api
+from dlperf.core.spec import Measurement, RunSpec
+from dlperf.core.store import Store
+from dlperf.engine import config, plan
+from dlperf.engine.launch import run_isolated
+from dlperf.engine.runner import Runner
+from dlperf.engine.worker import execute
 from tests.conftest import FAST
 
 pytestmark = pytest.mark.slow

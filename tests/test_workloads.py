@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlperf import workloads
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
 from dlperf.workloads.dlbench import DLBENCH
 
 # Exact trainable parameter counts of the full-size networks, derived by hand from the

@@ -14,16 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlperf import backends, config, peak, plan, workloads
-from dlperf.dataflow import plan as dataflow_plan
-from dlperf.explain.analysis import Explanation
-from dlperf.kinds.dataflow import InputOptions
+from dlperf import workloads
+from dlperf.core import frameworks
+from dlperf.core.aggregate import ConfigResult, aggregate
+from dlperf.core.spec import Measurement, RunResult, RunSpec
+from dlperf.core.store import Store
+from dlperf.engine import config, plan
+from dlperf.engine.runner import Listener, Runner
+from dlperf.inputs.options import InputOptions
+from dlperf.kinds import KINDS
+from dlperf.kinds import report_sections as report_sections_of_kinds
+from dlperf.kinds.dataflow import plan as dataflow_plan
+from dlperf.kinds.explain.analysis import Explanation
+from dlperf.kinds.peak import rates as peak
 from dlperf.perfmodel.machine import LocalCalibration
-from dlperf.report import Filters, Predictor, Report, render
-from dlperf.report.aggregate import ConfigResult, aggregate
-from dlperf.runner import Listener, Runner
-from dlperf.spec import Measurement, RunResult, RunSpec
-from dlperf.store import Store
+from dlperf.report import Filters, Predictor, Report, SectionBuilder, render
 
 
 def run(
@@ -50,7 +55,7 @@ def run(
 
     Unlike ``sweep``, ``run`` always measures (stored results of the same configuration are
     kept; the new ones are added beside them). With an ``input`` pipeline (memory or disk;
-    ``dlperf.dataflow``), each step trains on its batches and the pipeline is also
+    ``dlperf.kinds.dataflow``), each step trains on its batches and the pipeline is also
     measured alone, with no training, in a process of its own.
     """
     wl = workloads.get(network)
@@ -115,7 +120,7 @@ def sweep(
     """Run every configuration of a sweep not yet in the store; return the new results."""
     cfg = load_config(source)
     for fw in cfg.frameworks:
-        backends.require(fw)
+        frameworks.require(fw)
     return run_specs(plan.expand(cfg), db=db, force=force, retry_failed=retry_failed,
                      timeout_s=cfg.timeout, memory_limit=cfg.memory_limit,
                      peak_size=cfg.peak_size, listener=listener)
@@ -159,8 +164,8 @@ def run_specs(
     checked, what the store has skipped (unless ``force``), each run claimed, launched
     (one worker, or a torchrun job for kind 'parallel'), stored as it finishes. Returns
     the new results; raises ``runner.Interrupted`` on Ctrl-C with what was stored."""
-    for fw in sorted({s.framework for s in specs}):
-        backends.require(fw)
+    for fw in sorted({s.framework for s in specs if KINDS[s.kind].launcher != "in_process"}):
+        frameworks.require(fw)
     with Store(db) as store:
         todo = plan.pending(list(specs), store, force=force, retry_failed=retry_failed)
         runner = Runner(store, timeout_s=timeout_s, memory_limit=memory_limit,
@@ -175,12 +180,12 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
               allreduce: bool = True, force: bool = False, timeout_s: float = 900.0,
               listener: Listener | None = None, repeat: int = 1,
               precision: str = "fp32") -> LocalCalibration:
-    """Time this machine's calibration kernels (``dlperf.calibrate.plan``: every installed
+    """Time this machine's calibration kernels (``dlperf.kinds.calibrate.plan``: every installed
     framework at 1, 2, 4, ... threads up to the physical cores unless given, at
     ``precision``) through the normal runner, ``repeat`` times each (each kernel's median
     over them counts), and return the fitted calibration. A kernel run that failed is run
     again: a calibration is only usable whole."""
-    from dlperf.calibrate import plan as calibration
+    from dlperf.kinds.calibrate import plan as calibration
 
     todo = calibration.specs(list(frameworks or calibration.default_frameworks()),
                              list(threads or calibration.default_threads(device)), device=device,
@@ -193,7 +198,7 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
 
 def local_calibration(*, db: str | Path | None = None, device: str = "cpu") -> LocalCalibration:
     """This machine's fitted kernel curves from the store (empty when never calibrated)."""
-    from dlperf.calibrate import plan as calibration
+    from dlperf.kinds.calibrate import plan as calibration
 
     with Store(db) as store:
         return calibration.local_calibration(store, device=device)
@@ -208,13 +213,13 @@ def explain(network: str, *, framework: str = "torch", threads: int = 1,
     kind 'profile', stored) and set each op group beside the model calibrated here at
     ``precision``. One-line UsageError when this machine has no calibration for the
     framework, thread count and precision, or the framework cannot be profiled."""
-    from dlperf.calibrate.plan import check_precision
-    from dlperf.errors import UsageError
-    from dlperf.explain.analysis import explain as explained
-    from dlperf.kinds.profile import ProfileOptions
+    from dlperf.core.errors import UsageError
+    from dlperf.kinds.calibrate.plan import check_precision
+    from dlperf.kinds.explain.analysis import explain as explained
+    from dlperf.kinds.explain.options import ProfileOptions
 
     wl, size, _ = workloads.resolve(network, size, params)  # a bad name first, in one line
-    fw = backends.info(framework).name
+    fw = frameworks.info(framework).name
     check_precision(precision, device, [fw])  # no calibration there to explain it against
     cal = local_calibration(db=db, device=device)
     cal.model(fw, threads, device, precision=precision)  # calibrated? (else: what to run)
@@ -245,7 +250,7 @@ def measure_peaks(threads: Sequence[int], *, gpu: bool = False, remeasure: bool 
                   listener: Listener | None = None) -> Peaks:
     """The peak at each thread count (past the CPUs: the all-CPU peak), reusing what the
     store has unless ``remeasure``; ``gpu`` adds the GPU's (key 'gpu')."""
-    from dlperf.runner import peak_threads
+    from dlperf.engine.runner import peak_threads
 
     counts = sorted({peak_threads(t) for t in threads})
     with Store(db) as store:
@@ -275,21 +280,40 @@ def report(*, db: str | Path | None = None, out: str | Path = "dlperf-report",
     adds the model's time beside every measured cell (``report.tables.Predictor``); by
     default (``predictions``) the model calibrated on this machine, when the store holds
     its calibration (``dlperf calibrate``)."""
-    from dlperf.report import validate
+    from dlperf.kinds.calibrate import validate
     from dlperf.report.machines import resolve_machines
 
     with Store(db) as store:
         if predictor is None and predictions:
             predictor = validate.predictor(store)
-        return render(store, out, Filters(tuple(networks or ()), tuple(frameworks or ()), size,
-                                          machines=resolve_machines(store, machines)),
-                      predictor=predictor)
+        return render_report(store, out, Filters(
+            tuple(networks or ()), tuple(frameworks or ()), size,
+            machines=resolve_machines(store, machines)), predictor=predictor)
+
+
+def report_sections(predictor: Predictor | None = None) -> list[SectionBuilder]:
+    """Every section builder, in report order: this machine and the others, each kind's
+    sections in the order of ``KINDS``, the advice, the failures. ``predictor`` (a
+    performance model, see ``report.tables.Predictor``) adds predicted times beside the
+    measured ones and a section comparing the two; without one neither appears."""
+    from dlperf.advice.section import advice_section
+    from dlperf.report.failures import failures_section
+    from dlperf.report.machines import environment_section
+
+    return [environment_section, *report_sections_of_kinds(predictor), advice_section,
+            failures_section]
+
+
+def render_report(store: Store, out: str | Path, filters: Filters | None = None,
+                  predictor: Predictor | None = None) -> Report:
+    """Every section with data, from ``store`` into ``out`` (``report.render``)."""
+    return render(store, out, report_sections(predictor), filters or Filters())
 
 
 def experiment_report(name: str, out: str | Path, db: str | Path | None = None):
     """The table(s) and plot of one experiment from the store, written into ``out`` in every
     export format: (section or None when nothing is stored, files written)."""
-    from dlperf.report import experiments as report_experiments
+    from dlperf.kinds.train import experiments_section as report_experiments
     from dlperf.report.exporters import EXPORTERS
 
     out = Path(out)
@@ -325,9 +349,9 @@ def networks(group: str | None = None) -> list[dict[str, Any]]:
 def counted_flops(names: list[str]) -> dict[str, float]:
     """FLOPs per step at the default batch from PyTorch's own counter (in a child process,
     cached); empty without torch."""
-    if not backends.installed("torch"):
+    if not frameworks.installed("torch"):
         return {}
-    from dlperf.flopcache import counted_flops as count
+    from dlperf.engine.flopcache import counted_flops as count
 
     return count(names)
 
@@ -335,7 +359,7 @@ def counted_flops(names: list[str]) -> dict[str, float]:
 def other_framework_rates(spec: RunSpec, db: str | Path | None = None) -> dict[str, float]:
     """FLOP/s of the same configuration in the other frameworks measured on this machine
     (for the limit message of ``dlperf run``)."""
-    from dlperf.report.aggregate import other_framework_rates as rates
+    from dlperf.core.aggregate import other_framework_rates as rates
 
     with Store(db) as store:
         return rates(store, spec)
@@ -343,7 +367,7 @@ def other_framework_rates(spec: RunSpec, db: str | Path | None = None) -> dict[s
 
 def stored_results(specs: Sequence[RunSpec], db: str | Path | None = None) -> list[RunResult]:
     """This machine's stored results (newest per run) of these specs, whatever their kind."""
-    from dlperf.environment import machine_id
+    from dlperf.core.environment import machine_id
 
     ids = {s.run_id for s in specs}
     with Store(db) as store:

@@ -23,8 +23,8 @@ from dlperf.advice.records import (
     Unknown,
 )
 from dlperf.advice.tasks import TASKS, task
-from dlperf.errors import UsageError
-from dlperf.report.aggregate import ConfigResult
+from dlperf.core.aggregate import ConfigResult
+from dlperf.core.errors import UsageError
 
 
 def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str = "this",

@@ -7,7 +7,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
 from dlperf.perfmodel import catalogue
 
 THIS = "this"

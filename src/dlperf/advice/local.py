@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from dlperf import environment, units, workloads
+from dlperf import workloads
 from dlperf.advice import common
 from dlperf.advice.data import data_advice
 from dlperf.advice.records import HardwareAdvice, Measured, Predicted, Recommendation, Unknown
 from dlperf.advice.tasks import Task
-from dlperf.dataflow.plan import has_pipeline
+from dlperf.core import environment, units
+from dlperf.core.aggregate import ConfigResult, direction
+from dlperf.core.settings import settings_name
+from dlperf.kinds.dataflow.plan import has_pipeline
 from dlperf.perfmodel.predict import training_memory
-from dlperf.presets import settings_name
-from dlperf.report.aggregate import ConfigResult, direction
 
 
 def dispersion(r: ConfigResult) -> str:
@@ -159,7 +160,7 @@ def _batch(net: str, size: str, mine: list[ConfigResult]) -> Recommendation:
 def _devices(first: ConfigResult | None, rows: list[ConfigResult], task: Task, samples: int, epochs: float,
              cores: int) -> Recommendation:
     """Several worker processes on this machine: the measured parallel strategies."""
-    from dlperf.report.parallel import opts, speedup
+    from dlperf.kinds.parallel.section import opts, speedup
 
     par = [r for r in rows if r.spec.kind == "parallel" and r.measured]
     nets = [c.network for c in task.candidates]

@@ -10,19 +10,20 @@ term of the model: the framework advice is what this machine measured, said as s
 
 from __future__ import annotations
 
-from dlperf import units, workloads
+from dlperf import workloads
 from dlperf.advice import common
 from dlperf.advice.hardware import Hardware
 from dlperf.advice.local import measured
 from dlperf.advice.records import ErrorLookup, HardwareAdvice, Predicted, Recommendation, Unknown
 from dlperf.advice.tasks import Task
-from dlperf.dataflow.transfer import transfer_time
-from dlperf.errors import UsageError
+from dlperf.core import units
+from dlperf.core.aggregate import ConfigResult
+from dlperf.core.errors import UsageError
+from dlperf.kinds.dataflow.transfer import transfer_time
 from dlperf.perfmodel import catalogue, predict
 from dlperf.perfmodel.predict import training_memory
 from dlperf.perfmodel.result import Prediction
 from dlperf.perfmodel.scaled import NOTE as SCALED_NOTE
-from dlperf.report.aggregate import ConfigResult
 
 BASIS = "datasheet rates x public efficiency factors (dlperf predict --json shows them)"
 #: a catalogue GPU's basis (``perfmodel.scaled``): its prediction carries a note saying so

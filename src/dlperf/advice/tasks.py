@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ nothing is imported until a worker needs it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -101,56 +100,6 @@ Inputs: images (N, C, H, W) float32; tokens (N, T) int; targets (N,) or (N, T) i
 """
 
 
-@dataclass(frozen=True)
-class BackendInfo:
-    """What the registry knows about a backend without importing it."""
-
-    name: str
-    module: str
-    extra: str
-    variants: tuple[str, ...]
-    default_variant: str
-    distributions: tuple[str, ...]  # pip distributions whose presence means 'installed'
-    aliases: tuple[str, ...] = ()
-    #: interpreter for this backend's workers (None: the current one). A framework whose
-    #: dependencies conflict with the others lives in an environment of its own.
-    python: str | None = None
-    description: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
-
-    def thread_env(self, threads: int, variant: str | None = None) -> dict[str, str]:
-        """Environment variables that must be set before the framework loads.
-
-        For Keras the variant names the Keras backend, which Keras reads from
-        KERAS_BACKEND once, at import; that framework's own settings follow it.
-        """
-        n = str(threads)
-        env = {
-            "OMP_NUM_THREADS": n,
-            "MKL_NUM_THREADS": n,
-            "OPENBLAS_NUM_THREADS": n,
-            "TF_NUM_INTRAOP_THREADS": n,
-            "TF_NUM_INTEROP_THREADS": "1",
-        }
-        engine = self.name
-        if self.name == "keras":
-            engine = variant if variant in self.variants else self.default_variant
-            env["KERAS_BACKEND"] = engine
-        if engine == "jax":
-            # XLA:CPU sizes its thread pool once, at start-up, from NPROC (else from the
-            # CPU affinity); it has no flag for it (measured: docs/frameworks.md)
-            env["NPROC"] = n
-        if engine == "tensorflow":
-            env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-        if self.name == "mxnet":
-            # oneDNN's kernels take their OpenMP teams from OMP_NUM_THREADS, MXNet's own
-            # operators from MXNET_OMP_MAX_THREADS; one engine thread runs CPU operators
-            # (one inter-op thread, as in the others). Read when libmxnet loads.
-            env.update(MXNET_OMP_MAX_THREADS=n, MXNET_CPU_WORKER_NTHREADS="1",
-                       MXNET_CPU_PRIORITY_NTHREADS="1")
-        return env
-
-
 #: Why tf32 never runs on a CPU.
 NO_TF32_ON_CPU = ("tf32 is a GPU format (NVIDIA Ampere and later tensor cores); CPUs have "
                   "no TF32 arithmetic: use --precision fp32 (or bf16)")
@@ -174,7 +123,7 @@ class Backend(ABC):
         """Apply the thread count before the first op; return the count now in force."""
 
     def set_precision(self, precision: str, device: str) -> dict[str, Any]:
-        """Apply the numeric precision (dlperf.spec.Precision) before anything is built and
+        """Apply the numeric precision (dlperf.core.spec.Precision) before anything is built and
         return the framework's settings read back, which the result records. fp32 turns
         TF32 and reduced-precision reductions off; tf32 turns them on; bf16 and fp16 make
         build() use the framework's mixed precision. A precision this backend cannot run
@@ -200,7 +149,7 @@ class Backend(ABC):
 
     def input_pipeline(self, source: Any, batch_size: int, seed: int, device: str) -> Any:
         """The framework's own input pipeline over ``source`` (a
-        ``dlperf.dataflow.pipeline.Source``): an ``InputPipeline`` whose batches are in
+        ``dlperf.inputs.pipeline.Source``): an ``InputPipeline`` whose batches are in
         this framework's tensor type, for ``Trainer.train_on``."""
         raise UnsupportedError(f"the {self.name} backend has no input pipeline")
 
@@ -213,7 +162,7 @@ class Backend(ABC):
 
     def matmul(self, n: int, device: str) -> Trainer:
         """An n x n fp32 matmul as a Trainer: one of the kernels whose best FLOP/s is the
-        machine's peak (``dlperf.peak``)."""
+        machine's peak (``dlperf.kinds.peak.rates``)."""
         raise UnsupportedError(f"{self.name} has no matmul probe")
 
     def conv(self, n: int, device: str) -> Trainer:

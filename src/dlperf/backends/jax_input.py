@@ -24,9 +24,9 @@ import numpy as np
 import psutil
 
 from dlperf.backends.base import UnsupportedError
-from dlperf.dataflow import cache
-from dlperf.dataflow.pipeline import Batch, InputPipeline, Source, loader_cpus
-from dlperf.kinds.dataflow import Prep
+from dlperf.inputs import cache
+from dlperf.inputs.options import Prep
+from dlperf.inputs.pipeline import Batch, InputPipeline, Source, loader_cpus
 
 try:
     import grain.python as grain
@@ -57,7 +57,7 @@ class GrainSource:
         return x, np.asarray(y), np.array([p.read_s, p.decode_s, p.augment_s])
 
     def _evict(self, i: int) -> None:
-        from dlperf.dataflow import datasets
+        from dlperf.inputs import datasets
 
         spec = self.source.spec
         name = (f"shard-{i // datasets.SHARD:05d}.bin" if spec.format == "raw"

@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from dlperf import backends
-from dlperf.errors import MissingExtraError
+from dlperf.core.errors import MissingExtraError
 
 _wanted = os.environ.get("KERAS_BACKEND", "")
 if "keras" not in sys.modules and _wanted in backends.BACKENDS and not backends.installed(_wanted):

@@ -2,7 +2,7 @@
 or run op by op ('imperative'); plain SGD through ``gluon.Trainer``, fp32, on the CPU.
 
 MXNet 1.9.1 (its last release) needs numpy<1.24, so this module runs in an environment of
-its own (``dlperf setup mxnet``; see ``dlperf.envs``): everything it imports must work on
+its own (``dlperf setup mxnet``; see ``dlperf.core.separate_envs``): everything it imports must work on
 that environment's Python 3.11 and numpy 1.23.
 
 Networks are built from the framework-neutral configs of ``dlperf.workloads`` and mirror

@@ -31,8 +31,8 @@ from collections.abc import Iterator
 import numpy as np
 import tensorflow as tf
 
-from dlperf.dataflow import datasets
-from dlperf.dataflow.pipeline import Batch, InputPipeline, Source, loader_cpus
+from dlperf.inputs import datasets
+from dlperf.inputs.pipeline import Batch, InputPipeline, Source, loader_cpus
 
 
 def _normalise(spec: datasets.DataSpec, x: tf.Tensor, i: tf.Tensor) -> tf.Tensor:

@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dlperf.backends.base import UnsupportedError
-from dlperf.dataflow.pipeline import (
+from dlperf.inputs.pipeline import (
     Batch,
     InputPipeline,
     Source,

@@ -207,7 +207,7 @@ def kernel(op: str, shape: tuple[int, ...], device: str,
 def _rank_cpus(rank: int) -> list[int]:
     """One CPU per rank, wrapping around when there are more ranks than CPUs (as the
     parallel runs place one-thread workers)."""
-    from dlperf.environment import usable_cpus
+    from dlperf.core.environment import usable_cpus
 
     cpus = usable_cpus()
     return [cpus[rank % len(cpus)]]
@@ -231,7 +231,7 @@ def _allreduce_rank(rank: int, world: int, path: str, sizes: list[int], repeats:
     barrier; the time of a repetition is the slowest rank's (when the collective was over
     for everyone)."""
     if rank:
-        from dlperf.launch.orphans import die_with_parent
+        from dlperf.core.orphans import die_with_parent
 
         die_with_parent(parent)
     os.sched_setaffinity(0, _rank_cpus(rank))

@@ -36,8 +36,8 @@ from dlperf.cli import (
     validate,
 )
 from dlperf.cli.args import Parser
-from dlperf.errors import StoreWriteError, UsageError
-from dlperf.runner import Interrupted
+from dlperf.core.errors import StoreWriteError, UsageError
+from dlperf.engine.runner import Interrupted
 
 #: every subcommand module, in the order ``dlperf --help`` lists them
 COMMANDS = (run, sweep, report, import_, networks, env, train, experiment, parallel, dataflow,

@@ -36,10 +36,10 @@ def cmd_advise(a: argparse.Namespace) -> int:
 
     from dlperf.advice import advise
     from dlperf.advice.hardware import parse_hardware, parse_samples
+    from dlperf.advice.section import comparison_table, rows_here
     from dlperf.advice.tasks import task
-    from dlperf.report.advice import comparison_table, rows_here
+    from dlperf.core.store import Store
     from dlperf.report.exporters import print_table
-    from dlperf.store import Store
 
     task(a.task)  # bad input first, before the store is opened
     samples = parse_samples(a.samples)
@@ -66,7 +66,7 @@ def cmd_advise(a: argparse.Namespace) -> int:
 def print_advice(h) -> None:
     """One hardware's advice by topic, each recommendation on a line of its own and its
     number and source on the next (plain lines: commands stay whole for copying)."""
-    from dlperf.report.advice import TOPICS, number
+    from dlperf.advice.section import TOPICS, number
 
     print(f"\nAdvice for {h.hardware}" + (f" ({'; '.join(h.notes)})" if h.notes else ""))
     for topic, title in TOPICS.items():

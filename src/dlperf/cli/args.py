@@ -13,8 +13,8 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from dlperf.errors import UsageError
-from dlperf.spec import PRECISIONS, Measurement
+from dlperf.core.errors import UsageError
+from dlperf.core.spec import PRECISIONS, Measurement
 
 
 class Parser(argparse.ArgumentParser):
@@ -117,7 +117,7 @@ def scalar(v: str, what: str = "value") -> int | float | bool | str:
 
 def threads_arg(text: str) -> list[int]:
     if text == "auto":
-        from dlperf.config import auto_threads
+        from dlperf.engine.config import auto_threads
 
         return auto_threads()
     vals = int_list(text, "--threads")

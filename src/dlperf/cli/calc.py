@@ -1,5 +1,5 @@
 """``dlperf calc``: the guide's arithmetic as calculators. Parsing and printing only; the
-arithmetic lives in ``dlperf.dataflow.transfer``, the figures in the perfmodel catalogue.
+arithmetic lives in ``dlperf.kinds.dataflow.transfer``, the figures in the perfmodel catalogue.
 
     dlperf calc transfer --link pcie4x16 --device-memory 8GB --devices 4 --compute 0.5
     dlperf calc storage --data 32GB --storage nvme,raid0-nvme5
@@ -11,9 +11,9 @@ import argparse
 import math
 
 from dlperf.cli.args import str_list
-from dlperf.config import parse_bytes
-from dlperf.dataflow import transfer as tr
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
+from dlperf.engine.config import parse_bytes
+from dlperf.kinds.dataflow import transfer as tr
 from dlperf.perfmodel import catalogue
 
 #: the guide's card, for the note on a link's slower end when no --device is given

@@ -1,6 +1,6 @@
 """``dlperf calibrate``: time this machine's kernels per framework and thread count, store
 them, and print the fitted curves the model then predicts with. Parsing and printing
-only; the plan lives in ``dlperf.calibrate.plan``, the fits in ``dlperf.perfmodel.fit``.
+only; the plan lives in ``dlperf.kinds.calibrate.plan``, the fits in ``dlperf.perfmodel.fit``.
 
     dlperf calibrate                               # installed frameworks, threads 1..cores
     dlperf calibrate --frameworks torch --threads 1,2 --fine
@@ -14,9 +14,9 @@ import argparse
 import math
 import statistics
 
-from dlperf import units
 from dlperf.cli.args import add_db, positive_int, str_list, threads_arg
 from dlperf.cli.progress import ProgressListener, out
+from dlperf.core import units
 from dlperf.perfmodel.catalogue import PRECISIONS
 from dlperf.perfmodel.fit import LocalFit
 
@@ -53,10 +53,11 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_calibrate(a: argparse.Namespace) -> int:
-    from dlperf import api, backends
-    from dlperf.calibrate import plan as calibration
+    from dlperf import api
+    from dlperf.core import frameworks
+    from dlperf.kinds.calibrate import plan as calibration
 
-    frameworks = [backends.info(f).name for f in (str_list(a.frameworks)
+    frameworks = [frameworks.info(f).name for f in (str_list(a.frameworks)
                                                   or calibration.default_frameworks())]
     threads = a.threads or calibration.default_threads(a.device)
     calibration.check_precision(a.precision, a.device, frameworks,

@@ -16,17 +16,17 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from dlperf import units
 from dlperf.cli import args
 from dlperf.cli.dataflow_common import base_specs, config_flags, run_specs
 from dlperf.cli.dataflow_common import values as values_of
 from dlperf.cli.dataflow_flags import add_input_flags, counts, use_data_dir
 from dlperf.cli.dataflow_measure import cmd_h2d, cmd_memory, cmd_storage
 from dlperf.cli.progress import out
-from dlperf.dataflow import datasets
-from dlperf.dataflow import plan as dplan
-from dlperf.errors import UsageError
-from dlperf.spec import RunSpec
+from dlperf.core import units
+from dlperf.core.errors import UsageError
+from dlperf.core.spec import RunSpec
+from dlperf.inputs import datasets
+from dlperf.kinds.dataflow import plan as dplan
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -98,10 +98,10 @@ def cmd_dataflow(a: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- sweep
 def cmd_sweep(a: argparse.Namespace) -> int:
-    from dlperf.report.dataflow import groups, sweep_table
-    from dlperf.report.dataflow_plots import sweep_plot
+    from dlperf.core.store import Store
+    from dlperf.kinds.dataflow.plots import sweep_plot
+    from dlperf.kinds.dataflow.section import groups, sweep_table
     from dlperf.report.exporters import EXPORTERS, print_table
-    from dlperf.store import Store
 
     workers = counts(a.loader_workers, "--loader-workers")
     prefetch = counts(a.prefetch, "--prefetch")
@@ -118,7 +118,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     if a.dry_run:
         return 0
     ids = {s.config_id for s in specs}
-    from dlperf.environment import machine_id
+    from dlperf.core.environment import machine_id
 
     here = machine_id()
     with Store(a.db) as store:
@@ -157,7 +157,7 @@ def cmd_loader(a: argparse.Namespace) -> int:
     results = run_specs(specs, cfg, a)
     for r in results:
         if r.ok:
-            from dlperf.report.dataflow import dataflow_of
+            from dlperf.kinds.dataflow.section import dataflow_of
 
             o = dataflow_of(r)
             prep = f"; loader work {units.seconds(o.prep.total_s)} per batch" if o and o.prep else ""

@@ -9,9 +9,9 @@ from typing import Any
 from dlperf.cli import args
 from dlperf.cli.dataflow_flags import given, use_data_dir
 from dlperf.cli.progress import ProgressListener, out, print_plan
-from dlperf.dataflow import datasets
-from dlperf.dataflow import plan as dplan
-from dlperf.spec import RunResult, RunSpec
+from dlperf.core.spec import RunResult, RunSpec
+from dlperf.inputs import datasets
+from dlperf.kinds.dataflow import plan as dplan
 
 
 def config_flags(p: argparse.ArgumentParser, network_default: str | None = None) -> None:
@@ -31,7 +31,9 @@ def base_specs(a: argparse.Namespace, device: str | None = None,
                measurement: Any = None) -> tuple[list[RunSpec], Any]:
     """The synthetic step specs of the configuration the flags name (one per repeat);
     ``measurement``: the timing settings when no timing flag was given."""
-    from dlperf import backends, config, plan, workloads
+    from dlperf import workloads
+    from dlperf.core import frameworks
+    from dlperf.engine import config, plan
 
     wl = workloads.get(a.network)
     cfg = config.build(networks=[a.network], frameworks=[a.framework],
@@ -42,7 +44,7 @@ def base_specs(a: argparse.Namespace, device: str | None = None,
                        memory_limit=getattr(a, "memory_limit", None),
                        measurement=args.measurement_from(a, measurement)
                        if hasattr(a, "min_time") else measurement)
-    backends.require(a.framework)
+    frameworks.require(a.framework)
     return plan.expand(cfg), cfg
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from dlperf import workloads
-from dlperf.dataflow.plan import resolve
-from dlperf.errors import UsageError
-from dlperf.kinds.dataflow import DATA_FORMATS, INPUT_MODES, CacheState, InputOptions
+from dlperf.core.errors import UsageError
+from dlperf.inputs.options import DATA_FORMATS, INPUT_MODES, CacheState, InputOptions
+from dlperf.kinds.dataflow.plan import resolve
 
 CACHE_STATES: tuple[str, ...] = CacheState.__args__  # type: ignore[attr-defined]
 
@@ -130,7 +130,7 @@ def input_for_run(a: argparse.Namespace, params: dict[str, Any], batch_size: int
                   ) -> tuple[InputOptions | None, list[str]]:
     """The input pipeline ``dlperf run``'s flags ask for (None: synthetic data, as
     before), with notes on what was decided; applies --data-dir."""
-    from dlperf.config import parse_bytes
+    from dlperf.engine.config import parse_bytes
 
     use_data_dir(a)
     values = given(a)

@@ -8,18 +8,19 @@ from typing import Any
 
 from rich.markup import escape
 
-from dlperf import units
 from dlperf.cli.dataflow_common import base_specs, run_specs
 from dlperf.cli.dataflow_common import values as values_of
 from dlperf.cli.progress import out
-from dlperf.config import parse_bytes
-from dlperf.dataflow import datasets
-from dlperf.dataflow import plan as dplan
-from dlperf.errors import UsageError
+from dlperf.core import units
+from dlperf.core.errors import UsageError
+from dlperf.core.spec import Measurement, RunResult, RunSpec
+from dlperf.engine.config import parse_bytes
+from dlperf.inputs import datasets
+from dlperf.inputs.options import DEFAULT_SAMPLES
 from dlperf.kinds import LoaderOptions, StepOptions
-from dlperf.kinds.dataflow import DEFAULT_SAMPLES, StorageOptions, StorageOutcome
-from dlperf.report.dataflow import dataflow_of
-from dlperf.spec import Measurement, RunResult, RunSpec
+from dlperf.kinds.dataflow import plan as dplan
+from dlperf.kinds.dataflow.options import StorageOptions, StorageOutcome
+from dlperf.kinds.dataflow.section import dataflow_of
 
 #: the memory search's timing unless flags say otherwise: one warm-up step and one timed
 #: step (the memory of plain SGD peaks in the first step; each probe of a large network
@@ -30,9 +31,9 @@ SEARCH_MEASUREMENT = Measurement(min_time_s=0.01, min_steps=1, warmup_min_steps=
 
 # ----------------------------------------------------------------------------- storage
 def cmd_storage(a: argparse.Namespace) -> int:
-    from dlperf.dataflow import storage
-    from dlperf.dataflow.storage_run import measure_and_store, resolve_tool
-    from dlperf.store import Store
+    from dlperf import api
+    from dlperf.kinds.dataflow import storage
+    from dlperf.kinds.dataflow.storage_run import resolve_tool, storage_spec
 
     path = storage.check_path(a.path)
     size = parse_bytes(a.file_size)
@@ -43,8 +44,8 @@ def cmd_storage(a: argparse.Namespace) -> int:
         out.print("fio is not installed: the built-in direct reader measures")
     if a.network:
         _data_spec(a)  # a bad network or format is refused before measuring
-    with Store(a.db) as store:
-        r = measure_and_store(store, path, size, tool)
+    # measured anew each time (force): a disk's bandwidth is what it is now
+    r = api.run_specs([storage_spec(path, size, tool)], db=a.db, force=True)[0]
     if not r.ok:
         out.print(f"[red]storage not measured[/]: {escape(r.failure.message)}")
         return 1
@@ -71,9 +72,9 @@ def _best_rate(network: str, db: Any) -> tuple[float, str] | None:
     """The fastest measured training rate of ``network`` (its full size) on this machine,
     in samples/s, and the configuration that reached it."""
     from dlperf import workloads
-    from dlperf.environment import machine_id
-    from dlperf.report.aggregate import aggregate
-    from dlperf.store import Store
+    from dlperf.core.aggregate import aggregate
+    from dlperf.core.environment import machine_id
+    from dlperf.core.store import Store
 
     with Store(db) as store:
         rows = [r for r in aggregate(store.results(kind="step", status="ok", network=network,
@@ -89,7 +90,7 @@ def _best_rate(network: str, db: Any) -> tuple[float, str] | None:
 def verdict(a: argparse.Namespace, o: StorageOutcome) -> str:
     """'this disk reads 410 MB/s; resnet50 at this speed needs 23 MB/s of JPEGs: not a
     bottleneck'. Per-sample reads are random accesses: the random rate is the one compared."""
-    from dlperf.dataflow.storage import feeds
+    from dlperf.kinds.dataflow.storage import feeds
 
     data = _data_spec(a)
     if a.rate:
@@ -112,9 +113,9 @@ def verdict(a: argparse.Namespace, o: StorageOutcome) -> str:
 
 # ----------------------------------------------------------------------------- memory
 def cmd_memory(a: argparse.Namespace) -> int:
-    from dlperf.dataflow.memory import search
-    from dlperf.environment import gpus
-    from dlperf.kinds.dataflow import InputOptions
+    from dlperf.core.environment import gpus
+    from dlperf.inputs.options import InputOptions
+    from dlperf.kinds.dataflow.memory import search
 
     if not a.memory_limit:
         raise UsageError("dataflow memory needs --memory-limit (e.g. 8GiB)")
@@ -174,7 +175,7 @@ def cmd_memory(a: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- h2d
 def cmd_h2d(a: argparse.Namespace) -> int:
-    from dlperf.environment import gpus
+    from dlperf.core.environment import gpus
 
     if not gpus():
         raise UsageError("dataflow h2d needs a GPU; none is visible (nvidia-smi finds none)")

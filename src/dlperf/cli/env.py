@@ -6,9 +6,9 @@ import argparse
 
 from rich.markup import escape
 
-from dlperf import units
 from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out
+from dlperf.core import units
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -22,8 +22,9 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_env(a: argparse.Namespace) -> int:
-    from dlperf import api, environment
-    from dlperf.config import auto_threads
+    from dlperf import api
+    from dlperf.core import environment
+    from dlperf.engine.config import auto_threads
 
     m = environment.machine()
     out.print(f"[bold]machine[/]  {m['cpu_model']} ({m['cpu_vendor']})")

@@ -1,6 +1,6 @@
 """``dlperf experiment``: the guide's network-choice experiments. Parsing and printing
-only: the runs are planned in ``dlperf.experiments``, their tables built in
-``dlperf.report.experiments``."""
+only: the runs are planned in ``dlperf.kinds.train.experiments``, their tables built in
+``dlperf.kinds.train.experiments_section``."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from pathlib import Path
 
 from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
 
 
 # ----------------------------------------------------------------------------- experiment
 def add(sub: argparse._SubParsersAction) -> None:
-    from dlperf.experiments import NAMES
+    from dlperf.kinds.train.experiments import NAMES
 
     p = sub.add_parser("experiment", help="run one of the guide's network-choice experiments")
     p.add_argument("name", help=f"{', '.join(NAMES)} or all")
@@ -51,9 +51,10 @@ def _describe(sp) -> str:
 
 
 def cmd_experiment(a: argparse.Namespace) -> int:
-    from dlperf import api, experiments
+    from dlperf import api
     from dlperf.cli.progress import print_plan
-    from dlperf.config import parse_bytes
+    from dlperf.engine.config import parse_bytes
+    from dlperf.kinds.train import experiments
     from dlperf.report.exporters import print_table
 
     names = list(experiments.NAMES) if a.name == "all" else [a.name]

@@ -1,6 +1,6 @@
 """``dlperf explain``: one network's training step under the framework's own profiler, each
 op group beside the model calibrated on this machine, and the diagnosis. Parsing and
-printing only (``dlperf.api.explain``, ``dlperf.explain.analysis``).
+printing only (``dlperf.api.explain``, ``dlperf.kinds.explain.analysis``).
 
     dlperf explain --network fcn5 --framework torch --threads 1
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from dlperf import units
 from dlperf.cli.args import add_db, parse_params, positive_int
 from dlperf.cli.progress import ProgressListener, out
+from dlperf.core import units
 from dlperf.perfmodel.catalogue import PRECISIONS
 
 
@@ -45,7 +45,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def cmd_explain(a: argparse.Namespace) -> int:
     from dlperf import api
-    from dlperf.explain.analysis import KIND_NAMES
+    from dlperf.kinds.explain.analysis import KIND_NAMES
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import Table
     with ProgressListener(to_stderr=a.json) as listener:  # --json: stdout for the document

@@ -1,6 +1,6 @@
 """``dlperf import FILE...``: merge results measured on other machines (their stores, or
 the results.json of their reports) into this store, without duplicates. Parsing and
-printing only; the merge lives in ``dlperf.store_import``.
+printing only; the merge lives in ``dlperf.core.store_import``.
 
     dlperf import server.db laptop/results.json
     dlperf report --machines all --html
@@ -23,10 +23,10 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_import(a: argparse.Namespace) -> int:
+    from dlperf.core.store import Store
+    from dlperf.core.store_import import import_file
     from dlperf.report.machines import describe
     from dlperf.report.tables import machine_label
-    from dlperf.store import Store
-    from dlperf.store_import import import_file
 
     with Store(a.db) as store:
         for f in a.files:

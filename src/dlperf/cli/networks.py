@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from dlperf import units
 from dlperf.cli.progress import out
+from dlperf.core import units
 
 
 def add(sub: argparse._SubParsersAction) -> None:

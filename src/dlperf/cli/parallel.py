@@ -7,8 +7,8 @@
     # two machines: the same command on both
     dlperf parallel -n fcn5 -s sync --workers 4 --nnodes 2 --rdzv-endpoint HOST:29400
 
-Parsing and printing only: the specs are made in ``dlperf.parallel.options``, run through
-``dlperf.api.run_specs``, summarised by ``dlperf.report.parallel``.
+Parsing and printing only: the specs are made in ``dlperf.kinds.parallel.make``, run through
+``dlperf.api.run_specs``, summarised by ``dlperf.kinds.parallel.section``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import json
 
 from rich.markup import escape
 
-from dlperf import units
 from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out, print_plan
-from dlperf.errors import UsageError
-from dlperf.parallel.options import STRATEGIES, default_threads, describe, make_spec
-from dlperf.spec import RunSpec
+from dlperf.core import units
+from dlperf.core.errors import UsageError
+from dlperf.core.spec import RunSpec
+from dlperf.kinds.parallel.make import STRATEGIES, default_threads, describe, make_spec
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -108,7 +108,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def build_specs(a: argparse.Namespace) -> list[RunSpec]:
-    from dlperf.environment import physical_cores
+    from dlperf.core.environment import physical_cores
 
     strategies = args.str_list(a.strategy) or []
     workers = args.int_list(a.workers, "--workers")
@@ -152,7 +152,7 @@ def build_specs(a: argparse.Namespace) -> list[RunSpec]:
 
 def cmd_parallel(a: argparse.Namespace) -> int:
     from dlperf import api
-    from dlperf.config import parse_bytes
+    from dlperf.engine.config import parse_bytes
 
     specs = build_specs(a)
     if a.nnodes > 1 and not a.rdzv_endpoint:
@@ -183,7 +183,7 @@ def cmd_parallel(a: argparse.Namespace) -> int:
 
 
 def print_summary(results: list, all_rows: list) -> None:
-    from dlperf.report import parallel as report
+    from dlperf.kinds.parallel import section as report
     from dlperf.report.exporters import print_table
 
     rows = report.rows_from(results)
@@ -196,7 +196,7 @@ def print_summary(results: list, all_rows: list) -> None:
     if report.straggler_pairs(all_rows) and any(r.spec.options.straggler_delay_s
                                                 for r in results):
         print_table(report.straggler_table(all_rows), out)
-    from dlperf.report.parallel_factors import factor_tables, factor_text
+    from dlperf.kinds.parallel.factors import factor_tables, factor_text
 
     for t in factor_tables(rows):
         print_table(t, out)

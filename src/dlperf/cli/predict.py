@@ -1,7 +1,7 @@
 """``dlperf devices`` (the catalogue) and ``dlperf predict`` (the analytical model).
 Parsing and printing only; the model lives in ``dlperf.perfmodel``, this machine's
-calibration in ``dlperf.calibrate``, the measured value beside it in
-``dlperf.report.validate``.
+calibration in ``dlperf.kinds.calibrate``, the measured value beside it in
+``dlperf.kinds.calibrate.validate``.
 
     dlperf devices
     dlperf predict -n resnet50 --device a100-40gb --precision bf16 -b 256 -s sync --gpus 8
@@ -14,10 +14,11 @@ import argparse
 import json
 from typing import Any
 
-from dlperf import units, workloads
+from dlperf import workloads
 from dlperf.cli.args import add_db, parse_params, positive_int
 from dlperf.cli.progress import out
-from dlperf.errors import UsageError
+from dlperf.core import units
+from dlperf.core.errors import UsageError
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -114,13 +115,13 @@ LOCAL_DEVICES = ("cpu", "gpu")
 def _local(a: argparse.Namespace, store: Any) -> tuple[Any, Any]:
     """(this machine's model, the RunSpec a measurement of the prediction would have);
     a one-line UsageError when the machine is not calibrated for it."""
-    from dlperf import backends
-    from dlperf.calibrate import plan as calibration
-    from dlperf.parallel.options import make_spec
-    from dlperf.spec import RunSpec
+    from dlperf.core import frameworks
+    from dlperf.core.spec import RunSpec
+    from dlperf.kinds.calibrate import plan as calibration
+    from dlperf.kinds.parallel.make import make_spec
 
     device = a.device
-    framework = backends.info(a.framework).name
+    framework = frameworks.info(a.framework).name
     params = parse_params(a.param)
     wl, size, _ = workloads.resolve(a.network, a.size, params)  # a bad name first
     calibration.check_precision(a.precision, device, [framework])  # (never calibrated)
@@ -157,8 +158,8 @@ def cmd_predict(a: argparse.Namespace) -> int:
         collective=a.collective, groups=a.groups, micro_batches=a.micro_batches,
         straggler_s=a.straggler_delay, params=parse_params(a.param))
     if a.device in LOCAL_DEVICES:
-        from dlperf.report.validate import measured as lookup
-        from dlperf.store import Store
+        from dlperf.core.store import Store
+        from dlperf.kinds.calibrate.validate import measured as lookup
 
         with Store(a.db) as store:
             m, spec = _local(a, store)

@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dlperf import units
-from dlperf.runner import Listener
-from dlperf.spec import RunResult, RunSpec
+from dlperf.core import units
+from dlperf.core.spec import RunResult, RunSpec
+from dlperf.engine.runner import Listener
 
 # Wide when writing to a file or a pipe (rich would assume 80 columns and squeeze tables).
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)

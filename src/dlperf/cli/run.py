@@ -7,12 +7,12 @@ import json
 
 from rich.markup import escape
 
-from dlperf import units
 from dlperf.cli import args
 from dlperf.cli.dataflow_flags import add_input_flags, input_for_run
 from dlperf.cli.progress import ProgressListener, out
-from dlperf.errors import UsageError
-from dlperf.spec import PRECISIONS
+from dlperf.core import units
+from dlperf.core.errors import UsageError
+from dlperf.core.spec import PRECISIONS
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -83,8 +83,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 def cmd_inference(a: argparse.Namespace, m, threads: list[int], batches: list[int] | None) -> int:
     from dlperf import api, workloads
+    from dlperf.kinds.inference.section import finding, latency_table
     from dlperf.report.exporters import print_table
-    from dlperf.report.inference import finding, latency_table
 
     with ProgressListener(to_stderr=a.json) as listener:
         rows = api.inference(
@@ -104,7 +104,7 @@ def cmd_inference(a: argparse.Namespace, m, threads: list[int], batches: list[in
 
 
 def print_run(row, db) -> None:
-    from dlperf.store import default_path
+    from dlperf.core.store import default_path
 
     s = row.spec
     out.print(f"[bold]{escape(s.label())}[/]  ({row.processes} process{'es' if row.processes != 1 else ''})")
@@ -131,7 +131,7 @@ def print_run(row, db) -> None:
               + (f"; device {units.nbytes(m.device_peak_bytes)}" if m.device_peak_bytes else ""))
     busy = f" (CPU busy {row.cpu_util:.2f} cores)" if row.cpu_util is not None else ""
     out.print(f"  threads in force     {r0.threads_in_force} on CPUs {r0.cpus}{busy}")
-    from dlperf.report.dataflow import dataflow_lines
+    from dlperf.kinds.dataflow.section import dataflow_lines
 
     for line in dataflow_lines(row, db):  # stall, preparation, loader alone
         out.print(escape(line))
@@ -142,8 +142,9 @@ def print_run(row, db) -> None:
 
 def peak_lines(row, db) -> list[str]:
     """The share of peak of a measured row, against the best measured rate and the
-    theoretical one, and what limits it (``dlperf.peak.limit_message``)."""
-    from dlperf import api, peak
+    theoretical one, and what limits it (``dlperf.kinds.peak.rates.limit_message``)."""
+    from dlperf import api
+    from dlperf.kinds.peak import rates as peak
 
     prov = row.peak_provenance
     if prov is None:

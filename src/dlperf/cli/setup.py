@@ -1,13 +1,13 @@
 """``dlperf setup mxnet``: create the environment of a framework that cannot share dlperf's
-(see ``dlperf.envs``). Parsing and printing only."""
+(see ``dlperf.core.separate_envs``). Parsing and printing only."""
 
 from __future__ import annotations
 
 import argparse
 
-from dlperf import envs
 from dlperf.cli.progress import out
-from dlperf.errors import UsageError
+from dlperf.core import separate_envs as envs
+from dlperf.core.errors import UsageError
 
 
 def add(sub: argparse._SubParsersAction) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out, print_plan
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -51,7 +51,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
-    from dlperf import config
+    from dlperf.engine import config
 
     overrides: dict[str, Any] = dict(
         networks=args.str_list(a.networks), mode=a.mode, frameworks=args.str_list(a.frameworks),
@@ -75,13 +75,15 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 def sweep_and_print(cfg, a: argparse.Namespace, title: str) -> int:
     """Plan the sweep against the store, run what is missing (or list it with --dry-run),
     then print this machine's results of the sweep's configurations."""
-    from dlperf import api, backends, plan
-    from dlperf.report.aggregate import aggregate
+    from dlperf import api
+    from dlperf.core import frameworks
+    from dlperf.core.aggregate import aggregate
+    from dlperf.engine import plan
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import detail_table
 
     for fw in cfg.frameworks:
-        backends.require(fw)
+        frameworks.require(fw)
     specs = plan.expand(cfg)
     planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed)
     print_plan(title, planned, verb="measure",
@@ -92,7 +94,7 @@ def sweep_and_print(cfg, a: argparse.Namespace, title: str) -> int:
         api.sweep(cfg, db=a.db, force=a.force, retry_failed=a.retry_failed, listener=listener)
     rows = aggregate(api.stored_results(specs, db=a.db))
     if cfg.mode == "inference":
-        from dlperf.report.inference import latency_table
+        from dlperf.kinds.inference.section import latency_table
 
         print_table(latency_table(rows), out)
     else:
@@ -101,8 +103,9 @@ def sweep_and_print(cfg, a: argparse.Namespace, title: str) -> int:
 
 
 def cmd_reproduce(a: argparse.Namespace) -> int:
-    from dlperf import api, presets
+    from dlperf import api
     from dlperf.cli.report import print_report
+    from dlperf.engine import presets
 
     if a.study != "dlbench":
         raise UsageError(f"unknown study '{a.study}' (known: dlbench)")

@@ -7,12 +7,13 @@ import argparse
 
 from rich.markup import escape
 
-from dlperf import units, workloads
+from dlperf import workloads
 from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out
-from dlperf.errors import UsageError
+from dlperf.core import units
+from dlperf.core.errors import UsageError
+from dlperf.core.spec import RunResult, RunSpec
 from dlperf.kinds import TrainOutcome
-from dlperf.spec import RunResult, RunSpec
 
 
 # ----------------------------------------------------------------------------- train
@@ -63,7 +64,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def train_spec(a: argparse.Namespace) -> RunSpec:
     """Validate the flags (UsageError, one line) and build the RunSpec."""
-    from dlperf.training.options import check_options, parse_options
+    from dlperf.kinds.train.settings import check_options, parse_options
 
     wl, size, _ = workloads.resolve(a.network, a.size, args.parse_params(a.param))
     if wl.group != "guide":
@@ -100,8 +101,8 @@ def train_spec(a: argparse.Namespace) -> RunSpec:
 
 def cmd_train(a: argparse.Namespace) -> int:
     from dlperf import api
-    from dlperf.store import default_path
-    from dlperf.training.options import check_options
+    from dlperf.core.store import default_path
+    from dlperf.kinds.train.settings import check_options
 
     spec = train_spec(a)
     budget = check_options(spec.network, spec.options)["max_time_s"]

@@ -1,6 +1,6 @@
 """``dlperf validate``: predict every step and parallel configuration the store has
 measured on this machine and print the errors. Parsing and printing only
-(``dlperf.report.validate``).
+(``dlperf.kinds.calibrate.validate``).
 
     dlperf validate                                # the kernel-calibrated model alone
     dlperf validate --leave-one-network-out        # plus factors fitted on other networks
@@ -14,12 +14,12 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from dlperf import units
 from dlperf.cli.args import add_db, nonneg_int, str_list
 from dlperf.cli.progress import out
+from dlperf.core import units
 
 if TYPE_CHECKING:
-    from dlperf.report.validate import Case
+    from dlperf.kinds.calibrate.validate import Case
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -58,12 +58,12 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
-    from dlperf.calibrate import plan as calibration
-    from dlperf.errors import UsageError
-    from dlperf.report import validate
+    from dlperf.core.errors import UsageError
+    from dlperf.core.store import Store
+    from dlperf.kinds.calibrate import plan as calibration
+    from dlperf.kinds.calibrate import validate
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import Table
-    from dlperf.store import Store
 
     if a.published:
         return _published(a.json)
@@ -162,10 +162,10 @@ def _published_set(title: str, column: str, noun: str, data, as_json: bool) -> d
     with ``as_json``), and its JSON document."""
     import statistics
 
+    from dlperf.kinds.calibrate.validate import p90
     from dlperf.report.exporters import print_table
     from dlperf.report.published import published_cases
     from dlperf.report.tables import Table
-    from dlperf.report.validate import p90
 
     cases = published_cases(data)
 
@@ -214,7 +214,7 @@ def _published_set(title: str, column: str, noun: str, data, as_json: bool) -> d
 
 def _machine(store, given: str | None) -> str | None:
     """--machine: None (this machine), 'all', or the one machine a (short) id names."""
-    from dlperf.errors import UsageError
+    from dlperf.core.errors import UsageError
     from dlperf.report.machines import resolve_machines
 
     if given in (None, "all"):
@@ -242,7 +242,7 @@ def _caption(mode: str) -> str:
 
 
 def _json(cases: list[Case], mode: str) -> dict:
-    from dlperf.report import validate
+    from dlperf.kinds.calibrate import validate
 
     return {
         "mode": mode,

@@ -1,55 +1,59 @@
-"""What each kind of run takes and gives: its typed options (part of a run's identity)
-and its typed outcome (what the worker found besides the metrics).
+"""The kinds of run, one package each (``kinds/<name>/``: its options and outcome, its run
+body, planner, analysis and report sections), and the one registry of them, ``KINDS``,
+that core, the worker, the runner and the report read.
 
-Adding a kind: one module here with its options and outcome, its line in ``KINDS``, and
-what the worker does with it (``dlperf.worker``). Nothing here imports a framework.
+Adding a kind: one package with an entry ``KIND`` (``dlperf.kinds.kind.Kind``) and its
+line here. Nothing here imports a framework. The stored kind strings ("kernel" for a
+calibration run, "profile" for ``dlperf explain``, "loader" and "storage" for data flow)
+stay as they were, whatever the package is called.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dlperf.core.payload import Diagnostics, Frozen, Payload
+from dlperf.kinds import calibrate, dataflow, explain, inference, parallel, peak, step, train
+from dlperf.kinds.calibrate.options import KernelOptions, KernelOutcome
+from dlperf.kinds.dataflow.options import (
+    DataflowOutcome,
+    LoaderOptions,
+    StorageOptions,
+    StorageOutcome,
+)
+from dlperf.kinds.explain.options import ProfileOptions, ProfileOutcome
+from dlperf.kinds.inference.options import InferenceOptions, InferenceOutcome
+from dlperf.kinds.kind import Kind
+from dlperf.kinds.parallel.options import ParallelOptions, ParallelOutcome
+from dlperf.kinds.peak.options import KernelRate, Peak, PeakOptions
+from dlperf.kinds.step.options import StepOptions, StepOutcome
+from dlperf.kinds.train.options import TrainOptions, TrainOutcome
 
-from dlperf.kinds.base import Diagnostics, Frozen, Payload
-from dlperf.kinds.dataflow import DataflowOutcome, LoaderOptions, StorageOptions, StorageOutcome
-from dlperf.kinds.inference import InferenceOptions, InferenceOutcome
-from dlperf.kinds.kernel import KernelOptions, KernelOutcome
-from dlperf.kinds.parallel import ParallelOptions, ParallelOutcome
-from dlperf.kinds.peak import KernelRate, Peak, PeakOptions
-from dlperf.kinds.profile import ProfileOptions, ProfileOutcome
-from dlperf.kinds.step import StepOptions, StepOutcome
-from dlperf.kinds.train import TrainOptions, TrainOutcome
-
-
-@dataclass(frozen=True)
-class KindInfo:
-    options: type[Frozen]
-    outcome: type[Payload] | None  # None: the metrics say everything
-
-
-#: kind -> its options and outcome
-KINDS: dict[str, KindInfo] = {
-    "step": KindInfo(StepOptions, StepOutcome),
-    "peak": KindInfo(PeakOptions, None),
-    "train": KindInfo(TrainOptions, TrainOutcome),
-    "parallel": KindInfo(ParallelOptions, ParallelOutcome),
-    "inference": KindInfo(InferenceOptions, InferenceOutcome),
-    # data flow: an input pipeline alone; a storage's read bandwidth (dlperf.dataflow)
-    "loader": KindInfo(LoaderOptions, DataflowOutcome),
-    "storage": KindInfo(StorageOptions, StorageOutcome),
-    # the performance model's calibration kernels (dlperf.calibrate)
-    "kernel": KindInfo(KernelOptions, KernelOutcome),
-    # one network's steps under the framework's profiler (dlperf explain)
-    "profile": KindInfo(ProfileOptions, ProfileOutcome),
+#: kind -> its entry, in report order
+KINDS: dict[str, Kind] = {
+    "step": step.KIND,
+    "peak": peak.KIND,
+    "inference": inference.KIND,
+    "train": train.KIND,
+    "parallel": parallel.KIND,
+    "loader": dataflow.LOADER,      # an input pipeline alone
+    "storage": dataflow.STORAGE,    # a storage's read bandwidth
+    "kernel": calibrate.KIND,       # the performance model's calibration kernels
+    "profile": explain.KIND,        # one network's steps under the framework's profiler
 }
+
+
+def report_sections(predictor=None) -> list:
+    """Every kind's report sections, in the order of ``KINDS``."""
+    return [b for k in KINDS.values() if k.sections for b in k.sections(predictor)]
+
 
 Options = (StepOptions | PeakOptions | TrainOptions | ParallelOptions | InferenceOptions
            | LoaderOptions | StorageOptions | KernelOptions | ProfileOptions)
 Outcome = (StepOutcome | TrainOutcome | ParallelOutcome | InferenceOutcome | DataflowOutcome
            | StorageOutcome | KernelOutcome | ProfileOutcome)
 
-__all__ = ["KINDS", "DataflowOutcome", "Diagnostics", "LoaderOptions", "StorageOptions",
-           "StorageOutcome", "InferenceOptions", "InferenceOutcome", "KernelOptions", "KernelOutcome", "KernelRate",
-           "KindInfo", "Options", "Outcome",
-           "ParallelOptions", "ParallelOutcome", "Peak", "PeakOptions", "ProfileOptions",
-           "ProfileOutcome", "StepOptions",
-           "StepOutcome", "TrainOptions", "TrainOutcome"]
+__all__ = ["KINDS", "DataflowOutcome", "Diagnostics", "Frozen", "InferenceOptions",
+           "InferenceOutcome", "KernelOptions", "KernelOutcome", "KernelRate", "Kind",
+           "LoaderOptions", "Options", "Outcome", "ParallelOptions", "ParallelOutcome",
+           "Payload", "Peak", "PeakOptions", "ProfileOptions", "ProfileOutcome",
+           "StepOptions", "StepOutcome", "StorageOptions", "StorageOutcome", "TrainOptions",
+           "TrainOutcome", "report_sections"]

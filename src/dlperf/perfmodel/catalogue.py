@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
 
 #: Precisions the model knows, with the bytes of one element.
 PRECISIONS: dict[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}

@@ -1,14 +1,14 @@
 """This machine's calibration as a whole: the fitted curves of every framework and thread
 count calibrated here, and from them the ``Device``, ``Calibration`` and loopback
 ``Link`` that ``predict()`` takes for ``--device cpu``. Built from plain samples (the
-store is read by ``dlperf.calibrate``); imports no framework."""
+store is read by ``dlperf.kinds.calibrate``); imports no framework."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
 from dlperf.perfmodel.calibration import Calibration
 from dlperf.perfmodel.catalogue import Device, Link
 from dlperf.perfmodel.fit import LocalFit, Samples, fit_local

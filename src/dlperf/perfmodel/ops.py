@@ -78,7 +78,7 @@ DISPATCH = {"aten::linear", "aten::matmul", "aten::conv2d", "aten::convolution",
 
 
 class ProfiledOp(Protocol):
-    """What the model reads of one op group (``dlperf.kinds.profile.ProfiledOp``)."""
+    """What the model reads of one op group (``dlperf.kinds.explain.options.ProfiledOp``)."""
 
     name: str
     shapes: tuple[tuple[int, ...], ...]

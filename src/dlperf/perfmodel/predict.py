@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from dlperf import workloads
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
 from dlperf.perfmodel import catalogue, local, scaled, schedule
 from dlperf.perfmodel import formulas as f
 from dlperf.perfmodel.calibration import Calibration
@@ -403,7 +403,7 @@ def _default_groups(devices: int) -> int:
 def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> Prediction:
     # framework-free, shared with dlperf parallel: the model cuts the stages where the
     # pipeline it predicts cuts them
-    from dlperf.parallel.partition import layer_cost, split_by_cost
+    from dlperf.perfmodel.partition import layer_cost, split_by_cost
 
     p, batch = ctx.devices, ctx.batch
     if groups not in (None, 1):

@@ -1,80 +1,36 @@
 """Reports: rendered from the store alone; nothing here runs a benchmark.
 
-A report is a list of sections (``sections()``, in report order); each section has
-tables and plots, and a section with no data is not built. ``render`` writes every
+A report is a list of sections, each built by a builder ``(store, out, filters) ->
+Section | None`` (a section with no data is not built); the builders come from the kinds
+of run and from advice, listed in report order by ``dlperf.api.report_sections``. Each section has
+tables and plots. ``render`` writes every
 section's tables as Markdown, CSV and JSON, its plots as PNG, and one self-contained
 HTML page and one Markdown file holding them all (``htmlpage``), into one folder.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dlperf import environment, workloads
-from dlperf.dataflow.plan import has_pipeline
-from dlperf.errors import UsageError
-from dlperf.report import exporters, htmlpage, plots
-from dlperf.report.aggregate import over_peak_note
-from dlperf.report.base import Filters, Report, Section, step_rows
-from dlperf.report.machines import machine_names
-from dlperf.report.tables import Predictor, detail_table, dlbench_table
-from dlperf.spec import RunResult
-from dlperf.store import Store
+from dlperf.core import environment
+from dlperf.core.aggregate import over_peak_note
+from dlperf.core.errors import UsageError
+from dlperf.core.spec import RunResult
+from dlperf.core.store import Store
+from dlperf.report import exporters, htmlpage
+from dlperf.report.base import Filters, Report, Section
+from dlperf.report.tables import Predictor
 
-__all__ = ["Filters", "Predictor", "Report", "Section", "render", "sections", "step_rows"]
+#: (store, output folder, filters) -> a section, or None where it has no data
+SectionBuilder = Callable[[Store, Path, Filters], Section | None]
 
-
-def dlbench_section(store: Store, out: Path, filters: Filters,
-                    predictor: Predictor | None = None) -> Section | None:
-    # the DLBench networks only, on synthetic data; the guide's families and the runs on
-    # input pipelines have their own sections
-    rows = [r for r in step_rows(store, filters)
-            if (wl := workloads.WORKLOADS.get(r.spec.network)) and wl.group == "dlbench"
-            and not has_pipeline(r.spec)]
-    if not rows:
-        return None
-    imgs = [p for p in (
-        plots.table_bars(rows, out / "dlbench_table.png"),
-        plots.batch_size_curves(rows, out / "batch_size.png"),
-    ) if p]
-    machines = machine_names(store, [r.results[0] for r in rows])
-    return Section("dlbench", "DLBench: time per mini-batch",
-                   tables=[dlbench_table(rows, machines=machines, predictor=predictor),
-                           detail_table(rows, machines=machines)], images=imgs)
+__all__ = ["Filters", "Predictor", "Report", "Section", "SectionBuilder", "render"]
 
 
-def sections(predictor: Predictor | None = None) -> list[Callable[[Store, Path, Filters],
-                                                                   Section | None]]:
-    """Every section builder, in report order: add a section here. ``predictor`` (a
-    performance model, see ``tables.Predictor``) adds predicted times beside the measured
-    ones and a section comparing the two; without one neither appears."""
-    from dlperf.report import (
-        advice,
-        dataflow,
-        experiments,
-        failures,
-        inference,
-        machines,
-        parallel,
-        prediction,
-        reference,
-        threads,
-    )
-
-    return [machines.environment_section,
-            functools.partial(dlbench_section, predictor=predictor),
-            threads.thread_section, threads.ranking_section,
-            inference.inference_section, *experiments.sections(), parallel.parallel_section,
-            dataflow.dataflow_section,
-            functools.partial(prediction.prediction_section, predictor=predictor),
-            reference.reference_section, advice.advice_section, failures.failures_section]
-
-
-def render(store: Store, out_dir: str | Path, filters: Filters = Filters(),
-           predictor: Predictor | None = None) -> Report:
+def render(store: Store, out_dir: str | Path, builders: Sequence[SectionBuilder],
+           filters: Filters = Filters()) -> Report:
     """Every section with data, as tables (Markdown, CSV, JSON), plots (PNG), one
     self-contained ``report.html`` and one ``report.md``, into ``out_dir``."""
     out = Path(out_dir)
@@ -85,7 +41,7 @@ def render(store: Store, out_dir: str | Path, filters: Filters = Filters(),
         probe.unlink()
     except OSError as e:
         raise UsageError(f"cannot write the report to {out}: {e}") from None
-    built = [s for build in sections(predictor) if (s := build(store, out, filters))]
+    built = [s for build in builders if (s := build(store, out, filters))]
     files: list[Path] = []
     for sec in built:
         for i, t in enumerate(sec.tables):

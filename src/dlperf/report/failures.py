@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from dlperf.core.store import Store
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table, machine_label
-from dlperf.store import Store
 
 #: what each failure reason means, for the section's caption
 REASONS = {

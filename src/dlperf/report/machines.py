@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlperf import environment, units
-from dlperf.errors import UsageError
+from dlperf.core import environment, units
+from dlperf.core.errors import UsageError
+from dlperf.core.spec import RunResult
+from dlperf.core.store import Store
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table, machine_label
-from dlperf.spec import RunResult
-from dlperf.store import Store
 
 #: packages the software table shows, in this order, when any environment has them
 _PACKAGES = ("torch", "tensorflow-cpu", "tensorflow", "keras", "jax", "jaxlib", "flax", "optax",

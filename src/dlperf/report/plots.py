@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from dlperf import workloads  # noqa: E402
-from dlperf.report.aggregate import ConfigResult, settings_names  # noqa: E402
+from dlperf.core.aggregate import ConfigResult, settings_names  # noqa: E402
 from dlperf.report.tables import machine_label, sort_rows  # noqa: E402
 
 

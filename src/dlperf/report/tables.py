@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dlperf import units, workloads
-from dlperf.backends import BACKENDS
-from dlperf.report.aggregate import ConfigResult, settings_names, settings_notes
+from dlperf import workloads
+from dlperf.core import units
+from dlperf.core.aggregate import ConfigResult, settings_names, settings_notes
+from dlperf.core.frameworks import BACKENDS
 
 #: A performance model as the report uses it: the predicted time per mini-batch of a
 #: measured configuration (on its machine) and the model's validated relative error for

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlperf.errors import UsageError
+from dlperf.core.errors import UsageError
 from dlperf.workloads.base import Layer, Workload
 from dlperf.workloads.dlbench import DLBENCH
 from dlperf.workloads.families import FAMILIES

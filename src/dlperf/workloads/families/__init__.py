@@ -1,7 +1,7 @@
 """The guide's network families, framework-neutral: shapes, parameter counts, FLOPs.
 
 Every family trains on real data that works offline (``dataset``: one of
-``dlperf.data.LOADERS``, or ``trees``, the generated expression trees below), and its
+``dlperf.workloads.real_data.LOADERS``, or ``trees``, the generated expression trees below), and its
 synthetic data for time per mini-batch has exactly the same shapes. Sizes ``small`` and
 ``large`` differ in width and depth, never in the input, so both sizes train on the same
 data; ``tiny`` is for tests.

@@ -7,7 +7,7 @@ import math
 
 from dlperf.workloads.base import Layer, dense
 
-#: The shape of one example of each data set, as ``dlperf.data`` delivers it.
+#: The shape of one example of each data set, as ``dlperf.workloads.real_data`` delivers it.
 DATA_SHAPES: dict[str, tuple[int, ...]] = {
     "digits": (1, 8, 8),
     "digits-seq": (8, 8),

@@ -1,0 +1,171 @@
+"""The machine and software every number is measured on. Imports no framework.
+
+The machine part (CPU model, cores, flags, memory, GPUs) is read here from /proc, /sys
+and nvidia-smi; the framework part (versions, BLAS, devices the framework sees) is
+reported by the worker, which has the framework loaded. The store keeps both, keyed by a
+hash, beside every result.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from dlperf.core import cpu_peak
+
+# Flags worth showing: the vector extensions that decide a CPU's FLOP rate.
+_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+
+
+def _cpuinfo() -> dict[str, str]:
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if ":" in line:
+                k, v = (s.strip() for s in line.split(":", 1))
+                info.setdefault(k, v)
+    except OSError:
+        pass
+    return info
+
+
+def physical_cores() -> int:
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def usable_cpus() -> list[int]:
+    """Logical CPUs this process may run on, one per physical core first."""
+    cpus = sorted(os.sched_getaffinity(0))
+    core_of: dict[int, tuple[str, str]] = {}
+    for c in cpus:
+        topo = Path(f"/sys/devices/system/cpu/cpu{c}/topology")
+        try:
+            core_of[c] = (
+                (topo / "physical_package_id").read_text().strip(),
+                (topo / "core_id").read_text().strip(),
+            )
+        except OSError:
+            core_of[c] = ("0", str(c))
+    seen: set[tuple[str, str]] = set()
+    first, siblings = [], []
+    for c in cpus:
+        (siblings if core_of[c] in seen else first).append(c)
+        seen.add(core_of[c])
+    return first + siblings
+
+
+def cpus_for(threads: int) -> list[int]:
+    """CPUs to pin a worker with this many threads to: distinct physical cores first.
+    More threads than CPUs get every CPU (the oversubscribed case DLBench measured)."""
+    cpus = usable_cpus()
+    return cpus[: min(threads, len(cpus))]
+
+
+@functools.cache
+def gpus() -> list[dict[str, Any]]:
+    """GPUs seen by nvidia-smi (name, memory); empty when there is none."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for line in out.strip().splitlines():
+        name, mem = (s.strip() for s in line.split(",", 1))
+        found.append({"name": name, "memory_bytes": int(float(mem) * 2**20)})
+    return found
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def machine() -> dict[str, Any]:
+    info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
+    mem = psutil.virtual_memory()
+    return {
+        "hostname": platform.node(),
+        "cpu_model": info.get("model name", platform.processor() or "unknown"),
+        "cpu_vendor": info.get("vendor_id", ""),
+        "physical_cores": physical_cores(),
+        "logical_cpus": os.cpu_count() or 1,
+        "usable_cpus": len(os.sched_getaffinity(0)),
+        "cpu_flags": [f for f in _FLAGS if f in flags],
+        "hypervisor": "hypervisor" in flags,
+        "memory_bytes": mem.total,
+        "gpus": gpus(),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+    }
+
+
+def packages() -> dict[str, str | None]:
+    names = ("torch", "tensorflow-cpu", "tensorflow", "keras", "jax", "jaxlib", "flax", "optax", "numpy")
+    return {n: v for n in names if (v := _version(n))}
+
+
+def record(software: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The full environment record stored beside a result."""
+    return {"machine": machine(), "packages": packages(), "software": software or {},
+            "dlperf": _version("dlperf"), "executable": sys.executable}
+
+
+def env_id(rec: dict[str, Any]) -> str:
+    stable = {k: v for k, v in rec.items() if k != "executable"}
+    return hashlib.sha1(json.dumps(stable, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def machine_id() -> str:
+    """Hash of the hardware alone: peaks measured on it stay valid across software updates
+    of dlperf itself (they are re-measured when the framework or the CPU changes)."""
+    m = dict(machine())
+    m.pop("hostname", None)
+    return hashlib.sha1(json.dumps(m, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def cores_for(threads: int) -> int:
+    """Physical cores under a worker with this many threads: a second thread on a core's
+    sibling CPU adds no FMA units."""
+    cores = set()
+    for c in cpus_for(threads):
+        topo = Path(f"/sys/devices/system/cpu/cpu{c}/topology")
+        try:
+            cores.add(((topo / "physical_package_id").read_text().strip(),
+                       (topo / "core_id").read_text().strip()))
+        except OSError:
+            cores.add(("0", str(c)))
+    return len(cores)
+
+
+def theoretical_peak(threads: int) -> cpu_peak.Theoretical:
+    """This CPU's theoretical fp32 peak on the cores a worker with ``threads`` threads runs
+    on (``dlperf.core.cpu_peak``, from /proc/cpuinfo and the cpufreq maximum in /sys)."""
+    try:
+        max_khz = int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text())
+    except (OSError, ValueError):
+        max_khz = None
+    return cpu_peak.theoretical_peak(_cpuinfo(), cores_for(threads), max_khz)

@@ -1,0 +1,159 @@
+"""Run one RunSpec in a fresh worker process, with a timeout and a memory limit.
+
+The parent watches the child (``launch.watch``): its exit status, its wall time against
+``timeout_s`` and its resident memory (the whole process tree) against
+``memory_limit_bytes``. Whatever happens, a RunResult comes back: the worker's own, or a
+failure built here (crash, oom, timeout, interrupted) that keeps every step time the
+worker had already reported.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from dlperf.core import frameworks
+from dlperf.core.orphans import child_env
+from dlperf.core.spec import RunResult, RunSpec
+from dlperf.engine.launch.watch import (
+    Outcome,
+    ProgressReader,
+    describe_exit,
+    last_meaningful_line,
+    oom_kills,
+    watch,
+)
+from dlperf.kinds import Diagnostics
+from dlperf.kinds.calibrate.options import KernelOutcome, KernelSample
+
+SRC_DIR = str(Path(__file__).resolve().parents[2])  # the directory holding 'dlperf'
+
+
+class LaunchInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM while a worker ran: the worker is gone, and ``result`` is the
+    configuration in flight, recorded as 'interrupted' with the steps it had streamed."""
+
+    def __init__(self, result: RunResult):
+        super().__init__("interrupted")
+        self.result = result
+
+
+def with_src_path(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this dlperf's source first on PYTHONPATH, so a child runs this code."""
+    rest = env.get("PYTHONPATH")
+    return {**env, "PYTHONPATH": SRC_DIR + (os.pathsep + rest if rest else "")}
+
+
+def worker_env(spec: RunSpec) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(frameworks.info(spec.framework).thread_env(spec.threads, spec.variant))
+    env = with_src_path(env)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return child_env(env)
+
+
+def partial_steps(events: list[dict]) -> tuple[list[float], list[float]]:
+    """(warm-up times, timed step times) among a worker's progress events."""
+    warm = [e["s"] for e in events if e.get("phase") == "warmup"]
+    steps = [e["s"] for e in events if e.get("phase") == "step"]
+    return warm, steps
+
+
+def partial_kernels(events: list[dict]) -> KernelOutcome | None:
+    """The calibration shapes a killed kernel run had timed (its progress events), so that
+    an interrupted calibration keeps what it measured; None when it had timed none."""
+    samples = tuple(KernelSample.model_validate(e["sample"]) for e in events
+                    if e.get("phase") == "kernel" and "sample" in e)
+    return KernelOutcome(samples=samples) if samples else None
+
+
+def kill_reason(out: Outcome, oom_before: int | None, tail: str) -> tuple[str, str]:
+    """(reason, message) for a worker that died without a result. A SIGKILL is 'oom' only
+    when the kernel's OOM killer counted a kill meanwhile; an allocator that gave up says
+    so in the log; anything else is a crash with its signal or status."""
+    last = last_meaningful_line(tail)
+    message = describe_exit(out.returncode) + (f": {last}" if last else "")
+    after = oom_kills()
+    if out.returncode == -signal.SIGKILL and oom_before is not None and after is not None \
+            and after > oom_before:
+        return "oom", message + " (the kernel's out-of-memory killer)"
+    if "out of memory" in tail.lower() or "bad_alloc" in tail:
+        return "oom", message
+    return "crash", message
+
+
+def run_isolated(
+    spec: RunSpec,
+    *,
+    timeout_s: float | None = None,
+    memory_limit_bytes: int | None = None,
+    on_event: Callable[[dict], None] | None = None,
+    resume: KernelOutcome | None = None,
+) -> RunResult:
+    """Measure ``spec`` in a child process; never raises for what happens in the child.
+
+    Interrupted (KeyboardInterrupt, which the CLI also raises for SIGTERM), it kills the
+    child and raises ``LaunchInterrupted`` carrying the 'interrupted' result. ``resume``:
+    the shapes an interrupted calibration run of ``spec`` had timed (the worker keeps them).
+    """
+    python = frameworks.info(spec.framework).python or sys.executable
+    with tempfile.TemporaryDirectory(prefix="dlperf-") as tmp:
+        d = Path(tmp)
+        spec_path, result_path, progress = d / "spec.json", d / "result.json", d / "progress.jsonl"
+        spec_path.write_text(spec.model_dump_json())
+        progress.touch()
+        extra = []
+        if resume is not None:
+            (d / "resume.json").write_text(resume.model_dump_json())
+            extra = [str(d / "resume.json")]
+        reader, events = ProgressReader(progress), []
+
+        def forward(notify: bool = True) -> None:
+            new = reader.read()
+            events.extend(new)
+            if notify and on_event is not None:
+                for ev in new:
+                    on_event(ev)
+
+        log = (d / "worker.log").open("w+b")
+        started, oom_before = time.time(), oom_kills()
+        popen = subprocess.Popen(
+            [python, "-m", "dlperf.engine.worker", str(spec_path), str(result_path), str(progress),
+             *extra],
+            env=worker_env(spec), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: a kill takes its children too
+        )
+        interrupted = False
+        try:
+            out = watch(popen, timeout_s=timeout_s, memory_limit_bytes=memory_limit_bytes,
+                        check=lambda: forward())
+        except KeyboardInterrupt:
+            interrupted = True
+            out = Outcome(("interrupted", "interrupted by the user (Ctrl-C or SIGTERM) "
+                           "while running"), popen.returncode or 0)
+        finally:
+            log.seek(0)
+            tail = log.read()[-4000:].decode(errors="replace")
+            log.close()
+        forward(notify=False)  # the last lines, kept but not announced
+        if out.failure is None and result_path.exists():
+            result = RunResult.model_validate_json(result_path.read_text())
+            return result.model_copy(update={"launcher_cpu_s": out.cpu_s})
+        warm, steps = partial_steps(events)
+        failure = out.failure or kill_reason(out, oom_before, tail)
+        result = RunResult.failed(
+            spec, failure[0], failure[1], step_times_s=steps, warmup_times_s=warm,
+            outcome=partial_kernels(events) if spec.kind == "kernel" else None,
+            started_at=started, finished_at=time.time(),
+            diagnostics=Diagnostics(log_tail=tail[-1500:], peak_rss_bytes=out.peak_rss),
+            launcher_cpu_s=out.cpu_s,
+        )
+        if interrupted:
+            raise LaunchInterrupted(result)
+        return result

@@ -1,0 +1,209 @@
+"""Run a list of RunSpecs: one launch each, results stored as they arrive.
+
+Every kind of run goes through here: a single worker (``launch.isolated``) or a torchrun
+job for a parallel run (``launch.torchrun``). Each run is claimed in the store first (two
+sweeps on one store never measure the same run) and launched under the machine's
+measurement lock (two dlperf commands never time workers on the same cores at once).
+
+Before the first step-time run at a thread count, the machine's fp32 peak at that thread
+count is measured: the best of several kernels across the installed frameworks
+(``dlperf.kinds.peak.rates``), kept in the store and reused while the machine, the settings and the
+libraries' versions are the same, so that each result can say what share of the peak it
+reached. A run faster than every kernel raises the peak to its own rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlperf.core import environment
+from dlperf.core.environment import usable_cpus
+from dlperf.core.spec import Measurement, RunResult, RunSpec
+from dlperf.core.store import Store
+from dlperf.engine.cpulock import cpus_held
+from dlperf.engine.launch import run_isolated
+from dlperf.engine.launch.isolated import LaunchInterrupted
+from dlperf.kinds import KINDS, StepOutcome
+from dlperf.kinds.calibrate.options import KernelOutcome
+from dlperf.kinds.peak import rates as peak
+
+PEAK_MEASUREMENT = peak.MEASUREMENT
+
+
+def share_threads(spec: RunSpec) -> int | None:
+    """The threads whose peak a run's achieved FLOP/s is a share of: a step's own; a
+    parallel run's workers x threads on its one machine (across machines no single
+    machine's peak bounds it: no share). None for what has no share: another precision
+    than fp32 (the peak is fp32; bf16 may well go past it), a kernel, a training curve."""
+    if spec.precision != "fp32":
+        return None
+    if spec.kind == "step":
+        return spec.threads
+    if spec.kind == "parallel" and spec.options.nodes == 1:
+        return spec.threads * spec.options.workers
+    return None
+
+
+def peak_threads(threads: int) -> int:
+    """The thread count whose peak bounds a run: more threads than CPUs cannot compute
+    faster than all the CPUs (and timing a large matmul oversubscribed takes minutes)."""
+    return min(threads, len(usable_cpus()))
+
+
+class Interrupted(Exception):
+    """Ctrl-C (or SIGTERM) during a sweep; ``saved`` results were stored before it, and the
+    run in flight, if any, was stored as 'interrupted' with the steps it had timed."""
+
+    def __init__(self, saved: int, in_flight: RunResult | None = None):
+        super().__init__(f"interrupted after {saved} stored results")
+        self.saved = saved
+        self.in_flight = in_flight
+
+
+class Listener:
+    """Progress hooks; the CLI draws a progress bar with them, the API passes none."""
+
+    def start(self, spec: RunSpec, index: int, total: int) -> None: ...
+    def event(self, spec: RunSpec, event: dict) -> None: ...
+    def done(self, result: RunResult) -> None: ...
+    def skipped(self, spec: RunSpec, why: str) -> None: ...
+    def waiting(self, spec: RunSpec, holder: str) -> None: ...
+
+
+@dataclass
+class Runner:
+    store: Store
+    timeout_s: float = 1800.0
+    memory_limit: int | None = None
+    peak_size: int = peak.DEFAULT_SIZE
+    peak_measurement: Measurement = PEAK_MEASUREMENT
+    peak_kernels: tuple[tuple[str, str], ...] = peak.KERNELS
+    listener: Listener = field(default_factory=Listener)
+    #: torchrun settings for kind 'parallel' (``launch.torchrun.run_parallel`` keywords)
+    torchrun: dict[str, Any] = field(default_factory=dict)
+
+    def peak_specs(self, threads: int, device: str) -> list[RunSpec]:
+        return peak.kernel_specs(threads, device, self.peak_size, environment.packages(),
+                                 self.peak_measurement, self.peak_kernels)
+
+    def ensure_peak(self, threads: int, device: str = "cpu", *, remeasure: bool = False) -> peak.Peak:
+        """The peak at this thread count: fresh stored kernel rates reused, the others (all
+        of them with ``remeasure``) measured now, one worker each."""
+        packages = environment.packages()
+        stored = self.store.peak_results(threads, device)
+        found, missing = peak.lookup(stored, self.peak_specs(threads, device), packages)
+        if remeasure:
+            found = [r for r in found if r.spec.network == peak.RAISED]
+            missing = self.peak_specs(threads, device)
+        found += [self._run_and_store(s) for s in missing]
+        theory = environment.theoretical_peak(threads) if device == "cpu" else None
+        return peak.peak_of(found, threads, device, theory.flops if theory else None,
+                            theory.describe() if theory else "")
+
+    def _launch(self, spec: RunSpec) -> RunResult | None:
+        """Launch ``spec`` under the machine's measurement lock. Interrupted, the run in
+        flight is stored as 'interrupted' before the interrupt goes on."""
+        on_event = lambda ev: self.listener.event(spec, ev)  # noqa: E731
+        with cpus_held(spec.label(), on_wait=lambda who: self.listener.waiting(spec, who)):
+            try:
+                kind = KINDS[spec.kind]
+                if kind.launcher == "torchrun":
+                    from dlperf.engine.launch.torchrun import run_parallel
+
+                    return run_parallel(spec, timeout_s=self.timeout_s,
+                                        memory_limit_bytes=self.memory_limit,
+                                        on_event=on_event, **self.torchrun)
+                if kind.launcher == "in_process":  # needs no framework: no worker either
+                    return kind.run(spec, None, on_event, {}, None)
+                # a peak kernel needs tens of MB beside its framework: --memory-limit is for
+                # the workloads, and a framework killed under it would lose the machine's peak
+                return run_isolated(spec, timeout_s=self.timeout_s, on_event=on_event,
+                                    memory_limit_bytes=None if spec.kind == "peak"
+                                    else self.memory_limit, resume=self._resume(spec))
+            except LaunchInterrupted as e:
+                raise Interrupted(0, self.store.add(e.result)) from None
+
+    def _resume(self, spec: RunSpec) -> KernelOutcome | None:
+        """For a calibration run: the shapes its latest run on this machine had timed when
+        it was interrupted or killed, unless a run of it finished since (then a new run,
+        ``--force``, times everything anew)."""
+        if spec.kind != "kernel":
+            return None
+        rows = self.store.results(kind="kernel", run_id=spec.run_id,
+                                  machine_id=environment.machine_id())
+        last = max(rows, key=lambda r: r.finished_at or 0, default=None)
+        if last is None or last.ok or not isinstance(last.outcome, KernelOutcome):
+            return None
+        return last.outcome if last.outcome.samples else None
+
+    def _run_and_store(self, spec: RunSpec) -> RunResult:
+        result = self._launch(spec)
+        return self.store.add(result)
+
+    def run(self, spec: RunSpec) -> RunResult | None:
+        """Measure one spec (and the peak it needs), store and return the result. None for
+        a parallel run whose rank 0 lived on another machine (that machine stores it)."""
+        threads = share_threads(spec)
+        pk = self.ensure_peak(peak_threads(threads), spec.device) if threads else None
+        result = self._launch(spec)
+        if result is None:
+            return None
+        if pk and result.ok:
+            result = self.with_share(result, pk)
+        return self.store.add(result)
+    def with_share(self, result: RunResult, pk: peak.Peak) -> RunResult:
+        """``result`` with its share of the peak and the peak's provenance. A run faster
+        than the peak raises it (stored, so later runs use it too) and says so; unless it
+        is faster than the CPU's theoretical peak too: then its FLOP count or its thread
+        count is off, and it must not lower every later run's share."""
+        m = result.metrics
+        if m is None or not m.achieved_flops or not pk.flops:
+            return result
+        achieved, warnings, best = m.achieved_flops, list(result.warnings), pk.best
+        if best and best.flops and achieved > best.flops:
+            if pk.theoretical_flops and achieved > pk.theoretical_flops:
+                warnings.append(peak.impossible_warning(achieved, pk, m.cpu_util))
+            else:
+                row = self.store.add(peak.raised_result(result, pk, environment.packages()))
+                warnings.append(peak.raised_warning(achieved, best, pk))
+                pk = pk.raised(peak.kernel_rate([row]))
+        metrics = m.model_copy(update={"peak_flops": pk.flops,
+                                       "peak_share": min(achieved / pk.flops, 1.0)})
+        outcome = (result.outcome or StepOutcome()).model_copy(update={"peak": pk})
+        return result.model_copy(update={"metrics": metrics, "warnings": warnings,
+                                         "outcome": outcome})
+
+    def run_all(self, specs: Sequence[RunSpec], stop: Callable[[], bool] | None = None,
+                still_pending: Callable[[RunSpec], bool] | None = None) -> list[RunResult]:
+        """Run each spec this process can claim; ``still_pending`` re-checks, once claimed,
+        that no other sweep stored it meanwhile (the resume rule of the caller)."""
+        results: list[RunResult] = []
+        try:
+            for i, spec in enumerate(specs):
+                if stop and stop():
+                    break
+                self.listener.start(spec, i, len(specs))
+                holder = self.store.claim(spec)
+                if holder is not None:
+                    self.listener.skipped(spec, f"being measured by another dlperf ({holder})")
+                    continue
+                try:
+                    if still_pending is not None and not still_pending(spec):
+                        self.listener.skipped(spec, "stored meanwhile by another dlperf")
+                        continue
+                    result = self.run(spec)
+                finally:
+                    self.store.release(spec)
+                if result is None:
+                    self.listener.skipped(spec, "this machine's workers finished; the machine "
+                                                "that held rank 0 stores the result")
+                    continue
+                results.append(result)
+                self.listener.done(result)
+        except Interrupted as e:
+            raise Interrupted(len(results), e.in_flight) from None
+        except KeyboardInterrupt:
+            raise Interrupted(len(results)) from None
+        return results

@@ -1,0 +1,29 @@
+"""This machine's calibration of the performance model: the kernel runs (``plan``), what a
+worker does with one (``worker``), and the prediction of a measured configuration from
+the fitted curves (``prediction``). The model itself (``dlperf.perfmodel``) imports none
+of this: it takes plain samples and fitted curves."""
+
+from __future__ import annotations
+
+import functools
+
+from dlperf.kinds.calibrate.options import KernelOptions, KernelOutcome
+from dlperf.kinds.kind import Kind
+
+
+def _run(*args):
+    from dlperf.kinds.calibrate.run import run_kernels  # the model's calibration kernels
+
+    return run_kernels(*args)
+
+
+def _sections(predictor):
+    from dlperf.kinds.calibrate.section import prediction_section
+
+    return [functools.partial(prediction_section, predictor=predictor)]
+
+
+KIND = Kind(options=KernelOptions, outcome=KernelOutcome,
+            label=lambda spec, label: spec.options.label(spec.framework, spec.device,
+                                                         spec.threads),
+            run=_run, sections=_sections)

@@ -1,0 +1,212 @@
+"""Calibration of the performance model on this machine: plan the kernel runs (``dlperf.api
+.calibrate`` runs them through the normal runner: stored, claimed, resumable, under the
+machine lock), and read the stored samples back for ``dlperf.perfmodel.fit``.
+
+One run of kind 'kernel' per (framework, thread count) times every op's grid of shapes
+in one worker: one framework start (seconds for TensorFlow) per thread count, not per
+shape or op. The all-reduce is
+timed once per process count (2 and 4 on loopback, PyTorch's gloo, the library
+``dlperf parallel`` uses), its processes spawned inside the worker.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dlperf.core import environment, frameworks
+from dlperf.core.spec import RunResult, RunSpec
+from dlperf.core.store import Store
+from dlperf.kinds.calibrate.options import (
+    KernelOptions,
+    KernelOutcome,
+    KernelPart,
+    KernelSample,
+)
+from dlperf.kinds.peak import rates as peak
+from dlperf.perfmodel.fit import Samples
+from dlperf.perfmodel.kernels import REVISION, grid
+from dlperf.perfmodel.machine import LocalCalibration
+
+#: the ops timed per (framework, thread count); the all-reduce is separate
+LOCAL_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
+             "xent", "bn", "dispatch", "dispatch_train")
+#: what a calibration needs to be used (one of a version before 'gemm_tn' and 'update'
+#: still is)
+REQUIRED_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
+#: processes of the all-reduce calibration (the worker counts of the loopback runs)
+WORLDS = (2, 4)
+#: the frameworks calibrated by default: those with kernels, when installed
+FRAMEWORKS = ("torch", "tensorflow", "jax")
+#: seconds each shape is timed for (after its warm-up): short by default
+MIN_TIME_S, FINE_MIN_TIME_S = 0.05, 0.2
+
+
+def default_threads(device: str = "cpu") -> list[int]:
+    """1, 2, 4, ... up to this machine's physical cores (and the core count itself); on a
+    GPU, 1 (the host's threads only feed the device)."""
+    if device == "gpu":
+        return [1]
+    cores = environment.physical_cores()
+    out, t = [], 1
+    while t < cores:
+        out.append(t)
+        t *= 2
+    return [*out, cores]
+
+
+def check_precision(precision: str, device: str, frameworks: Sequence[str],
+                    hint: str = "") -> None:
+    """One UsageError line for a precision the calibration kernels cannot run at here
+    (TF32 on a CPU; mixed precision outside PyTorch), ``hint`` after the second: what
+    ``dlperf calibrate`` would be told to run instead could not run either."""
+    from dlperf.backends.base import MIXED, MIXED_KERNELS, NO_TF32_ON_CPU
+    from dlperf.core.errors import UsageError
+
+    if precision == "tf32" and device == "cpu":
+        raise UsageError(f"--precision tf32: {NO_TF32_ON_CPU}")
+    if precision in MIXED and set(frameworks) - {"torch"}:
+        raise UsageError(f"--precision {precision}: {MIXED_KERNELS}{hint}")
+
+
+def default_frameworks() -> list[str]:
+    return [fw for fw in FRAMEWORKS if frameworks.installed(fw)]
+
+
+def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "cpu",
+          fine: bool = False, allreduce: bool = True, repeat: int = 1,
+          precision: str = "fp32") -> list[RunSpec]:
+    """The kernel runs of a calibration: every op's grid per framework and thread count
+    at ``precision``, and the all-reduce at 2 and 4 processes (when PyTorch is among the
+    frameworks; fp32 gradients, so at fp32 only); ``repeat`` times each, in turns
+    (``load`` takes each kernel's median over them)."""
+    once = _specs_once(frameworks, threads, device=device, fine=fine,
+                       allreduce=allreduce and precision == "fp32", precision=precision)
+    return [s.model_copy(update={"repeat": r}) for r in range(repeat) for s in once]
+
+
+def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: str,
+                fine: bool, allreduce: bool, precision: str) -> list[RunSpec]:
+    packages = environment.packages()
+    min_time = FINE_MIN_TIME_S if fine else MIN_TIME_S
+    out = []
+    for fw in frameworks:
+        frameworks.require(fw)
+        versions = peak.versions(fw, packages)
+        parts = tuple(KernelPart(op=op, shapes=tuple(grid(op, fine, device)))
+                      for op in LOCAL_OPS)
+        for t in threads:
+            o = KernelOptions(parts=parts, min_time_s=min_time, versions=versions,
+                              revision=REVISION)
+            out.append(RunSpec(kind="kernel", network="kernels", framework=fw, device=device,
+                               threads=t, batch_size=1, precision=precision, options=o))
+    if allreduce and "torch" in frameworks and device == "cpu":
+        versions = peak.versions("torch", packages)
+        cpus = len(environment.usable_cpus())
+        for world in WORLDS:
+            o = KernelOptions(parts=(KernelPart(op="allreduce", shapes=tuple(grid(
+                "allreduce", fine))),), world=world, versions=versions,
+                              revision=REVISION)
+            # the worker holds every CPU its ranks are spread over
+            out.append(RunSpec(kind="kernel", network="allreduce", framework="torch",
+                               device=device, threads=min(world, cpus), batch_size=1,
+                               options=o))
+    return out
+
+
+@dataclass(frozen=True)
+class Stored:
+    """The calibration samples of one framework, thread count, device and precision."""
+
+    framework: str
+    threads: int
+    device: str
+    samples: Samples
+    precision: str = "fp32"
+
+
+def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
+    """A kernel row counts while its framework's versions are the installed ones."""
+    o = r.spec.options
+    return isinstance(o, KernelOptions) and o.versions == peak.versions(r.spec.framework, packages)
+
+
+#: the first kernel revision whose trained chain updates its weights (four kernels per
+#: layer, ``kernels.TRAIN_KERNELS``); an older one's chain had three and no optimizer
+TRAINED_CHAIN_REVISION = 5
+
+
+def _newest(rows: Sequence[RunResult]) -> list[list[RunResult]]:
+    """Per framework, thread count, device, precision and kind of kernel run (the
+    kernels, or the all-reduce among a process count): the newest run and its
+    repetitions (the same configuration, ``calibrate --repeat``). A calibration measured
+    again with another grid or revision replaces the earlier one instead of mixing with
+    it."""
+    newest: dict[tuple, RunResult] = {}
+    for r in rows:
+        o = r.spec.options
+        key = (r.spec.framework, r.spec.threads, r.spec.device, r.spec.precision,
+               r.spec.network, getattr(o, "world", 1))
+        if key not in newest or (r.finished_at or 0) > (newest[key].finished_at or 0):
+            newest[key] = r
+    return [[r for r in rows if r.spec.config_id == n.spec.config_id]
+            for n in newest.values()]
+
+
+def merge(runs: Sequence[Sequence[KernelSample]]) -> tuple[KernelSample, ...]:
+    """The samples of repeated kernel runs as one: per op, shape and process count, the
+    median of the runs' medians (a run disturbed at one shape does not move the curve),
+    every timed call kept."""
+    by: dict[tuple, list[KernelSample]] = {}
+    for samples in runs:
+        for x in samples:
+            by.setdefault((x.op, x.shape, x.world), []).append(x)
+    out = []
+    for same in by.values():
+        utils = [x.cpu_util for x in same if x.cpu_util is not None]
+        out.append(same[0].model_copy(update={
+            "median_s": statistics.median(x.median_s for x in same),
+            "times_s": tuple(t for x in same for t in x.times_s),
+            "cpu_util": statistics.median(utils) if utils else None}))
+    return tuple(out)
+
+
+def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = None,
+         any_version: bool = False) -> list[Stored]:
+    """Every (framework, threads, device, precision) this machine has calibration samples
+    for (on one device, or on every one with None): per kernel run the newest and its
+    repetitions, merged (``merge``), rows of other library versions left out (unless
+    ``any_version``: another machine's calibration read for its curves). The all-reduce
+    samples (keyed by process count) are added to every entry."""
+    packages = environment.packages()
+    rows = store.results(kind="kernel", status="ok", device=device,
+                         machine_id=machine_id or environment.machine_id())
+    by_key: dict[tuple[str, int, str, str], list] = {}
+    collective = []
+    for runs in _newest([r for r in rows if any_version or _current(r, packages)]):
+        runs = [r for r in runs if isinstance(r.outcome, KernelOutcome)]
+        if not runs:
+            continue
+        r = runs[0]
+        samples = merge([x.outcome.samples for x in runs])  # type: ignore[union-attr]
+        if r.spec.options.revision < TRAINED_CHAIN_REVISION:  # no optimizer in its chain:
+            samples = tuple(s for s in samples if s.op != "dispatch_train")  # plain stands in
+        collective.extend(s for s in samples if s.op == "allreduce")
+        local = [s for s in samples if s.op != "allreduce"]
+        if local:
+            by_key.setdefault((r.spec.framework, r.spec.threads, r.spec.device,
+                               r.spec.precision), []).extend(local)
+    return [Stored(fw, t, dev, Samples.of([*s, *collective]), prec)
+            for (fw, t, dev, prec), s in sorted(by_key.items())]
+
+
+def local_calibration(store: Store, *, device: str | None = "cpu") -> LocalCalibration:
+    """This machine's fitted calibration from the store: every (framework, threads,
+    precision) on ``device`` (every device with None) whose samples cover every op (an
+    incomplete one is left out; ``find`` then says what to run)."""
+    complete = [s for s in load(store, device=device)
+                if all(s.samples.of_op(op) for op in REQUIRED_OPS)]
+    memory = float(environment.machine().get("memory_bytes") or 0) / 1e9 or 1.0
+    return LocalCalibration.of([(s.framework, s.threads, s.device, s.samples, s.precision)
+                                for s in complete], memory, environment.physical_cores())

@@ -1,0 +1,212 @@
+"""Inside a worker: a run of kind 'kernel' times every shape of one calibration op
+(``dlperf.perfmodel.kernels``) with the framework's own kernel, one after another in
+this one process, and returns their times as the run's ``KernelOutcome``.
+
+Each shape is warmed up and timed by the harness's rules (``measure.timing``), briefly: a
+calibration grid has hundreds of shapes and must finish in minutes. On a CPU a shape's
+sample is the first window of calls that agree (``measure_window``), which takes two calls
+fewer than a training step's settling pair and sample after it. A shape that fails (out
+of memory, a missing kernel) is recorded by name and the others go on.
+
+A machine shared with other work slows a kernel by taking its cores away, which shows as
+CPU time below the wall time. A shape whose timed calls kept its threads less than
+``BUSY`` busy is timed again (``ATTEMPTS`` in all) and the attempt that kept them busiest
+is kept: the choice is by the measurement's own CPU accounting, never by its time. Two
+attempts that agree (``ALIKE``: their CPU use within a tenth of a thread's, their times
+within a tenth) show a kernel that keeps fewer threads busy of its own accord, as XLA
+runs many ops on one thread; a third would find the same, and is not run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dlperf.backends.base import Backend, Trainer, UnsupportedError
+from dlperf.core.errors import is_out_of_memory
+from dlperf.core.spec import Measurement, RunResult, RunSpec
+from dlperf.core.timing import Timing, measure, measure_window
+from dlperf.perfmodel.kernels import (
+    KernelOptions,
+    KernelOutcome,
+    KernelPart,
+    KernelSample,
+    element_bytes,
+    flops,
+    label,
+    nbytes,
+)
+
+#: the share of its threads a kernel must keep busy to count as undisturbed
+BUSY = 0.85
+ATTEMPTS = 3
+#: two attempts this close in CPU use (share of one thread) and in time are alike
+ALIKE = 0.1
+#: calls of a kernel queued on a GPU between two synchronisations (``Queued``)
+GPU_CALLS = 10
+
+
+class Queued:
+    """A kernel called ``calls`` times per timed step, then synchronised once: on a GPU
+    ``GPU_CALLS``, on a CPU one. In a training step the host queues the next kernels
+    while the device runs the current one (CUDA launches are asynchronous: PyTorch's
+    'CUDA semantics', 'Asynchronous execution'); a kernel timed with a synchronisation
+    after every call would add the launch and the round trip (about 14 us on an H200) to
+    every kernel, more than the whole run of a small one. ``per_call`` turns a step's
+    time back into one call's.
+
+    Where the framework's kernel offers the device's own clock (``device_clock()``:
+    PyTorch on a GPU), a step's time is the device's work alone: the model adds the
+    host's launches from the dispatch kernel (``predict._Context.exposed``), so a
+    kernel timed with its host side would count them twice."""
+
+    def __init__(self, trainer: Trainer, calls: int):
+        self.trainer, self.calls = trainer, calls
+        self.clock = trainer.device_clock()
+
+    def step(self) -> None:
+        if self.clock is not None:
+            self.clock.start()
+        for _ in range(self.calls):
+            self.trainer.step()
+        if self.clock is not None:
+            self.clock.stop()
+
+    def elapsed(self) -> Callable[[], float] | None:
+        """The step's time from the device's clock, or None for the wall clock."""
+        return self.clock.elapsed if self.clock is not None else None
+
+    def sync(self) -> None:
+        self.trainer.sync()
+
+    def per_call(self, times: list[float]) -> list[float]:
+        return [t / self.calls for t in times]
+
+
+def _timing(o: KernelOptions) -> Measurement:
+    return Measurement(min_time_s=o.min_time_s, min_steps=o.min_steps,
+                       warmup_min_steps=max(1, o.warmup), warmup_max_steps=max(1, o.warmup) + 3,
+                       warmup_max_time_s=max(1.0, 10 * o.min_time_s), settle_tolerance=0.1)
+
+
+def _sample(op: str, shape: tuple[int, ...], times: list[float], world: int = 1,
+            cpu_util: float | None = None, precision: str = "fp32",
+            device_clock: bool = False) -> KernelSample:
+    return KernelSample(op=op, shape=shape, median_s=statistics.median(times),  # type: ignore[arg-type]
+                        times_s=tuple(times), flops=flops(op, shape),
+                        bytes=nbytes(op, shape, element_bytes(precision)), world=world,
+                        cpu_util=cpu_util, clock="device" if device_clock else "wall")
+
+
+def _timed(trainer: Queued, o: KernelOptions, threads: int, device: str) -> Timing:
+    """The least disturbed of up to ``ATTEMPTS`` timings (module docstring). Calls shorter
+    than a millisecond are left to the median of their many repetitions: the CPU clock
+    cannot tell a short call's disturbance from the framework's idle threads. A GPU kernel
+    is timed once, by ``measure`` on the device's clock: the host's threads wait on the
+    device, so their CPU time says nothing of the kernel's."""
+    best: Timing | None = None
+    last: Timing | None = None
+    for attempt in range(ATTEMPTS if device == "cpu" else 1):
+        if device == "cpu":  # a later attempt's kernel is warm: it discards no call
+            t = measure_window(trainer.step, trainer.sync, _timing(o),
+                               discard=None if attempt == 0 else 0)
+        else:
+            t = measure(trainer.step, trainer.sync, _timing(o), clock=trainer.elapsed())
+        if best is None or t.cpu_util > best.cpu_util:
+            best = t
+        if statistics.median(t.steps_s) < 1e-3 or t.cpu_util >= BUSY * threads \
+                or (last is not None and _alike(last, t)):
+            break
+        last = t
+    assert best is not None
+    return best
+
+
+def _alike(a: Timing, b: Timing) -> bool:
+    """Two attempts at one shape that kept the same share of the threads busy and took
+    the same time (module docstring)."""
+    ta, tb = statistics.median(a.steps_s), statistics.median(b.steps_s)
+    return abs(a.cpu_util - b.cpu_util) <= ALIKE and abs(ta - tb) <= ALIKE * min(ta, tb)
+
+
+def _allreduce(o: KernelOptions, part: KernelPart, backend: Backend,
+               emit: Callable[[dict], None]) -> list[KernelSample]:
+    sizes = [s[0] for s in part.shapes]
+    series = backend.allreduce(sizes, o.world, max(o.min_steps, 5), max(o.warmup, 2))
+    samples = [_sample(part.op, (n,), times, o.world) for n, times in zip(sizes, series, strict=True)]
+    for s in samples:
+        _emit(emit, s)
+    return samples
+
+
+def _emit(emit: Callable[[dict], None], s: KernelSample) -> None:
+    """Announce a timed shape with its whole sample: a run killed later keeps it
+    (``launch.isolated.partial_kernels``)."""
+    emit({"phase": "kernel", "op": s.op, "shape": list(s.shape), "s": s.median_s,
+          "sample": s.model_dump(mode="json")})
+
+
+def _shapes(o: KernelOptions, part: KernelPart, spec: RunSpec, backend: Backend,
+            emit: Callable[[dict], None], failures: dict[str, str],
+            done: dict[tuple, KernelSample] | None = None) -> list[KernelSample]:
+    """Each shape of ``part`` timed, or taken from ``done`` (an interrupted run's)."""
+    samples = []
+    for shape in part.shapes:
+        if (kept := (done or {}).get((part.op, tuple(shape)))) is not None:
+            samples.append(kept)
+            _emit(emit, kept)
+            continue
+        try:
+            trainer = Queued(backend.kernel(part.op, tuple(shape), spec.device),
+                             GPU_CALLS if spec.device != "cpu" else 1)
+            timing = _timed(trainer, o, spec.threads, spec.device)
+            times = trainer.per_call(timing.steps_s)
+        except UnsupportedError as e:
+            failures[f"{part.op} {label(shape)}"] = f"unsupported: {e}"
+            continue
+        except Exception as e:
+            reason = "oom" if is_out_of_memory(e) else "error"
+            failures[f"{part.op} {label(shape)}"] = f"{reason}: {type(e).__name__}: {e}"[:300]
+            continue
+        samples.append(_sample(part.op, tuple(shape), times, cpu_util=timing.cpu_util,
+                               precision=spec.precision,
+                               device_clock=trainer.clock is not None))
+        _emit(emit, samples[-1])
+        del trainer
+    return samples
+
+
+def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]], None],
+                base: dict[str, Any], resume: KernelOutcome | None = None) -> RunResult:
+    """Time every shape of every op of ``spec``'s kernel options; a failing shape is
+    recorded and the others go on. Fails only when no shape ran. The shapes ``resume``
+    holds (an interrupted run of this spec, ``runner``) are kept as they were timed; the
+    outcome counts them (``resumed``). The all-reduce is always timed whole."""
+    o = spec.options
+    assert isinstance(o, KernelOptions)
+    samples: list[KernelSample] = []
+    failures: dict[str, str] = {}
+    done = {(s.op, s.shape): s for s in (resume.samples if resume else ())
+            if s.op != "allreduce"}
+    for part in o.parts:
+        if part.op == "allreduce":
+            try:
+                samples += _allreduce(o, part, backend, emit)
+            except Exception as e:
+                failures[part.op] = f"{type(e).__name__}: {e}"[:300]
+        else:
+            samples += _shapes(o, part, spec, backend, emit, failures, done)
+    resumed = sum(1 for s in samples if done.get((s.op, s.shape)) is s)
+    outcome = KernelOutcome(samples=tuple(samples), failures=failures, resumed=resumed)
+    if not samples:
+        why = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:3]) or "no shapes"
+        unsupported = all(v.startswith("unsupported") or "Unsupported" in v
+                          for v in failures.values())
+        return RunResult.failed(spec, "unsupported" if failures and unsupported else "error",
+                                f"no kernel ran: {why}", outcome=outcome,
+                                finished_at=time.time(), **base)
+    return RunResult(spec=spec, status="ok", outcome=outcome, finished_at=time.time(),
+                     warnings=[f"{len(failures)} kernel shapes failed"] if failures else [],
+                     **base)

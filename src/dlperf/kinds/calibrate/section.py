@@ -1,0 +1,67 @@
+"""Predictions beside measurements: the performance model's time for every measured step
+configuration, its error against the measurement, and the model's validated error for
+that kind of configuration. Built only when the report is given a predictor."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from dlperf.core import units
+from dlperf.core.aggregate import ConfigResult
+from dlperf.core.store import Store
+from dlperf.kinds.step.rows import step_rows
+from dlperf.report import plots
+from dlperf.report.base import Filters, Section
+from dlperf.report.tables import Predictor, Table, machine_label, sort_rows
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """(predicted - measured) / measured: +0.2 predicts 20% too slow, -0.2 too fast."""
+    return (predicted - measured) / measured
+
+
+def pairs(rows: list[ConfigResult], predictor: Predictor) -> list[tuple[ConfigResult, float, float | None]]:
+    """(measured row, predicted seconds, validated error) for every row the model predicts."""
+    out = []
+    for r in sort_rows(rows):
+        if r.measured and (p := predictor(r)) is not None:
+            out.append((r, p[0], p[1]))
+    return out
+
+
+def prediction_table(found: list[tuple[ConfigResult, float, float | None]]) -> Table:
+    several = len({r.machine_id for r, _, _ in found}) > 1
+    headers = ["network", "framework", "device", "batch", *(["machine"] if several else []),
+               "measured", "predicted", "error", "validated error", "within it"]
+    rows, values = [], []
+    for r, pred, valid in found:
+        s = r.spec
+        err = relative_error(pred, r.median_s)
+        within = "" if valid is None else ("yes" if abs(err) <= valid else "no")
+        head = [s.network if s.size in ("full", "") else f"{s.network} [{s.size}]",
+                r.framework_label, f"cpu x{s.threads}" if s.device == "cpu" else s.device,
+                str(s.batch_size), *([machine_label(r.machine_id)] if several else [])]
+        rows.append(head + [units.seconds(r.median_s), units.seconds(pred), f"{err:+.0%}",
+                            "not validated yet" if valid is None else f"+-{valid:.0%}", within])
+        values.append(head + [r.median_s, pred, err, valid, within])
+    errs = [abs(relative_error(p, r.median_s)) for r, p, _ in found]
+    return Table(title="Predicted against measured time per mini-batch", headers=headers,
+                 rows=rows, values=values,
+                 caption=f"{len(found)} configurations; median absolute error "
+                 f"{statistics.median(errs):.0%}. 'error': (predicted - measured) / measured; "
+                 "'validated error': the model's error for this kind of configuration, "
+                 "from its validation against measurements.")
+
+
+def prediction_section(store: Store, out: Path, filters: Filters,
+                       predictor: Predictor | None = None) -> Section | None:
+    if predictor is None:
+        return None
+    found = pairs(step_rows(store, filters), predictor)
+    if not found:
+        return None
+    img = plots.predicted_vs_measured([(r.median_s, p) for r, p, _ in found],
+                                      out / "predicted_vs_measured.png")
+    return Section("prediction", "Predictions beside measurements",
+                   tables=[prediction_table(found)], images=[img] if img else [])

@@ -1,0 +1,285 @@
+"""The model against the store: every measured step and parallel configuration of this
+machine with its prediction and error, the error by network, framework, threads, batch
+size and strategy, and the worst cases with the term that dominates them.
+
+Two models are compared. ``kernels``: the kernel curves alone, fitted on no network at
+all. ``lono`` (leave one network out): the same, times per-framework factors on its
+compute, memory and overhead terms (``perfmodel.correct``) fitted on the measurements of
+every other network, never the one predicted; ``lofo`` leaves the whole family out
+(fcn5 and fcn8 together, lstm32 and lstm64 together), which is stricter.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dlperf import workloads
+from dlperf.core import environment
+from dlperf.core.aggregate import ConfigResult, aggregate
+from dlperf.core.spec import RunSpec
+from dlperf.core.store import Store
+from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
+from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
+from dlperf.perfmodel.correct import Factors, fit_factors
+from dlperf.perfmodel.machine import LocalCalibration
+from dlperf.perfmodel.result import Prediction
+
+MODES = ("kernels", "lono", "lofo")
+#: a process whose threads were kept busy less than this share of the row's busiest
+#: process lost its cores to other work: its time is not this configuration's
+UNDISTURBED = 0.9
+GROUPS = ("network", "framework", "threads", "batch", "strategy")
+TERM_NAMES = {"compute_s": "compute-bound products", "memory_s": "memory-bound passes",
+              "overhead_s": "per-op overheads", "communication_s": "communication",
+              "bubble_s": "pipeline bubble", "straggler_s": "straggler", "input_s": "input"}
+
+
+def _identity(spec: RunSpec) -> dict:
+    """What must agree for a measurement to be of the same configuration: the identity
+    without the measurement settings."""
+    ident = spec.identity()
+    ident.pop("measurement", None)
+    return ident
+
+
+def measured(store: Store, spec: RunSpec) -> ConfigResult | None:
+    """The stored measurement of ``spec``'s configuration on this machine (any settings;
+    the most recent where several were measured), or None."""
+    rows = aggregate(store.results(kind=spec.kind, status="ok", network=spec.network,
+                                   framework=spec.framework, threads=spec.threads,
+                                   batch_size=spec.batch_size, device=spec.device,
+                                   machine_id=environment.machine_id()))
+    same = [r for r in rows if r.median_s and _identity(r.spec) == _identity(spec)]
+    return max(same, key=lambda r: max(x.finished_at or 0 for x in r.ok), default=None)
+
+
+def undisturbed_s(row: ConfigResult) -> float | None:
+    """The row's time per mini-batch from its least disturbed processes: where the row has
+    several, those whose CPU time per second (``Metrics.cpu_util``) is within
+    ``UNDISTURBED`` of the busiest's; their median. A process that lost its cores to other
+    work shows less CPU time, whatever its speed, so the choice never looks at the time."""
+    ok = [r for r in row.ok if r.metrics]
+    utils = [r.metrics.cpu_util for r in ok if r.metrics.cpu_util]  # type: ignore[union-attr]
+    if len(ok) < 2 or len(utils) < len(ok):
+        return row.median_s
+    best = max(utils)
+    keep = [r.metrics.median_s for r in ok if r.metrics.cpu_util >= UNDISTURBED * best]  # type: ignore[union-attr,operator]
+    return statistics.median(keep)
+
+
+def busy_share(row: ConfigResult) -> float | None:
+    """CPU seconds per second per thread of the row's busiest process (1: every thread
+    busy all the time; well below: the cores were taken, or the framework idles)."""
+    utils = [r.metrics.cpu_util for r in row.ok if r.metrics and r.metrics.cpu_util]
+    return max(utils) / row.spec.threads if utils else None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured configuration with its prediction."""
+
+    row: ConfigResult
+    measured_s: float
+    prediction: Prediction
+    corrected_s: float | None = None  # with factors fitted on other networks
+    factors: Factors | None = None
+
+    @property
+    def predicted_s(self) -> float:
+        return self.prediction.time_s if self.corrected_s is None else self.corrected_s
+
+    @property
+    def error(self) -> float:
+        """Predicted over measured, less 1: +0.2 predicts 20% too slow."""
+        return self.predicted_s / self.measured_s - 1
+
+    def key(self, group: str) -> str:
+        s = self.row.spec
+        return {"network": s.network if s.size in ("full", "") else f"{s.network}[{s.size}]",
+                "framework": framework(s),
+                "threads": str(s.threads), "batch": str(s.batch_size),
+                "strategy": self.prediction.strategy if s.kind == "parallel"
+                else "single"}[group]
+
+
+def cases(store: Store, calibration: LocalCalibration, *,
+          kinds: Sequence[str] = ("step", "parallel")) -> tuple[list[Case], list[tuple[ConfigResult, str]]]:
+    """Every measured configuration of this machine that the model predicts, and the
+    others with the reason they are left out."""
+    mine = environment.machine_id()
+    rows = aggregate([r for k in kinds for r in store.results(kind=k, status="ok",
+                                                              machine_id=mine)])
+    out, skipped = [], []
+    for row in rows:
+        if not row.median_s:
+            continue
+        if (why := why_not(row.spec, calibration)) is not None:
+            skipped.append((row, why))
+            continue
+        p = predict_for_spec(row.spec, calibration)
+        if p is None:
+            skipped.append((row, "the model cannot predict this workload"))
+        else:
+            out.append(Case(row, undisturbed_s(row) or row.median_s, p))
+    return out, skipped
+
+
+def catalogue_cases(store: Store, device: str, *, machine_id: str | None = None
+                    ) -> tuple[list[Case], list[tuple[ConfigResult, str]]]:
+    """Every single-device step measured on ``machine_id`` (this machine by default; 'all'
+    for every machine in the store) on a device of the catalogue entry's kind, predicted
+    from the catalogue entry alone (as ``dlperf predict`` does: a GPU from the reference
+    GPU's curves scaled to its datasheet, a CPU from its datasheet and the public
+    efficiency factors; no calibration of this machine): how far to trust the model for
+    hardware that was not calibrated, on hardware that was measured."""
+    from dlperf.core.errors import UsageError
+    from dlperf.perfmodel import catalogue, predict
+
+    dev = catalogue.device(device)
+    where = {} if machine_id == "all" else {"machine_id": machine_id or environment.machine_id()}
+    rows = aggregate(store.results(kind="step", status="ok", device=dev.kind, **where))
+    out, skipped = [], []
+    for row in rows:
+        s = row.spec
+        if not row.median_s:
+            continue
+        if s.options.model_dump(exclude_defaults=True):
+            skipped.append((row, "the model knows no input pipeline"))
+            continue
+        try:
+            p = predict(s.network, device=dev.name, size=s.size, params=dict(s.params),
+                        batch_size=s.batch_size, precision=s.precision)
+        except UsageError as e:
+            skipped.append((row, str(e)))
+            continue
+        out.append(Case(row, undisturbed_s(row) or row.median_s, p))
+    return out, skipped
+
+
+def case_label(spec: RunSpec) -> str:
+    """The spec's label and what else tells two measured configurations apart in a table
+    of cases: the workload's parameters ('side=128') and settings other than the
+    defaults ('quick settings')."""
+    from dlperf.core.settings import settings_name
+
+    extra = [f"{k}={v}" for k, v in sorted(spec.params.items())]
+    name = settings_name(spec.measurement)
+    if name != "default":
+        extra.append(f"{name} settings")
+    return spec.label() + (f" ({', '.join(extra)})" if extra else "")
+
+
+def family(network: str) -> str:
+    return workloads.WORKLOADS[network].family if network in workloads.WORKLOADS else network
+
+
+def corrected(all_cases: Sequence[Case], mode: str) -> list[Case]:
+    """``mode`` 'kernels': the cases as they are. 'lono'/'lofo': each single-device case
+    corrected by its framework's factors fitted on the single-device cases of the other
+    networks (families), never its own."""
+    if mode not in ("lono", "lofo"):  # the model as it is
+        return list(all_cases)
+    hold: Callable[[Case], str] = ((lambda c: c.row.spec.network) if mode == "lono"
+                                   else (lambda c: family(c.row.spec.network)))
+    single = [c for c in all_cases if c.row.spec.kind == "step"]
+    out = []
+    for c in all_cases:
+        if c.row.spec.kind != "step":
+            out.append(c)
+            continue
+        train = [x for x in single if x.row.spec.framework == c.row.spec.framework
+                 and hold(x) != hold(c)]
+        f = fit_factors([(x.prediction.breakdown, x.measured_s) for x in train],
+                        [x.row.spec.network for x in train])
+        out.append(replace(c, corrected_s=f.apply(c.prediction.breakdown), factors=f))
+    return out
+
+
+def p90(values: Sequence[float]) -> float:
+    return float(np.percentile(np.asarray(values, float), 90)) if values else float("nan")
+
+
+@dataclass(frozen=True)
+class Summary:
+    group: str
+    value: str
+    n: int
+    median_abs: float
+    p90_abs: float
+    median_signed: float
+
+
+def summarize(cs: Sequence[Case], group: str | None = None) -> list[Summary]:
+    """Median and 90th percentile of the absolute error, per value of ``group`` (all
+    cases together when None)."""
+    keys: dict[str, list[Case]] = {}
+    for c in cs:
+        keys.setdefault(c.key(group) if group else "all", []).append(c)
+    return [Summary(group or "all", k, len(v), statistics.median(abs(c.error) for c in v),
+                    p90([abs(c.error) for c in v]), statistics.median(c.error for c in v))
+            for k, v in keys.items()]
+
+
+def worst(cs: Sequence[Case], n: int = 5) -> list[Case]:
+    return sorted(cs, key=lambda c: abs(c.error), reverse=True)[:n]
+
+
+def dominant(p: Prediction) -> tuple[str, float]:
+    """The breakdown term with the largest share of the predicted time."""
+    b = p.breakdown.model_dump()
+    term = max(b, key=lambda k: b[k])
+    return term, b[term] / p.time_s if p.time_s else 0.0
+
+
+def explain(c: Case) -> str:
+    """One line: which way the model is off, what dominates the prediction, and its
+    largest layers."""
+    term, share = dominant(c.prediction)
+    top = sorted(c.prediction.layers, key=lambda x: x.time_s, reverse=True)[:2]
+    layers = ", ".join(f"{x.name} ({x.time_s / c.prediction.time_s:.0%})" for x in top)
+    way = "too slow" if c.error > 0 else "too fast"
+    text = (f"predicts {abs(c.error):.0%} {way}; {TERM_NAMES.get(term, term)} make "
+            f"{share:.0%} of the prediction")
+    if layers:
+        text += f"; largest layers {layers}"
+    if c.row.between_cv and c.row.between_cv > 0.1:
+        text += f"; the measurement itself varies {c.row.between_cv:.0%} between processes"
+    warn = [w for w in c.row.warnings if "unstable" in w or "settle" in w]
+    if warn:
+        text += "; measured unsteadily"
+    return text
+
+
+def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | None] | None] | None:
+    """The report's model for this machine (``report.tables.Predictor``), or None when the
+    store holds no calibration of it. A row of this machine gets the kernel-calibrated
+    prediction and, as the validated error, the 90th percentile of the model's absolute
+    error on the other networks measured here with the same framework (at least two
+    of them; else None, 'not validated yet'), so that 'within it' is a check, not an echo.
+    A row of another machine gets none: this machine's curves say nothing of it."""
+    cal = plan_calibration(store, device=None)
+    if not cal.fits:
+        return None
+    found, _ = cases(store, cal)
+    mine = environment.machine_id()
+
+    def predict_row(row: ConfigResult) -> tuple[float, float | None] | None:
+        if row.machine_id not in (None, mine):
+            return None
+        p = predict_for_spec(row.spec, cal)
+        if p is None:
+            return None
+        others = [abs(c.error) for c in found if c.key("framework") == framework(row.spec)
+                  and c.row.spec.network != row.spec.network]
+        return p.time_s, (p90(others) if len(others) >= 2 else None)
+
+    return predict_row
+
+
+def framework(spec: RunSpec) -> str:
+    """The framework whose kernels predict ``spec`` (parallel runs are PyTorch workers)."""
+    return "torch" if spec.kind == "parallel" else spec.framework

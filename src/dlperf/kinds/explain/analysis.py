@@ -1,0 +1,141 @@
+"""One profiled step explained: each op group's measured time beside the model's time for
+it (``perfmodel.ops``, from this machine's calibration), the framework's own time outside
+the ops, the whole step's prediction, and a one-line diagnosis of where the step loses
+most against the calibration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlperf.core import units
+from dlperf.core.spec import RunResult, RunSpec
+from dlperf.kinds.calibrate.prediction import predict_for_spec
+from dlperf.kinds.explain.options import ProfileOutcome
+from dlperf.perfmodel.fit import LocalFit
+from dlperf.perfmodel.machine import LocalCalibration
+from dlperf.perfmodel.ops import OpTime, gemm_shape, op_times
+from dlperf.perfmodel.result import Prediction
+
+KINDS = ("gemm", "conv", "conv_bwd", "memory", "dispatch", "unmodelled")
+KIND_NAMES = {"gemm": "matrix products", "conv": "convolutions", "conv_bwd":
+              "convolution gradients", "memory": "memory-bound ops", "dispatch":
+              "dispatch-only ops (wrappers, views, autograd)", "unmodelled":
+              "ops whose operands were not recorded (no model time)"}
+#: an op group whose time beyond the model's is at least this share of the step is named
+NOTABLE = 0.10
+#: Tensor cores run a product at full rate when every dimension is a multiple of 16
+#: bytes: 8 half elements, 4 TF32 ones (NVIDIA's Deep Learning Performance Guide,
+#: "Matrix Multiplication Background", Tensor Core Requirements)
+TENSOR_ALIGN = {"bf16": 8, "fp16": 8, "tf32": 4}
+#: a product is named as unaligned when it runs below this share of its calibrated rate
+SLOW = 0.5
+
+
+@dataclass(frozen=True)
+class Explanation:
+    result: RunResult
+    profile: ProfileOutcome
+    ops: list[OpTime]
+    fit: LocalFit
+    prediction: Prediction | None
+
+    @property
+    def measured_s(self) -> float:
+        """The timed median, without the profiler."""
+        assert self.result.metrics is not None
+        return self.result.metrics.median_s
+
+    @property
+    def ops_s(self) -> float:
+        return sum(o.measured_s for o in self.ops)
+
+    @property
+    def outside_s(self) -> float:
+        """The profiled step's wall time not spent inside any op (Python, the autograd
+        engine's scheduling, the allocator, the profiler itself)."""
+        return max(self.profile.step_s - self.ops_s, 0.0)
+
+    def by_kind(self) -> list[tuple[str, float, float]]:
+        """(kind, measured, model) per step, for each kind of op present."""
+        out = []
+        for k in KINDS:
+            mine = [o for o in self.ops if o.kind == k]
+            if mine:
+                out.append((k, sum(o.measured_s for o in mine), sum(o.model_s for o in mine)))
+        return out
+
+    def notes(self) -> list[str]:
+        """Causes the profile shows beyond the diagnosis: on a GPU at a tensor-core
+        precision, the products with a dimension tensor cores cannot tile (``TENSOR_ALIGN``)
+        that ran well below their calibrated rate (the calibration's shapes are powers of
+        two)."""
+        align = TENSOR_ALIGN.get(self.fit.precision) if self.fit.device == "gpu" else None
+        if align is None:
+            return []
+        odd: dict[int, list[OpTime]] = {}
+        for o in self.ops:
+            dims = gemm_shape(o.name, o.shapes) if o.kind == "gemm" else None
+            if dims and o.share_of_calibrated < SLOW:
+                for d in sorted({d for d in dims[1:] if d % align}):
+                    odd.setdefault(d, []).append(o)
+        out = []
+        for d, ops in sorted(odd.items(), key=lambda kv: -sum(o.measured_s for o in kv[1])):
+            took = sum(o.measured_s for o in ops)
+            low = min(o.share_of_calibrated for o in ops)
+            high = max(o.share_of_calibrated for o in ops)
+            calls = sum(o.calls for o in ops)
+            out.append(f"{calls:g} matrix product call{'s' if calls != 1 else ''} with a "
+                       f"dimension of {d} (no multiple of {align} at {self.fit.precision}) ran "
+                       f"at {low:.0%}-{high:.0%} of the calibrated rate and take "
+                       f"{units.seconds(took)} ({took / self.profile.step_s:.0%} of the step): "
+                       f"tensor cores want every dimension a multiple of 16 bytes; padding it "
+                       f"to {-(-d // align) * align} is the usual cure")
+        return out
+
+    def diagnosis(self) -> str:
+        step = self.profile.step_s
+        worst = max(self.ops, key=lambda o: o.excess_s, default=None)
+        if worst is not None and worst.excess_s >= NOTABLE * step:
+            rate = ""
+            if worst.achieved_flops and worst.calibrated_flops:
+                rate = (f" ({units.flops(worst.achieved_flops, '/s')} against "
+                        f"{units.flops(worst.calibrated_flops, '/s')} calibrated)")
+            calls = f"{worst.calls:g}"
+            shape = worst.shape_text()
+            return (f"the {calls} {worst.name} call{'s' if worst.calls != 1 else ''} per step "
+                    f"{f'at {shape} ' if shape else ''}run at {worst.share_of_calibrated:.0%} of this "
+                    f"machine's calibrated rate for that shape{rate} and take "
+                    f"{worst.measured_s / step:.0%} of the step")
+        kinds = self.by_kind()
+        if not kinds:
+            return "the profiler recorded no ops"
+        k, measured, model = max(kinds, key=lambda x: abs(x[1] - x[2]))
+        if abs(measured - model) >= NOTABLE * step:
+            groups = sum(1 for o in self.ops if o.kind == k)
+            head = (f"{KIND_NAMES[k]} take {units.seconds(measured)} per step in all "
+                    f"({measured / step:.0%} of it), {measured / max(model, 1e-12):.2g} times "
+                    f"the {units.seconds(model)} their calibrated curves give")
+            if measured > model:
+                return (f"{head} ({groups} op group{'s' if groups != 1 else ''}, none alone "
+                        f"{NOTABLE:.0%} of the step over its model)")
+            return (f"{head}: the library runs them faster in the step than the "
+                    f"calibration's kernels of the same shapes")
+        if self.outside_s >= 0.2 * step:
+            return (f"the framework's own time outside the ops (Python, autograd or the runtime, allocation) "
+                    f"takes {self.outside_s / step:.0%} of the step; the ops themselves run "
+                    f"within {NOTABLE:.0%} of a step of their calibrated times")
+        k, measured, _ = max(kinds, key=lambda x: x[1])
+        return (f"every op group runs within {NOTABLE:.0%} of a step of its calibrated time; "
+                f"{KIND_NAMES[k]} take {measured / step:.0%} of the step")
+
+
+def explain(result: RunResult, calibration: LocalCalibration) -> Explanation:
+    """The explanation of a stored profile run (kind 'profile') from this machine's
+    calibration of its framework, thread count and precision."""
+    assert isinstance(result.outcome, ProfileOutcome)
+    s = result.spec
+    model = calibration.model(s.framework, s.threads, s.device, precision=s.precision)
+    step = RunSpec.model_validate({**s.model_dump(), "kind": "step", "options": {}})
+    return Explanation(result, result.outcome, op_times(result.outcome.ops, model.fit),
+                       model.fit, predict_for_spec(step, calibration))
+

@@ -1,0 +1,38 @@
+"""What a kind of run is to the rest of dlperf: one ``Kind`` per kind, listed in ``KINDS``.
+
+Core reads a kind's types (``KindTypes``: options, outcome, label); the engine's worker
+runs its body in a fresh process (``run``), or the engine runs it in its own process
+(``launcher="in_process"``, a run that needs no framework) or under torchrun
+(``launcher="torchrun"``); the report takes its sections (``sections``), in the order of
+``KINDS``. A kind's entry (``kinds/<name>/__init__.py``) imports its options eagerly and
+its run body and sections only when they are called, so reading a spec loads neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from dlperf.core.kind_table import KindTypes
+from dlperf.core.spec import RunResult, RunSpec
+
+#: (spec, backend, emit, base, resume) -> RunResult: the body a worker runs. ``base`` holds
+#: what every result carries (CPUs, threads and precision in force, software); ``resume``
+#: what an interrupted run of the same spec had measured (calibration kernels), or None.
+RunBody = Callable[[RunSpec, Any, Callable[[dict[str, Any]], None], dict[str, Any], Any],
+                   RunResult]
+#: (store, output folder, filters) -> a report section, or None without data
+SectionBuilder = Callable[[Any, Path, Any], Any]
+
+
+@dataclass(frozen=True)
+class Kind(KindTypes):
+    #: the body a fresh worker process runs (launcher "worker"), or the engine itself
+    #: ("in_process": no framework, no backend: ``run(spec, None, emit, {}, None)``)
+    run: RunBody | None = None
+    launcher: Literal["worker", "torchrun", "in_process"] = "worker"
+    #: predictor -> the kind's report sections, in report order (predictor: a
+    #: performance model for the predicted cells, or None)
+    sections: Callable[[Any], list[SectionBuilder]] | None = None

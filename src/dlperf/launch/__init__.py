@@ -1,5 +1,0 @@
-"""Launchers: one fresh worker process per RunSpec (``isolated``); torchrun for several."""
-
-from dlperf.launch.isolated import run_isolated
-
-__all__ = ["run_isolated"]
