@@ -19,7 +19,7 @@ pytest.importorskip("flax")
 optax = pytest.importorskip("optax")
 
 from dlperf import workloads  # noqa: E402
-from dlperf.backends import jax_backend  # noqa: E402
+from dlperf.backends import jax_backend, torch_backend  # noqa: E402
 from dlperf.backends.base import UnsupportedError  # noqa: E402
 from dlperf.core.spec import Measurement, RunSpec  # noqa: E402
 from dlperf.engine.launch import run_isolated  # noqa: E402
@@ -120,7 +120,6 @@ def test_xla_cost_analysis_counts_something_else():
 
 # ----------------------------------------------------------------------------- parity
 def _assert_one_step_matches_pytorch(name: str, cfg, jx: jax_backend.JaxTrainer) -> None:
-    torch_backend = pytest.importorskip("dlperf.backends.torch_backend")
     pt = torch_backend.TorchBackend().build(name, cfg, BATCH, "eager", "cpu", 0)
     start = pt.get_weights()
     assert set(jx.get_weights()) == set(start)

@@ -129,13 +129,18 @@ def test_a_straggler_holds_up_every_synchronous_worker(tmp_path):
     assert r.ok, r.failure
     fast, slow = as_dict(r)["per_rank"]  # rank 1 is the straggler
     assert fast["steps"] == slow["steps"] == 5  # lockstep: the same steps, whatever the pace
-    # the straggler's own step less its delay is a step without a straggler; the fast
-    # worker's step exceeds that by about the delay, most of it spent waiting in the
-    # all-reduce for the straggler's gradients (the straggler itself hardly waits)
-    added = fast["median_step_s"] - (slow["median_step_s"] - DELAY)
-    assert 0.7 * DELAY < added < 1.5 * DELAY, (fast, slow)
-    assert 0.5 * DELAY < fast["per_step_s"]["wait"] < 1.5 * DELAY, fast
-    assert slow["per_step_s"]["wait"] < 0.3 * DELAY, slow
+    # the straggler's own step less its delay is a step without a straggler, measured in
+    # this run (a loaded machine makes it longer: every margin below is a multiple of it,
+    # none a fixed number of milliseconds). The fast worker's step exceeds it by the delay
+    # (in lockstep the two steps are as long, to within a straggler-free step), most of
+    # that spent waiting in the all-reduce for the straggler's gradients; the straggler
+    # itself waits less than one straggler-free step
+    free = slow["median_step_s"] - DELAY
+    assert free > 0, slow
+    added = fast["median_step_s"] - free
+    assert abs(added - DELAY) < free, (fast, slow)
+    assert 0.5 * added < fast["per_step_s"]["wait"] < added + free, (fast, slow)
+    assert slow["per_step_s"]["wait"] < free, (fast, slow)
     assert r.metrics.median_s > DELAY  # the time per mini-batch carries the delay
 
 
@@ -150,13 +155,18 @@ def test_async_workers_do_not_wait_for_a_straggler_and_every_push_is_applied_onc
                         measurement=slow_window), tmp_path)
     assert r.ok, r.failure
     fast, slow = as_dict(r)["per_rank"]
-    # nobody waits: in the same window the fast worker pushes several times as often, and
-    # its step stays a small fraction of the delay that every straggler step carries (the
-    # straggler's own step less its delay is no baseline here: it is mostly its RPCs)
+    # nobody waits: in the same window the fast worker pushes several times as often; its
+    # step is shorter than a straggler-free step measured in this run, the straggler's own
+    # step less its delay (a worker waiting for the straggler would carry the delay on
+    # top of that; the straggler reaches the server by RPC, rank 0 calls it in-process,
+    # so its steps are shorter still), and its waits for the server's lock are a small
+    # share of its own time. Ratios of times measured side by side, which a loaded
+    # machine lengthens together, never a fixed number of milliseconds
     assert slow["steps"] >= 1 and fast["steps"] >= 2 * slow["steps"], (fast, slow)
     assert slow["median_step_s"] > DELAY
-    assert fast["median_step_s"] < 0.3 * DELAY, (fast, slow)
-    assert fast["per_step_s"]["wait"] < 0.2 * DELAY, fast
+    free = slow["median_step_s"] - DELAY
+    assert fast["median_step_s"] < free, (fast, slow)
+    assert fast["wait_share"] < 0.1, fast
     # the straggler's gradients were computed while the fast worker kept pushing: they
     # missed updates (its pull happened at least DELAY before its push)
     server = load(tmp_path, "server", 0)
