@@ -1,12 +1,19 @@
 """Loading a framework's backend (worker side only). The table of frameworks is
-``dlperf.core.frameworks``; importing this module imports no framework."""
+``dlperf.core.framework_table``; importing this module imports no framework."""
 
 from __future__ import annotations
 
 import importlib
 
 from dlperf.backends.base import Backend, Trainer, UnsupportedError
-from dlperf.core.frameworks import BACKENDS, BackendInfo, info, installed, require, resolve_variant
+from dlperf.core.framework_table import (
+    BACKENDS,
+    BackendInfo,
+    info,
+    installed,
+    require,
+    resolve_variant,
+)
 
 
 def load(name: str) -> Backend:

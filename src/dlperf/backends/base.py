@@ -1,42 +1,57 @@
 """The backend interface. This module imports no framework.
 
-A backend turns a framework-neutral workload config into a ``Trainer``: an object whose
-``step()`` runs one forward + backward + parameter update on data already on the device,
-and whose ``sync()`` waits for the device. The worker times ``step(); sync()``.
+A backend turns a framework-neutral workload config into something the worker times. What
+it times is a ``Timed``: ``step()`` queues one unit of work on data already on the device
+and ``sync()`` waits for the device; the worker times ``step(); sync()``. A ``Trainer`` is
+a Timed whose step is one forward + backward + parameter update; ``ForwardOnly`` is one
+forward pass (kind 'inference'); peak probes and calibration kernels are plain Timed.
 
-Each framework has one module (``torch_backend``, ``tf_backend``, ``jax_backend``) that
-imports the framework at the top; the registry in ``dlperf.backends`` names them, so
+Every backend has the core (``Backend``: threads, precision, software versions, building
+a training step). What else it can do, it declares by inheriting a capability (its class
+line is the list): ``Inference``, ``InputPipelines``, ``PeakMatmul``, ``PeakConv``,
+``CalibrationKernels``, ``Profiling``, ``AllReduce``. Capabilities are abstract base
+classes, not ``typing.Protocol``s: the declaration and the methods are one thing (a
+declared capability whose method is missing fails when the backend is created, not in the
+middle of a sweep), and ``isinstance`` checks the declaration, never a method that happens
+to have the name (all a runtime-checkable Protocol would check).
+A caller asks for one with ``capability(backend, Inference)``, which raises
+UnsupportedError (an 'unsupported' failure) naming the backend and what it lacks.
+
+Each framework has one module (``torch_backend``, ``tf_backend``, ``jax_backend``, ...)
+that imports the framework at the top; the registry in ``dlperf.backends`` names them, so
 nothing is imported until a worker needs it.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 
 class UnsupportedError(Exception):
     """This backend cannot run this configuration (recorded as an 'unsupported' failure)."""
 
 
-class Trainer(ABC):
-    """One built training step for one workload, batch size, variant and device."""
+# ----------------------------------------------------------------------------- timed things
+class Timed(ABC):
+    """What the step timer times (``kinds.step.run.time_steps``): one built unit of work
+    for one workload, size and device."""
 
-    #: trainable parameters, as the framework counts them
+    #: trainable parameters, as the framework counts them (0: a kernel has none)
     param_count: int
-    #: samples per step (the mini-batch size)
+    #: samples per step (the mini-batch size; a kernel's size)
     batch_size: int
 
     @abstractmethod
     def step(self) -> Any:
-        """One forward + backward + update. May return the loss (a device value)."""
+        """Queue one unit of work. May return its output (a device value)."""
 
     @abstractmethod
     def sync(self) -> None:
         """Block until all queued device work is done (no-op on an eager CPU)."""
 
     def flops_per_step(self) -> float | None:
-        """Training-step FLOPs from the framework's own counter, or None if it has none."""
+        """FLOPs of one step from the framework's own counter, or None if it has none."""
         return None
 
     def device_peak_bytes(self) -> int | None:
@@ -46,8 +61,12 @@ class Trainer(ABC):
     def device_clock(self) -> Any | None:
         """The device's own timer of the work ``step()`` queues (``start()`` and ``stop()``
         around the calls, ``elapsed()`` seconds after the sync), or None: the wall clock
-        times it (``calibrate.worker.Queued``)."""
+        times it (``kinds.calibrate.run.Queued``)."""
         return None
+
+
+class Trainer(Timed):
+    """One built training step: ``step()`` is one forward + backward + update."""
 
     def loss(self) -> float:
         """Loss of the last step, as a Python float (forces a sync)."""
@@ -65,18 +84,31 @@ class Trainer(ABC):
         """Replace the synthetic batch with numpy arrays in the neutral layout."""
         raise NotImplementedError
 
+
+class PipelineTrainer(Trainer):
+    """A training step that also takes its batch from its backend's input pipeline
+    (``InputPipelines``): what a backend with that capability builds for a DLBench
+    network."""
+
+    @abstractmethod
     def train_on(self, x: Any, y: Any) -> Any:
-        """One step on a batch from this backend's input pipeline
-        (``Backend.input_pipeline``), in the framework's own tensor type on the host: the
-        trainer moves it to its device (no numpy round trip) and runs ``step()`` on it."""
-        raise UnsupportedError(f"{type(self).__name__} cannot train on an input pipeline")
+        """One step on a batch from ``InputPipelines.input_pipeline``, in the framework's
+        own tensor type on the host: the trainer moves it to its device (no numpy round
+        trip) and runs ``step()`` on it."""
 
 
-class ForwardOnly(Trainer):
+def pipeline_trainer(trainer: Trainer) -> PipelineTrainer:
+    """``trainer`` as one that trains on an input pipeline, or UnsupportedError."""
+    if isinstance(trainer, PipelineTrainer):
+        return trainer
+    raise UnsupportedError(f"{type(trainer).__name__} cannot train on an input pipeline")
+
+
+class ForwardOnly(Timed):
     """A built network in the framework's inference mode: ``step()`` is one forward pass
     (one query) over a batch already on the device, with no autograd and the network in
     evaluation mode (batch normalisation on its running statistics, dropout off). What
-    ``Backend.build_inference`` returns; the worker times it as it times a step."""
+    ``Inference.build_inference`` returns; the worker times it as it times a step."""
 
     #: how the framework was put into inference mode (recorded with the result)
     mode: str = ""
@@ -111,8 +143,10 @@ MIXED_KERNELS = ("the calibration kernels run under mixed precision in PyTorch o
                  "autocast); calibrate this framework at fp32 or tf32")
 
 
+# ----------------------------------------------------------------------------- the core
 class Backend(ABC):
-    """A framework's implementation. Subclasses live in modules that import the framework."""
+    """A framework's implementation: what every backend has. Subclasses live in modules
+    that import the framework, and add the capabilities below that they implement."""
 
     name: str
     #: the precision that set_precision applied; build() reads it
@@ -122,17 +156,14 @@ class Backend(ABC):
     def set_threads(self, threads: int) -> int:
         """Apply the thread count before the first op; return the count now in force."""
 
+    @abstractmethod
     def set_precision(self, precision: str, device: str) -> dict[str, Any]:
         """Apply the numeric precision (dlperf.core.spec.Precision) before anything is built and
         return the framework's settings read back, which the result records. fp32 turns
         TF32 and reduced-precision reductions off; tf32 turns them on; bf16 and fp16 make
         build() use the framework's mixed precision. A precision this backend cannot run
-        on this device raises UnsupportedError with the reason. This default runs fp32
-        only."""
-        if precision != "fp32":
-            raise UnsupportedError(f"the {self.name} backend runs fp32 only")
-        self.precision = precision
-        return {}
+        on this device raises UnsupportedError with the reason (``fp32_only``: a backend
+        that runs fp32 alone)."""
 
     @abstractmethod
     def software(self) -> dict[str, Any]:
@@ -147,52 +178,144 @@ class Backend(ABC):
     ) -> Trainer:
         """Build the network, optimizer (plain SGD) and synthetic data on the device."""
 
-    def input_pipeline(self, source: Any, batch_size: int, seed: int, device: str) -> Any:
-        """The framework's own input pipeline over ``source`` (a
-        ``dlperf.inputs.pipeline.Source``): an ``InputPipeline`` whose batches are in
-        this framework's tensor type, for ``Trainer.train_on``."""
-        raise UnsupportedError(f"the {self.name} backend has no input pipeline")
 
+def fp32_only(backend: Backend, precision: str) -> dict[str, Any]:
+    """``set_precision`` of a backend that runs fp32 only: it has no settings to read back."""
+    if precision != "fp32":
+        raise UnsupportedError(f"the {backend.name} backend runs fp32 only")
+    backend.precision = precision
+    return {}
+
+
+# ----------------------------------------------------------------------------- capabilities
+class Capability(ABC):
+    """Something a backend can do beyond the core, declared by inheriting it."""
+
+    #: what the capability is, as the message of a backend without it names it
+    label: ClassVar[str]
+    #: that message; ``{name}`` is the backend's name
+    missing: ClassVar[str]
+
+
+class Inference(Capability):
+    """Forward-only queries (kind 'inference')."""
+
+    label = "inference mode"
+    missing = "the {name} backend has no inference mode"
+
+    @abstractmethod
     def build_inference(
         self, workload: str, config: Any, batch_size: int, variant: str, device: str, seed: int
     ) -> ForwardOnly:
         """The network and a synthetic batch of ``batch_size`` on the device, in the
         framework's inference mode (``ForwardOnly``); the same weights as ``build``."""
-        raise UnsupportedError(f"the {self.name} backend has no inference mode")
 
-    def matmul(self, n: int, device: str) -> Trainer:
-        """An n x n fp32 matmul as a Trainer: one of the kernels whose best FLOP/s is the
-        machine's peak (``dlperf.kinds.peak.rates``)."""
-        raise UnsupportedError(f"{self.name} has no matmul probe")
 
-    def conv(self, n: int, device: str) -> Trainer:
-        """The fp32 convolution of ``conv_probe_shape(n)``, forward, as a Trainer."""
-        raise UnsupportedError(f"{self.name} has no conv probe")
+class InputPipelines(Capability):
+    """The framework's own input pipeline (kind 'dataflow', a step on real data). Its
+    ``build`` returns a ``PipelineTrainer`` for a DLBench network."""
 
-    def probe(self, kernel: str, n: int, device: str) -> Trainer:
-        """The peak kernel ``kernel`` ('matmul' or 'conv') of size ``n``."""
-        probes = {"matmul": self.matmul, "conv": self.conv}
-        if kernel not in probes:
-            raise UnsupportedError(f"no peak kernel '{kernel}' (known: {', '.join(probes)})")
-        return probes[kernel](n, device)
+    label = "input pipeline"
+    missing = "the {name} backend has no input pipeline"
 
-    def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Trainer:
+    @abstractmethod
+    def input_pipeline(self, source: Any, batch_size: int, seed: int, device: str) -> Any:
+        """The framework's own input pipeline over ``source`` (a
+        ``dlperf.inputs.pipeline.Source``): an ``InputPipeline`` whose batches are in
+        this framework's tensor type, for ``PipelineTrainer.train_on``."""
+
+
+class PeakMatmul(Capability):
+    """The fp32 matmul among the kernels whose best FLOP/s is the machine's peak
+    (kind 'peak', ``dlperf.kinds.peak.rates``; ``probe`` picks a kernel by name)."""
+
+    label = "matmul probe"
+    missing = "{name} has no matmul probe"
+
+    @abstractmethod
+    def matmul(self, n: int, device: str) -> Timed:
+        """An n x n fp32 matmul."""
+
+
+class PeakConv(Capability):
+    """The fp32 convolution peak kernel."""
+
+    label = "conv probe"
+    missing = "{name} has no conv probe"
+
+    @abstractmethod
+    def conv(self, n: int, device: str) -> Timed:
+        """The fp32 convolution of ``conv_probe_shape(n)``, forward."""
+
+
+class CalibrationKernels(Capability):
+    """The kernels the performance model is calibrated on (kind 'kernel')."""
+
+    label = "calibration kernels"
+    missing = "{name} has no calibration kernels"
+
+    @abstractmethod
+    def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Timed:
         """One calibration kernel (``dlperf.perfmodel.kernels``: 'gemm', 'conv', 'conv_bwd',
-        'memory', 'dispatch') of one shape as a Trainer: ``step()`` runs it once, the
-        way this framework runs a training step's ops."""
-        raise UnsupportedError(f"{self.name} has no calibration kernels")
+        'memory', 'dispatch', ...) of one shape: ``step()`` runs it once, the way this
+        framework runs a training step's ops."""
 
+
+class Profiling(Capability):
+    """The framework's own profiler over training steps (kind 'profile', ``dlperf explain``)."""
+
+    label = "profiler"
+    missing = ("dlperf explain cannot profile {name} steps yet "
+               "(the profilers of torch, tensorflow and jax are wired)")
+
+    @abstractmethod
     def profile(self, trainer: Trainer, steps: int, device: str) -> tuple[list[dict], float]:
         """Run ``steps`` of ``trainer`` under this framework's own profiler: (each op group
-        as ``kinds.profile.ProfiledOp`` fields, per step; the mean wall time of a step)."""
-        raise UnsupportedError(f"dlperf explain cannot profile {self.name} steps yet "
-                               "(the profilers of torch, tensorflow and jax are wired)")
+        as ``kinds.explain.options.ProfiledOp`` fields, per step; the mean wall time of a
+        step)."""
 
+
+class AllReduce(Capability):
+    """All-reduces among processes on this machine (the calibration's 'allreduce' op)."""
+
+    label = "all-reduce kernel"
+    missing = "{name} has no all-reduce kernel (torch's gloo has)"
+
+    @abstractmethod
     def allreduce(self, sizes: list[int], world: int, repeats: int,
                   warmup: int) -> list[list[float]]:
         """Per size in bytes, the seconds of each of ``repeats`` all-reduces among
         ``world`` processes on this machine (after ``warmup`` untimed ones)."""
-        raise UnsupportedError(f"{self.name} has no all-reduce kernel (torch's gloo has)")
+
+
+#: every capability a backend can declare
+CAPABILITIES: tuple[type[Capability], ...] = (
+    Inference, InputPipelines, PeakMatmul, PeakConv, CalibrationKernels, Profiling, AllReduce,
+)
+
+C = TypeVar("C", bound=Capability)
+
+
+def capability(backend: Backend, cap: type[C]) -> C:
+    """``backend`` as the capability ``cap``; a backend that does not declare it raises
+    UnsupportedError with ``cap.missing``, which names the backend and the capability."""
+    if isinstance(backend, cap):
+        return backend
+    raise UnsupportedError(cap.missing.format(name=backend.name))
+
+
+#: the peak kernels (a peak run's ``RunSpec.network``)
+PEAK_KERNELS = ("matmul", "conv")
+
+
+def probe(backend: Backend, kernel: str, n: int, device: str) -> Timed:
+    """The peak kernel ``kernel`` ('matmul': ``PeakMatmul``, 'conv': ``PeakConv``) of size
+    ``n`` on ``backend``."""
+    if kernel == "matmul":
+        return capability(backend, PeakMatmul).matmul(n, device)
+    if kernel == "conv":
+        return capability(backend, PeakConv).conv(n, device)
+    raise UnsupportedError(f"no peak kernel '{kernel}' (known: {', '.join(PEAK_KERNELS)})")
 
 
 def conv_probe_shape(n: int) -> tuple[int, int, int]:

@@ -33,7 +33,14 @@ from dlperf.backends.base import (
     MIXED_KERNELS,
     NO_TF32_ON_CPU,
     Backend,
+    CalibrationKernels,
     ForwardOnly,
+    Inference,
+    InputPipelines,
+    PeakMatmul,
+    PipelineTrainer,
+    Profiling,
+    Timed,
     Trainer,
     UnsupportedError,
 )
@@ -410,7 +417,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, has_bn: 
     return train_step
 
 
-class JaxTrainer(Trainer):
+class JaxTrainer(PipelineTrainer):
     """The state (parameters, batch statistics, optimizer state) lives on the device and is
     donated to every step; ``step()`` is a single call of the jitted step."""
 
@@ -541,7 +548,7 @@ def xla_cpu_threads() -> int:
     return len(os.sched_getaffinity(0))
 
 
-class JaxBackend(Backend):
+class JaxBackend(Backend, Inference, InputPipelines, PeakMatmul, CalibrationKernels, Profiling):
     name = "jax"
 
     def set_threads(self, threads: int) -> int:
@@ -610,10 +617,10 @@ class JaxBackend(Backend):
         x, _ = synthetic_batch(config, batch_size, seed + 1)
         return JaxInference(model, variables, x, dev)
 
-    def matmul(self, n: int, device: str) -> Trainer:
+    def matmul(self, n: int, device: str) -> Timed:
         return MatmulProbe(n, _device(device))
 
-    def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Trainer:
+    def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Timed:
         from dlperf.backends.jax_kernels import kernel
 
         if self.precision in MIXED:
@@ -628,7 +635,7 @@ class JaxBackend(Backend):
         return profile(trainer, steps, device)
 
 
-class MatmulProbe(Trainer):
+class MatmulProbe(Timed):
     """An n x n fp32 matmul as a 'step': the peak that achieved FLOP/s is compared with."""
 
     def __init__(self, n: int, device: jax.Device):

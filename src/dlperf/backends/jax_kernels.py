@@ -8,13 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dlperf.backends.base import Trainer, UnsupportedError
+from dlperf.backends.base import Timed, UnsupportedError
 from dlperf.perfmodel.kernels import DISPATCH_SIDE, flops
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
-class KernelTrainer(Trainer):
+class Kernel(Timed):
     """One call of a jitted calibration kernel per step."""
 
     batch_size = 1
@@ -155,5 +155,5 @@ class KernelTrainer(Trainer):
         return flops(self.op, self.shape)
 
 
-def kernel(op: str, shape: tuple[int, ...], device: jax.Device) -> Trainer:
-    return KernelTrainer(op, shape, device)
+def kernel(op: str, shape: tuple[int, ...], device: jax.Device) -> Timed:
+    return Kernel(op, shape, device)

@@ -31,7 +31,17 @@ if "keras" not in sys.modules and _wanted in backends.BACKENDS and not backends.
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from dlperf.backends.base import Backend, ForwardOnly, Trainer, UnsupportedError  # noqa: E402
+from dlperf.backends.base import (  # noqa: E402
+    Backend,
+    ForwardOnly,
+    Inference,
+    PeakMatmul,
+    Timed,
+    Trainer,
+    UnsupportedError,
+    capability,
+    fp32_only,
+)
 from dlperf.backends.keras_models import (  # noqa: E402
     FlatRows,
     build_model,
@@ -193,7 +203,7 @@ def _build_for_tracing(tr: KerasTrainer) -> None:
 
 
 # ----------------------------------------------------------------------------- backend
-class KerasBackend(Backend):
+class KerasBackend(Backend, Inference, PeakMatmul):
     """Threads, devices and versions are the framework's own: its dlperf backend is asked."""
 
     name = "keras"
@@ -210,6 +220,9 @@ class KerasBackend(Backend):
 
     def has_gpu(self) -> bool:
         return self._engine.has_gpu()
+
+    def set_precision(self, precision: str, device: str) -> dict[str, Any]:
+        return fp32_only(self, precision)
 
     def build(self, workload: str, config: Any, batch_size: int, variant: str, device: str,
               seed: int) -> KerasTrainer:
@@ -235,8 +248,9 @@ class KerasBackend(Backend):
                         device: str, seed: int) -> KerasInference:
         return KerasInference(self.build(workload, config, batch_size, variant, device, seed))
 
-    def matmul(self, n: int, device: str) -> Trainer:
-        return self._engine.matmul(n, device)
+    def matmul(self, n: int, device: str) -> Timed:
+        """The framework's own matmul probe (Keras adds nothing to one product)."""
+        return capability(self._engine, PeakMatmul).matmul(n, device)
 
 
 BACKEND_CLASS = KerasBackend

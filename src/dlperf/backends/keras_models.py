@@ -34,7 +34,7 @@ def _uniform(bound: float) -> keras.initializers.Initializer:
 
 
 def _fan_in_uniform(fan_in: int) -> keras.initializers.Initializer:
-    """U(-1/sqrt(fan_in), +1/sqrt(fan_in)) (dlperf.workloads.init); biases are zeros."""
+    """U(-1/sqrt(fan_in), +1/sqrt(fan_in)) as in every framework's backend; biases are zeros."""
     return _uniform(1.0 / math.sqrt(fan_in))
 
 

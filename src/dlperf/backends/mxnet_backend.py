@@ -34,7 +34,7 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 from mxnet.gluon import nn, rnn
 
-from dlperf.backends.base import Backend, Trainer, UnsupportedError
+from dlperf.backends.base import Backend, Trainer, UnsupportedError, fp32_only
 from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
 
 LEARNING_RATE = 0.01
@@ -59,7 +59,7 @@ def _hwio_to_oihw(a: np.ndarray) -> np.ndarray:
 
 
 def _uniform_fan_in(fan_in: int) -> mx.init.Initializer:
-    """U(-1/sqrt(fan_in), +1/sqrt(fan_in)) (dlperf.workloads.init); biases are zeros."""
+    """U(-1/sqrt(fan_in), +1/sqrt(fan_in)) as in every framework's backend; biases are zeros."""
     return mx.init.Uniform(1.0 / math.sqrt(fan_in))
 
 
@@ -384,6 +384,9 @@ class MXNetBackend(Backend):
 
     def has_gpu(self) -> bool:
         return mx.runtime.Features().is_enabled("CUDA") and mx.context.num_gpus() > 0
+
+    def set_precision(self, precision: str, device: str) -> dict[str, Any]:
+        return fp32_only(self, precision)
 
     def build(self, workload: str, config: Any, batch_size: int, variant: str, device: str,
               seed: int) -> MXNetTrainer:

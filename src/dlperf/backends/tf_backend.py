@@ -29,7 +29,14 @@ from dlperf.backends.base import (
     MIXED_KERNELS,
     NO_TF32_ON_CPU,
     Backend,
+    CalibrationKernels,
     ForwardOnly,
+    Inference,
+    InputPipelines,
+    PeakMatmul,
+    PipelineTrainer,
+    Profiling,
+    Timed,
     Trainer,
     UnsupportedError,
 )
@@ -155,7 +162,7 @@ def make_train_step(model: keras.Model, opt: keras.optimizers.Optimizer, jit: bo
     return tf.function(train_step, jit_compile=jit)
 
 
-class TFTrainer(Trainer):
+class TFTrainer(PipelineTrainer):
     def __init__(self, model: keras.Model, flat: dict[str, tuple[int, int, int]],
                  x: tf.Tensor, y: tf.Tensor, cfg: Any, variant: str, device: str):
         self.model, self._flat, self._cfg = model, flat, cfg
@@ -274,7 +281,8 @@ class TFInference(ForwardOnly):
         return not any("Grad" in op.type for op in graph.get_operations())
 
 
-class TensorFlowBackend(Backend):
+class TensorFlowBackend(Backend, Inference, InputPipelines, PeakMatmul, CalibrationKernels,
+                        Profiling):
     name = "tensorflow"
 
     def set_threads(self, threads: int) -> int:
@@ -354,12 +362,12 @@ class TensorFlowBackend(Backend):
         tr = self.build(workload, config, batch_size, variant, device, seed)
         return TFInference(tr.model, tr.x, variant, tr.device)
 
-    def matmul(self, n: int, device: str) -> Trainer:
+    def matmul(self, n: int, device: str) -> Timed:
         if device == "gpu" and not self.has_gpu():
             raise UnsupportedError("no GPU visible to TensorFlow")
         return MatmulProbe(n, "/GPU:0" if device == "gpu" else "/CPU:0")
 
-    def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Trainer:
+    def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Timed:
         from dlperf.backends.tf_kernels import kernel
 
         if self.precision in MIXED:
@@ -376,7 +384,7 @@ class TensorFlowBackend(Backend):
         return profile(trainer, steps, device)
 
 
-class MatmulProbe(Trainer):
+class MatmulProbe(Timed):
     """An n x n fp32 matmul as a 'step': the peak that achieved FLOP/s is compared with."""
 
     def __init__(self, n: int, device: str):

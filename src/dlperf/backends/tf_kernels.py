@@ -8,11 +8,11 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from dlperf.backends.base import Trainer, UnsupportedError
+from dlperf.backends.base import Timed, UnsupportedError
 from dlperf.perfmodel.kernels import DISPATCH_SIDE, flops
 
 
-class KernelTrainer(Trainer):
+class Kernel(Timed):
     """One call of a calibration kernel per step (one tf.function call)."""
 
     batch_size = 1
@@ -159,5 +159,5 @@ class KernelTrainer(Trainer):
         return flops(self.op, self.shape)
 
 
-def kernel(op: str, shape: tuple[int, ...], device: str) -> Trainer:
-    return KernelTrainer(op, shape, device)
+def kernel(op: str, shape: tuple[int, ...], device: str) -> Timed:
+    return Kernel(op, shape, device)

@@ -1,8 +1,8 @@
 """PyTorch backend: eager mode, and torch.compile as the 'compile' variant.
 
 Networks are built from the framework-neutral configs of ``dlperf.workloads``; the
-initialisation follows ``dlperf.workloads.init`` so that every framework starts from the
-same distribution. FLOPs come from ``torch.utils.flop_counter.FlopCounterMode``.
+initialisation is the same in every framework (weights U(-1/sqrt(fan_in), +1/sqrt(fan_in)),
+biases 0), so that every framework starts from the same distribution. FLOPs come from ``torch.utils.flop_counter.FlopCounterMode``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,17 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dlperf.backends.base import (
     NO_TF32_ON_CPU,
+    AllReduce,
     Backend,
+    CalibrationKernels,
     ForwardOnly,
+    Inference,
+    InputPipelines,
+    PeakConv,
+    PeakMatmul,
+    PipelineTrainer,
+    Profiling,
+    Timed,
     Trainer,
     UnsupportedError,
     conv_probe_flops,
@@ -38,7 +47,7 @@ LEARNING_RATE = 0.01
 
 # ----------------------------------------------------------------------------- init
 def init_uniform_fan_in(module: nn.Module) -> None:
-    """Weights ~ U(-1/sqrt(fan_in), +1/sqrt(fan_in)), biases 0 (dlperf.workloads.init)."""
+    """Weights ~ U(-1/sqrt(fan_in), +1/sqrt(fan_in)), biases 0, as in every framework's backend."""
     for m in module.modules():
         if isinstance(m, nn.Linear | nn.Conv2d | nn.ConvTranspose2d):
             fan_in = m.weight[0].numel() if not isinstance(m, nn.ConvTranspose2d) else (
@@ -259,7 +268,7 @@ def import_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
 # ----------------------------------------------------------------------------- trainer
 
 
-class TorchTrainer(Trainer):
+class TorchTrainer(PipelineTrainer):
     def __init__(self, model: nn.Module, x, y, variant: str, device: torch.device,
                  config: Any = None, precision: str = "fp32"):
         self.model = model
@@ -454,7 +463,8 @@ def _count(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float(c.get_total_flops())
 
 
-class TorchBackend(Backend):
+class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
+                   CalibrationKernels, Profiling, AllReduce):
     name = "torch"
 
     def set_threads(self, threads: int) -> int:
@@ -529,17 +539,17 @@ class TorchBackend(Backend):
                                torch.device("cuda" if device == "gpu" else "cpu"), seed,
                                self.precision)
 
-    def matmul(self, n: int, device: str) -> Trainer:
+    def matmul(self, n: int, device: str) -> Timed:
         if device == "gpu" and not torch.cuda.is_available():
             raise UnsupportedError("no CUDA GPU visible to torch")
         return MatmulProbe(n, torch.device("cuda" if device == "gpu" else "cpu"))
 
-    def conv(self, n: int, device: str) -> Trainer:
+    def conv(self, n: int, device: str) -> Timed:
         if device == "gpu" and not torch.cuda.is_available():
             raise UnsupportedError("no CUDA GPU visible to torch")
         return ConvProbe(n, torch.device("cuda" if device == "gpu" else "cpu"))
 
-    def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Trainer:
+    def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Timed:
         from dlperf.backends.torch_kernels import kernel
 
         return kernel(op, shape, device, AUTOCAST.get(self.precision))
@@ -556,7 +566,7 @@ class TorchBackend(Backend):
         return allreduce(sizes, world, repeats, warmup)
 
 
-class MatmulProbe(Trainer):
+class MatmulProbe(Timed):
     """An n x n fp32 matmul as a 'step': the peak that achieved FLOP/s is compared with."""
 
     def __init__(self, n: int, device: torch.device):
@@ -580,7 +590,7 @@ class MatmulProbe(Trainer):
         return 2.0 * self.n**3
 
 
-class ConvProbe(Trainer):
+class ConvProbe(Timed):
     """The conv probe (``conv_probe_shape``) as a 'step': a forward 3x3 convolution,
     through oneDNN on the CPU. Channels-last, because oneDNN's direct convolution works in
     NHWC: in NCHW torch reorders the tensors around every call (measured here: 30-60%

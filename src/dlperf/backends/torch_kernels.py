@@ -1,4 +1,4 @@
-"""PyTorch's calibration kernels (``dlperf.perfmodel.kernels``): each op as a Trainer
+"""PyTorch's calibration kernels (``dlperf.perfmodel.kernels``): each op as a Timed
 whose ``step()`` runs one call the way a DLBench network runs it (eager, NCHW, at the
 run's precision), and the gloo all-reduce on loopback among spawned processes.
 
@@ -20,7 +20,7 @@ from datetime import timedelta
 import torch
 import torch.nn.functional as F
 
-from dlperf.backends.base import Trainer, UnsupportedError
+from dlperf.backends.base import Timed, UnsupportedError
 from dlperf.backends.torch_amp import autocast_context
 from dlperf.perfmodel.kernels import DISPATCH_SIDE, flops
 
@@ -77,7 +77,7 @@ class CudaClock:
         return self.begin.elapsed_time(self.end) * 1e-3
 
 
-class KernelTrainer(Trainer):
+class Kernel(Timed):
     """One call of a calibration kernel per step."""
 
     batch_size = 1
@@ -184,7 +184,7 @@ class KernelTrainer(Trainer):
             torch.cuda.synchronize(self.device)
 
     def device_clock(self) -> CudaClock | None:
-        """The device's own timer of this kernel's calls (``Trainer.device_clock``); none
+        """The device's own timer of this kernel's calls (``Timed.device_clock``); none
         on a CPU, none for the dispatch kernels, which time the host's cost of an op, and
         none where this build of PyTorch has no spin kernel (a private function): the
         wall clock then times the queued calls."""
@@ -198,9 +198,9 @@ class KernelTrainer(Trainer):
 
 
 def kernel(op: str, shape: tuple[int, ...], device: str,
-           half: torch.dtype | None = None) -> Trainer:
+           half: torch.dtype | None = None) -> Timed:
     """One calibration kernel; ``half``: the autocast dtype of a mixed-precision run."""
-    return KernelTrainer(op, shape, _device(device), half)
+    return Kernel(op, shape, _device(device), half)
 
 
 # ----------------------------------------------------------------------------- all-reduce

@@ -4,8 +4,8 @@ Imported on demand by ``torch_backend.build_trainer``, which looks a family's co
 up in ``TRAINER_FACTORIES``. Every trainer runs on its synthetic batch (time per
 mini-batch, ``dlperf run``) or on real batches given by ``set_batch`` (``dlperf train``),
 and offers, besides the ``Trainer`` interface, what the training loop of
-``dlperf.train`` needs: ``default_lr``, ``set_lr``, ``outputs(x)`` (numpy arrays from
-which ``dlperf.train`` computes the quality) and, for the GAN, ``generate``; the DBN
+``dlperf.kinds.train.run`` needs: ``default_lr``, ``set_lr``, ``outputs(x)`` (numpy arrays from
+which ``dlperf.kinds.train.run`` computes the quality) and, for the GAN, ``generate``; the DBN
 adds ``pretrain_step`` and ``end_pretraining``.
 
 Optimisers: SGD with momentum 0.9 for the classifiers, Adam for the recursive net, the

@@ -24,7 +24,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dlperf.backends.base import Backend, Trainer, UnsupportedError
+from dlperf.backends.base import (
+    AllReduce,
+    Backend,
+    CalibrationKernels,
+    Timed,
+    UnsupportedError,
+    capability,
+)
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.timing import Timing, measure, measure_window
@@ -62,7 +69,7 @@ class Queued:
     host's launches from the dispatch kernel (``predict._Context.exposed``), so a
     kernel timed with its host side would count them twice."""
 
-    def __init__(self, trainer: Trainer, calls: int):
+    def __init__(self, trainer: Timed, calls: int):
         self.trainer, self.calls = trainer, calls
         self.clock = trainer.device_clock()
 
@@ -134,7 +141,8 @@ def _alike(a: Timing, b: Timing) -> bool:
 def _allreduce(o: KernelOptions, part: KernelPart, backend: Backend,
                emit: Callable[[dict], None]) -> list[KernelSample]:
     sizes = [s[0] for s in part.shapes]
-    series = backend.allreduce(sizes, o.world, max(o.min_steps, 5), max(o.warmup, 2))
+    series = capability(backend, AllReduce).allreduce(sizes, o.world, max(o.min_steps, 5),
+                                                      max(o.warmup, 2))
     samples = [_sample(part.op, (n,), times, o.world) for n, times in zip(sizes, series, strict=True)]
     for s in samples:
         _emit(emit, s)
@@ -143,12 +151,12 @@ def _allreduce(o: KernelOptions, part: KernelPart, backend: Backend,
 
 def _emit(emit: Callable[[dict], None], s: KernelSample) -> None:
     """Announce a timed shape with its whole sample: a run killed later keeps it
-    (``launch.isolated.partial_kernels``)."""
+    (``dlperf.kinds.calibrate.resume.salvage``)."""
     emit({"phase": "kernel", "op": s.op, "shape": list(s.shape), "s": s.median_s,
           "sample": s.model_dump(mode="json")})
 
 
-def _shapes(o: KernelOptions, part: KernelPart, spec: RunSpec, backend: Backend,
+def _shapes(o: KernelOptions, part: KernelPart, spec: RunSpec, backend: CalibrationKernels,
             emit: Callable[[dict], None], failures: dict[str, str],
             done: dict[tuple, KernelSample] | None = None) -> list[KernelSample]:
     """Each shape of ``part`` timed, or taken from ``done`` (an interrupted run's)."""
@@ -190,14 +198,21 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     failures: dict[str, str] = {}
     done = {(s.op, s.shape): s for s in (resume.samples if resume else ())
             if s.op != "allreduce"}
+    kernels, missing = None, ""
+    try:
+        kernels = capability(backend, CalibrationKernels)
+    except UnsupportedError as e:  # a backend without kernels: every shape fails with why
+        missing = f"unsupported: {e}"
     for part in o.parts:
         if part.op == "allreduce":
             try:
                 samples += _allreduce(o, part, backend, emit)
             except Exception as e:
                 failures[part.op] = f"{type(e).__name__}: {e}"[:300]
+        elif kernels is None:
+            failures.update({f"{part.op} {label(shape)}": missing for shape in part.shapes})
         else:
-            samples += _shapes(o, part, spec, backend, emit, failures, done)
+            samples += _shapes(o, part, spec, kernels, emit, failures, done)
     resumed = sum(1 for s in samples if done.get((s.op, s.shape)) is s)
     outcome = KernelOutcome(samples=tuple(samples), failures=failures, resumed=resumed)
     if not samples:

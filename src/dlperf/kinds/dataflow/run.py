@@ -30,8 +30,8 @@ from dlperf.core.spec import Metrics, RunResult, RunSpec
 from dlperf.inputs import datasets
 from dlperf.inputs.options import InputOptions, Prep
 from dlperf.inputs.pipeline import Source
-from dlperf.kinds import StepOutcome
 from dlperf.kinds.dataflow.options import DataflowOutcome
+from dlperf.kinds.step.options import StepOutcome
 
 
 def source_for(config: Any, opts: InputOptions) -> Source:
@@ -53,7 +53,12 @@ def run_dataflow(spec: RunSpec, backend: Any, emit: Callable[[dict], None],
                  base: dict[str, Any]) -> RunResult:
     """Measure a step or loader run on a real input pipeline; never raises for a failure
     of the measured code (a crashed loader worker is an 'error' with its reason)."""
-    from dlperf.backends.base import UnsupportedError
+    from dlperf.backends.base import (
+        InputPipelines,
+        UnsupportedError,
+        capability,
+        pipeline_trainer,
+    )
 
     pipeline = None
     try:
@@ -72,7 +77,10 @@ def run_dataflow(spec: RunSpec, backend: Any, emit: Callable[[dict], None],
         if spec.kind == "step":
             trainer = backend.build(spec.network, cfg, spec.batch_size, spec.variant,
                                     spec.device, spec.seed)
-        pipeline = backend.input_pipeline(source, spec.batch_size, spec.seed, spec.device)
+        pipeline = capability(backend, InputPipelines).input_pipeline(
+            source, spec.batch_size, spec.seed, spec.device)
+        if trainer is not None:
+            trainer = pipeline_trainer(trainer)
         emit({"phase": "built", "param_count": trainer.param_count if trainer else 0})
         return _measure(spec, opts, source, trainer, pipeline, emit, base, rss_before)
     except UnsupportedError as e:

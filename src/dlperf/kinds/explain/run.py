@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dlperf import workloads
-from dlperf.backends.base import Backend, UnsupportedError
+from dlperf.backends.base import Backend, Profiling, UnsupportedError, capability
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import Metrics, RunResult, RunSpec
 from dlperf.core.stats import summarize
@@ -30,7 +30,7 @@ def run_profile(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
         emit({"phase": "built", "param_count": trainer.param_count, "flops": flops})
         timing = measure(trainer.step, trainer.sync, spec.measurement,
                          on_step=lambda phase, s: emit({"phase": phase, "s": s}))
-        ops, wall = backend.profile(trainer, o.steps, spec.device)
+        ops, wall = capability(backend, Profiling).profile(trainer, o.steps, spec.device)
     except UnsupportedError as e:
         return RunResult.failed(spec, "unsupported", str(e), finished_at=time.time(), **base)
     except Exception as e:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlperf import workloads
-from dlperf.backends.base import Backend, Trainer
+from dlperf.backends.base import Backend, ForwardOnly, Inference, capability
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.kinds.inference.options import latency_outcome
 from dlperf.kinds.step.run import Emit, time_steps
@@ -16,9 +16,9 @@ def run_inference(spec: RunSpec, backend: Backend, emit: Emit, base: dict[str, A
                   resume: Any = None) -> RunResult:
     _, _, cfg = workloads.resolve(spec.network, spec.size, spec.params)
 
-    def build() -> tuple[Trainer, float | None]:
-        trainer = backend.build_inference(spec.network, cfg, spec.batch_size, spec.variant,
-                                          spec.device, spec.seed)
+    def build() -> tuple[ForwardOnly, float | None]:
+        trainer = capability(backend, Inference).build_inference(
+            spec.network, cfg, spec.batch_size, spec.variant, spec.device, spec.seed)
         # the forward products of the neutral definition (no framework counts a
         # forward-only call the same way in all of them)
         return trainer, float(spec.batch_size * sum(x.fwd_flops for x in cfg.layers())) or None

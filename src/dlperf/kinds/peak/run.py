@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlperf.backends.base import Backend, Trainer
+from dlperf.backends.base import Backend, Timed, probe
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.kinds.step.run import Emit, time_steps
 
 
 def run_peak(spec: RunSpec, backend: Backend, emit: Emit, base: dict[str, Any],
              resume: Any = None) -> RunResult:
-    def build() -> tuple[Trainer, float | None]:
-        trainer = backend.probe(spec.network, spec.batch_size, spec.device)
+    def build() -> tuple[Timed, float | None]:
+        trainer = probe(backend, spec.network, spec.batch_size, spec.device)
         return trainer, trainer.flops_per_step()
 
     # a kernel has no samples: its rate is in FLOP/s
