@@ -281,3 +281,113 @@ def test_run_json_keeps_stdout_for_the_document(tmp_path):
     assert p.returncode == 0, p.stderr
     (result,) = json.loads(p.stdout)
     assert result["status"] == "ok" and "fcn5" in p.stderr
+
+
+# ----------------------------------------------------------------------------- the run group
+def _commands(parser=None, path=()):
+    """(path, parser) of every subcommand, nested ones ('dataflow sweep') too."""
+    import argparse
+
+    from dlperf.cli import build_parser
+
+    parser = parser or build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from _commands(sub, (*path, name))
+
+
+def _taking(flag):
+    return [(path, p) for path, p in _commands() if flag in p._option_string_actions]
+
+
+#: every flag of the run group with its one short spelling (None: it has none)
+RUN_GROUP = {"--network": "-n", "--size": None, "--framework": "-f", "--variant": None,
+             "--device": "-d", "--precision": None, "--threads": "-t", "--batch-size": "-b"}
+
+
+@pytest.mark.parametrize("flag", [*RUN_GROUP, "--networks", "--frameworks", "--param",
+                                  "--repeat", "--seed", "--json", "--db", "--timeout",
+                                  "--memory-limit", "--min-time", "--dry-run"])
+def test_each_shared_flag_is_declared_once(flag):
+    src = Path(__file__).resolve().parents[1] / "src" / "dlperf" / "cli"
+    found = [f"{f.name}:{i}" for f in src.glob("*.py")
+             for i, line in enumerate(f.read_text().splitlines(), 1)
+             if f'add_argument("{flag}"' in line]
+    assert len(found) == 1, found
+
+
+@pytest.mark.parametrize("flag, short", RUN_GROUP.items())
+def test_a_group_flag_has_the_same_spellings_everywhere(flag, short):
+    taking = _taking(flag)
+    assert taking, flag
+    for path, p in taking:
+        action = p._option_string_actions[flag]
+        assert set(action.option_strings) == {flag} | ({short} if short else set()), path
+
+
+@pytest.mark.parametrize("path", [" ".join(path) for path, _ in _taking("--threads")])
+@pytest.mark.parametrize("value, message", [("0", "must be at least 1"),
+                                            ("x", "x"), ("1.5", "1.5")])
+def test_every_threads_flag_refuses_a_bad_count_in_one_line(path, value, message, capsys):
+    for spelling in ("--threads", "-t"):
+        # the bad value is found while parsing, before any required flag is missed
+        assert main([*path.split(), spelling, value]) == 2
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("dlperf: error: argument --threads"), \
+            captured.err
+        assert message in lines[0] and "Traceback" not in captured.err + captured.out
+
+
+@pytest.mark.parametrize("path", [" ".join(path) for path, _ in _taking("--batch-size")])
+def test_every_batch_size_flag_refuses_zero_in_one_line(path, capsys):
+    assert main([*path.split(), "-b", "0"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "argument --batch-size/-b: must be at least 1" in lines[0]
+
+
+def test_threads_take_one_value_or_a_list_as_each_command_says():
+    from dlperf.cli import build_parser
+
+    def parsed(*argv):
+        return build_parser().parse_args(list(argv)).threads
+
+    # lists: what sweeps over thread counts
+    assert parsed("sweep", "-t", "1,2,2,4") == [1, 2, 4]
+    assert parsed("calibrate", "--threads", "2") == [2]
+    assert parsed("env", "-t", "auto") == parsed("reproduce", "dlbench", "-t", "auto")
+    # one value: what runs one configuration
+    assert parsed("explain", "-n", "fcn5", "-t", "2") == 2
+    assert parsed("dataflow", "loader", "-n", "fcn5") == 1  # the group's default
+    assert parsed("parallel", "-n", "fcn5", "-s", "sync") is None  # its own default
+    with pytest.raises(Exception, match="not an integer"):
+        parsed("predict", "-n", "fcn5", "-d", "cpu", "-t", "1,2")
+
+
+def test_run_takes_lists_in_inference_mode_only(capsys):
+    assert main(["run", "-n", "fcn5", "--threads", "1,2"]) == 2
+    assert "takes one value in train mode" in capsys.readouterr().err
+    assert main(["run", "-n", "fcn5", "-b", "sweep"]) == 2
+    assert "only 'dlperf sweep'" in capsys.readouterr().err
+
+
+def test_the_device_flag_is_this_machines_or_the_catalogues():
+    from dlperf.cli import build_parser
+
+    for path, p in _taking("--device"):
+        action = p._option_string_actions["--device"]
+        if path in (("predict",), ("calc", "transfer")):  # any catalogue device
+            assert action.choices is None, path
+        else:
+            assert tuple(action.choices) == ("cpu", "gpu") and action.default == "cpu", path
+    a = build_parser().parse_args(["predict", "-n", "resnet50", "-d", "a100-40gb"])
+    assert a.device == "a100-40gb"
+
+
+def test_the_command_line_opens_no_store():
+    src = Path(__file__).resolve().parents[1] / "src" / "dlperf" / "cli"
+    for f in src.glob("*.py"):
+        text = f.read_text()
+        assert "core.store import" not in text and "Store(" not in text, f.name

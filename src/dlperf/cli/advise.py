@@ -25,7 +25,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hardware", default="this", help="'this' (default), a catalogue device "
                    "with a count ('a100-40gb:8'; see 'dlperf devices'), or several, "
                    "comma-separated, to compare")
-    p.add_argument("--json", action="store_true", help="print the recommendations as JSON")
+    args.add_json(p, help="print the recommendations as JSON")
     args.add_db(p)
     p.set_defaults(func=cmd_advise)
 
@@ -34,19 +34,11 @@ def cmd_advise(a: argparse.Namespace) -> int:
     import dataclasses
     import json
 
-    from dlperf.advice import advise
-    from dlperf.advice.hardware import parse_hardware, parse_samples
-    from dlperf.advice.section import comparison_table, rows_here
-    from dlperf.advice.tasks import task
-    from dlperf.core.store import Store
+    from dlperf import api
+    from dlperf.advice.section import comparison_table
     from dlperf.report.exporters import print_table
 
-    task(a.task)  # bad input first, before the store is opened
-    samples = parse_samples(a.samples)
-    parse_hardware(a.hardware)
-    with Store(a.db) as store:
-        rows = rows_here(store)
-    adv = advise(a.task, samples=samples, epochs=a.epochs, hardware=a.hardware, rows=rows)
+    adv = api.advise(a.task, samples=a.samples, epochs=a.epochs, hardware=a.hardware, db=a.db)
     if a.json:  # each source with its kind (measured, predicted, unknown) and in words
         data = dataclasses.asdict(adv)
         for h, hd in zip(adv.hardware, data["hardware"], strict=True):

@@ -1,4 +1,5 @@
-"""Argument parsing shared by the subcommands: value types, lists, flag groups.
+"""Argument parsing shared by the subcommands: value types, lists, and the flags they share,
+each declared once (``add_run_flags``: what to run; ``add_limits``, ``add_db``, ...).
 
 A bad value becomes one line naming the flag (``argument --FLAG: ...``) and exit status 2:
 argparse types raise ``ArgumentTypeError``, the rest raises ``UsageError``.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
@@ -67,26 +69,56 @@ peak_size = number(int, at_least=16)
 
 
 # ----------------------------------------------------------------------------- lists
-def _number_list(text: str, what: str, cast: Callable[[str], Any], kind: str) -> list[Any]:
-    try:
-        vals = [cast(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{what}: '{text}' is not a comma-separated list of {kind}") from None
-    if not vals:
-        raise UsageError(f"{what}: empty list")
-    return vals
+def number_list(cast: type, *, at_least: float | None = None) -> Callable[[str], list[Any]]:
+    """An argparse type: a comma-separated list of finite ints or floats, each at least
+    ``at_least`` ('1,2,4'); repeats dropped, the order kept."""
+    one = number(cast, at_least=at_least)
+    kind = "integers" if cast is int else "numbers"
+
+    def parse(text: str) -> list[Any]:
+        items = [v.strip() for v in text.split(",") if v.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("empty list")
+        try:
+            for v in items:
+                cast(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of "
+                                             f"{kind}") from None
+        return list(dict.fromkeys(one(v) for v in items))
+
+    return parse
 
 
-def int_list(text: str, what: str) -> list[int]:
-    return _number_list(text, what, int, "integers")
-
-
-def float_list(text: str, what: str) -> list[float]:
-    return _number_list(text, what, float, "numbers")
+counts = number_list(int, at_least=1)  # threads, batch sizes, workers
+nonneg_counts = number_list(int, at_least=0)  # loader workers, prefetch depths
 
 
 def str_list(text: str | None) -> list[str] | None:
     return [v.strip() for v in text.split(",") if v.strip()] if text else None
+
+
+def threads_list(text: str) -> list[int]:
+    """'1,2,4', or 'auto': 1, 2, 4, ... one step past the CPUs."""
+    if text == "auto":
+        from dlperf.engine.config import auto_threads
+
+        return auto_threads()
+    return counts(text)
+
+
+def batch_list(text: str) -> list[int] | str:
+    """'16,32', or 'default' (the network's) or 'sweep' (DLBench's batch-size sweep)."""
+    return text if text in ("default", "sweep") else counts(text)
+
+
+def precision_list(text: str) -> list[str] | None:
+    vals = str_list(text)
+    for v in vals or ():
+        if v not in PRECISIONS:
+            raise argparse.ArgumentTypeError(f"unknown precision '{v}' (known: "
+                                             f"{', '.join(PRECISIONS)})")
+    return vals
 
 
 def parse_params(items: Sequence[str] | None, flag: str = "--param") -> dict[str, Any]:
@@ -115,34 +147,6 @@ def scalar(v: str, what: str = "value") -> int | float | bool | str:
     return v
 
 
-def threads_arg(text: str) -> list[int]:
-    if text == "auto":
-        from dlperf.engine.config import auto_threads
-
-        return auto_threads()
-    vals = int_list(text, "--threads")
-    if any(v < 1 for v in vals):
-        raise UsageError(f"--threads: thread counts must be at least 1, got '{text}'")
-    return vals
-
-
-def precision_arg(text: str | None) -> list[str] | None:
-    vals = str_list(text)
-    for v in vals or ():
-        if v not in PRECISIONS:
-            raise UsageError(f"--precision: unknown precision '{v}' (known: {', '.join(PRECISIONS)})")
-    return vals
-
-
-def batch_arg(text: str | None) -> list[int] | str | None:
-    if text in (None, "default", "sweep"):
-        return text
-    vals = int_list(text, "--batch-size")
-    if any(v < 1 for v in vals):
-        raise UsageError(f"--batch-size: batch sizes must be at least 1, got '{text}'")
-    return vals
-
-
 # ----------------------------------------------------------------------------- timing
 #: The flag (argparse dest, spelling) that sets each Measurement field.
 MEASUREMENT_FLAGS = {"min_time_s": ("min_time", "--min-time"),
@@ -165,14 +169,141 @@ def measurement_from(a: argparse.Namespace, base: Measurement | None = None) -> 
         raise UsageError(f"{'/'.join(flags)}: {err['msg'].removeprefix('Value error, ')}") from None
 
 
-# ----------------------------------------------------------------------------- flag groups
+# ----------------------------------------------------------------------------- what to run
 PRECISION_HELP = ("fp32 (default; TF32 off), tf32 (GPU only), bf16 or fp16 (the framework's "
                   "mixed precision, fp16 with loss scaling)")
+_GROUP = object()  # Take.default left out: the group's default for the flag
 
 
+@dataclass(frozen=True)
+class Take:
+    """How a subcommand takes one flag of ``add_run_flags``: one value or a comma-separated
+    list (``many``), its default (left out: the group's), whether it is required, its help
+    (None: the group's); ``catalogue``: --device takes any catalogue device, not only this
+    machine's cpu or gpu."""
+
+    many: bool = False
+    default: Any = _GROUP
+    required: bool = False
+    help: str | None = None
+    catalogue: bool = False
+
+    def pick(self, group_default: Any) -> Any:
+        return group_default if self.default is _GROUP else self.default
+
+
+REQUIRED = Take(required=True)
+LIST = Take(many=True)
+
+
+def add_run_flags(p: argparse._ActionsContainer, **takes: Take | bool) -> None:
+    """What to run: the flags the measuring and predicting subcommands share, each declared
+    here once. A keyword per flag the subcommand takes (network, size, framework, variant,
+    device, precision, threads, batch_size, param, repeat, seed): True as the group has
+    it, or a ``Take``. In list form --network, --framework, --variant and --device are
+    spelled --networks, --frameworks, --variants, --devices (comma-separated names);
+    --threads ('1,2,4' or 'auto'), --batch-size ('16,32', 'default' or 'sweep') and
+    --precision keep their spelling. The values arrive parsed (ints, lists of them)."""
+    unknown = set(takes) - set(_FLAGS)
+    if unknown:
+        raise TypeError(f"add_run_flags: no flag {sorted(unknown)}")
+    for name, add in _FLAGS.items():
+        take = takes.get(name, False)
+        if take is not False:
+            add(p, Take() if take is True else take)
+
+
+def _network(p: argparse._ActionsContainer, t: Take) -> None:
+    if t.many:
+        p.add_argument("--networks", type=str_list, help=t.help or "comma-separated")
+    else:
+        p.add_argument("--network", "-n", required=t.required, default=t.pick(None),
+                       help=t.help or "a network of 'dlperf networks'")
+
+
+def _size(p: argparse._ActionsContainer, t: Take) -> None:
+    p.add_argument("--size", default=t.pick(None), help=t.help or "network size (full, tiny; "
+                   "small, large for the guide's families)")
+
+
+def _framework(p: argparse._ActionsContainer, t: Take) -> None:
+    if t.many:
+        p.add_argument("--frameworks", type=str_list, help=t.help or "comma-separated "
+                       "(default torch)")
+    else:
+        p.add_argument("--framework", "-f", default=t.pick("torch"), help=t.help or "torch "
+                       "(default), tensorflow, jax, keras or mxnet")
+
+
+def _variant(p: argparse._ActionsContainer, t: Take) -> None:
+    if t.many:
+        p.add_argument("--variants", type=str_list, help=t.help or "comma-separated, "
+                       "'default' or 'all'")
+    else:
+        p.add_argument("--variant", default=t.pick(None), help=t.help or "e.g. eager|compile "
+                       "(torch), graph|xla (tensorflow), jit (jax), hybrid|imperative (mxnet)")
+
+
+def _device(p: argparse._ActionsContainer, t: Take) -> None:
+    if t.many:
+        p.add_argument("--devices", type=str_list, help=t.help or "cpu,gpu")
+        return
+    # this machine's cpu or gpu, or (predict, calc) any device of the catalogue
+    kw: dict[str, Any] = ({} if t.catalogue else
+                          {"choices": ("cpu", "gpu"), "default": t.pick("cpu")})
+    p.add_argument("--device", "-d", required=t.required, **kw,
+                   help=t.help or "cpu (default) or gpu")
+
+
+def _precision(p: argparse._ActionsContainer, t: Take) -> None:
+    kw: dict[str, Any] = ({"type": precision_list, "default": t.pick(None)} if t.many else
+                          {"choices": PRECISIONS, "default": t.pick("fp32")})
+    p.add_argument("--precision", **kw, help=t.help or (
+        "comma-separated: " if t.many else "") + PRECISION_HELP)
+
+
+def _threads(p: argparse._ActionsContainer, t: Take) -> None:
+    p.add_argument("--threads", "-t", type=threads_list if t.many else positive_int,
+                   default=t.pick(None if t.many else 1), help=t.help or (
+                       "comma-separated or 'auto'" if t.many else "threads (default 1)"))
+
+
+def _batch_size(p: argparse._ActionsContainer, t: Take) -> None:
+    p.add_argument("--batch-size", "-b", type=batch_list if t.many else positive_int,
+                   default=t.pick(None), help=t.help or (
+                       "comma-separated, 'default' or 'sweep'" if t.many else
+                       "default: the network's DLBench default"))
+
+
+def _param(p: argparse._ActionsContainer, t: Take) -> None:
+    p.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help=t.help or "network parameter (repeat the flag for several)")
+
+
+def _repeat(p: argparse._ActionsContainer, t: Take) -> None:
+    p.add_argument("--repeat", type=positive_int, default=t.pick(1),
+                   help=t.help or "worker processes (default 1)")
+
+
+def _seed(p: argparse._ActionsContainer, t: Take) -> None:
+    p.add_argument("--seed", type=seed_int, default=t.pick(0), help=t.help or "random seed "
+                   "(default 0)")
+
+
+_FLAGS: dict[str, Callable[[argparse._ActionsContainer, Take], None]] = {
+    "network": _network, "size": _size, "framework": _framework, "variant": _variant,
+    "device": _device, "precision": _precision, "threads": _threads,
+    "batch_size": _batch_size, "param": _param, "repeat": _repeat, "seed": _seed}
+
+
+# ----------------------------------------------------------------------------- the rest
 def add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", help="results store (SQLite); default $DLPERF_DB or "
                                 "~/.local/share/dlperf/results.db")
+
+
+def add_json(p: argparse.ArgumentParser, help: str = "print the results as JSON") -> None:
+    p.add_argument("--json", action="store_true", help=help)
 
 
 def add_timing(p: argparse._ActionsContainer) -> None:
@@ -185,15 +316,25 @@ def add_timing(p: argparse._ActionsContainer) -> None:
                    "(default 30)")
 
 
+def add_timeout(p: argparse._ActionsContainer, help: str = "seconds (above 0) per worker "
+                "process before it is killed and recorded as a timeout (default 1800)") -> None:
+    p.add_argument("--timeout", type=positive_float, help=help)
+
+
+def add_memory_limit(p: argparse._ActionsContainer, help: str = "resident memory per worker, "
+                     "e.g. 8GiB; over it the worker is killed and recorded as out of memory"
+                     ) -> None:
+    p.add_argument("--memory-limit", help=help)
+
+
 def add_limits(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout", type=positive_float, help="seconds (above 0) per worker process "
-                   "before it is killed and recorded as a timeout (default 1800)")
-    p.add_argument("--memory-limit", help="resident memory per worker, e.g. 8GiB; over it the "
-                   "worker is killed and recorded as out of memory")
+    add_timeout(p)
+    add_memory_limit(p)
     add_timing(p)
 
 
-def add_sweep_flags(p: argparse.ArgumentParser) -> None:
+def add_sweep_flags(p: argparse._ActionsContainer, retry_failed: bool = True) -> None:
     p.add_argument("--force", action="store_true", help="re-measure what the store already has")
-    p.add_argument("--retry-failed", action="store_true", help="re-run stored failures")
+    if retry_failed:
+        p.add_argument("--retry-failed", action="store_true", help="re-run stored failures")
     p.add_argument("--dry-run", action="store_true", help="list what would run, run nothing")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from dlperf.cli.args import str_list
+from dlperf.cli.args import Take, add_run_flags, str_list
 from dlperf.core.errors import UsageError
 from dlperf.engine.config import parse_bytes
 from dlperf.kinds.dataflow import transfer as tr
@@ -28,8 +28,9 @@ def add(sub: argparse._SubParsersAction) -> None:
                         "guide's arithmetic), and what it leaves out")
     t.add_argument("--link", default="pcie4x16", help="a link of the catalogue (default "
                    "pcie4x16; see dlperf devices)")
-    t.add_argument("--device", help="a catalogue device: its memory (unless "
-                   "--device-memory) and its own link (default: the guide's gtx1080)")
+    add_run_flags(t, device=Take(catalogue=True, help="a catalogue device: its memory (unless "
+                                 "--device-memory) and its own link (default: the guide's "
+                                 "gtx1080)"))
     t.add_argument("--device-memory", help="memory refreshed per device, e.g. 8GB "
                    "(GB = 1e9 bytes)")
     t.add_argument("--devices", type=int, default=1, help="devices sharing the link")

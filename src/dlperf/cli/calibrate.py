@@ -14,10 +14,9 @@ import argparse
 import math
 import statistics
 
-from dlperf.cli.args import add_db, positive_int, str_list, threads_arg
+from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out
 from dlperf.core import units
-from dlperf.perfmodel.catalogue import PRECISIONS
 from dlperf.perfmodel.fit import LocalFit
 
 
@@ -29,36 +28,34 @@ def add(sub: argparse._SubParsersAction) -> None:
         "thread count, through the normal worker (stored, resumable). 4 to 5 minutes on 2 "
         "cores for torch, tensorflow and jax at 1 and 2 threads. The model is fitted on "
         "these kernels only, never on the networks it predicts.")
-    p.add_argument("--frameworks", help="comma-separated (default: every installed one of "
-                   "torch, tensorflow, jax)")
-    p.add_argument("--threads", type=threads_arg, help="comma-separated or 'auto' (default: "
-                   "1, 2, 4, ... up to the physical cores)")
-    p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
-    p.add_argument("--precision", default="fp32", choices=tuple(PRECISIONS),
-                   help="the kernels' precision (default fp32): tf32 turns TF32 on (a GPU's), "
-                   "bf16 and fp16 run PyTorch's kernels under autocast; 'dlperf predict "
-                   "--precision' then uses that calibration")
+    args.add_run_flags(
+        p, framework=args.Take(many=True, help="comma-separated (default: every installed "
+                               "one of torch, tensorflow, jax)"),
+        threads=args.Take(many=True, help="comma-separated or 'auto' (default: 1, 2, 4, ... "
+                          "up to the physical cores)"),
+        device=True, precision=args.Take(help="the kernels' precision (default fp32): tf32 "
+                                         "turns TF32 on (a GPU's), bf16 and fp16 run "
+                                         "PyTorch's kernels under autocast; 'dlperf predict "
+                                         "--precision' then uses that calibration"),
+        repeat=args.Take(help="time every kernel this many times, in turns, and fit each "
+                         "one's median: steadier curves on a noisy machine, as many times as "
+                         "long (default 1; runs already stored count)"))
     p.add_argument("--fine", action="store_true", help="a denser grid, each shape timed "
                    "longer (several times slower)")
     p.add_argument("--no-allreduce", action="store_true", help="skip the all-reduce kernels")
-    p.add_argument("--repeat", type=positive_int, default=1, help="time every kernel this "
-                   "many times, in turns, and fit each one's median: steadier curves on a "
-                   "noisy machine, as many times as long (default 1; runs already stored "
-                   "count)")
-    p.add_argument("--force", action="store_true", help="measure again what the store has")
-    p.add_argument("--dry-run", action="store_true", help="list the kernel runs, run nothing")
-    p.add_argument("--json", action="store_true", help="print the fitted curves as JSON")
-    add_db(p)
+    args.add_sweep_flags(p, retry_failed=False)
+    args.add_json(p, help="print the fitted curves as JSON")
+    args.add_db(p)
     p.set_defaults(func=cmd_calibrate)
 
 
 def cmd_calibrate(a: argparse.Namespace) -> int:
     from dlperf import api
-    from dlperf.core import frameworks
+    from dlperf.core import framework_table
     from dlperf.kinds.calibrate import plan as calibration
 
-    frameworks = [frameworks.info(f).name for f in (str_list(a.frameworks)
-                                                  or calibration.default_frameworks())]
+    frameworks = [framework_table.info(f).name
+                  for f in (a.frameworks or calibration.default_frameworks())]
     threads = a.threads or calibration.default_threads(a.device)
     calibration.check_precision(a.precision, a.device, frameworks,
                                 hint=" (add --frameworks torch)")

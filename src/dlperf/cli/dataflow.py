@@ -19,7 +19,7 @@ from rich.markup import escape
 from dlperf.cli import args
 from dlperf.cli.dataflow_common import base_specs, config_flags, run_specs
 from dlperf.cli.dataflow_common import values as values_of
-from dlperf.cli.dataflow_flags import add_input_flags, counts, use_data_dir
+from dlperf.cli.dataflow_flags import add_input_flags, use_data_dir
 from dlperf.cli.dataflow_measure import cmd_h2d, cmd_memory, cmd_storage
 from dlperf.cli.progress import out
 from dlperf.core import units
@@ -58,8 +58,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--file-size", default="256MiB", help="test file size (default 256MiB)")
     st.add_argument("--tool", choices=["auto", "fio", "direct"], default="auto",
                     help="fio where installed (auto), or the built-in direct reader")
-    st.add_argument("--network", help="say whether this storage feeds this network's "
-                    "measured training rate (from the store)")
+    args.add_run_flags(st, network=args.Take(help="say whether this storage feeds this "
+                                             "network's measured training rate (from the "
+                                             "store)"))
     st.add_argument("--data-format", choices=["jpeg", "png", "raw"],
                     help="what the network reads (default jpeg for images, raw otherwise)")
     st.add_argument("--rate", type=args.positive_float, help="samples/s to feed (default: the "
@@ -98,13 +99,11 @@ def cmd_dataflow(a: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- sweep
 def cmd_sweep(a: argparse.Namespace) -> int:
-    from dlperf.core.store import Store
+    from dlperf import api
     from dlperf.kinds.dataflow.plots import sweep_plot
-    from dlperf.kinds.dataflow.section import groups, sweep_table
+    from dlperf.kinds.dataflow.section import sweep_table
     from dlperf.report.exporters import EXPORTERS, print_table
 
-    workers = counts(a.loader_workers, "--loader-workers")
-    prefetch = counts(a.prefetch, "--prefetch")
     values = values_of(a, loader_workers=None, prefetch=None)
     values = {k: v for k, v in values.items() if v is not None}
     if values.get("input", "disk") == "synthetic":
@@ -113,24 +112,17 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     bases, cfg = base_specs(a)
     specs: list[RunSpec] = []
     for b in bases:
-        specs += dplan.sweep(b, values, workers, prefetch, cfg.memory_limit)
+        specs += dplan.sweep(b, values, a.loader_workers, a.prefetch, cfg.memory_limit)
     results = run_specs(specs, cfg, a)
     if a.dry_run:
         return 0
-    ids = {s.config_id for s in specs}
-    from dlperf.core.environment import machine_id
-
-    here = machine_id()
-    with Store(a.db) as store:
-        found = [g for g in groups(store) if g.machine_id == here and
-                 any(p.step.spec.config_id in ids for p in g.points)]
+    found = api.dataflow_groups({s.config_id for s in specs}, db=a.db)
     outdir = Path(a.out)
     try:
         outdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"--out: cannot create {a.out}: {e.strerror}") from None
     for i, g in enumerate(found):
-        g.points = [p for p in g.points if p.step.spec.config_id in ids]
         t = sweep_table(g)
         print_table(t, out)
         for ex in EXPORTERS:
@@ -157,7 +149,7 @@ def cmd_loader(a: argparse.Namespace) -> int:
     results = run_specs(specs, cfg, a)
     for r in results:
         if r.ok:
-            from dlperf.kinds.dataflow.section import dataflow_of
+            from dlperf.kinds.dataflow.analysis import dataflow_of
 
             o = dataflow_of(r)
             prep = f"; loader work {units.seconds(o.prep.total_s)} per batch" if o and o.prep else ""

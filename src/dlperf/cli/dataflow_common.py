@@ -15,16 +15,10 @@ from dlperf.kinds.dataflow import plan as dplan
 
 
 def config_flags(p: argparse.ArgumentParser, network_default: str | None = None) -> None:
-    p.add_argument("--network", "-n", required=network_default is None, default=network_default)
-    p.add_argument("--framework", "-f", default="torch")
-    p.add_argument("--variant")
-    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
-    p.add_argument("--threads", "-t", type=args.positive_int, default=1)
-    p.add_argument("--batch-size", "-b", type=args.positive_int,
-                   help="default: the network's DLBench default")
-    p.add_argument("--size", help="network size (full, tiny)")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE")
-    p.add_argument("--repeat", type=args.positive_int, default=1)
+    """The configuration a dataflow subcommand measures (the run group's flags)."""
+    network = args.Take(default=network_default) if network_default else args.REQUIRED
+    args.add_run_flags(p, network=network, framework=True, variant=True, device=True,
+                       threads=True, batch_size=True, size=True, param=True, repeat=True)
 
 
 def base_specs(a: argparse.Namespace, device: str | None = None,
@@ -32,7 +26,7 @@ def base_specs(a: argparse.Namespace, device: str | None = None,
     """The synthetic step specs of the configuration the flags name (one per repeat);
     ``measurement``: the timing settings when no timing flag was given."""
     from dlperf import workloads
-    from dlperf.core import frameworks
+    from dlperf.core import framework_table
     from dlperf.engine import config, plan
 
     wl = workloads.get(a.network)
@@ -44,7 +38,7 @@ def base_specs(a: argparse.Namespace, device: str | None = None,
                        memory_limit=getattr(a, "memory_limit", None),
                        measurement=args.measurement_from(a, measurement)
                        if hasattr(a, "min_time") else measurement)
-    frameworks.require(a.framework)
+    framework_table.require(a.framework)
     return plan.expand(cfg), cfg
 
 

@@ -10,60 +10,17 @@ Every bad value is one line naming its flag (``UsageError``). Framework-free.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 from dlperf import workloads
+from dlperf.cli import args
 from dlperf.core.errors import UsageError
 from dlperf.inputs.options import DATA_FORMATS, INPUT_MODES, CacheState, InputOptions
 from dlperf.kinds.dataflow.plan import resolve
 
 CACHE_STATES: tuple[str, ...] = CacheState.__args__  # type: ignore[attr-defined]
-
-
-def count(text: str) -> int:
-    """An integer of 0 or more (loader workers, prefetch depth)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got '{text}'")
-    return v
-
-
-def positive(text: str) -> int:
-    v = count(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got '{text}'")
-    return v
-
-
-def seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, 0 or more, got '{text}'")
-    return v
-
-
-def counts(text: str, flag: str) -> list[int]:
-    """'0,1,2,4' -> [0, 1, 2, 4]; each 0 or more."""
-    out = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        try:
-            out.append(count(part))
-        except argparse.ArgumentTypeError as e:
-            raise UsageError(f"{flag}: {e}") from None
-    if not out:
-        raise UsageError(f"{flag}: empty list")
-    return list(dict.fromkeys(out))
 
 
 def add_input_flags(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
@@ -77,23 +34,24 @@ def add_input_flags(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
                    "(read and decoded; images only) or raw records (read only); default jpeg "
                    "for images, raw otherwise")
     if grid:
-        g.add_argument("--loader-workers", default="0,1,2,4",
+        g.add_argument("--loader-workers", type=args.nonneg_counts, default="0,1,2,4",
                        help="comma-separated loader process counts (default 0,1,2,4)")
-        g.add_argument("--prefetch", default="0,2",
+        g.add_argument("--prefetch", type=args.nonneg_counts, default="0,2",
                        help="comma-separated prefetch depths in batches (default 0,2)")
     else:
-        g.add_argument("--loader-workers", type=count, help="loader processes (default 0: "
-                       "load in the training process)")
-        g.add_argument("--prefetch", type=count, help="batches prepared ahead (default 0)")
+        g.add_argument("--loader-workers", type=args.nonneg_int, help="loader processes "
+                       "(default 0: load in the training process)")
+        g.add_argument("--prefetch", type=args.nonneg_int, help="batches prepared ahead "
+                       "(default 0)")
     g.add_argument("--autotune", action="store_true", default=None,
                    help="tf.data: AUTOTUNE the parallel map and the prefetch depth")
     g.add_argument("--pin-memory", action="store_true", default=None,
                    help="page-locked host batches (for a GPU)")
     g.add_argument("--cache", choices=CACHE_STATES, help="cold: evict the data set's files "
                    "from the page cache before the run and every epoch (default warm)")
-    g.add_argument("--samples", type=positive, help="samples in the generated data set "
+    g.add_argument("--samples", type=args.positive_int, help="samples in the generated data set "
                    "(default 512)")
-    g.add_argument("--sample-delay", type=seconds, metavar="SECONDS", help="an added wait "
+    g.add_argument("--sample-delay", type=args.nonneg_float, metavar="SECONDS", help="an added wait "
                    "per sample in the loader: a what-if for a slower source")
     g.add_argument("--data-dir", help="folder of the generated data sets (default "
                    "$DLPERF_DATA_DIR or ~/.cache/dlperf/data)")

@@ -19,8 +19,8 @@ from dlperf.inputs import datasets
 from dlperf.inputs.options import DEFAULT_SAMPLES
 from dlperf.kinds import LoaderOptions, StepOptions
 from dlperf.kinds.dataflow import plan as dplan
+from dlperf.kinds.dataflow.analysis import dataflow_of
 from dlperf.kinds.dataflow.options import StorageOptions, StorageOutcome
-from dlperf.kinds.dataflow.section import dataflow_of
 
 #: the memory search's timing unless flags say otherwise: one warm-up step and one timed
 #: step (the memory of plain SGD peaks in the first step; each probe of a large network
@@ -68,35 +68,17 @@ def _data_spec(a: argparse.Namespace) -> datasets.DataSpec:
     return datasets.for_network(cfg, DEFAULT_SAMPLES, fmt)
 
 
-def _best_rate(network: str, db: Any) -> tuple[float, str] | None:
-    """The fastest measured training rate of ``network`` (its full size) on this machine,
-    in samples/s, and the configuration that reached it."""
-    from dlperf import workloads
-    from dlperf.core.aggregate import aggregate
-    from dlperf.core.environment import machine_id
-    from dlperf.core.store import Store
-
-    with Store(db) as store:
-        rows = [r for r in aggregate(store.results(kind="step", status="ok", network=network,
-                                                   size=workloads.get(network).default_size,
-                                                   machine_id=machine_id()))
-                if r.samples_per_s]
-    if not rows:
-        return None
-    best = max(rows, key=lambda r: r.samples_per_s)
-    return best.samples_per_s, best.spec.label()
-
-
 def verdict(a: argparse.Namespace, o: StorageOutcome) -> str:
     """'this disk reads 410 MB/s; resnet50 at this speed needs 23 MB/s of JPEGs: not a
     bottleneck'. Per-sample reads are random accesses: the random rate is the one compared."""
+    from dlperf import api
     from dlperf.kinds.dataflow.storage import feeds
 
     data = _data_spec(a)
     if a.rate:
         rate, source = a.rate, "--rate"
     else:
-        found = _best_rate(a.network, a.db)
+        found = api.fastest_rate(a.network, a.db)
         if found is None:
             return (f"no measured training rate of {a.network} on this machine: run 'dlperf run "
                     f"--network {a.network}' first, or give --rate")

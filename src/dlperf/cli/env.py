@@ -13,7 +13,8 @@ from dlperf.core import units
 
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("env", help="the machine, the software and the measured fp32 peak")
-    p.add_argument("--threads", help="thread counts for the peak (default 1, 2, 4, ... past the CPUs)")
+    args.add_run_flags(p, threads=args.Take(many=True, help="thread counts for the peak "
+                                            "(default 1, 2, 4, ... past the CPUs)"))
     p.add_argument("--remeasure", action="store_true", help="measure the peak kernels again")
     p.add_argument("--peak-size", type=args.peak_size, default=2048,
                    help="peak kernel size, at least 16: matmul side, conv batch x 64 (default 2048)")
@@ -36,7 +37,7 @@ def cmd_env(a: argparse.Namespace) -> int:
     out.print("  GPU      " + (", ".join(f"{g['name']} ({units.nbytes(g['memory_bytes'])})" for g in gpus)
                               if gpus else "none"))
     out.print(f"  system   {m['os']}, Python {m['python']}")
-    threads = args.threads_arg(a.threads) if a.threads else auto_threads()
+    threads = a.threads or auto_threads()
     with ProgressListener() as listener:
         peaks = api.measure_peaks(threads, gpu=bool(gpus), remeasure=a.remeasure,
                                   peak_size=a.peak_size, db=a.db, listener=listener)

@@ -19,25 +19,16 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("experiment", help="run one of the guide's network-choice experiments")
     p.add_argument("name", help=f"{', '.join(NAMES)} or all")
     p.add_argument("--quick", action="store_true", help="fewer arms, 40%% of the budget")
-    p.add_argument(
-        "--threads",
-        "-t",
-        type=args.positive_int,
-        default=1,
-        help="threads of the training runs (the families table always measures 1 and 2)",
-    )
+    args.add_run_flags(p, threads=args.Take(help="threads of the training runs (the "
+                                            "families table always measures 1 and 2)"),
+                       seed=True)
     p.add_argument("--max-time", type=args.positive_float,
                    help="training-time budget per run, in s")
-    p.add_argument("--seed", type=args.seed_int, default=0)
-    p.add_argument("--timeout", type=args.positive_float,
-                   help="seconds (above 0) per worker (default 900)")
-    p.add_argument("--memory-limit", help="resident memory per worker, e.g. 2GiB; over it the "
-                   "run is stored as 'oom' (default: none; input-size: 2GiB)")
-    p.add_argument(
-        "--out",
-        default="dlperf-report",
-        help="folder for the table and plot (default dlperf-report)",
-    )
+    args.add_timeout(p, help="seconds (above 0) per worker (default 900)")
+    args.add_memory_limit(p, help="resident memory per worker, e.g. 2GiB; over it the run is "
+                          "stored as 'oom' (default: none; input-size: 2GiB)")
+    p.add_argument("--out", default="dlperf-report", help="folder for the table and plot "
+                   "(default dlperf-report)")
     args.add_sweep_flags(p)
     args.add_db(p)
     p.set_defaults(func=cmd_experiment)

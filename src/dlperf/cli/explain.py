@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from dlperf.cli.args import add_db, parse_params, positive_int
+from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out
 from dlperf.core import units
-from dlperf.perfmodel.catalogue import PRECISIONS
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -25,21 +24,18 @@ def add(sub: argparse._SubParsersAction) -> None:
         "(op and operand shapes) the measured time, the model's time from this machine's "
         "kernel calibration (dlperf calibrate), the achieved FLOP/s against the calibrated "
         "rate for that shape, and a one-line diagnosis.")
-    p.add_argument("--network", "-n", required=True)
-    p.add_argument("--framework", "-f", default="torch")
-    p.add_argument("--threads", "-t", type=positive_int, default=1)
-    p.add_argument("--batch-size", "-b", type=positive_int, help="(default: the network's)")
-    p.add_argument("--size")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE")
-    p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
-    p.add_argument("--precision", default="fp32", choices=tuple(PRECISIONS),
-                   help="the step's precision, against the calibration at it (dlperf "
-                        "calibrate --precision; default fp32)")
-    p.add_argument("--steps", type=positive_int, default=5, help="steps under the profiler "
-                   "(default 5)")
-    p.add_argument("--top", type=positive_int, default=12, help="op groups to list (default 12)")
-    p.add_argument("--json", action="store_true")
-    add_db(p)
+    args.add_run_flags(
+        p, network=args.REQUIRED, framework=True, threads=True,
+        batch_size=args.Take(help="(default: the network's)"), size=True, param=True,
+        device=True, precision=args.Take(help="the step's precision, against the "
+                                         "calibration at it (dlperf calibrate --precision; "
+                                         "default fp32)"))
+    p.add_argument("--steps", type=args.positive_int, default=5, help="steps under the "
+                   "profiler (default 5)")
+    p.add_argument("--top", type=args.positive_int, default=12, help="op groups to list "
+                   "(default 12)")
+    args.add_json(p)
+    args.add_db(p)
     p.set_defaults(func=cmd_explain)
 
 
@@ -50,7 +46,7 @@ def cmd_explain(a: argparse.Namespace) -> int:
     from dlperf.report.tables import Table
     with ProgressListener(to_stderr=a.json) as listener:  # --json: stdout for the document
         e = api.explain(a.network, framework=a.framework, threads=a.threads,
-                        batch_size=a.batch_size, size=a.size, params=parse_params(a.param),
+                        batch_size=a.batch_size, size=a.size, params=args.parse_params(a.param),
                         device=a.device, steps=a.steps, db=a.db, listener=listener,
                         precision=a.precision)
     if a.json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from dlperf.cli import args
 from dlperf.cli.progress import out
 from dlperf.core import units
 
@@ -13,7 +14,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("networks", help="list the networks with parameters and FLOPs")
     p.add_argument("--group", help="dlbench or guide")
     p.add_argument("--no-count", action="store_true", help="closed-form FLOPs only (no torch)")
-    p.add_argument("--json", action="store_true")
+    args.add_json(p)
     p.set_defaults(func=cmd_networks)
 
 

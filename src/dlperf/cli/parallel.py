@@ -36,35 +36,34 @@ def add(sub: argparse._SubParsersAction) -> None:
         "groups, asynchronous between them), model parallelism (pipeline) and both (hybrid: "
         "a pipeline in each group, data parallel across groups), each run for real on "
         "torch.distributed, measured and stored.")
-    p.add_argument("--network", "-n", required=True)
-    p.add_argument("--size", help="network size (full, tiny; small, large for the families)")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="network parameter")
+    args.add_run_flags(
+        p, network=args.REQUIRED, size=True, param=True,
+        batch_size=args.Take(help="global mini-batch (default: the network's DLBench "
+                             "default)"),
+        threads=args.Take(default=None, help="threads per worker (default: physical cores / "
+                          "the largest --workers on a machine, so that workers do not share "
+                          "cores)"),
+        device=True, seed=True, repeat=args.Take(help="runs of each configuration"))
     p.add_argument("--strategy", "-s", required=True,
                    help=f"{'|'.join(STRATEGIES)}, or several comma-separated")
-    p.add_argument("--workers", "-w", default="2", help="worker counts, comma-separated "
-                   "(default 2); 1 is the baseline for speed-up")
+    p.add_argument("--workers", "-w", type=args.counts, default="2", help="worker counts, "
+                   "comma-separated (default 2); 1 is the baseline for speed-up")
     p.add_argument("--groups", type=args.positive_int, help="mixed, hybrid: groups of workers "
                    "(default: pairs)")
     p.add_argument("--micro-batches", type=args.positive_int, help="pipeline, hybrid: micro-batches "
                    "per step (default 4 per stage, at most the batch)")
-    p.add_argument("--push-every", default="1", help="async: local steps between exchanges "
-                   "with the parameter server; comma-separated to compare (e.g. 1,4,16)")
-    p.add_argument("--servers", default="0", help="async: dedicated parameter-server "
-                   "processes, the weights sharded over them by size (0: the server beside "
-                   "rank 0); comma-separated to compare (e.g. 1,2)")
+    p.add_argument("--push-every", type=args.counts, default="1", help="async: local steps "
+                   "between exchanges with the parameter server; comma-separated to compare "
+                   "(e.g. 1,4,16)")
+    p.add_argument("--servers", type=args.number_list(int), default="0", help="async: "
+                   "dedicated parameter-server processes, the weights sharded over them by "
+                   "size (0: the server beside rank 0); comma-separated to compare (e.g. 1,2)")
     p.add_argument("--hybrid-within", default="model", choices=["model", "data"],
                    help="hybrid: what a group's consecutive ranks share: the pipeline's "
                    "stages (model, default) or replicas of one stage (data)")
-    p.add_argument("--batch-size", "-b", type=args.positive_int, help="global mini-batch (default: the "
-                   "network's DLBench default)")
-    p.add_argument("--threads", "-t", type=args.positive_int, help="threads per worker (default: physical "
-                   "cores / the largest --workers on a machine, so that workers do not share "
-                   "cores)")
-    p.add_argument("--straggler-delay", default="0", help="seconds added to the last worker's "
-                   "compute every step; comma-separated to compare (e.g. 0,0.05)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
-    p.add_argument("--seed", type=args.seed_int, default=0)
-    p.add_argument("--repeat", type=args.positive_int, default=1, help="runs of each configuration")
+    p.add_argument("--straggler-delay", type=args.number_list(float), default="0",
+                   help="seconds added to the last worker's compute every step; "
+                   "comma-separated to compare (e.g. 0,0.05)")
     g = p.add_argument_group("time to target (real data)")
     g.add_argument("--data", help="digits or mnist1d: train on real data to a target")
     g.add_argument("--target-accuracy", type=args.positive_float, help="held-out accuracy to reach")
@@ -76,9 +75,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("timing")
     g.add_argument("--steps", type=args.positive_int, help="timed steps (default: calibrated by --min-time)")
     g.add_argument("--warmup-steps", type=args.nonneg_int, help="warm-up steps (default: until settled)")
-    g.add_argument("--min-time", type=args.positive_float, help="time at least this many seconds (default 2)")
-    g.add_argument("--min-steps", type=args.positive_int, help="at least this many timed steps (default 5)")
-    g.add_argument("--warmup-time", type=args.positive_float, help="warm-up budget in seconds (default 30)")
+    args.add_timing(g)
     g = p.add_argument_group("torchrun (several machines)")
     g.add_argument("--nnodes", type=args.positive_int, default=1, help="machines (default 1)")
     g.add_argument("--nproc-per-node", type=args.positive_int, help="workers per machine (default: "
@@ -93,16 +90,14 @@ def add(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--node-rank", type=args.nonneg_int, help="this machine's rank (static rendezvous)")
     g.add_argument("--local-addr", help="this machine's address for the other machines")
     g = p.add_argument_group("limits")
-    g.add_argument("--timeout", type=args.positive_float, help="seconds for a whole run (default 1800)")
+    args.add_timeout(g, help="seconds for a whole run (default 1800)")
     g.add_argument("--stall-timeout", type=args.positive_float, help="seconds without any worker making "
                    "progress before the run counts as hung (default 300)")
     g.add_argument("--comm-timeout", type=args.positive_float, help="seconds a collective or RPC may block "
                    "(default: min(300, --timeout))")
-    g.add_argument("--memory-limit", help="resident memory of all workers together, e.g. 8GiB")
-    p.add_argument("--force", action="store_true", help="re-measure what the store already has")
-    p.add_argument("--retry-failed", action="store_true", help="re-run stored failures")
-    p.add_argument("--dry-run", action="store_true", help="list what would run, run nothing")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    args.add_memory_limit(g, help="resident memory of all workers together, e.g. 8GiB")
+    args.add_sweep_flags(p)
+    args.add_json(p)
     args.add_db(p)
     p.set_defaults(func=cmd_parallel)
 
@@ -111,16 +106,7 @@ def build_specs(a: argparse.Namespace) -> list[RunSpec]:
     from dlperf.core.environment import physical_cores
 
     strategies = args.str_list(a.strategy) or []
-    workers = args.int_list(a.workers, "--workers")
-    delays = args.float_list(a.straggler_delay, "--straggler-delay")
-    periods = args.int_list(a.push_every, "--push-every")
-    servers = args.int_list(a.servers, "--servers")
-    if a.repeat < 1:
-        raise UsageError(f"--repeat must be at least 1, got {a.repeat}")
-    if a.nnodes < 1:
-        raise UsageError(f"--nnodes must be at least 1, got {a.nnodes}")
-    if a.timeout is not None and a.timeout <= 0:
-        raise UsageError("--timeout must be positive")
+    workers, delays, periods, servers = a.workers, a.straggler_delay, a.push_every, a.servers
     measurement = args.measurement_from(a)
     specs = []
     for repeat, strategy, n, delay, k, ps in itertools.product(

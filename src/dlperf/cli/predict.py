@@ -14,16 +14,14 @@ import argparse
 import json
 from typing import Any
 
-from dlperf import workloads
-from dlperf.cli.args import add_db, parse_params, positive_int
+from dlperf.cli import args
 from dlperf.cli.progress import out
 from dlperf.core import units
-from dlperf.core.errors import UsageError
 
 
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("devices", help="the device, link and storage catalogue of the model")
-    p.add_argument("--json", action="store_true")
+    args.add_json(p)
     p.set_defaults(func=cmd_devices)
     _add_predict(sub)
 
@@ -41,8 +39,6 @@ def cmd_devices(a: argparse.Namespace) -> int:
     devices, links, storage = catalogue.devices(), catalogue.links(), catalogue.storage()
     ref = reference()
     if a.json:
-        import json
-
         print(json.dumps({"devices": [d.model_dump() for d in devices.values()],
                           "links": [x.model_dump() for x in links.values()],
                           "storage": [s.model_dump() for s in storage.values()],
@@ -76,17 +72,15 @@ def cmd_devices(a: argparse.Namespace) -> int:
 def _add_predict(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="predict time per mini-batch, on this machine (from "
                        "its calibration) or on catalogue hardware")
-    p.add_argument("--network", "-n", required=True)
-    p.add_argument("--size")
-    p.add_argument("--batch-size", "-b", type=int, help="global mini-batch (default: the "
-                   "network's)")
-    p.add_argument("--device", "-d", required=True, help="cpu or gpu (this machine, as "
-                   "'dlperf calibrate' measured it) or a catalogue device (dlperf devices)")
-    p.add_argument("--framework", "-f", default="torch", help="this machine: whose kernels "
-                   "(default torch)")
-    p.add_argument("--threads", "-t", type=positive_int, default=1, help="this machine: "
-                   "threads per worker (default 1)")
-    p.add_argument("--precision", default="fp32", help="fp32 (default), tf32, fp16, bf16")
+    args.add_run_flags(
+        p, network=args.REQUIRED, size=True,
+        batch_size=args.Take(help="global mini-batch (default: the network's)"),
+        device=args.Take(required=True, catalogue=True, help="cpu or gpu (this machine, as "
+                         "'dlperf calibrate' measured it) or a catalogue device (dlperf "
+                         "devices)"),
+        framework=args.Take(help="this machine: whose kernels (default torch)"),
+        threads=args.Take(help="this machine: threads per worker (default 1)"),
+        precision=args.Take(help="fp32 (default), tf32, fp16, bf16"), param=True)
     p.add_argument("--strategy", "-s", default="single",
                    help="single (default), sync, async, mixed, pipeline")
     p.add_argument("--devices", "--gpus", "--workers", dest="devices", type=int, default=1,
@@ -100,50 +94,15 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                    "devices))")
     p.add_argument("--straggler-delay", type=float, default=0.0,
                    help="seconds one worker is slower per step")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE")
     p.add_argument("--layers", action="store_true", help="also print the time of each layer")
-    p.add_argument("--json", action="store_true", help="the prediction as JSON (time_s, "
-                   "breakdown, ...; measured_s and error when the store has the measurement)")
-    add_db(p)
+    args.add_json(p, help="the prediction as JSON (time_s, breakdown, ...; measured_s and "
+                  "error when the store has the measurement)")
+    args.add_db(p)
     p.set_defaults(func=cmd_predict)
 
 
 #: --device names that mean this machine
 LOCAL_DEVICES = ("cpu", "gpu")
-
-
-def _local(a: argparse.Namespace, store: Any) -> tuple[Any, Any]:
-    """(this machine's model, the RunSpec a measurement of the prediction would have);
-    a one-line UsageError when the machine is not calibrated for it."""
-    from dlperf.core import frameworks
-    from dlperf.core.spec import RunSpec
-    from dlperf.kinds.calibrate import plan as calibration
-    from dlperf.kinds.parallel.make import make_spec
-
-    device = a.device
-    framework = frameworks.info(a.framework).name
-    params = parse_params(a.param)
-    wl, size, _ = workloads.resolve(a.network, a.size, params)  # a bad name first
-    calibration.check_precision(a.precision, device, [framework])  # (never calibrated)
-    cal = calibration.local_calibration(store, device=device)
-    if a.strategy == "single":
-        m = cal.model(framework, a.threads, device, precision=a.precision)
-        spec = RunSpec(network=wl.name, size=size, framework=framework, device=device,
-                       threads=a.threads, precision=a.precision, params=params,
-                       batch_size=a.batch_size or wl.default_batch)
-        return m, spec
-    if framework != "torch":
-        raise UsageError("parallel strategies run PyTorch workers here (dlperf parallel); "
-                         "use --framework torch")
-    if a.precision != "fp32":
-        raise UsageError("parallel strategies run at fp32 here (dlperf parallel); --precision "
-                         "applies to one device here, or to catalogue devices")
-    m = cal.model(framework, a.threads, device, workers=a.devices)
-    spec = make_spec(a.network, strategy=a.strategy, workers=a.devices, size=a.size,
-                     batch_size=a.batch_size, threads=a.threads, groups=a.groups,
-                     micro_batches=a.micro_batches, straggler_delay_s=a.straggler_delay,
-                     nodes=a.nodes, params=params, device=device)
-    return m, spec
 
 
 def cmd_predict(a: argparse.Namespace) -> int:
@@ -156,17 +115,12 @@ def cmd_predict(a: argparse.Namespace) -> int:
         size=a.size, batch_size=a.batch_size, precision=a.precision, devices=a.devices,
         nodes=a.nodes, strategy=a.strategy, link=a.link, inter_link=a.inter_link,
         collective=a.collective, groups=a.groups, micro_batches=a.micro_batches,
-        straggler_s=a.straggler_delay, params=parse_params(a.param))
-    if a.device in LOCAL_DEVICES:
-        from dlperf.core.store import Store
-        from dlperf.kinds.calibrate.validate import measured as lookup
+        straggler_s=a.straggler_delay, params=args.parse_params(a.param))
+    if a.device in LOCAL_DEVICES:  # this machine's calibration, and its measurement
+        from dlperf import api
 
-        with Store(a.db) as store:
-            m, spec = _local(a, store)
-            p = predict(a.network, device=m.device, calibration=m.calibration,
-                        **{**kw, "link": a.link or m.link, "inter_link": a.inter_link or m.link})
-            row = lookup(store, spec)
-        measured = row.median_s if row else None
+        p, measured = api.predict_here(a.network, device=a.device, framework=a.framework,
+                                       threads=a.threads, db=a.db, **kw)
     else:
         p = predict(a.network, device=a.device, **kw)
     if a.json:

@@ -11,8 +11,8 @@ from dlperf.cli.progress import out
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="render tables and plots from the store (runs nothing)")
     p.add_argument("--out", default="dlperf-report", help="folder (default dlperf-report)")
-    p.add_argument("--networks")
-    p.add_argument("--frameworks")
+    args.add_run_flags(p, network=args.LIST, framework=args.Take(many=True,
+                                                                 help="comma-separated"))
     p.add_argument("--machines", default="all", help="all (default: every machine in the "
                    "store, side by side), this, or machine ids (the 8-character form the "
                    "tables show), comma-separated")
@@ -25,8 +25,8 @@ def add(sub: argparse._SubParsersAction) -> None:
 def cmd_report(a: argparse.Namespace) -> int:
     from dlperf import api
 
-    rep = api.report(db=a.db, out=a.out, networks=args.str_list(a.networks),
-                     frameworks=args.str_list(a.frameworks), machines=a.machines)
+    rep = api.report(db=a.db, out=a.out, networks=a.networks, frameworks=a.frameworks,
+                     machines=a.machines)
     if a.html:  # the path alone, last, for 'xdg-open $(dlperf report --html)'
         print(rep.html)
         return 0

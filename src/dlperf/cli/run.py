@@ -12,7 +12,6 @@ from dlperf.cli.dataflow_flags import add_input_flags, input_for_run
 from dlperf.cli.progress import ProgressListener, out
 from dlperf.core import units
 from dlperf.core.errors import UsageError
-from dlperf.core.spec import PRECISIONS
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -21,36 +20,29 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="train: time per mini-batch (default); inference: latency per query, "
                    "forward only in the framework's inference mode (then --batch-size and "
                    "--threads take comma-separated lists)")
-    p.add_argument("--network", "-n", required=True)
-    p.add_argument("--framework", "-f", default="torch")
-    p.add_argument("--variant", help="e.g. eager|compile (torch), graph|xla (tensorflow), jit (jax), "
-                   "hybrid|imperative (mxnet)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
-    p.add_argument("--precision", default="fp32", choices=PRECISIONS, help=args.PRECISION_HELP)
-    p.add_argument("--threads", "-t", default="1", help="threads (default 1)")
-    p.add_argument("--batch-size", "-b", help="default: the network's DLBench default")
-    p.add_argument("--size", help="network size (full, tiny; small, large for the guide's families)")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="network parameter")
-    p.add_argument("--repeat", type=args.positive_int, default=1, help="worker processes (default 1)")
-    p.add_argument("--seed", type=args.seed_int, default=0)
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    args.add_run_flags(
+        p, network=args.REQUIRED, framework=True, variant=True, device=True, precision=True,
+        threads=args.Take(many=True, default=[1], help="threads (default 1)"),
+        batch_size=args.Take(many=True, help="default: the network's DLBench default"),
+        size=True, param=True, repeat=True, seed=True)
+    args.add_json(p)
     args.add_limits(p)
     add_input_flags(p)  # --input, --loader-workers, ... (docs/dataflow.md)
     args.add_db(p)
     p.set_defaults(func=cmd_run)
 
 
-def _counts(text: str | None, flag: str, many: bool) -> list[int] | None:
-    """A positive count, or in inference mode a comma-separated list of them."""
-    if text is None:
+def _one(values: list[int] | str | None, flag: str, many: bool) -> list[int] | None:
+    """A list of counts as parsed (or 'default'); one value unless in inference mode."""
+    if values == "sweep":
+        raise UsageError(f"{flag} sweep: only 'dlperf sweep' sweeps the batch sizes")
+    if values is None or values == "default":
         return None
-    vals = args.int_list(text, flag)
-    if any(v < 1 for v in vals):
-        raise UsageError(f"{flag} must be at least 1, got '{text}'")
-    if len(vals) > 1 and not many:
+    assert isinstance(values, list)
+    if len(values) > 1 and not many:
         raise UsageError(f"{flag} takes one value in train mode (lists: --mode inference, "
                          "or 'dlperf sweep')")
-    return vals
+    return values
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -58,8 +50,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     m = args.measurement_from(a)
     many = a.mode == "inference"
-    threads = _counts(a.threads, "--threads", many) or [1]
-    batches = _counts(a.batch_size, "--batch-size", many)
+    threads = _one(a.threads, "--threads", many) or [1]
+    batches = _one(a.batch_size, "--batch-size", many)
     params = args.parse_params(a.param)
     inp, notes = input_for_run(a, params, batches[0] if batches else None)
     if many:
@@ -104,7 +96,7 @@ def cmd_inference(a: argparse.Namespace, m, threads: list[int], batches: list[in
 
 
 def print_run(row, db) -> None:
-    from dlperf.core.store import default_path
+    from dlperf import api
 
     s = row.spec
     out.print(f"[bold]{escape(s.label())}[/]  ({row.processes} process{'es' if row.processes != 1 else ''})")
@@ -137,7 +129,7 @@ def print_run(row, db) -> None:
         out.print(escape(line))
     for w in row.warnings:
         out.print(f"  [yellow]warning[/]: {escape(w)}")
-    out.print(f"  stored in {db or default_path()}", style="dim")
+    out.print(f"  stored in {api.store_path(db)}", style="dim")
 
 
 def peak_lines(row, db) -> list[str]:

@@ -15,18 +15,13 @@ from dlperf.core.errors import UsageError
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="measure every combination, resumably")
     p.add_argument("file", nargs="?", help="TOML sweep file (flags override its values)")
-    p.add_argument("--networks", help="comma-separated")
     p.add_argument("--mode", choices=["train", "inference"],
                    help="train: time per mini-batch (default); inference: latency per query")
-    p.add_argument("--frameworks", help="comma-separated (default torch)")
-    p.add_argument("--variants", help="comma-separated, 'default' or 'all'")
-    p.add_argument("--devices", help="cpu,gpu")
-    p.add_argument("--precision", help="comma-separated: " + args.PRECISION_HELP)
-    p.add_argument("--threads", help="comma-separated or 'auto'")
-    p.add_argument("--batch-size", help="comma-separated, 'default' or 'sweep'")
-    p.add_argument("--size")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE")
-    p.add_argument("--repeat", type=args.positive_int)
+    args.add_run_flags(p, network=args.LIST, framework=args.LIST, variant=args.LIST,
+                       device=args.LIST, precision=args.LIST, threads=args.LIST,
+                       batch_size=args.LIST, size=True, param=True,
+                       repeat=args.Take(default=None, help="worker processes per "
+                                        "configuration (default 1)"))
     args.add_limits(p)
     args.add_sweep_flags(p)
     args.add_db(p)
@@ -39,10 +34,11 @@ def add(sub: argparse._SubParsersAction) -> None:
                    "minutes for three frameworks on 2 cores")
     p.add_argument("--quick", action="store_true", help="threads 1,2,4, default batches, one "
                    "process each: a few minutes")
-    p.add_argument("--frameworks", help="comma-separated, or 'all' installed (default torch)")
-    p.add_argument("--variants", help="comma-separated, 'default' or 'all'")
-    p.add_argument("--threads", help="override the thread counts")
-    p.add_argument("--size", help="'tiny' for a smoke test of the whole pipeline")
+    args.add_run_flags(
+        p, framework=args.Take(many=True, help="comma-separated, or 'all' installed (default "
+                               "torch)"),
+        variant=args.LIST, threads=args.Take(many=True, help="override the thread counts"),
+        size=args.Take(help="'tiny' for a smoke test of the whole pipeline"))
     p.add_argument("--out", default="results/dlbench", help="results folder (default results/dlbench)")
     args.add_limits(p)
     args.add_sweep_flags(p)
@@ -54,11 +50,9 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     from dlperf.engine import config
 
     overrides: dict[str, Any] = dict(
-        networks=args.str_list(a.networks), mode=a.mode, frameworks=args.str_list(a.frameworks),
-        variants=args.str_list(a.variants), devices=args.str_list(a.devices),
-        precisions=args.precision_arg(a.precision),
-        threads=args.threads_arg(a.threads) if a.threads else None,
-        batch_sizes=args.batch_arg(a.batch_size), size=a.size,
+        networks=a.networks, mode=a.mode, frameworks=a.frameworks, variants=a.variants,
+        devices=a.devices, precisions=a.precision, threads=a.threads,
+        batch_sizes=a.batch_size, size=a.size,
         params=args.parse_params(a.param) or None, repeat=a.repeat, timeout=a.timeout,
         memory_limit=a.memory_limit,
     )
@@ -76,14 +70,14 @@ def sweep_and_print(cfg, a: argparse.Namespace, title: str) -> int:
     """Plan the sweep against the store, run what is missing (or list it with --dry-run),
     then print this machine's results of the sweep's configurations."""
     from dlperf import api
-    from dlperf.core import frameworks
+    from dlperf.core import framework_table
     from dlperf.core.aggregate import aggregate
     from dlperf.engine import plan
+    from dlperf.kinds.step.tables import detail_table
     from dlperf.report.exporters import print_table
-    from dlperf.report.tables import detail_table
 
     for fw in cfg.frameworks:
-        frameworks.require(fw)
+        framework_table.require(fw)
     specs = plan.expand(cfg)
     planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed)
     print_plan(title, planned, verb="measure",
@@ -109,11 +103,9 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
 
     if a.study != "dlbench":
         raise UsageError(f"unknown study '{a.study}' (known: dlbench)")
-    frameworks = presets.resolve_frameworks(args.str_list(a.frameworks) or ["torch"])
-    variants = args.str_list(a.variants) or ["default"]
+    frameworks = presets.resolve_frameworks(a.frameworks or ["torch"])
     configs = presets.dlbench(quick=a.quick, brief=a.brief, frameworks=frameworks,
-                              variants=variants,
-                              threads=args.threads_arg(a.threads) if a.threads else None,
+                              variants=a.variants or ["default"], threads=a.threads,
                               size=a.size, timeout=a.timeout, memory_limit=a.memory_limit)
     started = time.time()
     for name, cfg in configs:

@@ -14,9 +14,10 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from dlperf.cli.args import add_db, nonneg_int, str_list
+from dlperf.cli import args
 from dlperf.cli.progress import out
 from dlperf.core import units
+from dlperf.core.errors import UsageError
 
 if TYPE_CHECKING:
     from dlperf.kinds.calibrate.validate import Case
@@ -47,46 +48,35 @@ def add(sub: argparse._SubParsersAction) -> None:
                      "needed)")
     p.add_argument("--machine", help="with --catalogue: whose measurements (a machine id as "
                    "the report shows it, or 'all'; default this machine)")
-    p.add_argument("--networks", help="comma-separated (default: all measured)")
-    p.add_argument("--frameworks", help="comma-separated (default: all measured)")
+    args.add_run_flags(p, network=args.Take(many=True, help="comma-separated (default: all "
+                                            "measured)"),
+                       framework=args.Take(many=True, help="comma-separated (default: all "
+                                           "measured)"))
     p.add_argument("--kinds", default="step,parallel", help="step, parallel (default both)")
-    p.add_argument("--worst", type=nonneg_int, default=5, help="worst cases to explain "
+    p.add_argument("--worst", type=args.nonneg_int, default=5, help="worst cases to explain "
                    "(default 5)")
-    p.add_argument("--json", action="store_true", help="every case and summary as JSON")
-    add_db(p)
+    args.add_json(p, help="every case and summary as JSON")
+    args.add_db(p)
     p.set_defaults(func=cmd_validate)
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
-    from dlperf.core.errors import UsageError
-    from dlperf.core.store import Store
-    from dlperf.kinds.calibrate import plan as calibration
+    from dlperf import api
     from dlperf.kinds.calibrate import validate
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import Table
 
     if a.published:
         return _published(a.json)
-    kinds = str_list(a.kinds) or ["step", "parallel"]
+    kinds = args.str_list(a.kinds) or ["step", "parallel"]
     bad = [k for k in kinds if k not in ("step", "parallel")]
     if bad:
         raise UsageError(f"--kinds: unknown kind '{bad[0]}' (known: step, parallel)")
     mode = ("lono" if a.leave_one_network_out else "lofo" if a.leave_one_family_out
             else "catalogue" if a.catalogue else "kernels")
-    with Store(a.db) as store:
-        if a.catalogue:
-            machine = _machine(store, a.machine)
-            cases, skipped = validate.catalogue_cases(store, a.catalogue, machine_id=machine)
-        else:
-            cal = calibration.local_calibration(store, device=None)  # each run's own device
-            if not cal.fits:
-                raise UsageError("this machine has no calibration in the store; run 'dlperf "
-                                 "calibrate' first (4-5 minutes on 2 cores)")
-            cases, skipped = validate.cases(store, cal, kinds=kinds)
-    nets, fws = str_list(a.networks), str_list(a.frameworks)
-    cases = [c for c in cases if (not nets or c.row.spec.network in nets)
-             and (not fws or c.key("framework") in fws)]
-    cases = validate.corrected(cases, mode)
+    cases, skipped = api.validation(mode, kinds=kinds, catalogue=a.catalogue,
+                                    machine=a.machine, networks=a.networks or (),
+                                    frameworks=a.frameworks or (), db=a.db)
     if not cases:
         raise UsageError("no measured configuration here that the model can predict (measure "
                          "some: dlperf sweep, dlperf parallel)"
@@ -210,22 +200,6 @@ def _published_set(title: str, column: str, noun: str, data, as_json: bool) -> d
     out.print("source: " + " ".join(data.citation[:3]), markup=False)
     out.print("")
     return doc
-
-
-def _machine(store, given: str | None) -> str | None:
-    """--machine: None (this machine), 'all', or the one machine a (short) id names."""
-    from dlperf.core.errors import UsageError
-    from dlperf.report.machines import resolve_machines
-
-    if given in (None, "all"):
-        return given
-    try:
-        ids = resolve_machines(store, given)
-    except UsageError as e:
-        raise UsageError(str(e).replace("--machines:", "--machine:", 1)) from None
-    if len(ids) != 1:
-        raise UsageError(f"--machine takes one machine, got '{given}'")
-    return ids[0]
 
 
 def _caption(mode: str) -> str:
