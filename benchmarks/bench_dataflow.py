@@ -39,7 +39,7 @@ from dlperf.engine.launch.isolated import SRC_DIR
 from dlperf.inputs import datasets
 from dlperf.inputs.options import InputOptions
 from dlperf.kinds.dataflow import storage
-from dlperf.kinds.dataflow.section import dataflow_of
+from dlperf.kinds.dataflow.analysis import dataflow_of
 
 HERE = Path(__file__).resolve().parent
 

@@ -17,7 +17,7 @@ import statistics
 from bench_harness import dlperf_run, handwritten
 
 from dlperf import workloads
-from dlperf.core import frameworks
+from dlperf.core import framework_table
 
 
 def main() -> None:
@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--min-time", type=float, default=6.0)
     a = ap.parse_args()
-    frameworks = [f for f in a.frameworks.split(",") if frameworks.installed(f)]
+    frameworks = [f for f in a.frameworks.split(",") if framework_table.installed(f)]
     for f in sorted(set(a.frameworks.split(",")) - set(frameworks)):
         print(f"{f}: not installed, skipped")
     summary: dict[str, dict[str, float]] = {}
@@ -63,7 +63,7 @@ def main() -> None:
         fastest = ranking[0][1]
         print(f"{net}: " + "  <  ".join(f"{k} {v:.3f} s ({v / fastest:.2f}x)" for k, v in ranking))
         for v in variants("keras") if "keras" in frameworks else ():
-            own = f"{v}/{frameworks.info(v).default_variant}"
+            own = f"{v}/{framework_table.info(v).default_variant}"
             if f"keras/{v}" in times and own in times:
                 print(f"  Keras over {v}: keras/{v} {times[f'keras/{v}']:.4f} s / {own} "
                       f"{times[own]:.4f} s = {times[f'keras/{v}'] / times[own]:.3f}")
@@ -73,8 +73,8 @@ def variants(fw: str) -> list[str]:
     """Keras runs on each of its backends whose framework is installed; the others run
     their default variant."""
     if fw == "keras":
-        return [v for v in frameworks.info("keras").variants if frameworks.installed(v)]
-    return [frameworks.info(fw).default_variant]
+        return [v for v in framework_table.info("keras").variants if framework_table.installed(v)]
+    return [framework_table.info(fw).default_variant]
 
 
 if __name__ == "__main__":

@@ -36,21 +36,21 @@ HERE = Path(__file__).resolve().parent
 
 def handwritten(framework: str, network: str, threads: int, batch: int, steps: int,
                 warmup: int, variant: str | None = None) -> dict:
-    from dlperf.core import frameworks
+    from dlperf.core import framework_table
     from dlperf.engine.launch.isolated import SRC_DIR
 
     script = {"torch": "torch_loop.py", "tensorflow": "tf_loop.py", "jax": "jax_loop.py",
               "mxnet": "mxnet_loop.py", "keras": "keras_loop.py"}
     # a framework in an environment of its own (MXNet) runs with that interpreter, and
     # finds dlperf (for the layer sizes) on PYTHONPATH, as its workers do
-    python = frameworks.info(framework).python or sys.executable
+    python = framework_table.info(framework).python or sys.executable
     cmd = [python, str(HERE / "handwritten" / script[framework]), "--network",
            network, "--threads", str(threads), "--batch-size", str(batch), "--steps",
            str(steps), "--warmup", str(warmup)]
     if variant:
         cmd += ["--variant", variant]
-    env = {**__import__("os").environ, **frameworks.info(framework).thread_env(threads, variant)}
-    if frameworks.info(framework).python:
+    env = {**__import__("os").environ, **framework_table.info(framework).thread_env(threads, variant)}
+    if framework_table.info(framework).python:
         env["PYTHONPATH"] = SRC_DIR
     p = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -58,10 +58,10 @@ def handwritten(framework: str, network: str, threads: int, batch: int, steps: i
 
 def dlperf_run(framework: str, network: str, threads: int, batch: int, min_time: float,
                variant: str = "default") -> dict:
-    from dlperf.core import frameworks
+    from dlperf.core import framework_table
 
     spec = RunSpec(network=network, framework=framework, threads=threads, batch_size=batch,
-                   variant=frameworks.resolve_variant(framework, variant),
+                   variant=framework_table.resolve_variant(framework, variant),
                    measurement=Measurement(min_time_s=min_time, min_steps=5))
     r = run_isolated(spec, timeout_s=1800)
     if not r.ok:

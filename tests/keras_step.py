@@ -17,14 +17,14 @@ import sys
 from pathlib import Path
 
 from dlperf import workloads
-from dlperf.core import frameworks
+from dlperf.core import framework_table
 from dlperf.engine.presets import DLBENCH_NETWORKS
 
 SEED = 1  # another seed than the PyTorch reference's: set_weights must do the work
 
 
 def main(variant: str, d: Path) -> None:
-    os.environ.update(frameworks.info("keras").thread_env(1, variant))  # before Keras loads
+    os.environ.update(framework_table.info("keras").thread_env(1, variant))  # before Keras loads
     from dlperf.backends.keras_backend import KerasBackend
 
     backend = KerasBackend()
@@ -45,7 +45,7 @@ def main(variant: str, d: Path) -> None:
     tiny = workloads.get("fcn5").config("tiny")
     out["seeded"] = [backend.build("fcn5", tiny, 2, variant, "cpu", s).get_weights()
                      for s in (SEED, SEED, SEED + 1)]
-    other = next(v for v in frameworks.info("keras").variants if v != variant)
+    other = next(v for v in framework_table.info("keras").variants if v != variant)
     try:
         backend.build("fcn5", tiny, 2, other, "cpu", SEED)
         out["other_variant"] = None

@@ -24,14 +24,14 @@ import pytest
 
 import dlperf
 from dlperf import workloads
-from dlperf.core import frameworks
+from dlperf.core import framework_table
 from dlperf.core.spec import Measurement, RunSpec
 from dlperf.engine import presets
 
-if not frameworks.installed("keras"):
+if not framework_table.installed("keras"):
     pytest.skip("keras is not installed: pip install 'dlperf[keras]'", allow_module_level=True)
 
-VARIANTS = frameworks.info("keras").variants
+VARIANTS = framework_table.info("keras").variants
 BATCH = 4
 HELPER = Path(__file__).with_name("keras_step.py")
 #: These tests check numbers, not speed. Keras initialises each variable with its own
@@ -59,9 +59,9 @@ assert CASES["alexnet_2x2"][1].feature_side() == 2
 
 def _variant(v: str):
     """A variant as a test parameter, skipped where its framework is missing."""
-    missing = not frameworks.installed(v)
+    missing = not framework_table.installed(v)
     return pytest.param(v, marks=pytest.mark.skipif(
-        missing, reason=f"Keras' {v} backend needs pip install 'dlperf[{frameworks.info(v).extra}]'"))
+        missing, reason=f"Keras' {v} backend needs pip install 'dlperf[{framework_table.info(v).extra}]'"))
 
 
 def _batch(cfg, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -107,7 +107,7 @@ def keras_runs(torch_steps, tmp_path_factory) -> dict[str, dict]:
         return subprocess.run([sys.executable, str(HELPER), variant, str(d)], env=env,
                               capture_output=True, text=True, timeout=300)
 
-    installed = [v for v in VARIANTS if frameworks.installed(v)]
+    installed = [v for v in VARIANTS if framework_table.installed(v)]
     with ThreadPoolExecutor(len(installed)) as pool:
         done = dict(zip(installed, pool.map(run, installed), strict=True))
     for v, p in done.items():
@@ -118,19 +118,19 @@ def keras_runs(torch_steps, tmp_path_factory) -> dict[str, dict]:
 # ----------------------------------------------------------------------------- env
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_worker_env_names_the_keras_backend_and_its_threads(variant):
-    env = frameworks.info("keras").thread_env(3, variant)
+    env = framework_table.info("keras").thread_env(3, variant)
     assert env["KERAS_BACKEND"] == variant
     assert env["OMP_NUM_THREADS"] == "3"
     assert ("NPROC" in env) == (variant == "jax")  # XLA:CPU sizes its pool from NPROC
-    default = frameworks.info("keras").thread_env(3)
-    assert default["KERAS_BACKEND"] == frameworks.info("keras").default_variant
-    assert "KERAS_BACKEND" not in frameworks.info(variant).thread_env(3)
+    default = framework_table.info("keras").thread_env(3)
+    assert default["KERAS_BACKEND"] == framework_table.info("keras").default_variant
+    assert "KERAS_BACKEND" not in framework_table.info(variant).thread_env(3)
 
 
 def test_reproduce_all_includes_keras():
     names = presets.resolve_frameworks(["all"])
     assert "keras" in names and "torch" in names
-    assert names == [b for b in frameworks.BACKENDS if frameworks.installed(b)]
+    assert names == [b for b in framework_table.BACKENDS if framework_table.installed(b)]
     assert presets.resolve_frameworks(["torch", "keras"]) == ["torch", "keras"]
     cfg = presets.dlbench(quick=True, frameworks=["all"])[0][1]
     assert "keras" in cfg.frameworks
@@ -201,7 +201,7 @@ def test_one_step_matches_pytorch(keras_runs, torch_steps, variant, case):
 
 # ----------------------------------------------------------------------------- worker
 @pytest.mark.slow
-@pytest.mark.skipif(not frameworks.installed("jax"), reason="needs pip install 'dlperf[jax]'")
+@pytest.mark.skipif(not framework_table.installed("jax"), reason="needs pip install 'dlperf[jax]'")
 def test_worker_runs_the_variants_keras_backend_with_the_thread_count(monkeypatch):
     """Through the launcher: KERAS_BACKEND comes from the variant (jax here, not Keras'
     own default), and the thread count in force is the one asked for. One variant: the

@@ -24,7 +24,7 @@ import pytest
 
 from dlperf import workloads
 from dlperf.cli import main
-from dlperf.core import frameworks
+from dlperf.core import framework_table
 from dlperf.engine.launch.isolated import SRC_DIR
 
 NETWORKS = ("fcn5", "fcn8", "alexnet", "resnet50", "lstm32", "lstm64")
@@ -33,8 +33,8 @@ BATCH = 4
 CHILD = Path(__file__).with_name("mxnet_child.py")
 
 needs_env = pytest.mark.skipif(
-    not frameworks.installed("mxnet"),
-    reason=f"no MXNet environment at {frameworks.info('mxnet').python}: "
+    not framework_table.installed("mxnet"),
+    reason=f"no MXNet environment at {framework_table.info('mxnet').python}: "
     "create it with 'dlperf setup mxnet' (or make mxnet)",
 )
 
@@ -79,9 +79,9 @@ def parity(tmp_path_factory):
         cases[(name, variant, image)] = (torch_tr, w0, i)
     job = d / "job.json"
     job.write_text(json.dumps({"full_counts": list(NETWORKS), "steps": steps}))
-    p = subprocess.run([frameworks.info("mxnet").python, str(CHILD), str(job)],
+    p = subprocess.run([framework_table.info("mxnet").python, str(CHILD), str(job)],
                        capture_output=True, text=True, timeout=600,
-                       env={**os.environ, **frameworks.info("mxnet").thread_env(1),
+                       env={**os.environ, **framework_table.info("mxnet").thread_env(1),
                             "PYTHONPATH": SRC_DIR})
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -171,9 +171,9 @@ def test_worker_runs_in_its_environment_with_the_requested_threads():
 
 # ----------------------------------------------------------------------------- no env
 def test_missing_environment_is_one_line_naming_the_setup(monkeypatch, capsys):
-    missing = dataclasses.replace(frameworks.BACKENDS["mxnet"], python="/nonexistent/bin/python")
-    monkeypatch.setitem(frameworks.BACKENDS, "mxnet", missing)
-    assert not frameworks.installed("mxnet")
+    missing = dataclasses.replace(framework_table.BACKENDS["mxnet"], python="/nonexistent/bin/python")
+    monkeypatch.setitem(framework_table.BACKENDS, "mxnet", missing)
+    assert not framework_table.installed("mxnet")
     assert main(["run", "--network", "fcn5", "--size", "tiny", "--framework", "mxnet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("dlperf: error:")

@@ -12,7 +12,7 @@ import pytest
 
 from dlperf import backends, workloads
 from dlperf.cli import main
-from dlperf.core import frameworks
+from dlperf.core import framework_table
 from dlperf.core.spec import RunSpec
 from dlperf.core.store import Store
 from dlperf.kinds.calibrate import plan as calibration
@@ -144,12 +144,47 @@ def test_the_convolution_fit_recovers_the_made_up_machine():
             m, n, kk = k.conv_gemm(shape)
             assert c.time(m, n, kk, shape[4], shape[5]) == pytest.approx(
                 made_up.true_s(op, shape) - made_up.CALL_S, rel=0.05)
-    # without a memory curve (a curve fitted before the traffic term): no traffic time
-    old = fit.fit_conv(_samples("conv"), d).model_copy(update={"memory": None})
-    m, n, kk = k.conv_gemm((16, 256, 512, 56, 1, 2))
-    assert old.time(m, n, kk, 1, 2) == old.curve(m, n, kk, 1) * math.exp(
-        fit._smooth((math.log2(m), math.log2(n), math.log2(kk), 0.0, 1.0), old.points,
-                    old.residuals))
+    # a curve fitted without a memory curve has no traffic term to fit
+    old = fit.fit_conv(_samples("conv"), d)
+    assert old.memory is None and old.traffic_factor == 0.0
+
+
+def test_a_convolutions_time_is_its_compute_plus_its_traffic_only_with_a_memory_curve():
+    """The curve's time against its closed form, written out here (no residuals, no
+    peak): t0 + passes x 2 m n k / (rate phi(M) phi(N) phi(C_in)) + traffic_factor x the
+    memory curve's time for traffic_passes x elem x (output m n + weights k n + input
+    m stride^2 k / window^2). The memory curve is a constant bandwidth, so its time is
+    bytes / BW. Without a memory curve (a curve fitted before the term existed) or with
+    no passes fitted, the traffic adds nothing."""
+    bw, rate, t0, (hm, hn, hc) = 10e9, 1e12, 3e-6, (300.0, 40.0, 10.0)
+    memory = fit.MemoryCurve(nbytes=(1e3, 1e6, 1e9), seconds=(1e3 / bw, 1e6 / bw, 1e9 / bw))
+    curve = fit.ConvCurve(rate=rate, t0=t0, h=(hm, hn, hc), memory=memory,
+                          traffic_factor=2.0)
+
+    def phi(x: float, h: float) -> float:
+        return x / (x + h)
+
+    # (batch, c_in, c_out, side, window, stride): a strided 1x1 projection over a 56x56
+    # map (mostly traffic), a 3x3 layer, an 11x11 first layer on 3 channels at stride 4
+    for batch, c_in, c_out, side, window, stride in ((16, 256, 512, 56, 1, 2),
+                                                      (8, 64, 64, 28, 3, 1),
+                                                      (4, 3, 96, 224, 11, 4)):
+        out_side = (side + 2 * (window // 2) - window) // stride + 1
+        m, n, kk = batch * out_side**2, c_out, c_in * window**2
+        assert k.conv_gemm((batch, c_in, c_out, side, window, stride)) == (m, n, kk)
+        compute = t0 + 2 * m * n * kk / (rate * phi(m, hm) * phi(n, hn) * phi(c_in, hc))
+        elems = m * n + kk * n + m * stride**2 * c_in  # output, weights, input
+        for passes, elem in ((1.0, 4), (2.0, 4), (1.0, 2)):  # forward, backward, 16-bit
+            c = curve.model_copy(update={"traffic_passes": passes, "elem_bytes": elem})
+            traffic = 2.0 * passes * elem * elems / bw
+            assert c.time(m, n, kk, window, stride) == pytest.approx(compute + traffic,
+                                                                     rel=1e-9)
+            # no memory curve, or no passes fitted: the compute alone
+            for old in (c.model_copy(update={"memory": None}),
+                        c.model_copy(update={"traffic_factor": 0.0})):
+                assert old.time(m, n, kk, window, stride) == pytest.approx(compute, rel=1e-12)
+        if stride == 2:  # the projection: its traffic is most of its time
+            assert 2.0 * 4 * elems / bw > compute
 
 
 def test_the_convolution_grid_reaches_large_maps():
@@ -274,7 +309,7 @@ def test_the_softmax_loss_and_batch_norm_are_timed_by_their_own_curves(db):
     bn kernel's for its bytes; a calibration made before revision 7 (8) has no such
     curve and the memory pass stands in."""
     from dlperf.perfmodel.costs import layer_costs
-    from dlperf.perfmodel.local import layer_timing
+    from dlperf.perfmodel.local import fitted_timing
 
     with Store(db) as store:
         made_up.calibrated(store)
@@ -285,9 +320,9 @@ def test_the_softmax_loss_and_batch_norm_are_timed_by_their_own_curves(db):
     costs = layer_costs(layers, lstm.input_shape(), 128, 4)
     (loss, cost), = [(x, c) for x, c in zip(layers, costs, strict=True) if x.op == "loss"]
     logits = 128 * 32 * 10000
-    got = layer_timing(loss, cost, 128, f).memory_s
+    got = fitted_timing(loss, cost, 128, f).memory_s
     assert got == pytest.approx(2 * 4 * logits / made_up.XENT_BPS, rel=0.05)
-    older = layer_timing(loss, cost, 128, f.model_copy(update={"xent": None})).memory_s
+    older = fitted_timing(loss, cost, 128, f.model_copy(update={"xent": None})).memory_s
     assert older == pytest.approx(f.memory.time(cost.fwd_bytes) + f.memory.time(cost.bwd_bytes))
     assert older < got / 2
     # batch normalisation the same way, by its own curve (before revision 8: memory)
@@ -297,9 +332,9 @@ def test_the_softmax_loss_and_batch_norm_are_timed_by_their_own_curves(db):
     costs = layer_costs(layers, resnet.input_shape(), 8, 4)
     (norm, cost), = [(x, c) for x, c in zip(layers, costs, strict=True) if x.name == "stem_bn"]
     nbytes = cost.fwd_bytes + cost.bwd_bytes
-    assert layer_timing(norm, cost, 8, f).memory_s == pytest.approx(nbytes / made_up.BN_BPS,
+    assert fitted_timing(norm, cost, 8, f).memory_s == pytest.approx(nbytes / made_up.BN_BPS,
                                                                     rel=0.05)
-    older = layer_timing(norm, cost, 8, f.model_copy(update={"bn": None})).memory_s
+    older = fitted_timing(norm, cost, 8, f.model_copy(update={"bn": None})).memory_s
     assert older == pytest.approx(f.memory.time(cost.fwd_bytes) + f.memory.time(cost.bwd_bytes))
 
 
@@ -362,7 +397,7 @@ TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)], "gemm_tn_seq":
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow", "jax"])
 def test_worker_times_every_op_with_the_frameworks_own_kernels(framework):
-    if not frameworks.installed(framework):
+    if not framework_table.installed(framework):
         pytest.skip(f"{framework} not installed")
     from dlperf.engine.worker import execute
 
@@ -379,7 +414,7 @@ def test_worker_times_every_op_with_the_frameworks_own_kernels(framework):
 def test_tensorflow_pads_its_convolution_kernels_as_its_keras_layers_do():
     """'SAME' at stride 1, a padded input and 'VALID' otherwise (keras_models._conv): the
     output has the side conv_out gives, and the gradients the shapes of their operands."""
-    if not frameworks.installed("tensorflow"):
+    if not framework_table.installed("tensorflow"):
         pytest.skip("tensorflow not installed")
     from dlperf.backends import tf_kernels
 
@@ -512,9 +547,9 @@ def test_threads_beyond_the_physical_cores_are_predicted_from_the_cores_fit(db, 
     spec = RunSpec(network="fcn5", framework="torch", threads=4, batch_size=64)
     two = RunSpec(network="fcn5", framework="torch", threads=2, batch_size=64)
     assert predict_for_spec(spec, cal).time_s == pytest.approx(predict_for_spec(two, cal).time_s)
-    from dlperf.perfmodel.machine import LocalCalibration
+    from dlperf.perfmodel.machine_fits import MachineFits
 
-    only_one = LocalCalibration(tuple(f for f in cal.fits if f.threads == 1), 1.0, 2)
+    only_one = MachineFits(tuple(f for f in cal.fits if f.threads == 1), 1.0, 2)
     assert only_one.find("torch", 4) is None and only_one.find("torch", 2) is None
 
 
@@ -578,14 +613,14 @@ def test_pipeline_stages_share_only_the_cores_they_are_pinned_to(db):
     but by less than every stage at half speed would, since a stage that waits leaves its
     core to the busy one."""
     from dlperf.kinds.parallel.make import make_spec
-    from dlperf.perfmodel.machine import LocalCalibration
+    from dlperf.perfmodel.machine_fits import MachineFits
 
     with Store(db) as store:
         made_up.calibrated(store)
         cal = calibration.local_calibration(store)
     spec = make_spec("alexnet", size="tiny", strategy="pipeline", workers=4, batch_size=64)
-    four = predict_for_spec(spec, LocalCalibration(cal.fits, cal.memory_gb, 4))
-    two = predict_for_spec(spec, LocalCalibration(cal.fits, cal.memory_gb, 2))
+    four = predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 4))
+    two = predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 2))
     assert four is not None and two is not None
     assert four.time_s < two.time_s < 2 * four.time_s
     for p in (four, two):
@@ -1034,7 +1069,7 @@ def test_xla_instructions_are_read_from_the_hlo_and_the_trace():
 
 
 def test_explain_profiles_a_jax_step_with_xla_instruction_names(db, capsys):
-    if not frameworks.installed("jax"):
+    if not framework_table.installed("jax"):
         pytest.skip("jax not installed")
     with Store(db) as store:
         made_up.calibrated(store, frameworks=("jax",), allreduce=False)
@@ -1054,17 +1089,17 @@ def test_explain_needs_a_calibration_and_a_profiler(db, capsys):
     assert "dlperf calibrate" in capsys.readouterr().err
     with Store(db) as store:
         made_up.calibrated(store)
-    if frameworks.installed("keras"):  # a framework without a wired profiler: one line
-        from dlperf.backends.base import UnsupportedError
+    if framework_table.installed("keras"):  # a framework without a wired profiler: one line
+        from dlperf.backends.base import Profiling, UnsupportedError, capability
 
         with pytest.raises(UnsupportedError, match="torch, tensorflow and jax"):
-            backends.load("keras").profile(None, 1, "cpu")
+            capability(backends.load("keras"), Profiling)
 
 
 def test_tensorflow_ops_are_read_from_the_traced_graph():
     """A fused MatMul is found behind the node it is named after; transposes, convolutions
     and their gradients get their shapes and FLOPs from the graph."""
-    if not frameworks.installed("tensorflow"):
+    if not framework_table.installed("tensorflow"):
         pytest.skip("tensorflow not installed")
     import tensorflow as tf
 
@@ -1098,7 +1133,7 @@ def test_tensorflow_ops_are_read_from_the_traced_graph():
 
 
 def test_explain_profiles_a_tensorflow_step(db, capsys):
-    if not frameworks.installed("tensorflow"):
+    if not framework_table.installed("tensorflow"):
         pytest.skip("tensorflow not installed")
     with Store(db) as store:
         made_up.calibrated(store, frameworks=("tensorflow",), allreduce=False)
@@ -1350,10 +1385,10 @@ def test_calibrate_plans_a_precision_without_the_all_reduce():
 
 
 def test_reference_curves_are_written_from_a_gpu_calibration(db, tmp_path):
-    """``python -m dlperf.kinds.calibrate.reference`` reads a PyTorch GPU calibration at each
+    """``python -m dlperf.kinds.calibrate.shipped_fits`` reads a PyTorch GPU calibration at each
     precision from a store and writes the reference file that catalogue GPUs are scaled
     from, with its source."""
-    from dlperf.kinds.calibrate.reference import main as write
+    from dlperf.kinds.calibrate.shipped_fits import main as write
     from dlperf.perfmodel.scaled import ReferenceFits
 
     with Store(db) as store:

@@ -20,10 +20,10 @@ from dlperf.inputs.pipeline import Source
 from dlperf.kinds import LoaderOptions, StepOptions, StepOutcome
 from dlperf.kinds.dataflow import plan as dplan
 from dlperf.kinds.dataflow import storage
+from dlperf.kinds.dataflow.analysis import dataflow_of
 from dlperf.kinds.dataflow.memory import search
 from dlperf.kinds.dataflow.options import DataflowOutcome
 from dlperf.kinds.dataflow.plan import input_of
-from dlperf.kinds.dataflow.section import dataflow_of
 from dlperf.kinds.dataflow.storage_run import resolve_tool
 
 DATA = Path(__file__).parent / "data"
@@ -268,9 +268,10 @@ def _fake(spec: RunSpec, median: float, share: float, cpus=(0, 1)):
 
 
 def test_the_sweep_table_answers_the_what_if_from_the_numbers(db, tmp_path):
+    from dlperf.api import render_report as render
     from dlperf.core.store import Store
     from dlperf.kinds.dataflow.section import groups, sweep_table
-    from dlperf.report import Filters, render
+    from dlperf.report import Filters
 
     base = RunSpec(network="alexnet", batch_size=16)
     grid = {(0, 0): (0.020, 0.50), (0, 2): (0.0102, 0.02), (2, 0): (0.0145, 0.31),

@@ -8,7 +8,7 @@ import pytest
 from dlperf.core.spec import RunSpec
 from dlperf.engine.launch import run_isolated
 from dlperf.kinds.dataflow import plan as dplan
-from dlperf.kinds.dataflow.section import dataflow_of
+from dlperf.kinds.dataflow.analysis import dataflow_of
 from tests.conftest import FAST
 
 torch = pytest.importorskip("torch")

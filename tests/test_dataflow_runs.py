@@ -12,8 +12,8 @@ from dlperf.core.store import Store
 from dlperf.engine.runner import Runner
 from dlperf.engine.worker import execute
 from dlperf.kinds.dataflow import plan as dplan
+from dlperf.kinds.dataflow.analysis import dataflow_of
 from dlperf.kinds.dataflow.options import DataflowOutcome
-from dlperf.kinds.dataflow.section import dataflow_of
 from tests.conftest import FAST
 
 pytestmark = pytest.mark.slow

@@ -68,7 +68,7 @@ def test_generators_share_the_mmd2_measure_and_the_vae_generates():
     import torch
 
     from dlperf.backends import torch_backend as tb
-    from dlperf.kinds.train.settings import check_options
+    from dlperf.kinds.train.resolve import check_options
 
     assert check_options("vae", {"measure": "mmd2"})["target"] == 0.1
     with pytest.raises(UsageError, match="does not apply"):

@@ -10,12 +10,13 @@ import sqlite3
 
 import pytest
 
+from dlperf.api import render_report as render
 from dlperf.cli import main
 from dlperf.core import environment
 from dlperf.core.spec import RunResult
 from dlperf.core.store import Store
 from dlperf.core.store_import import import_file
-from dlperf.report import Filters, render
+from dlperf.report import Filters
 from dlperf.report.machines import resolve_machines
 from tests.report_fixtures import OTHER_ID, fcn5_table, other_machine, result
 

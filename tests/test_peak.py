@@ -13,7 +13,7 @@ from dlperf.core.spec import Metrics, RunResult, RunSpec
 from dlperf.core.store import Store
 from dlperf.engine.runner import Runner
 from dlperf.kinds.peak import rates as peak
-from dlperf.report.tables import detail_table
+from dlperf.kinds.step.tables import detail_table
 
 from .conftest import FAST
 
@@ -115,7 +115,8 @@ def test_a_run_above_the_peak_raises_it_and_says_so(db):
     low = peak.peak_of([_ok(s, 50e9) for s in _specs()], 1, "cpu")
     with Store(db) as st:
         runner = Runner(st)
-        result = runner.with_share(_run_result(120e9), low)
+        result, raised = runner.with_share(_run_result(120e9), low)
+        assert raised.flops == 120e9  # the peak the runs after it compare with
         assert result.metrics.peak_share == 1.0
         assert result.metrics.peak_flops == result.metrics.achieved_flops
         [warning] = result.warnings
@@ -125,7 +126,9 @@ def test_a_run_above_the_peak_raises_it_and_says_so(db):
         later = peak.peak_of(found, 1, "cpu")
         assert later.flops == 120e9 and later.best.raised_by == result.spec.label()
         # and a slower run is measured against it, below 100%
-        slower = runner.with_share(_run_result(60e9, framework="torch"), low.raised(later.best))
+        slower, kept = runner.with_share(_run_result(60e9, framework="torch"),
+                                         low.raised(later.best))
+        assert kept.flops == 120e9
         assert slower.metrics.peak_share == pytest.approx(0.5)
         assert not slower.warnings
 
@@ -133,8 +136,9 @@ def test_a_run_above_the_peak_raises_it_and_says_so(db):
 def test_a_run_above_the_theoretical_peak_does_not_raise_it(db):
     low = peak.peak_of([_ok(s, 50e9) for s in _specs()], 1, "cpu", theoretical_flops=100e9)
     with Store(db) as st:
-        result = Runner(st).with_share(_run_result(120e9), low)
+        result, kept = Runner(st).with_share(_run_result(120e9), low)
         assert st.peak_results(1, "cpu") == []  # nothing stored: later runs keep 50 GFLOP/s
+        assert kept is low
     assert result.metrics.peak_flops == 50e9 and result.metrics.peak_share == 1.0
     [warning] = result.warnings
     assert "theoretical peak" in warning and "not raised" in warning
@@ -292,14 +296,15 @@ def test_torch_conv_probe_counts_the_flops_torch_counts():
 
     from dlperf.backends import load
     from dlperf.backends.base import UnsupportedError, conv_probe_flops
+    from dlperf.backends.base import probe as probe_of
 
     backend = load("torch")
-    probe = backend.probe("conv", 128, "cpu")
+    probe = probe_of(backend, "conv", 128, "cpu")
     with FlopCounterMode(display=False) as counter:
         probe.step()
     assert counter.get_total_flops() == conv_probe_flops(128) == probe.flops_per_step()
     with pytest.raises(UnsupportedError, match="no peak kernel 'fft'"):
-        backend.probe("fft", 128, "cpu")
+        probe_of(backend, "fft", 128, "cpu")
 
 
 @pytest.mark.slow

@@ -11,7 +11,14 @@ import pytest
 from dlperf import workloads
 from dlperf.cli import main
 from dlperf.core.errors import UsageError
-from dlperf.perfmodel import Calibration, Device, Efficiency, data_parallel_scaling, predict, scaled
+from dlperf.perfmodel import (
+    Device,
+    Efficiencies,
+    Efficiency,
+    data_parallel_scaling,
+    predict,
+    scaled,
+)
 from dlperf.perfmodel import catalogue as cat
 from dlperf.perfmodel import formulas as f
 from dlperf.perfmodel.costs import layer_cost, layer_costs
@@ -286,7 +293,7 @@ def test_breakdown_adds_up_to_the_time(kw):
 
 def test_faster_matmuls_shrink_compute_only():
     base = predict("fcn5", device="gtx1080", batch_size=1024)
-    fast = predict("fcn5", device="gtx1080", batch_size=1024, calibration=Calibration(
+    fast = predict("fcn5", device="gtx1080", batch_size=1024, efficiencies=Efficiencies(
         gpu=Efficiency(matmul=0.4, memory=0.8, overhead_s=6e-6, source="test")))
     assert fast.breakdown.compute_s == pytest.approx(2 * base.breakdown.compute_s)
     assert fast.breakdown.memory_s == pytest.approx(base.breakdown.memory_s)
@@ -307,15 +314,15 @@ def test_a_gpu_step_hides_its_kernel_launches_behind_the_device_work():
     takes at least the longer of the two and at most both. A tiny fcn5 at batch 1 on an
     H100 launches longer than it computes; the full one at 8192 shows only the launches
     before its first kernel. A CPU pays both."""
-    from dlperf.perfmodel.compute import layer_timing
+    from dlperf.perfmodel.compute import roofline_timing
 
     steps = {}
     for device, size, batch in (("h100-sxm", "tiny", 1), ("h100-sxm", "full", 8192),
                                 ("xeon-8380", "tiny", 1)):
         _, _, cfg = workloads.resolve("fcn5", size)
         dev = cat.device(device)
-        eff = Calibration().for_device(dev)
-        timings = [layer_timing(c, dev, "fp32", eff)
+        eff = Efficiencies().for_device(dev)
+        timings = [roofline_timing(c, dev, "fp32", eff)
                    for c in layer_costs(cfg.layers(), cfg.input_shape(), batch, 4)]
         work = sum(t.compute_s + t.memory_s + t.update_s for t in timings)
         host = sum(t.overhead_s for t in timings)
@@ -431,13 +438,13 @@ def test_a_pipeline_accumulates_its_micro_batches_gradients():
     """One stage, no bubble, no transfer: the step is every micro-batch's passes, the
     update, and each micro-batch after the first adding its weight gradients (an
     update's time each). On a CPU, where every launch shows in the step."""
-    from dlperf.perfmodel.compute import layer_timing
+    from dlperf.perfmodel.compute import roofline_timing
 
     dev = cat.device("xeon-8380")
-    eff = Calibration().for_device(dev)
+    eff = Efficiencies().for_device(dev)
     _, _, cfg = workloads.resolve("alexnet", None)
     costs = layer_costs(cfg.layers(), cfg.input_shape(), 4, 4)
-    update = sum(layer_timing(c, dev, "fp32", eff).update_s for c in costs)
+    update = sum(roofline_timing(c, dev, "fp32", eff).update_s for c in costs)
     for m in (1, 4):
         p = predict("alexnet", device="xeon-8380", batch_size=16, strategy="pipeline",
                     devices=1, micro_batches=m)

@@ -10,7 +10,7 @@ from dlperf.api import render_report as render
 from dlperf.core import environment
 from dlperf.core.spec import RunResult
 from dlperf.core.store import Store
-from dlperf.kinds.step.reference_section import findings, local_times
+from dlperf.kinds.step.guide_section import findings, local_times
 from dlperf.reference import ReferenceRow, guide_table1
 from tests.report_fixtures import fcn5_table, result
 
@@ -131,7 +131,7 @@ def test_validate_published_predicts_every_row_from_the_catalogue_beside_a_roofl
     import json
 
     from dlperf.cli import main
-    from dlperf.perfmodel import Calibration, predict
+    from dlperf.perfmodel import Efficiencies, predict
 
     assert main(["validate", "--published", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -143,7 +143,7 @@ def test_validate_published_predicts_every_row_from_the_catalogue_beside_a_roofl
     a100 = next(c for c in doc["cases"] if c["gpus"] == 1 and c["device"] == "a100-80gb")
     assert a100["factors_s"] == pytest.approx(predict(
         "resnet50", device="a100-80gb", batch_size=a100["batch_size"],
-        precision=a100["precision"], calibration=Calibration(scaled=False)).time_s)
+        precision=a100["precision"], efficiencies=Efficiencies(scaled=False)).time_s)
     one = next(c for c in doc["cases"] if c["gpus"] == 1 and c["device"] == "v100")
     assert one["predicted_s"] == pytest.approx(
         predict("resnet50", device="v100", batch_size=128, precision="fp32").time_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf.perfmodel import Calibration, predict, scaled
+from dlperf.perfmodel import Efficiencies, predict, scaled
 from dlperf.perfmodel import catalogue as cat
 from dlperf.perfmodel.fit import Samples, fit_local
 from dlperf.perfmodel.kernels import element_bytes, grid
@@ -126,16 +126,16 @@ def test_a_catalogue_gpu_takes_the_reference_curves_at_its_peaks_ratio(ref):
 
 def test_predict_times_a_catalogue_gpu_from_the_scaled_curves(ref):
     """The reference GPU itself is predicted from its own curves (ratio 1); another from
-    the scaled ones, with a note; ``Calibration(scaled=False)`` keeps the datasheet
+    the scaled ones, with a note; ``Efficiencies(scaled=False)`` keeps the datasheet
     roofline with efficiency factors; a device's own curves win."""
     own = predict("resnet50", device="h100-sxm", batch_size=32, precision="tf32")
     direct = predict("resnet50", device="h100-sxm", batch_size=32, precision="tf32",
-                     calibration=Calibration(kernels={"h100-sxm": ref.at("tf32")}))
+                     efficiencies=Efficiencies(kernels={"h100-sxm": ref.at("tf32")}))
     assert own.time_s == pytest.approx(direct.time_s)
     assert any("scaled" in n for n in own.notes)
     other = predict("resnet50", device="a100-80gb", batch_size=32, precision="tf32")
     factors = predict("resnet50", device="a100-80gb", batch_size=32, precision="tf32",
-                      calibration=Calibration(scaled=False))
+                      efficiencies=Efficiencies(scaled=False))
     assert other.time_s != pytest.approx(factors.time_s)
     assert not any("scaled" in n for n in factors.notes)
     assert other.time_s > own.time_s  # a slower GPU, a longer step
@@ -172,7 +172,7 @@ def test_dlperf_devices_says_what_gpu_predictions_stand_on(capsys):
 
 def test_a_users_own_gpu_can_be_the_reference(tmp_path, monkeypatch, capsys):
     """``$DLPERF_REFERENCE_FITS`` names a file written by ``python -m
-    dlperf.kinds.calibrate.reference`` for the user's own GPU: the catalogue's GPUs are scaled
+    dlperf.kinds.calibrate.shipped_fits`` for the user's own GPU: the catalogue's GPUs are scaled
     from it. A missing or broken file: one line, exit 2."""
     from dlperf.cli import main
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dlperf.core.aggregate import aggregate
 from dlperf.core.settings import FULL_MEASUREMENT, QUICK_MEASUREMENT
 from dlperf.core.spec import Measurement, Metrics, RunResult, RunSpec
+from dlperf.kinds.step.tables import detail_table, dlbench_table
 from dlperf.report.exporters import to_markdown
-from dlperf.report.tables import detail_table, dlbench_table
 
 
 def _ok(spec: RunSpec, median: float, machine: str = "1111aaaa2222bbbb") -> RunResult:

@@ -14,7 +14,7 @@ from dlperf.core.errors import UsageError
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.core.store import Store
 from dlperf.kinds.train.quality import mmd2, neg_elbo
-from dlperf.kinds.train.settings import check_options
+from dlperf.kinds.train.resolve import check_options
 
 torch = pytest.importorskip("torch")
 

@@ -1,12 +1,20 @@
 """dlperf: measure, explain and predict how fast neural networks train.
 
-The Python API mirrors the command line:
+The Python API mirrors the command line. One configuration, measured in a fresh worker
+process and stored (here in a store of its own; by default ``~/.local/share/dlperf``):
 
-    >>> import dlperf
-    >>> result = dlperf.run(network="fcn5", threads=1, batch_size=64)   # doctest: +SKIP
-    >>> result.metrics.median_s                                         # doctest: +SKIP
+    >>> import dlperf, tempfile
+    >>> db = tempfile.mkdtemp() + "/results.db"
+    >>> result = dlperf.run("fcn5", size="tiny", threads=1, batch_size=8, db=db)
+    >>> result.spec.label()
+    'fcn5[tiny] torch/eager cpu x1 b8'
+    >>> result.median_s > 0 and result.samples_per_s == 8 / result.median_s
+    True
+    >>> 0 < result.peak_share <= 1      # of the best fp32 rate measured at 1 thread here
+    True
 
-Every measurement runs in a fresh worker process; see ``dlperf.api``.
+``result`` is a ``dlperf.core.aggregate.ConfigResult``: the configuration's repetitions
+and their statistics. See ``dlperf.api`` for sweeps, reports and predictions.
 """
 
 __version__ = "0.1.0"

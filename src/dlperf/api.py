@@ -9,13 +9,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlperf import workloads
-from dlperf.core import frameworks
+from dlperf.core import framework_table
 from dlperf.core.aggregate import ConfigResult, aggregate
 from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.store import Store
@@ -27,8 +27,15 @@ from dlperf.kinds import report_sections as report_sections_of_kinds
 from dlperf.kinds.dataflow import plan as dataflow_plan
 from dlperf.kinds.explain.analysis import Explanation
 from dlperf.kinds.peak import rates as peak
-from dlperf.perfmodel.machine import LocalCalibration
+from dlperf.perfmodel.machine_fits import MachineFits
 from dlperf.report import Filters, Predictor, Report, SectionBuilder, render
+
+if TYPE_CHECKING:
+    from dlperf.advice import Advice
+    from dlperf.core.store_import import Imported
+    from dlperf.kinds.calibrate.validate import Case
+    from dlperf.kinds.dataflow.section import Group
+    from dlperf.perfmodel.result import Prediction
 
 
 def run(
@@ -120,7 +127,7 @@ def sweep(
     """Run every configuration of a sweep not yet in the store; return the new results."""
     cfg = load_config(source)
     for fw in cfg.frameworks:
-        frameworks.require(fw)
+        framework_table.require(fw)
     return run_specs(plan.expand(cfg), db=db, force=force, retry_failed=retry_failed,
                      timeout_s=cfg.timeout, memory_limit=cfg.memory_limit,
                      peak_size=cfg.peak_size, listener=listener)
@@ -165,7 +172,7 @@ def run_specs(
     (one worker, or a torchrun job for kind 'parallel'), stored as it finishes. Returns
     the new results; raises ``runner.Interrupted`` on Ctrl-C with what was stored."""
     for fw in sorted({s.framework for s in specs if KINDS[s.kind].launcher != "in_process"}):
-        frameworks.require(fw)
+        framework_table.require(fw)
     with Store(db) as store:
         todo = plan.pending(list(specs), store, force=force, retry_failed=retry_failed)
         runner = Runner(store, timeout_s=timeout_s, memory_limit=memory_limit,
@@ -179,7 +186,7 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
               *, db: str | Path | None = None, device: str = "cpu", fine: bool = False,
               allreduce: bool = True, force: bool = False, timeout_s: float = 900.0,
               listener: Listener | None = None, repeat: int = 1,
-              precision: str = "fp32") -> LocalCalibration:
+              precision: str = "fp32") -> MachineFits:
     """Time this machine's calibration kernels (``dlperf.kinds.calibrate.plan``: every installed
     framework at 1, 2, 4, ... threads up to the physical cores unless given, at
     ``precision``) through the normal runner, ``repeat`` times each (each kernel's median
@@ -196,7 +203,7 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
     return local_calibration(db=db, device=device)
 
 
-def local_calibration(*, db: str | Path | None = None, device: str = "cpu") -> LocalCalibration:
+def local_calibration(*, db: str | Path | None = None, device: str = "cpu") -> MachineFits:
     """This machine's fitted kernel curves from the store (empty when never calibrated)."""
     from dlperf.kinds.calibrate import plan as calibration
 
@@ -219,7 +226,7 @@ def explain(network: str, *, framework: str = "torch", threads: int = 1,
     from dlperf.kinds.explain.options import ProfileOptions
 
     wl, size, _ = workloads.resolve(network, size, params)  # a bad name first, in one line
-    fw = frameworks.info(framework).name
+    fw = framework_table.info(framework).name
     check_precision(precision, device, [fw])  # no calibration there to explain it against
     cal = local_calibration(db=db, device=device)
     cal.model(fw, threads, device, precision=precision)  # calibrated? (else: what to run)
@@ -349,7 +356,7 @@ def networks(group: str | None = None) -> list[dict[str, Any]]:
 def counted_flops(names: list[str]) -> dict[str, float]:
     """FLOPs per step at the default batch from PyTorch's own counter (in a child process,
     cached); empty without torch."""
-    if not frameworks.installed("torch"):
+    if not framework_table.installed("torch"):
         return {}
     from dlperf.engine.flopcache import counted_flops as count
 
@@ -383,3 +390,119 @@ def stored_rows(db: str | Path | None = None, kind: str = "step") -> list[Config
 
 __all__ = ["ConfigResult", "Planned", "RunSpec", "inference", "load_config", "measure_peaks",
            "networks", "plan_runs", "report", "run", "run_specs", "stored_rows", "sweep"]
+
+
+# ---- reading and writing the store for the command line
+def store_path(db: str | Path | None = None) -> Path:
+    """The path of the results store ``db`` names (None: $DLPERF_DB, else the user's)."""
+    from dlperf.core.store import default_path
+
+    return Path(db).expanduser() if db else default_path()
+
+
+def store_size(db: str | Path | None = None) -> tuple[Path, int]:
+    """The store's path and the number of results it holds."""
+    with Store(db) as store:
+        return store.path, store.count()
+
+
+def import_results(files: Sequence[str | Path], db: str | Path | None = None
+                   ) -> Iterator[tuple[str | Path, Imported]]:
+    """Merge each file (a dlperf store or a report's results.json) into the store, without
+    duplicates; yields each file with what its import did, as it is done. A bad file is
+    one UsageError line naming it (the files before it stay imported)."""
+    from dlperf.core.store_import import import_file
+
+    with Store(db) as store:
+        for f in files:
+            yield f, import_file(store, f)
+
+
+def advise(task: str, *, samples: int | str, epochs: float = 1.0, hardware: str = "this",
+           db: str | Path | None = None) -> Advice:
+    """The advice for ``task`` (``dlperf.advice.advise``) from the rows this machine has
+    stored and the model. Bad input is one UsageError line, found before the store opens."""
+    from dlperf.advice import advise as advice_for
+    from dlperf.advice.hardware import parse_hardware, parse_samples
+    from dlperf.advice.section import rows_here
+    from dlperf.advice.tasks import task as known_task
+
+    known_task(task)
+    if isinstance(samples, str):
+        samples = parse_samples(samples)
+    parse_hardware(hardware)
+    with Store(db) as store:
+        rows = rows_here(store)
+    return advice_for(task, samples=samples, epochs=epochs, hardware=hardware, rows=rows)
+
+
+def fastest_rate(network: str, db: str | Path | None = None) -> tuple[float, str] | None:
+    """The fastest training rate of ``network`` (its default size) measured on this
+    machine, in samples/s, with the label of the configuration that reached it; None
+    when the store has none."""
+    from dlperf.core.environment import machine_id
+
+    with Store(db) as store:
+        rows = [r for r in aggregate(store.results(
+            kind="step", status="ok", network=network, machine_id=machine_id(),
+            size=workloads.get(network).default_size)) if r.samples_per_s]
+    best = max(rows, key=lambda r: r.samples_per_s or 0.0, default=None)
+    return None if best is None else (best.samples_per_s or 0.0, best.spec.label())
+
+
+def dataflow_groups(config_ids: Collection[str], db: str | Path | None = None) -> list[Group]:
+    """This machine's data-flow sweep groups (``kinds.dataflow.section.groups``) that hold
+    a configuration of ``config_ids``, each with those configurations' points only."""
+    from dlperf.core.environment import machine_id
+    from dlperf.kinds.dataflow.section import groups
+
+    here = machine_id()
+    with Store(db) as store:
+        found = [g for g in groups(store) if g.machine_id == here]
+    for g in found:
+        g.points = [p for p in g.points if p.step.spec.config_id in config_ids]
+    return [g for g in found if g.points]
+
+
+def predict_here(network: str, *, db: str | Path | None = None, **kw: Any
+                 ) -> tuple[Prediction, float | None]:
+    """The model's prediction on this machine's cpu or gpu from its calibration, and the
+    stored median time of the same configuration (None when not measured); ``kw``: as
+    ``kinds.calibrate.validate.predict_here`` (device, framework, threads, strategy, ...)."""
+    from dlperf.kinds.calibrate import validate
+
+    with Store(db) as store:
+        p, row = validate.predict_here(store, network, **kw)
+    return p, row.median_s if row else None
+
+
+def validation(mode: str, *, kinds: Sequence[str] = ("step", "parallel"),
+               catalogue: str | None = None, machine: str | None = None,
+               networks: Sequence[str] = (), frameworks: Sequence[str] = (),
+               db: str | Path | None = None) -> tuple[list[Case], list[tuple[ConfigResult, str]]]:
+    """The model against what the store has measured (``kinds.calibrate.validate
+    .validation``): the cases and the rows left out with the reason. ``machine``, with
+    ``catalogue``: whose measurements (None: this machine's, 'all', or one machine id,
+    the short form is enough)."""
+    from dlperf.kinds.calibrate import validate
+
+    with Store(db) as store:
+        mid = _one_machine(store, machine) if catalogue else None
+        return validate.validation(store, mode, kinds=kinds, catalogue=catalogue,
+                                   machine_id=mid, networks=networks, frameworks=frameworks)
+
+
+def _one_machine(store: Store, given: str | None) -> str | None:
+    """--machine: None (this machine), 'all', or the one machine id ``given`` starts."""
+    from dlperf.core.errors import UsageError
+    from dlperf.report.machines import resolve_machines
+
+    if given in (None, "all"):
+        return given
+    try:
+        ids = resolve_machines(store, given)
+    except UsageError as e:
+        raise UsageError(str(e).replace("--machines:", "--machine:", 1)) from None
+    if len(ids) != 1:
+        raise UsageError(f"--machine takes one machine, got '{given}'")
+    return ids[0]

@@ -14,9 +14,9 @@ from dlperf.advice.records import Measured, Recommendation, Unknown
 from dlperf.advice.tasks import Task
 from dlperf.core import units
 from dlperf.core.aggregate import ConfigResult
+from dlperf.kinds.dataflow.analysis import GONE, dataflow_of, loader_rate, stall_share
 from dlperf.kinds.dataflow.options import StorageOutcome
 from dlperf.kinds.dataflow.plan import has_pipeline, input_of
-from dlperf.kinds.dataflow.section import GONE, dataflow_of, loader_rate, stall_share
 
 #: how a measured row becomes a recommendation's source (``advice.local.measured``)
 Source = Callable[[ConfigResult], Measured]

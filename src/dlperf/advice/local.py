@@ -160,7 +160,7 @@ def _batch(net: str, size: str, mine: list[ConfigResult]) -> Recommendation:
 def _devices(first: ConfigResult | None, rows: list[ConfigResult], task: Task, samples: int, epochs: float,
              cores: int) -> Recommendation:
     """Several worker processes on this machine: the measured parallel strategies."""
-    from dlperf.kinds.parallel.section import opts, speedup
+    from dlperf.kinds.parallel.analysis import opts, speedup
 
     par = [r for r in rows if r.spec.kind == "parallel" and r.measured]
     nets = [c.network for c in task.candidates]

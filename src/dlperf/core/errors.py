@@ -9,6 +9,12 @@ class UsageError(Exception):
     """
 
 
+def validation_message(e: Exception) -> str:
+    """The first problem a pydantic ``ValidationError`` found, as the validator said it
+    (without pydantic's 'Value error, ' prefix)."""
+    return e.errors()[0]["msg"].removeprefix("Value error, ")  # type: ignore[attr-defined]
+
+
 class MissingExtraError(UsageError):
     """A framework's optional dependencies are not installed."""
 

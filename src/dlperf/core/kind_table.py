@@ -23,6 +23,9 @@ class KindTypes:
     outcome: type[BaseModel] | None = None
     #: (spec, the plain label) -> the label tables show, where the kind says more
     label: Callable[[Any, str], str] | None = None
+    #: spec -> None: the kind's rules across the spec's fields and its options (a
+    #: ValueError says which was broken), so a spec built anywhere is checked alike
+    check: Callable[[Any], None] | None = None
 
 
 _TABLE: dict[str, KindTypes] = {}

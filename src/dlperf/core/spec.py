@@ -115,11 +115,11 @@ class RunSpec(_Frozen):
         # 'default' names the framework's own default (torch eager, tensorflow graph, jax
         # jit), so that a spec and its stored identity never depend on the spelling
         if data.get("variant", "default") in ("default", "", None):
-            from dlperf.core import frameworks
+            from dlperf.core import framework_table
 
             fw = data.get("framework", "torch")
-            if fw in frameworks.BACKENDS:
-                data = {**data, "variant": frameworks.BACKENDS[fw].default_variant}
+            if fw in framework_table.BACKENDS:
+                data = {**data, "variant": framework_table.BACKENDS[fw].default_variant}
         # options as a plain mapping (JSON, a call site): the kind's own model reads them
         kind = data.get("kind", "step")
         options = data.get("options")
@@ -136,6 +136,8 @@ class RunSpec(_Frozen):
         if not isinstance(self.options, info.options):
             raise ValueError(f"a {self.kind} run takes {info.options.__name__}, "
                              f"got {type(self.options).__name__}")
+        if info.check is not None:
+            info.check(self)
         return self
 
     def identity(self) -> dict[str, Any]:

@@ -34,8 +34,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dlperf import workloads
-from dlperf.core import frameworks
-from dlperf.core.errors import UsageError
+from dlperf.core import framework_table
+from dlperf.core.errors import UsageError, validation_message
 from dlperf.core.spec import Device, Measurement, Precision
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
@@ -129,10 +129,10 @@ class SweepConfig(BaseModel):
     @field_validator("frameworks")
     @classmethod
     def _frameworks(cls, v: list[str]) -> list[str]:
-        return [frameworks.info(f).name for f in v]
+        return [framework_table.info(f).name for f in v]
 
     def variants_for(self, framework: str) -> list[str]:
-        info = frameworks.info(framework)
+        info = framework_table.info(framework)
         if self.variants == ["all"]:
             return list(info.variants)
         chosen = []
@@ -160,7 +160,7 @@ class SweepConfig(BaseModel):
 def _one_line(e: ValidationError, where: str) -> str:
     err = e.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]) or "config"
-    msg = err["msg"].removeprefix("Value error, ")
+    msg = validation_message(e)
     more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
     return f"{where}{loc}: {msg}{more}"
 

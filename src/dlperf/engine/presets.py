@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dlperf.core import environment, frameworks
+from dlperf.core import environment, framework_table
 from dlperf.core.settings import FULL_MEASUREMENT, QUICK_MEASUREMENT  # noqa: F401
 from dlperf.engine import config
 from dlperf.engine.config import SweepConfig
@@ -18,7 +18,7 @@ def resolve_frameworks(names: list[str]) -> list[str]:
     installed here, in the registry's order."""
     if "all" not in names:
         return names
-    return [b for b in frameworks.BACKENDS if frameworks.installed(b)]
+    return [b for b in framework_table.BACKENDS if framework_table.installed(b)]
 
 
 def brief_threads(cores: int | None = None) -> list[int]:

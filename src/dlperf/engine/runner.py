@@ -1,15 +1,17 @@
 """Run a list of RunSpecs: one launch each, results stored as they arrive.
 
-Every kind of run goes through here: a single worker (``launch.isolated``) or a torchrun
-job for a parallel run (``launch.torchrun``). Each run is claimed in the store first (two
-sweeps on one store never measure the same run) and launched under the machine's
-measurement lock (two dlperf commands never time workers on the same cores at once).
+One linear path, whatever the kind: resolve what the runs depend on (``resolve_peaks``),
+then for each run claim it, launch it the way its kind says (``KINDS[kind].launcher``: a
+fresh worker, ``launch.isolated``; a torchrun job, ``launch.torchrun``; or this process
+for a run that needs no framework), settle what follows from its result (its share of
+the peak, ``_settle``), store it, and release the claim. The claim keeps two sweeps on one
+store from measuring the same run; the machine's measurement lock keeps two dlperf
+commands from timing workers on the same cores at once.
 
-Before the first step-time run at a thread count, the machine's fp32 peak at that thread
-count is measured: the best of several kernels across the installed frameworks
-(``dlperf.kinds.peak.rates``), kept in the store and reused while the machine, the settings and the
-libraries' versions are the same, so that each result can say what share of the peak it
-reached. A run faster than every kernel raises the peak to its own rate.
+The peak a step's share is taken of: the machine's fp32 peak at its thread count, the
+best of several kernels across the installed frameworks (``dlperf.kinds.peak.rates``),
+kept in the store and reused while the machine, the settings and the libraries' versions
+are the same. A run faster than every kernel raises the peak to its own rate.
 """
 
 from __future__ import annotations
@@ -25,25 +27,19 @@ from dlperf.core.store import Store
 from dlperf.engine.cpulock import cpus_held
 from dlperf.engine.launch import run_isolated
 from dlperf.engine.launch.isolated import LaunchInterrupted
-from dlperf.kinds import KINDS, StepOutcome
-from dlperf.kinds.calibrate.options import KernelOutcome
+from dlperf.kinds import KINDS
 from dlperf.kinds.peak import rates as peak
 
 PEAK_MEASUREMENT = peak.MEASUREMENT
 
 
 def share_threads(spec: RunSpec) -> int | None:
-    """The threads whose peak a run's achieved FLOP/s is a share of: a step's own; a
-    parallel run's workers x threads on its one machine (across machines no single
-    machine's peak bounds it: no share). None for what has no share: another precision
-    than fp32 (the peak is fp32; bf16 may well go past it), a kernel, a training curve."""
-    if spec.precision != "fp32":
-        return None
-    if spec.kind == "step":
-        return spec.threads
-    if spec.kind == "parallel" and spec.options.nodes == 1:
-        return spec.threads * spec.options.workers
-    return None
+    """The threads whose peak a run's achieved FLOP/s is a share of, as its kind says
+    (``Kind.share_threads``: a step's own; a parallel run's workers x threads on its one
+    machine). None for what has no share: another precision than fp32 (the peak is fp32;
+    bf16 may well go past it), a kernel, a training curve."""
+    of = KINDS[spec.kind].share_threads
+    return of(spec) if of is not None and spec.precision == "fp32" else None
 
 
 def peak_threads(threads: int) -> int:
@@ -117,50 +113,44 @@ class Runner:
                                         on_event=on_event, **self.torchrun)
                 if kind.launcher == "in_process":  # needs no framework: no worker either
                     return kind.run(spec, None, on_event, {}, None)
-                # a peak kernel needs tens of MB beside its framework: --memory-limit is for
-                # the workloads, and a framework killed under it would lose the machine's peak
                 return run_isolated(spec, timeout_s=self.timeout_s, on_event=on_event,
-                                    memory_limit_bytes=None if spec.kind == "peak"
-                                    else self.memory_limit, resume=self._resume(spec))
+                                    memory_limit_bytes=self.memory_limit
+                                    if kind.memory_limited else None,
+                                    resume=self._resume(spec))
             except LaunchInterrupted as e:
                 raise Interrupted(0, self.store.add(e.result)) from None
 
-    def _resume(self, spec: RunSpec) -> KernelOutcome | None:
-        """For a calibration run: the shapes its latest run on this machine had timed when
-        it was interrupted or killed, unless a run of it finished since (then a new run,
-        ``--force``, times everything anew)."""
-        if spec.kind != "kernel":
+    def _resume(self, spec: RunSpec) -> Any:
+        """What the latest run of ``spec`` on this machine hands this one, for a kind that
+        resumes (``Kind.resume_from``: a calibration keeps the shapes it had timed)."""
+        resume_from = KINDS[spec.kind].resume_from
+        if resume_from is None:
             return None
-        rows = self.store.results(kind="kernel", run_id=spec.run_id,
+        rows = self.store.results(kind=spec.kind, run_id=spec.run_id,
                                   machine_id=environment.machine_id())
         last = max(rows, key=lambda r: r.finished_at or 0, default=None)
-        if last is None or last.ok or not isinstance(last.outcome, KernelOutcome):
-            return None
-        return last.outcome if last.outcome.samples else None
+        return resume_from(last) if last is not None else None
 
     def _run_and_store(self, spec: RunSpec) -> RunResult:
         result = self._launch(spec)
         return self.store.add(result)
 
-    def run(self, spec: RunSpec) -> RunResult | None:
-        """Measure one spec (and the peak it needs), store and return the result. None for
-        a parallel run whose rank 0 lived on another machine (that machine stores it)."""
-        threads = share_threads(spec)
-        pk = self.ensure_peak(peak_threads(threads), spec.device) if threads else None
-        result = self._launch(spec)
-        if result is None:
-            return None
-        if pk and result.ok:
-            result = self.with_share(result, pk)
-        return self.store.add(result)
-    def with_share(self, result: RunResult, pk: peak.Peak) -> RunResult:
-        """``result`` with its share of the peak and the peak's provenance. A run faster
-        than the peak raises it (stored, so later runs use it too) and says so; unless it
-        is faster than the CPU's theoretical peak too: then its FLOP count or its thread
-        count is off, and it must not lower every later run's share."""
+    def resolve_peaks(self, specs: Sequence[RunSpec]) -> dict[tuple[int, str], peak.Peak]:
+        """What the runs depend on, resolved before any of them runs: the peak at each
+        thread count and device whose share a run reports (stored rates reused, the
+        others measured now)."""
+        keys = sorted({(peak_threads(t), s.device) for s in specs if (t := share_threads(s))})
+        return {key: self.ensure_peak(*key) for key in keys}
+
+    def with_share(self, result: RunResult, pk: peak.Peak) -> tuple[RunResult, peak.Peak]:
+        """``result`` with its share of the peak and the peak's provenance, and the peak
+        later runs compare with. A run faster than the peak raises it (stored, so later
+        runs use it too) and says so; unless it is faster than the CPU's theoretical peak
+        too: then its FLOP count or its thread count is off, and it must not lower every
+        later run's share."""
         m = result.metrics
-        if m is None or not m.achieved_flops or not pk.flops:
-            return result
+        if not result.ok or m is None or not m.achieved_flops or not pk.flops:
+            return result, pk
         achieved, warnings, best = m.achieved_flops, list(result.warnings), pk.best
         if best and best.flops and achieved > best.flops:
             if pk.theoretical_flops and achieved > pk.theoretical_flops:
@@ -171,9 +161,19 @@ class Runner:
                 pk = pk.raised(peak.kernel_rate([row]))
         metrics = m.model_copy(update={"peak_flops": pk.flops,
                                        "peak_share": min(achieved / pk.flops, 1.0)})
-        outcome = (result.outcome or StepOutcome()).model_copy(update={"peak": pk})
+        # the kind's outcome carries the peak (StepOutcome.peak, ParallelOutcome.peak)
+        outcome = (result.outcome or KINDS[result.spec.kind].outcome()).model_copy(
+            update={"peak": pk})
         return result.model_copy(update={"metrics": metrics, "warnings": warnings,
-                                         "outcome": outcome})
+                                         "outcome": outcome}), pk
+
+    def _settle(self, result: RunResult, peaks: dict[tuple[int, str], peak.Peak]) -> RunResult:
+        """What follows from a result, in one place: its share of the peak (which it may
+        raise for the runs after it), then the store."""
+        if (threads := share_threads(result.spec)) is not None:
+            key = (peak_threads(threads), result.spec.device)
+            result, peaks[key] = self.with_share(result, peaks[key])
+        return self.store.add(result)
 
     def run_all(self, specs: Sequence[RunSpec], stop: Callable[[], bool] | None = None,
                 still_pending: Callable[[RunSpec], bool] | None = None) -> list[RunResult]:
@@ -181,6 +181,7 @@ class Runner:
         that no other sweep stored it meanwhile (the resume rule of the caller)."""
         results: list[RunResult] = []
         try:
+            peaks = self.resolve_peaks(specs)
             for i, spec in enumerate(specs):
                 if stop and stop():
                     break
@@ -193,7 +194,9 @@ class Runner:
                     if still_pending is not None and not still_pending(spec):
                         self.listener.skipped(spec, "stored meanwhile by another dlperf")
                         continue
-                    result = self.run(spec)
+                    result = self._launch(spec)
+                    if result is not None:  # stored before the claim is released
+                        result = self._settle(result, peaks)
                 finally:
                     self.store.release(spec)
                 if result is None:

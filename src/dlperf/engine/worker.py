@@ -8,8 +8,9 @@ the workload, warms up, times, and writes the result as JSON. Every step time is
 appended to PROGRESS.jsonl as it happens, so the parent keeps what was measured if this
 process crashes, runs out of memory or is killed at its timeout.
 
-RESUME.json, for a calibration run (kind 'kernel') only, holds the shapes an interrupted
-run of the same spec had timed (``KernelOutcome``); they are kept, not timed again.
+RESUME.json, for a kind that resumes (a calibration run, kind 'kernel'), holds what an
+interrupted run of the same spec had measured (the kind's outcome: the shapes it had
+timed); it is kept, not measured again.
 
 Failures the worker can see (an unsupported configuration, an out-of-memory error, an
 exception) are written as a failed RunResult; failures it cannot (a segfault, a kill) are
@@ -29,7 +30,6 @@ from typing import Any
 from dlperf.core.orphans import exit_without_teardown
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.kinds import KINDS
-from dlperf.kinds.calibrate.options import KernelOutcome
 
 
 def _pin(threads: int) -> list[int]:
@@ -41,7 +41,7 @@ def _pin(threads: int) -> list[int]:
 
 
 def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = None,
-            resume: KernelOutcome | None = None) -> RunResult:
+            resume: Any = None) -> RunResult:
     """Measure ``spec`` in this process with its kind's body (``KINDS[kind].run``; a kernel
     run keeps ``resume``'s shapes). Never raises for a failure of the measured code."""
     emit = progress or (lambda event: None)
@@ -78,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec_path, result_path, progress_path = (Path(a) for a in argv[:3])
     spec = RunSpec.model_validate_json(spec_path.read_text())
-    resume = KernelOutcome.model_validate_json(Path(argv[3]).read_text()) if argv[3:] else None
+    # what an interrupted run of this spec had measured: its kind's outcome
+    outcome_type = KINDS[spec.kind].outcome
+    resume = outcome_type.model_validate_json(Path(argv[3]).read_text()) \
+        if argv[3:] and outcome_type is not None else None
     with progress_path.open("a", buffering=1) as prog:
 
         def emit(event: dict[str, Any]) -> None:

@@ -46,14 +46,9 @@ def report_sections(predictor=None) -> list:
     return [b for k in KINDS.values() if k.sections for b in k.sections(predictor)]
 
 
-Options = (StepOptions | PeakOptions | TrainOptions | ParallelOptions | InferenceOptions
-           | LoaderOptions | StorageOptions | KernelOptions | ProfileOptions)
-Outcome = (StepOutcome | TrainOutcome | ParallelOutcome | InferenceOutcome | DataflowOutcome
-           | StorageOutcome | KernelOutcome | ProfileOutcome)
-
 __all__ = ["KINDS", "DataflowOutcome", "Diagnostics", "Frozen", "InferenceOptions",
            "InferenceOutcome", "KernelOptions", "KernelOutcome", "KernelRate", "Kind",
-           "LoaderOptions", "Options", "Outcome", "ParallelOptions", "ParallelOutcome",
+           "LoaderOptions", "ParallelOptions", "ParallelOutcome",
            "Payload", "Peak", "PeakOptions", "ProfileOptions", "ProfileOutcome",
            "StepOptions", "StepOutcome", "StorageOptions", "StorageOutcome", "TrainOptions",
            "TrainOutcome", "report_sections"]

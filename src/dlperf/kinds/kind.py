@@ -36,3 +36,14 @@ class Kind(KindTypes):
     #: predictor -> the kind's report sections, in report order (predictor: a
     #: performance model for the predicted cells, or None)
     sections: Callable[[Any], list[SectionBuilder]] | None = None
+    #: spec -> the thread count whose fp32 peak the run's achieved FLOP/s is a share of
+    #: (None: no share); the engine measures or finds that peak before the runs
+    share_threads: Callable[[RunSpec], int | None] | None = None
+    #: whether --memory-limit applies (a peak kernel needs tens of MB beside its
+    #: framework: a framework killed under a workload's limit would lose the peak)
+    memory_limited: bool = True
+    #: a killed worker's progress events -> the outcome it had measured, kept on its
+    #: stored failure (None: nothing worth keeping)
+    salvage: Callable[[list[dict[str, Any]]], Any] | None = None
+    #: the latest stored result of a spec -> what its next run starts from (``resume``)
+    resume_from: Callable[[RunResult], Any] | None = None

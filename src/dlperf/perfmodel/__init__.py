@@ -14,15 +14,15 @@ rest by efficiency factors from public measurements. Imports no framework.
   ``scaling``: data-parallel speed-up over 1..N devices
 """
 
-from dlperf.perfmodel.calibration import Calibration, Efficiency
 from dlperf.perfmodel.catalogue import Device, Link, Storage
+from dlperf.perfmodel.efficiency import Efficiencies, Efficiency
 from dlperf.perfmodel.predict import predict
 from dlperf.perfmodel.result import Breakdown, LayerTime, Prediction
-from dlperf.perfmodel.scaling import ScalingPoint, data_parallel_scaling
+from dlperf.perfmodel.worker_scaling import ScalingPoint, data_parallel_scaling
 
 __all__ = [
     "Breakdown",
-    "Calibration",
+    "Efficiencies",
     "Device",
     "Efficiency",
     "LayerTime",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlperf.perfmodel.calibration import Efficiency
 from dlperf.perfmodel.catalogue import Device
 from dlperf.perfmodel.costs import LayerCost
+from dlperf.perfmodel.efficiency import Efficiency
 from dlperf.perfmodel.formulas import roofline_time
 
 
@@ -42,7 +42,7 @@ class LayerTiming:
         return "compute" if self.compute_s >= self.memory_s + self.update_s else "memory"
 
 
-def layer_timing(cost: LayerCost, device: Device, precision: str, eff: Efficiency) -> LayerTiming:
+def roofline_timing(cost: LayerCost, device: Device, precision: str, eff: Efficiency) -> LayerTiming:
     """Roofline time of each pass of one layer (Williams et al. 2009) at the attainable
     rates: peak FLOP/s x matmul efficiency, bandwidth x memory efficiency."""
     peak = device.peak_flops(precision) * eff.matmul

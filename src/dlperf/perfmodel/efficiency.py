@@ -3,7 +3,7 @@
 The defaults are public measurements of other machines, cited below, never a fit to the
 time of the network being predicted. This machine's own measured kernels (``dlperf
 calibrate``: GEMM, convolution and bandwidth curves through the normal worker) replace
-them for its devices through ``Calibration.kernels`` (``dlperf.perfmodel.local``).
+them for its devices through ``Efficiencies.kernels`` (``dlperf.perfmodel.local``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ CPU = Efficiency(
 )
 
 
-class Calibration(BaseModel):
+class Efficiencies(BaseModel):
     """Efficiency per kind of device, per named device where measured, and per link."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -159,7 +159,7 @@ def launches(layer: Layer, cost: LayerCost) -> int:
     return cost.kernels + extra * (1 + (1 if layer.input_grad else 0) + (1 if layer.params else 0))
 
 
-def layer_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) -> LayerTiming:
+def fitted_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) -> LayerTiming:
     """One layer's step on this machine from the fitted curves (module docstring)."""
     fwd, bwd = product_times(layer, batch, fit)
     moved = cost.fwd_bytes + cost.bwd_bytes

@@ -1,5 +1,5 @@
 """This machine's calibration as a whole: the fitted curves of every framework and thread
-count calibrated here, and from them the ``Device``, ``Calibration`` and loopback
+count calibrated here, and from them the ``Device``, ``Efficiencies`` and loopback
 ``Link`` that ``predict()`` takes for ``--device cpu``. Built from plain samples (the
 store is read by ``dlperf.kinds.calibrate``); imports no framework."""
 
@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlperf.core.errors import UsageError
-from dlperf.perfmodel.calibration import Calibration
 from dlperf.perfmodel.catalogue import Device, Link
+from dlperf.perfmodel.efficiency import Efficiencies
 from dlperf.perfmodel.fit import LocalFit, Samples, fit_local
 from dlperf.perfmodel.local import local_device, loopback_link
 
@@ -20,13 +20,13 @@ class LocalModel:
     """What predict() needs for one framework and thread count here."""
 
     device: Device
-    calibration: Calibration
+    efficiencies: Efficiencies
     link: Link | None  # gloo on loopback among the workers, where calibrated
     fit: LocalFit
 
 
 @dataclass(frozen=True)
-class LocalCalibration:
+class MachineFits:
     """Every fitted (framework, thread count, device, precision) of this machine."""
 
     fits: tuple[LocalFit, ...]
@@ -35,7 +35,7 @@ class LocalCalibration:
 
     @classmethod
     def of(cls, samples: Sequence[tuple[str, int, str, Samples, str]], memory_gb: float,
-           cores: int) -> LocalCalibration:
+           cores: int) -> MachineFits:
         """Fit each (framework, threads, device, samples, precision)."""
         return cls(tuple(fit_local(s, fw, t, dev, prec) for fw, t, dev, s, prec in samples),
                    memory_gb, cores)
@@ -85,4 +85,4 @@ class LocalCalibration:
         if fit.allreduce:
             world = min(fit.allreduce, key=lambda w: (abs(w - workers), -w))
             link = loopback_link(fit.allreduce[world])
-        return LocalModel(dev, Calibration(kernels={dev.name: fit}), link, fit)
+        return LocalModel(dev, Efficiencies(kernels={dev.name: fit}), link, fit)

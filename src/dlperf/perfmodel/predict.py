@@ -3,7 +3,7 @@
 The batch is the global mini-batch, as in ``dlperf parallel``: data-parallel strategies
 split it evenly over the devices, the pipeline cuts it into micro-batches. Nothing here
 is fitted to a measured time: rates come from the catalogue, efficiencies from
-``Calibration``.
+``Efficiencies``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dlperf import workloads
 from dlperf.core.errors import UsageError
 from dlperf.perfmodel import catalogue, local, scaled, schedule
 from dlperf.perfmodel import formulas as f
-from dlperf.perfmodel.calibration import Calibration
 from dlperf.perfmodel.catalogue import PRECISIONS, Device, Link
-from dlperf.perfmodel.compute import LayerTiming, layer_timing
+from dlperf.perfmodel.compute import LayerTiming, roofline_timing
 from dlperf.perfmodel.costs import WEIGHT_BYTES, activation_bytes, layer_costs
+from dlperf.perfmodel.efficiency import Efficiencies
 from dlperf.perfmodel.result import Breakdown, LayerTime, Prediction
 from dlperf.workloads.base import Layer
 
@@ -65,13 +65,13 @@ def predict(
     micro_batches: int | None = None,
     straggler_s: float = 0.0,
     params: dict[str, Any] | None = None,
-    calibration: Calibration | None = None,
+    efficiencies: Efficiencies | None = None,
 ) -> Prediction:
     """Time per mini-batch of ``network`` on ``devices`` x ``device`` (spread evenly over
     ``nodes``) with ``strategy``. ``link`` joins devices in a node (default: the device's
     peer link, else its host link), ``inter_link`` joins nodes. ``straggler_s`` slows one
     worker by that much per step. Bad input raises UsageError (one line)."""
-    cal = calibration or Calibration()
+    cal = efficiencies or Efficiencies()
     wl, size, cfg = workloads.resolve(network, size, params)
     batch = wl.default_batch if batch_size is None else batch_size
     dev = resolve_device(device)
@@ -94,7 +94,7 @@ def predict(
     return _data_parallel(ctx, strategy, groups)
 
 
-def _with_scaled(cal: Calibration, dev: Device, precision: str) -> tuple[Calibration, str]:
+def _with_scaled(cal: Efficiencies, dev: Device, precision: str) -> tuple[Efficiencies, str]:
     """``cal`` with the reference GPU's curves scaled to ``dev`` (``perfmodel.scaled``)
     where ``dev`` is a GPU without curves of its own, and the note that says so."""
     if not cal.scaled or dev.kind != "gpu" or cal.fitted(dev) is not None:
@@ -133,7 +133,7 @@ class _Context:
     """The validated inputs every strategy shares, and the per-device step."""
 
     def __init__(self, wl: workloads.Workload, size: str, cfg: Any, batch: int, dev: Device,
-                 precision: str, cal: Calibration, devices: int, nodes: int, collective: str,
+                 precision: str, cal: Efficiencies, devices: int, nodes: int, collective: str,
                  straggler_s: float, link: str | Link | None, inter_link: str | Link | None):
         self.wl, self.size, self.cfg, self.batch = wl, size, cfg, batch
         self.dev, self.precision, self.cal = dev, precision, cal
@@ -179,10 +179,10 @@ class _Context:
         costs = layer_costs(self.layers, self.cfg.input_shape(), batch, self.elem)
         fit = self.cal.fitted(self.dev)
         if fit is not None:  # this machine: its measured kernel curves
-            return [local.layer_timing(layer, c, batch, fit)
+            return [local.fitted_timing(layer, c, batch, fit)
                     for layer, c in zip(self.layers, costs, strict=True)]
         eff = self.cal.for_device(self.dev)
-        return [layer_timing(c, self.dev, self.precision, eff) for c in costs]
+        return [roofline_timing(c, self.dev, self.precision, eff) for c in costs]
 
     def fresh_block_s(self, batch: float) -> float:
         """The new pages of a step's temporaries where the framework allocates them as one

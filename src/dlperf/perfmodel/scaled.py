@@ -37,7 +37,7 @@ a GPU of another SM count) and the libraries' change of algorithm between GPUs; 
 keeps the measured GPU's efficiency. The reference curves ship in
 ``data/reference_fits.json``: ``dlperf calibrate --device gpu --frameworks torch
 --precision P`` on one GPU at each precision, written by ``python -m
-dlperf.kinds.calibrate.reference`` (the file's ``source`` names the GPU, software and date). A
+dlperf.kinds.calibrate.shipped_fits`` (the file's ``source`` names the GPU, software and date). A
 user with a GPU of their own writes its file the same way and points
 ``$DLPERF_REFERENCE_FITS`` at it: the catalogue's GPUs are then scaled from theirs.
 """
@@ -93,7 +93,7 @@ def _read(path: str) -> ReferenceFits:
         raise UsageError(f"DLPERF_REFERENCE_FITS={path}: cannot read: {e.strerror}") from None
     except ValidationError as e:
         raise UsageError(f"{path}: not a reference file of 'python -m "
-                         f"dlperf.kinds.calibrate.reference': {e.errors()[0]['msg']}") from None
+                         f"dlperf.kinds.calibrate.shipped_fits': {e.errors()[0]['msg']}") from None
     catalogue.device(ref.device)  # its GPU must be in the catalogue: the ratios divide by it
     return ref
 

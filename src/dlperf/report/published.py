@@ -2,20 +2,20 @@
 each row predicted from its catalogue entry alone, never adjusted to these rows, three
 ways: as ``dlperf predict`` does (the reference GPU's calibrated kernel curves scaled to
 the entry's peaks, ``perfmodel.scaled``), by the datasheet roofline with the public
-efficiency factors of ``perfmodel.calibration``, and by a plain roofline (the same peaks,
+efficiency factors of ``perfmodel.efficiency``, and by a plain roofline (the same peaks,
 no efficiency factors, no launch cost), the baseline a model must beat."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlperf.perfmodel import Calibration, Efficiency, predict
+from dlperf.perfmodel import Efficiencies, Efficiency, predict
 from dlperf.reference import Published, PublishedStep, published_gpu
 
 #: the datasheet roofline with the public efficiency factors, no scaled curves
-FACTORS = Calibration(scaled=False)
+FACTORS = Efficiencies(scaled=False)
 #: a plain roofline: every kernel at the datasheet's peak FLOP/s or bandwidth
-ROOFLINE = Calibration(gpu=Efficiency(matmul=1.0, memory=1.0, overhead_s=0.0,
+ROOFLINE = Efficiencies(gpu=Efficiency(matmul=1.0, memory=1.0, overhead_s=0.0,
                                       source="a plain roofline: the datasheet's peaks"),
                        scaled=False)
 
@@ -51,6 +51,6 @@ def published_cases(steps: Published | None = None) -> list[PublishedCase]:
                         size=r.size)
         if r.gpus > 1:
             kw.update(strategy="sync", devices=r.gpus)
-        out.append(PublishedCase(r, *(predict(r.network, calibration=c, **kw).time_s
+        out.append(PublishedCase(r, *(predict(r.network, efficiencies=c, **kw).time_s
                                       for c in (None, FACTORS, ROOFLINE))))
     return out

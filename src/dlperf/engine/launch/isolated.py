@@ -18,8 +18,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dlperf.core import frameworks
+from pydantic import BaseModel
+
+from dlperf.core import framework_table
 from dlperf.core.orphans import child_env
+from dlperf.core.payload import Diagnostics
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.engine.launch.watch import (
     Outcome,
@@ -29,10 +32,11 @@ from dlperf.engine.launch.watch import (
     oom_kills,
     watch,
 )
-from dlperf.kinds import Diagnostics
-from dlperf.kinds.calibrate.options import KernelOutcome, KernelSample
+from dlperf.kinds import KINDS
 
-SRC_DIR = str(Path(__file__).resolve().parents[2])  # the directory holding 'dlperf'
+#: the directory holding 'dlperf' (as many folders up as this module's name has parts
+#: below it), put on a worker's path for an interpreter of another environment
+SRC_DIR = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
 
 
 class LaunchInterrupted(KeyboardInterrupt):
@@ -52,7 +56,7 @@ def with_src_path(env: dict[str, str]) -> dict[str, str]:
 
 def worker_env(spec: RunSpec) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(frameworks.info(spec.framework).thread_env(spec.threads, spec.variant))
+    env.update(framework_table.info(spec.framework).thread_env(spec.threads, spec.variant))
     env = with_src_path(env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return child_env(env)
@@ -63,14 +67,6 @@ def partial_steps(events: list[dict]) -> tuple[list[float], list[float]]:
     warm = [e["s"] for e in events if e.get("phase") == "warmup"]
     steps = [e["s"] for e in events if e.get("phase") == "step"]
     return warm, steps
-
-
-def partial_kernels(events: list[dict]) -> KernelOutcome | None:
-    """The calibration shapes a killed kernel run had timed (its progress events), so that
-    an interrupted calibration keeps what it measured; None when it had timed none."""
-    samples = tuple(KernelSample.model_validate(e["sample"]) for e in events
-                    if e.get("phase") == "kernel" and "sample" in e)
-    return KernelOutcome(samples=samples) if samples else None
 
 
 def kill_reason(out: Outcome, oom_before: int | None, tail: str) -> tuple[str, str]:
@@ -94,15 +90,17 @@ def run_isolated(
     timeout_s: float | None = None,
     memory_limit_bytes: int | None = None,
     on_event: Callable[[dict], None] | None = None,
-    resume: KernelOutcome | None = None,
+    resume: BaseModel | None = None,
 ) -> RunResult:
     """Measure ``spec`` in a child process; never raises for what happens in the child.
 
     Interrupted (KeyboardInterrupt, which the CLI also raises for SIGTERM), it kills the
-    child and raises ``LaunchInterrupted`` carrying the 'interrupted' result. ``resume``:
-    the shapes an interrupted calibration run of ``spec`` had timed (the worker keeps them).
+    child and raises ``LaunchInterrupted`` carrying the 'interrupted' result, with what the
+    kind salvages from the child's progress (``Kind.salvage``: a calibration's timed
+    shapes). ``resume``: what an interrupted run of ``spec`` had measured (its kind's
+    outcome, handed to the worker, which keeps it).
     """
-    python = frameworks.info(spec.framework).python or sys.executable
+    python = framework_table.info(spec.framework).python or sys.executable
     with tempfile.TemporaryDirectory(prefix="dlperf-") as tmp:
         d = Path(tmp)
         spec_path, result_path, progress = d / "spec.json", d / "result.json", d / "progress.jsonl"
@@ -149,7 +147,7 @@ def run_isolated(
         failure = out.failure or kill_reason(out, oom_before, tail)
         result = RunResult.failed(
             spec, failure[0], failure[1], step_times_s=steps, warmup_times_s=warm,
-            outcome=partial_kernels(events) if spec.kind == "kernel" else None,
+            outcome=salvage(events) if (salvage := KINDS[spec.kind].salvage) else None,
             started_at=started, finished_at=time.time(),
             diagnostics=Diagnostics(log_tail=tail[-1500:], peak_rss_bytes=out.peak_rss),
             launcher_cpu_s=out.cpu_s,

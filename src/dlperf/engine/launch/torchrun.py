@@ -298,11 +298,11 @@ def run_probe(nbytes: int, *, workers: int = 2, p2p_bytes: int | None = None,
               repeats: int = 10, threads: int = 1, timeout_s: float = 600.0) -> dict[str, Any]:
     """Measure loopback bandwidth and an isolated all-reduce of ``nbytes`` under torchrun
     (``dlperf.kinds.parallel.probe``); raises RuntimeError with the log's end if it fails."""
-    from dlperf.core import frameworks
+    from dlperf.core import framework_table
     from dlperf.engine.launch.isolated import with_src_path
 
     env = dict(os.environ)
-    env.update(frameworks.info("torch").thread_env(threads))
+    env.update(framework_table.info("torch").thread_env(threads))
     env = with_src_path(env)
     if lo := loopback_interface():
         env.setdefault("GLOO_SOCKET_IFNAME", lo)

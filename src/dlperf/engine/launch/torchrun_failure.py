@@ -11,11 +11,11 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from dlperf.core.payload import Diagnostics
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.engine.launch.watch import describe_exit, last_meaningful_line, oom_kills
-from dlperf.kinds import Diagnostics, ParallelOutcome
 from dlperf.kinds.parallel import results
-from dlperf.kinds.parallel.options import ParallelOptions
+from dlperf.kinds.parallel.options import ParallelOptions, ParallelOutcome
 
 
 def read_progress(outdir: Path) -> dict[int, dict[str, Any]]:

@@ -17,6 +17,18 @@ def _run(*args):
     return run_kernels(*args)
 
 
+def _salvage(events):
+    from dlperf.kinds.calibrate.resume import salvage
+
+    return salvage(events)
+
+
+def _resume_from(last):
+    from dlperf.kinds.calibrate.resume import resume_from
+
+    return resume_from(last)
+
+
 def _sections(predictor):
     from dlperf.kinds.calibrate.section import prediction_section
 
@@ -26,4 +38,4 @@ def _sections(predictor):
 KIND = Kind(options=KernelOptions, outcome=KernelOutcome,
             label=lambda spec, label: spec.options.label(spec.framework, spec.device,
                                                          spec.threads),
-            run=_run, sections=_sections)
+            run=_run, sections=_sections, salvage=_salvage, resume_from=_resume_from)

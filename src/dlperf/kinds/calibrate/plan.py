@@ -1,4 +1,4 @@
-"""Calibration of the performance model on this machine: plan the kernel runs (``dlperf.api
+"""Efficiencies of the performance model on this machine: plan the kernel runs (``dlperf.api
 .calibrate`` runs them through the normal runner: stored, claimed, resumable, under the
 machine lock), and read the stored samples back for ``dlperf.perfmodel.fit``.
 
@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dlperf.core import environment, frameworks
+from dlperf.core import environment, framework_table
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.core.store import Store
 from dlperf.kinds.calibrate.options import (
@@ -24,10 +24,10 @@ from dlperf.kinds.calibrate.options import (
     KernelPart,
     KernelSample,
 )
-from dlperf.kinds.peak import rates as peak
+from dlperf.kinds.peak.rates import versions as library_versions
 from dlperf.perfmodel.fit import Samples
 from dlperf.perfmodel.kernels import REVISION, grid
-from dlperf.perfmodel.machine import LocalCalibration
+from dlperf.perfmodel.machine_fits import MachineFits
 
 #: the ops timed per (framework, thread count); the all-reduce is separate
 LOCAL_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
@@ -71,7 +71,7 @@ def check_precision(precision: str, device: str, frameworks: Sequence[str],
 
 
 def default_frameworks() -> list[str]:
-    return [fw for fw in FRAMEWORKS if frameworks.installed(fw)]
+    return [fw for fw in FRAMEWORKS if framework_table.installed(fw)]
 
 
 def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "cpu",
@@ -92,8 +92,8 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
     min_time = FINE_MIN_TIME_S if fine else MIN_TIME_S
     out = []
     for fw in frameworks:
-        frameworks.require(fw)
-        versions = peak.versions(fw, packages)
+        framework_table.require(fw)
+        versions = library_versions(fw, packages)
         parts = tuple(KernelPart(op=op, shapes=tuple(grid(op, fine, device)))
                       for op in LOCAL_OPS)
         for t in threads:
@@ -102,7 +102,7 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
             out.append(RunSpec(kind="kernel", network="kernels", framework=fw, device=device,
                                threads=t, batch_size=1, precision=precision, options=o))
     if allreduce and "torch" in frameworks and device == "cpu":
-        versions = peak.versions("torch", packages)
+        versions = library_versions("torch", packages)
         cpus = len(environment.usable_cpus())
         for world in WORLDS:
             o = KernelOptions(parts=(KernelPart(op="allreduce", shapes=tuple(grid(
@@ -129,7 +129,7 @@ class Stored:
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
     """A kernel row counts while its framework's versions are the installed ones."""
     o = r.spec.options
-    return isinstance(o, KernelOptions) and o.versions == peak.versions(r.spec.framework, packages)
+    return isinstance(o, KernelOptions) and o.versions == library_versions(r.spec.framework, packages)
 
 
 #: the first kernel revision whose trained chain updates its weights (four kernels per
@@ -201,12 +201,12 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
             for (fw, t, dev, prec), s in sorted(by_key.items())]
 
 
-def local_calibration(store: Store, *, device: str | None = "cpu") -> LocalCalibration:
+def local_calibration(store: Store, *, device: str | None = "cpu") -> MachineFits:
     """This machine's fitted calibration from the store: every (framework, threads,
     precision) on ``device`` (every device with None) whose samples cover every op (an
     incomplete one is left out; ``find`` then says what to run)."""
     complete = [s for s in load(store, device=device)
                 if all(s.samples.of_op(op) for op in REQUIRED_OPS)]
     memory = float(environment.machine().get("memory_bytes") or 0) / 1e9 or 1.0
-    return LocalCalibration.of([(s.framework, s.threads, s.device, s.samples, s.precision)
+    return MachineFits.of([(s.framework, s.threads, s.device, s.samples, s.precision)
                                 for s in complete], memory, environment.physical_cores())

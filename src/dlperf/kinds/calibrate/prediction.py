@@ -1,12 +1,13 @@
 """The model's prediction for a RunSpec measured on this machine: what the report puts
 beside every measured DLBench cell and ``dlperf validate`` compares.
 
-    from dlperf.prediction import predict_for_spec
+    from dlperf.kinds.calibrate.prediction import predict_for_spec
     p = predict_for_spec(row.spec, calibration)     # Prediction, or None
     p.time_s, p.breakdown
 
-``calibration`` is this machine's ``LocalCalibration`` (``dlperf.kinds.calibrate.local_calibration
-(store)`` reads and fits it once; reuse it for every spec). A step run is predicted from
+``calibration`` is this machine's ``MachineFits``
+(``dlperf.kinds.calibrate.plan.local_calibration(store)`` reads and fits it once; reuse
+it for every spec). A step run is predicted from
 the kernel curves of its framework at its thread count; a parallel run (PyTorch workers on
 loopback) from PyTorch's curves at its threads per worker, the compute slowed where the
 workers share cores, and the all-reduce link measured among that many processes. Imports
@@ -15,25 +16,25 @@ no framework.
 
 from __future__ import annotations
 
-from dlperf.core import frameworks
+from dlperf.core import framework_table
 from dlperf.core.errors import UsageError
 from dlperf.core.spec import RunSpec
 from dlperf.kinds.parallel.options import ParallelOptions
 from dlperf.perfmodel import predict
-from dlperf.perfmodel.machine import LocalCalibration
+from dlperf.perfmodel.machine_fits import MachineFits
 from dlperf.perfmodel.result import Prediction
 
 #: the kinds of run the model predicts
-KINDS = ("step", "parallel")
+PREDICTED_KINDS = ("step", "parallel")
 #: the strategies the model has a formula for (``dlperf.perfmodel.predict``)
 STRATEGIES = ("sync", "async", "mixed", "pipeline")
 
 
-def why_not(spec: RunSpec, calibration: LocalCalibration) -> str | None:
+def why_not(spec: RunSpec, calibration: MachineFits) -> str | None:
     """None when ``predict_for_spec`` can predict ``spec``, else the reason it cannot."""
-    if spec.kind not in KINDS:
+    if spec.kind not in PREDICTED_KINDS:
         return f"kind '{spec.kind}' is not predicted"
-    if spec.kind == "step" and spec.variant != frameworks.info(spec.framework).default_variant:
+    if spec.kind == "step" and spec.variant != framework_table.info(spec.framework).default_variant:
         return f"the kernels are timed the default way, not as variant '{spec.variant}'"
     if spec.kind == "step" and spec.options.model_dump(exclude_defaults=True):
         return "the kernels know no input pipeline (a run on synthetic data only)"
@@ -50,7 +51,7 @@ def why_not(spec: RunSpec, calibration: LocalCalibration) -> str | None:
     return None
 
 
-def predict_for_spec(spec: RunSpec, calibration: LocalCalibration) -> Prediction | None:
+def predict_for_spec(spec: RunSpec, calibration: MachineFits) -> Prediction | None:
     """The predicted time per mini-batch of ``spec`` on this machine, or None when the
     model does not cover it (``why_not`` says why) or the workload cannot be predicted."""
     if why_not(spec, calibration) is not None:
@@ -61,13 +62,13 @@ def predict_for_spec(spec: RunSpec, calibration: LocalCalibration) -> Prediction
                                   precision=spec.precision)
             return predict(spec.network, size=spec.size, params=dict(spec.params),
                            batch_size=spec.batch_size, device=m.device,
-                           calibration=m.calibration, precision=spec.precision)
+                           efficiencies=m.efficiencies, precision=spec.precision)
         o = spec.options
         assert isinstance(o, ParallelOptions)
         m = calibration.model("torch", spec.threads, spec.device, workers=o.workers,
                               precision=spec.precision)
         return predict(spec.network, size=spec.size, params=dict(spec.params),
-                       batch_size=spec.batch_size, device=m.device, calibration=m.calibration,
+                       batch_size=spec.batch_size, device=m.device, efficiencies=m.efficiencies,
                        precision=spec.precision,
                        strategy=o.strategy, devices=o.workers, nodes=o.nodes,
                        groups=o.groups if o.strategy == "mixed" else None,

@@ -10,8 +10,8 @@ from pathlib import Path
 from dlperf.core import units
 from dlperf.core.aggregate import ConfigResult
 from dlperf.core.store import Store
+from dlperf.kinds.calibrate import plots
 from dlperf.kinds.step.rows import step_rows
-from dlperf.report import plots
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Predictor, Table, machine_label, sort_rows
 

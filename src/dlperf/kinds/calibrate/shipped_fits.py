@@ -4,7 +4,7 @@ GPU's own machine, or a copy of its store), with a source line naming the GPU, t
 software and the date.
 
     dlperf calibrate --device gpu --frameworks torch --precision fp32   # and tf32, bf16, fp16
-    python -m dlperf.kinds.calibrate.reference --db gpu.db --entry h200 \\
+    python -m dlperf.kinds.calibrate.shipped_fits --db gpu.db --entry h200 \\
         --out src/dlperf/perfmodel/data/reference_fits.json
 
 A user's own GPU the same way, into a file of their own (``--entry``: the catalogue entry
@@ -61,7 +61,7 @@ def reference_fits(store: Store, entry: str, machine_id: str | None = None) -> R
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dlperf.kinds.calibrate.reference",
+    p = argparse.ArgumentParser(prog="python -m dlperf.kinds.calibrate.shipped_fits",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--db", required=True, help="the store holding the GPU's calibration")
     p.add_argument("--entry", required=True, help="the GPU's catalogue entry, e.g. h200")

@@ -25,7 +25,7 @@ from dlperf.core.store import Store
 from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
 from dlperf.perfmodel.correct import Factors, fit_factors
-from dlperf.perfmodel.machine import LocalCalibration
+from dlperf.perfmodel.machine_fits import MachineFits
 from dlperf.perfmodel.result import Prediction
 
 MODES = ("kernels", "lono", "lofo")
@@ -106,7 +106,7 @@ class Case:
                 else "single"}[group]
 
 
-def cases(store: Store, calibration: LocalCalibration, *,
+def cases(store: Store, calibration: MachineFits, *,
           kinds: Sequence[str] = ("step", "parallel")) -> tuple[list[Case], list[tuple[ConfigResult, str]]]:
     """Every measured configuration of this machine that the model predicts, and the
     others with the reason they are left out."""
@@ -283,3 +283,76 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
 def framework(spec: RunSpec) -> str:
     """The framework whose kernels predict ``spec`` (parallel runs are PyTorch workers)."""
     return "torch" if spec.kind == "parallel" else spec.framework
+
+
+def validation(store: Store, mode: str, *, kinds: Sequence[str] = ("step", "parallel"),
+               catalogue: str | None = None, machine_id: str | None = None,
+               networks: Sequence[str] = (), frameworks: Sequence[str] = ()
+               ) -> tuple[list[Case], list[tuple[ConfigResult, str]]]:
+    """What ``dlperf validate`` prints: the cases (of ``networks`` and ``frameworks``
+    when given), corrected as ``mode`` says (``corrected``), and the rows left out with
+    their reason. ``catalogue``: each step predicted from that catalogue entry alone, on
+    ``machine_id``'s measurements ('all': every machine's); else from this machine's
+    calibration, a one-line UsageError when the store has none."""
+    from dlperf.core.errors import UsageError
+
+    if catalogue:
+        found, skipped = catalogue_cases(store, catalogue, machine_id=machine_id)
+    else:
+        cal = plan_calibration(store, device=None)  # each run's own device
+        if not cal.fits:
+            raise UsageError("this machine has no calibration in the store; run 'dlperf "
+                             "calibrate' first (4-5 minutes on 2 cores)")
+        found, skipped = cases(store, cal, kinds=kinds)
+    found = [c for c in found if (not networks or c.row.spec.network in networks)
+             and (not frameworks or c.key("framework") in frameworks)]
+    return corrected(found, mode), skipped
+
+
+def predict_here(store: Store, network: str, *, device: str = "cpu", framework: str = "torch",
+                 threads: int = 1, strategy: str = "single", devices: int = 1,
+                 size: str | None = None, batch_size: int | None = None,
+                 precision: str = "fp32", nodes: int = 1, groups: int | None = None,
+                 micro_batches: int | None = None, straggler_s: float = 0.0,
+                 params: dict | None = None, link: str | None = None,
+                 inter_link: str | None = None, collective: str = "ring"
+                 ) -> tuple[Prediction, ConfigResult | None]:
+    """``dlperf predict`` on this machine's ``device`` (cpu or gpu): the prediction from its
+    calibration at ``framework``, ``threads`` and ``precision`` (``strategy`` other than
+    single: PyTorch workers at fp32, as ``dlperf parallel`` runs them), and the stored
+    measurement of the same configuration (``measured``; None when there is none). A
+    one-line UsageError when the machine is not calibrated for it."""
+    from dlperf.core import framework_table
+    from dlperf.core.errors import UsageError
+    from dlperf.kinds.calibrate.plan import check_precision
+    from dlperf.kinds.parallel.make import make_spec
+    from dlperf.perfmodel import predict
+
+    fw = framework_table.info(framework).name
+    params = dict(params or {})
+    wl, resolved, _ = workloads.resolve(network, size, params)  # a bad name first
+    check_precision(precision, device, [fw])  # (never calibrated)
+    cal = plan_calibration(store, device=device)
+    if strategy == "single":
+        m = cal.model(fw, threads, device, precision=precision)
+        spec = RunSpec(network=wl.name, size=resolved, framework=fw, device=device,
+                       threads=threads, precision=precision, params=params,
+                       batch_size=batch_size or wl.default_batch)
+    else:
+        if fw != "torch":
+            raise UsageError("parallel strategies run PyTorch workers here (dlperf parallel); "
+                             "use --framework torch")
+        if precision != "fp32":
+            raise UsageError("parallel strategies run at fp32 here (dlperf parallel); "
+                             "--precision applies to one device here, or to catalogue devices")
+        m = cal.model(fw, threads, device, workers=devices)
+        spec = make_spec(network, strategy=strategy, workers=devices, size=size,
+                         batch_size=batch_size, threads=threads, groups=groups,
+                         micro_batches=micro_batches, straggler_delay_s=straggler_s,
+                         nodes=nodes, params=params, device=device)
+    p = predict(network, device=m.device, efficiencies=m.efficiencies, size=size,
+                batch_size=batch_size, precision=precision, devices=devices, nodes=nodes,
+                strategy=strategy, link=link or m.link, inter_link=inter_link or m.link,
+                collective=collective, groups=groups, micro_batches=micro_batches,
+                straggler_s=straggler_s, params=params)
+    return p, measured(store, spec)

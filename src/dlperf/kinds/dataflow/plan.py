@@ -20,12 +20,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from dlperf import workloads
-from dlperf.core.errors import UsageError
+from dlperf.core.errors import UsageError, validation_message
 from dlperf.core.spec import RunSpec
 from dlperf.core.units import nbytes
 from dlperf.inputs import datasets
 from dlperf.inputs.options import InputOptions
-from dlperf.kinds import LoaderOptions, StepOptions
+from dlperf.kinds.dataflow.options import LoaderOptions
+from dlperf.kinds.step.options import StepOptions
 
 #: InputOptions field -> its flag (``dlperf.cli.dataflow_flags``)
 FLAGS = {"input": "--input", "data_format": "--data-format", "loader_workers": "--loader-workers",
@@ -41,7 +42,7 @@ def make(values: dict[str, Any]) -> InputOptions:
         err = e.errors()[0]
         field = err["loc"][0] if err["loc"] else None
         flag = FLAGS.get(str(field)) if field else None
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = validation_message(e)
         for f, spelled in FLAGS.items():  # field names in the message -> their flags
             if f != "input":
                 msg = re.sub(rf"\b{f}\b", spelled, msg)

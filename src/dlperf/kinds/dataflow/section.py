@@ -19,46 +19,21 @@ from pathlib import Path
 
 from dlperf.core import units
 from dlperf.core.aggregate import ConfigResult, aggregate
-from dlperf.core.spec import RunResult, RunSpec
+from dlperf.core.spec import RunSpec
 from dlperf.core.store import Store
 from dlperf.inputs.options import InputOptions
-from dlperf.kinds import StepOptions, StepOutcome
-from dlperf.kinds.dataflow.options import DataflowOutcome, StorageOptions, StorageOutcome
+from dlperf.kinds.dataflow.analysis import (
+    GONE,
+    loader_rate,
+    median_of,
+    outcomes,
+    stall_share,
+)
+from dlperf.kinds.dataflow.options import StorageOptions, StorageOutcome
 from dlperf.kinds.dataflow.plan import has_pipeline, input_of
+from dlperf.kinds.step.options import StepOptions
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table
-
-#: a stall share below this counts as gone; a time within this of the floor reaches it
-GONE = 0.05
-
-
-def dataflow_of(result: RunResult) -> DataflowOutcome | None:
-    """The data-flow figures of a step run on a pipeline or of a loader run (None for
-    others)."""
-    o = result.outcome
-    if isinstance(o, DataflowOutcome):
-        return o
-    return o.dataflow if isinstance(o, StepOutcome) else None
-
-
-def outcomes(row: ConfigResult) -> list[DataflowOutcome]:
-    return [o for r in row.ok if (o := dataflow_of(r)) is not None]
-
-
-def stall_share(row: ConfigResult) -> float | None:
-    vals = [o.stall_share for o in outcomes(row)]
-    return statistics.median(vals) if vals else None
-
-
-def loader_rate(row: ConfigResult) -> float | None:
-    """Samples/s of a loader run: over the wall time of its timed batches (not the
-    batch over the median time, which bursts of batches from several workers inflate)."""
-    return _median([o.loader_samples_per_s for o in outcomes(row)])
-
-
-def _median(vals: list[float | None]) -> float | None:
-    vals = [v for v in vals if v is not None]
-    return statistics.median(vals) if vals else None
 
 
 @dataclass
@@ -74,15 +49,15 @@ class Point:
 
     @property
     def stall_s(self) -> float | None:
-        return _median([o.stall_mean_s for o in outcomes(self.step)])
+        return median_of([o.stall_mean_s for o in outcomes(self.step)])
 
     @property
     def compute_s(self) -> float | None:
-        return _median([o.compute_median_s for o in outcomes(self.step)])
+        return median_of([o.compute_median_s for o in outcomes(self.step)])
 
     @property
     def prep_s(self) -> float | None:
-        return _median([o.prep.total_s if o.prep else None for o in outcomes(self.step)])
+        return median_of([o.prep.total_s if o.prep else None for o in outcomes(self.step)])
 
     @property
     def loader_rate(self) -> float | None:
@@ -344,17 +319,17 @@ def run_lines(row: ConfigResult, loader: ConfigResult | None) -> list[str]:
     lines = [f"  input                {opts.describe()}"
              + (f" ({o.data_set}, {units.nbytes(o.data_set_bytes)})" if o.data_set else
                 f" ({units.nbytes(o.data_set_bytes)} in memory)"),
-             f"  waiting for data     {units.seconds(_median([x.stall_mean_s for x in outs]))} "
-             f"per step (median {units.seconds(_median([x.stall_median_s for x in outs]))}): "
+             f"  waiting for data     {units.seconds(median_of([x.stall_mean_s for x in outs]))} "
+             f"per step (median {units.seconds(median_of([x.stall_median_s for x in outs]))}): "
              f"{units.percent(share)} of the step time",
-             f"  training step        {units.seconds(_median([x.compute_median_s for x in outs]))}"
+             f"  training step        {units.seconds(median_of([x.compute_median_s for x in outs]))}"
              " per step without the wait"]
     if o.prep is not None:
         p = o.prep
         lines.append(f"  loader work          {units.seconds(p.total_s)} per batch: read "
                      f"{units.seconds(p.read_s)}, decode {units.seconds(p.decode_s)}, augment "
                      f"{units.seconds(p.augment_s)}, collate {units.seconds(p.collate_s)}")
-    compute = _median([x.compute_median_s for x in outs])
+    compute = median_of([x.compute_median_s for x in outs])
     if loader is not None and loader.measured:
         rate = loader_rate(loader) or 0.0
         line = f"  loader alone         {rate:.4g} samples/s with no training"

@@ -12,11 +12,11 @@ from dlperf.core.spec import RunResult, RunSpec
 from dlperf.kinds.calibrate.prediction import predict_for_spec
 from dlperf.kinds.explain.options import ProfileOutcome
 from dlperf.perfmodel.fit import LocalFit
-from dlperf.perfmodel.machine import LocalCalibration
+from dlperf.perfmodel.machine_fits import MachineFits
 from dlperf.perfmodel.ops import OpTime, gemm_shape, op_times
 from dlperf.perfmodel.result import Prediction
 
-KINDS = ("gemm", "conv", "conv_bwd", "memory", "dispatch", "unmodelled")
+OP_GROUPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch", "unmodelled")
 KIND_NAMES = {"gemm": "matrix products", "conv": "convolutions", "conv_bwd":
               "convolution gradients", "memory": "memory-bound ops", "dispatch":
               "dispatch-only ops (wrappers, views, autograd)", "unmodelled":
@@ -58,7 +58,7 @@ class Explanation:
     def by_kind(self) -> list[tuple[str, float, float]]:
         """(kind, measured, model) per step, for each kind of op present."""
         out = []
-        for k in KINDS:
+        for k in OP_GROUPS:
             mine = [o for o in self.ops if o.kind == k]
             if mine:
                 out.append((k, sum(o.measured_s for o in mine), sum(o.model_s for o in mine)))
@@ -129,7 +129,7 @@ class Explanation:
                 f"{KIND_NAMES[k]} take {measured / step:.0%} of the step")
 
 
-def explain(result: RunResult, calibration: LocalCalibration) -> Explanation:
+def explain(result: RunResult, calibration: MachineFits) -> Explanation:
     """The explanation of a stored profile run (kind 'profile') from this machine's
     calibration of its framework, thread count and precision."""
     assert isinstance(result.outcome, ProfileOutcome)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dlperf.core import units
 from dlperf.core.aggregate import ConfigResult, aggregate
-from dlperf.kinds import InferenceOutcome
+from dlperf.kinds.inference.options import InferenceOutcome
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table, sort_rows
 
@@ -100,7 +100,7 @@ def latency_plot(rows: list[ConfigResult], path: Path) -> Path | None:
             lines[f"{_who(row)} t{row.spec.threads}"].append((row.spec.batch_size, p50, p99, sps))
     if not lines:
         return None
-    from dlperf.report.plots import _plain_log_axes, plt, save
+    from dlperf.report.plots import plain_log_axes, plt, save
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     for i, (label, pts) in enumerate(sorted(lines.items())):
@@ -111,7 +111,7 @@ def latency_plot(rows: list[ConfigResult], path: Path) -> Path | None:
         b.plot(xs, [p[3] for p in pts], marker="o", color=f"C{i}", label=label)
     all_x = [p[0] for pts in lines.values() for p in pts]
     for ax in (a, b):
-        _plain_log_axes(ax, all_x)
+        plain_log_axes(ax, all_x)
         ax.set_xlabel("batch per query")
         ax.grid(True, alpha=0.3)
     a.set_ylabel("latency per query (s)")

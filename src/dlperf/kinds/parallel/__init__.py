@@ -18,7 +18,12 @@ options, the results (from the ranks' records) and the report import no framewor
 from __future__ import annotations
 
 from dlperf.kinds.kind import Kind
-from dlperf.kinds.parallel.options import ParallelOptions, ParallelOutcome
+from dlperf.kinds.parallel.options import ParallelOptions, ParallelOutcome, check_batch
+
+
+def _share_threads(spec):
+    # all the workers on its one machine; across machines no one machine's peak bounds it
+    return spec.threads * spec.options.workers if spec.options.nodes == 1 else None
 
 
 def _sections(predictor):
@@ -32,4 +37,5 @@ def _sections(predictor):
 KIND = Kind(options=ParallelOptions, outcome=ParallelOutcome,
             label=lambda spec, label: spec.options.label(spec.network, spec.size,
                                                          spec.batch_size, spec.threads),
-            launcher="torchrun", sections=_sections)
+            check=check_batch, launcher="torchrun", sections=_sections,
+            share_threads=_share_threads)

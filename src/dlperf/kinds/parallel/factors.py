@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dlperf.core import units
 from dlperf.core.aggregate import ConfigResult
-from dlperf.kinds.parallel.rows import family, layout, name_of, opts, order, outcome, pct
+from dlperf.kinds.parallel.analysis import family, layout, name_of, opts, order, outcome, pct
 from dlperf.report.tables import Table
 
 

@@ -1,14 +1,19 @@
 """Kind "parallel": one strategy on several workers under torchrun (``dlperf parallel``).
 
-The options are checked as a whole by ``dlperf.kinds.parallel.make.make_spec``; only the
-settings that apply to the strategy are set (``groups`` only for mixed and hybrid,
+The options check themselves as a whole (``ParallelOptions``' validator), and the batch
+against them (``check_batch``, the kind's check of a spec), so a spec built in Python is
+checked as one built by ``dlperf.kinds.parallel.make.make_spec``; only the settings that
+apply to the strategy are set (``groups`` only for mixed and hybrid,
 ``micro_batches`` only for the pipeline and hybrid, ``push_every`` and ``servers`` only for
 async, the target and budget only with a data set).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from pydantic import model_validator
 
 from dlperf.core.payload import Frozen, Payload
 from dlperf.kinds.peak.options import Peak
@@ -20,6 +25,8 @@ LOCKSTEP = ("sync", "pipeline", "hybrid")
 HYBRID_WITHIN = ("model", "data")
 DEFAULT_LR = 0.01  # torch_backend.LEARNING_RATE; repeated here to stay framework-free
 DEFAULT_EVAL_EVERY = 10
+#: the data sets a parallel run can train on to a target
+DATASETS = ("digits", "mnist1d")
 
 
 class ParallelOptions(Frozen):
@@ -45,6 +52,77 @@ class ParallelOptions(Frozen):
     #: hybrid: 'model' (a group's consecutive ranks hold the pipeline's stages; data
     #: parallel across groups) or 'data' (consecutive ranks are replicas of one stage)
     hybrid_within: str = "model"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ParallelOptions:
+        """The strategy's settings as a whole: only the settings that apply to it set, each
+        in range. Said in the command line's terms, which name the same settings."""
+        s, w = self.strategy, self.workers
+        if s not in STRATEGIES:
+            raise ValueError(f"unknown strategy '{s}' (known: {', '.join(STRATEGIES)})")
+        if w < 1:
+            raise ValueError(f"--workers must be at least 1, got {w}")
+        if self.nodes < 1 or w % self.nodes:
+            raise ValueError(f"--workers {w} cannot be spread evenly over --nnodes {self.nodes}")
+        if s in ("mixed", "hybrid"):
+            if self.groups < 1 or w % self.groups:
+                raise ValueError(f"--groups {self.groups} does not divide --workers {w}")
+        elif self.groups != 1:
+            raise ValueError(f"--groups applies to the mixed and hybrid strategies only (got "
+                             f"--strategy {s})")
+        self._check_async()
+        if s == "hybrid" and self.hybrid_within not in HYBRID_WITHIN:
+            raise ValueError(f"--hybrid-within must be {' or '.join(HYBRID_WITHIN)}, got "
+                             f"'{self.hybrid_within}'")
+        if s != "hybrid" and self.hybrid_within != "model":
+            raise ValueError("--hybrid-within applies to the hybrid strategy only")
+        if s not in ("pipeline", "hybrid") and self.micro_batches != 1:
+            raise ValueError("--micro-batches applies to the pipeline strategy only")
+        if self.straggler_delay_s < 0 or not math.isfinite(self.straggler_delay_s):
+            raise ValueError(f"--straggler-delay must be a non-negative number of seconds, "
+                             f"got {self.straggler_delay_s}")
+        if self.lr <= 0:
+            raise ValueError(f"--lr must be positive, got {self.lr}")
+        self._check_training()
+        for k, least in (("steps", 1), ("warmup_steps", 0)):
+            v = getattr(self, k)
+            if v is not None and v < least:
+                raise ValueError(f"--{k.replace('_', '-')} must be at least {least}, got {v}")
+        return self
+
+    def _check_async(self) -> None:
+        """The asynchronous strategy's exchange period and dedicated servers."""
+        if self.push_every < 1:
+            raise ValueError(f"--push-every must be at least 1, got {self.push_every}")
+        if self.servers < 0:
+            raise ValueError(f"--servers must be 0 (beside rank 0) or more, got {self.servers}")
+        if self.strategy != "async":
+            if self.push_every != 1:
+                raise ValueError("--push-every applies to the async strategy only")
+            if self.servers:
+                raise ValueError("--servers applies to the async strategy only")
+        elif self.servers and self.nodes > 1:
+            raise ValueError("dedicated --servers run on one machine only (--nnodes 1)")
+
+    def _check_training(self) -> None:
+        """A training target and its budget need a data set; each is positive."""
+        if self.data is None:
+            if self.has_target:
+                raise ValueError("a training target needs real data: add --data digits or "
+                                 "mnist1d")
+            if self.max_steps is not None or self.max_time_s is not None:
+                raise ValueError("--max-steps/--max-time bound a training run: add --data")
+            return
+        if self.data not in DATASETS:
+            raise ValueError(f"unknown data set '{self.data}' (known: {', '.join(DATASETS)})")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"--target-accuracy must be in (0, 1], got {self.target_accuracy}")
+        if self.target_loss is not None and self.target_loss <= 0:
+            raise ValueError(f"--target-loss must be positive, got {self.target_loss}")
+        for k in ("max_steps", "max_time_s", "eval_every"):
+            v = getattr(self, k)
+            if v is not None and v <= 0:
+                raise ValueError(f"--{k.replace('_s', '').replace('_', '-')} must be positive")
 
     @property
     def processes(self) -> int:
@@ -113,6 +191,24 @@ class ParallelOptions(Frozen):
         if self.data:
             parts.append(self.data)
         return " ".join(parts)
+
+
+def check_batch(spec: Any) -> None:
+    """The global batch against the strategy (the spec's batch and its options together):
+    split evenly over the workers for data parallelism, over the groups for hybrid, and a
+    pipeline's share into whole micro-batches."""
+    o, batch = spec.options, spec.batch_size
+    if o.strategy in ("pipeline", "hybrid"):
+        if o.strategy == "hybrid" and batch % o.groups:
+            raise ValueError(f"the global batch {batch} does not split evenly over "
+                             f"{o.groups} groups; choose a multiple of --groups")
+        share = batch // o.groups if o.strategy == "hybrid" else batch
+        if o.micro_batches < 1 or share % o.micro_batches:
+            raise ValueError(f"--micro-batches {o.micro_batches} does not divide the batch "
+                             f"size {share}" + (" of a group" if o.strategy == "hybrid" else ""))
+    elif batch % o.workers:
+        raise ValueError(f"the global batch {batch} does not split evenly over {o.workers} "
+                         "workers; choose a multiple of --workers")
 
 
 # ----------------------------------------------------------------------------- outcome

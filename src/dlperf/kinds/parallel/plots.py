@@ -12,8 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from dlperf.core.aggregate import ConfigResult  # noqa: E402
-from dlperf.kinds.parallel.options import STRATEGIES  # noqa: E402
-from dlperf.kinds.parallel.rows import (
+from dlperf.kinds.parallel.analysis import (
     curve,
     layout,
     name_of,
@@ -24,6 +23,7 @@ from dlperf.kinds.parallel.rows import (
     straggler_pairs,
     variant,
 )
+from dlperf.kinds.parallel.options import STRATEGIES  # noqa: E402
 from dlperf.report.plots import grid, save  # noqa: E402
 
 _MARK = {"sync": "o", "async": "s", "mixed": "^", "pipeline": "D", "hybrid": "v"}

@@ -15,15 +15,7 @@ from pathlib import Path
 from dlperf.core import units
 from dlperf.core.aggregate import ConfigResult
 from dlperf.core.store import Store
-from dlperf.kinds.parallel.factors import factor_tables, factor_text, period_plot, servers_plot
-from dlperf.kinds.parallel.options import Parts
-from dlperf.kinds.parallel.plots import (
-    comm_share_plot,
-    scaling_plot,
-    straggler_plot,
-    target_plot,
-)
-from dlperf.kinds.parallel.rows import (
+from dlperf.kinds.parallel.analysis import (
     baseline,
     layout,
     name_of,
@@ -36,6 +28,14 @@ from dlperf.kinds.parallel.rows import (
     straggler_pairs,
     threads_text,
     training,
+)
+from dlperf.kinds.parallel.factors import factor_tables, factor_text, period_plot, servers_plot
+from dlperf.kinds.parallel.options import Parts
+from dlperf.kinds.parallel.plots import (
+    comm_share_plot,
+    scaling_plot,
+    straggler_plot,
+    target_plot,
 )
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table

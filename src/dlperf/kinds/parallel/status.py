@@ -22,7 +22,7 @@ SIZE = 256
 #: phase kinds: starting up (until the first step: imports, rendezvous, building; a
 #: stall here is left to the run's timeout, as a busy machine can make it slow),
 #: computing, communicating or waiting for others, finished
-KINDS = ("starting", "compute", "communication", "done")
+PHASES = ("starting", "compute", "communication", "done")
 
 
 class StatusBoard:
@@ -37,8 +37,8 @@ class StatusBoard:
             os.close(fd)
 
     def set(self, kind: str, text: str) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"unknown phase kind '{kind}' (known: {', '.join(KINDS)})")
+        if kind not in PHASES:
+            raise ValueError(f"unknown phase kind '{kind}' (known: {', '.join(PHASES)})")
         blob = json.dumps([kind, time.time(), text[:160]]).encode()[: SIZE - 1]
         self._mm[:SIZE] = blob.ljust(SIZE, b"\0")
 

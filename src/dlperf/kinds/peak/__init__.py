@@ -14,4 +14,4 @@ def _run(*args):
     return run_peak(*args)
 
 
-KIND = Kind(options=PeakOptions, run=_run)
+KIND = Kind(options=PeakOptions, run=_run, memory_limited=False)

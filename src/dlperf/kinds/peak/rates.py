@@ -22,11 +22,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from dlperf.backends.base import conv_probe_shape
-from dlperf.core import frameworks, units
+from dlperf.core import framework_table, units
 from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.kinds.peak.options import RAISED, KernelRate, Peak, PeakOptions
 
-#: (framework, kernel): the peak kernels, each a probe of its backend (``Backend.probe``):
+#: (framework, kernel): the peak kernels, each a probe of its backend (``backends.base.probe``):
 #: PyTorch's matmul (MKL) and convolution (oneDNN), TensorFlow's and JAX/XLA's matmul.
 KERNELS: tuple[tuple[str, str], ...] = (
     ("torch", "matmul"), ("torch", "conv"), ("tensorflow", "matmul"), ("jax", "matmul"),
@@ -76,7 +76,7 @@ def kernel_specs(threads: int, device: str, size: int, packages: Mapping[str, st
                 options=PeakOptions(shape=kernel_shape(kernel, size),
                                     versions=versions(fw, packages)))
         for fw, kernel in kernels
-        if frameworks.installed(fw)
+        if framework_table.installed(fw)
     ]
 
 

@@ -17,13 +17,13 @@ def _run(*args):
 
 
 def _sections(predictor):
-    from dlperf.kinds.step import reference_section, section, threads_section
+    from dlperf.kinds.step import guide_section, section, threads_section
 
     return [functools.partial(section.dlbench_section, predictor=predictor),
             threads_section.thread_section, threads_section.ranking_section,
-            reference_section.reference_section]
+            guide_section.guide_section]
 
 
 KIND = Kind(options=StepOptions, outcome=StepOutcome,
             label=lambda spec, label: spec.options.labelled(label), run=_run,
-            sections=_sections)
+            sections=_sections, share_threads=lambda spec: spec.threads)

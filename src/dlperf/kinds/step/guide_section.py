@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from dlperf.core import environment, frameworks, units
+from dlperf.core import environment, framework_table, units
 from dlperf.core.aggregate import ConfigResult, aggregate, direction
 from dlperf.core.store import Store
 from dlperf.reference import Reference, guide_table1
@@ -51,7 +51,7 @@ def local_times(store: Store, cores: int) -> dict[str, dict[int, ConfigResult]]:
     best: dict[str, dict[int, ConfigResult]] = {}
     for r in rows:
         s = r.spec
-        info = frameworks.BACKENDS.get(s.framework)
+        info = framework_table.BACKENDS.get(s.framework)
         if not r.measured or s.size not in ("full", "") or s.precision != "fp32" or (
                 info and s.variant != info.default_variant) or s.params:
             continue
@@ -167,8 +167,8 @@ def _missing(claim: str, paper: str, fw: str, threads: list[int]) -> Finding:
     if fw in NOT_RUNNABLE:
         return Finding(claim, paper, NOT_RUNNABLE[fw], "not measured here")
     names = fw.split(",")
-    absent = [n for n in names if not frameworks.installed(n)] if all(
-        n in frameworks.BACKENDS for n in names) else []
+    absent = [n for n in names if not framework_table.installed(n)] if all(
+        n in framework_table.BACKENDS for n in names) else []
     why = f" ({', '.join(absent)} not installed)" if absent else ""
     return Finding(claim, paper, "not measured here" + why, "not measured here",
                    _sweep(fw, threads))
@@ -212,7 +212,7 @@ def findings_table(found: list[Finding]) -> Table:
         rows=[[f.claim, f.paper, f.here, f.verdict, f.command or ""] for f in found])
 
 
-def reference_section(store: Store, out: Path, filters: Filters) -> Section | None:
+def guide_section(store: Store, out: Path, filters: Filters) -> Section | None:
     if not store.results(kind=None, **filters.where()):
         return None
     cores = environment.physical_cores()

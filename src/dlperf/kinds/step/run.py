@@ -12,18 +12,19 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from dlperf import workloads
-from dlperf.backends.base import Backend, Trainer, UnsupportedError
+from dlperf.backends.base import Backend, Timed, UnsupportedError
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import Metrics, RunResult, RunSpec
 from dlperf.core.stats import instability_warning, summarize
 from dlperf.core.timing import Timing, measure
 
 Emit = Callable[[dict[str, Any]], None]
+T = TypeVar("T", bound=Timed)
 #: () -> (what to time, its FLOPs per call or None)
-Build = Callable[[], tuple[Trainer, float | None]]
+Build = Callable[[], tuple[T, float | None]]
 
 
 def run_step(spec: RunSpec, backend: Backend, emit: Emit, base: dict[str, Any],
@@ -36,7 +37,7 @@ def run_step(spec: RunSpec, backend: Backend, emit: Emit, base: dict[str, Any],
 
         return run_dataflow(spec, backend, emit, base)
 
-    def build() -> tuple[Trainer, float | None]:
+    def build() -> tuple[Timed, float | None]:
         _, _, cfg = workloads.resolve(spec.network, spec.size, spec.params)
         trainer = backend.build(spec.network, cfg, spec.batch_size, spec.variant,
                                 spec.device, spec.seed)
@@ -45,8 +46,8 @@ def run_step(spec: RunSpec, backend: Backend, emit: Emit, base: dict[str, Any],
     return time_steps(spec, emit, base, build)[0]
 
 
-def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build,
-               samples_per_step: int | None = None) -> tuple[RunResult, Timing | None, Trainer | None]:
+def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
+               samples_per_step: int | None = None) -> tuple[RunResult, Timing | None, T | None]:
     """Build, warm up and time; the result (a failure for an unsupported configuration,
     an out-of-memory error or an exception), with the timing and what was timed for a
     caller that adds an outcome."""

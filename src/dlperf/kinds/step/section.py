@@ -9,11 +9,12 @@ from pathlib import Path
 from dlperf import workloads
 from dlperf.core.store import Store
 from dlperf.kinds.dataflow.plan import has_pipeline
+from dlperf.kinds.step import plots
 from dlperf.kinds.step.rows import step_rows
-from dlperf.report import plots
+from dlperf.kinds.step.tables import detail_table, dlbench_table
 from dlperf.report.base import Filters, Section
 from dlperf.report.machines import machine_names
-from dlperf.report.tables import Predictor, detail_table, dlbench_table
+from dlperf.report.tables import Predictor
 
 
 def dlbench_section(store: Store, out: Path, filters: Filters,

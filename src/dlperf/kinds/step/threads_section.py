@@ -16,8 +16,8 @@ from dlperf import workloads
 from dlperf.core import units
 from dlperf.core.aggregate import SAME_WITHIN, ConfigResult, direction, settings_names
 from dlperf.core.store import Store
+from dlperf.kinds.step import plots
 from dlperf.kinds.step.rows import plain_steps, step_rows
-from dlperf.report import plots
 from dlperf.report.base import Filters, Section
 from dlperf.report.machines import machine_records
 from dlperf.report.tables import Table, machine_label, sort_rows

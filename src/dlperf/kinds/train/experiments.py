@@ -30,7 +30,7 @@ from dlperf import workloads
 from dlperf.core.errors import UsageError
 from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.store import Store
-from dlperf.kinds import TrainOptions
+from dlperf.kinds.train.options import TrainOptions
 from dlperf.workloads.families import FAMILIES
 from dlperf.workloads.families.layouts import equal_budget, params_of
 

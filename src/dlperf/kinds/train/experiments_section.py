@@ -13,7 +13,7 @@ from dlperf.core import environment, units
 from dlperf.core.aggregate import aggregate, settings_names, settings_notes
 from dlperf.core.spec import RunResult
 from dlperf.core.store import Store
-from dlperf.kinds import TrainOutcome
+from dlperf.kinds.step.tables import time_cell
 from dlperf.kinds.train.experiments import (
     EXPERIMENTS,
     FAMILY_EXPERIMENT,
@@ -21,9 +21,10 @@ from dlperf.kinds.train.experiments import (
     NAMES,
     arm_results,
 )
+from dlperf.kinds.train.options import TrainOutcome
 from dlperf.kinds.train.quality import QUALITY
 from dlperf.report.base import Filters, Section
-from dlperf.report.tables import Table, time_cell
+from dlperf.report.tables import Table
 from dlperf.workloads.families import FAMILIES
 
 

@@ -13,7 +13,6 @@ from dlperf.core import environment, units
 from dlperf.core.aggregate import ConfigResult, aggregate
 from dlperf.core.spec import RunResult
 from dlperf.core.store import Store
-from dlperf.kinds import TrainOutcome
 from dlperf.kinds.train.experiments import (
     EXPERIMENTS,
     INPUT_SIZE_BATCH,
@@ -23,6 +22,7 @@ from dlperf.kinds.train.experiments import (
     arm_results,
     task_arm_label,
 )
+from dlperf.kinds.train.options import TrainOutcome
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table
 

@@ -1,7 +1,7 @@
 """Kind "train": time to a quality target on real data (``dlperf train``, the experiments).
 
 In a spec, a field left at None takes the family's default when the run starts
-(``dlperf.core.target_rules.resolve``); ``target="none"`` trains the whole budget.
+(``dlperf.kinds.train.resolve.check_options``); ``target="none"`` trains the whole budget.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dlperf.core.errors import UsageError
+from dlperf.core.errors import UsageError, validation_message
 from dlperf.core.target_rules import Budget
 from dlperf.kinds.train.options import DESCRIPTIONS, TrainOptions
 from dlperf.kinds.train.quality import QUALITY, quality_of
@@ -27,7 +27,7 @@ def parse_options(raw: Mapping[str, Any]) -> TrainOptions:
     try:
         return TrainOptions.model_validate(dict(raw))
     except ValidationError as e:
-        raise UsageError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
+        raise UsageError(validation_message(e)) from None
 
 
 def check_options(network: str, options: TrainOptions | Mapping[str, Any]) -> dict[str, Any]:

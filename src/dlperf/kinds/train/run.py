@@ -29,7 +29,7 @@ from dlperf.core.spec import Metrics, RunResult, RunSpec
 from dlperf.kinds.train.options import Quality as QualityRecord
 from dlperf.kinds.train.options import TrainOutcome
 from dlperf.kinds.train.quality import Evaluator, load_data, quality_of
-from dlperf.kinds.train.settings import budget_of, check_options
+from dlperf.kinds.train.resolve import budget_of, check_options
 from dlperf.workloads import real_data as data
 
 

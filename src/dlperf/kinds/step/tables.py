@@ -1,0 +1,139 @@
+"""The step kind's tables: DLBench's layout (rows: network x framework; columns: thread
+counts, then GPUs; one column group per machine), with the model's prediction beside each
+cell where a predictor is given, and the detail of every measured configuration."""
+
+from __future__ import annotations
+
+from dlperf import workloads
+from dlperf.core import units
+from dlperf.core.aggregate import ConfigResult
+from dlperf.report.tables import Predictor, Provenance, Table, machine_label, sort_rows
+
+
+def _column(row: ConfigResult) -> str:
+    return f"{row.spec.threads}" if row.spec.device == "cpu" else "GPU"
+
+
+def time_cell(r: ConfigResult | None, notes: list[str], where: str,
+              fmt=lambda s: f"{s:.4g}") -> tuple[str, float | None]:
+    """A table cell of time per mini-batch and its value: blank when not run, the median
+    when measured, and for a failure '-[n]' with its reason appended to ``notes``."""
+    if r is None:
+        return "", None
+    if r.measured:
+        return fmt(r.median_s), r.median_s
+    notes.append(f"{where}: {r.failure}")
+    return f"-[{len(notes)}]", None
+
+
+def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
+                  machines: dict[str, str] | None = None,
+                  predictor: Predictor | None = None) -> Table:
+    """DLBench's Table 4 layout: rows network x framework (x precision and settings),
+    columns CPU thread counts then GPU; each cell the median time per mini-batch in seconds
+    at the network's DLBench default batch size. A configuration that failed shows '-'
+    with a footnote. Rows of several machines are laid out as DLBench laid out its
+    desktop, server and GPU columns: one column group per machine (``machines`` names
+    them; the first machine seen comes first). With a ``predictor``, every cell gains a
+    'pred.' column beside it: the model's time for that configuration."""
+    chosen = [
+        r for r in rows
+        if r.spec.kind == "step"
+        and (batch != "default" or r.spec.batch_size == workloads.get(r.spec.network).default_batch)
+    ]
+    threads = sorted({r.spec.threads for r in chosen if r.spec.device == "cpu"})
+    has_gpu = any(r.spec.device == "gpu" for r in chosen)
+    cols = [str(t) for t in threads] + (["GPU"] if has_gpu else [])
+    mids = list(dict.fromkeys(r.machine_id for r in chosen))
+    grouped_layout = len(mids) > 1
+    prov = Provenance(chosen, machines, machine_column=False)
+    leaf = []
+    for c in cols:
+        name = "GPU" if c == "GPU" else f"{c} thread{'s' if c != '1' else ''}"
+        leaf += [name] + (["pred."] if predictor else [])
+    head = ["network", "framework", "batch", *prov.headers]
+    headers = head + leaf * len(mids)
+    groups = ([("", len(head))] + [(machine_group(m, machines), len(leaf)) for m in mids]
+              if grouped_layout else [])
+    grouped: dict[tuple, dict[tuple[str | None, str], ConfigResult]] = {}
+    for r in sort_rows(chosen):
+        # one table row per everything but the column and the machine: a cell never holds
+        # two measurements
+        key = (r.spec.network, r.spec.size, r.framework_label, r.spec.batch_size,
+               r.spec.measurement)
+        grouped.setdefault(key, {})[(r.machine_id, _column(r))] = r
+    out_rows, values, notes = [], [], []
+    for (net, size, fw, b, *_), cells in grouped.items():
+        name = net if size in ("full", "") else f"{net} [{size}]"
+        provenance = prov.cells(next(iter(cells.values())))
+        line, vals = [name, fw, str(b), *provenance], [name, fw, b, *provenance]
+        for m in mids:
+            where_m = f" on {machine_label(m)}" if grouped_layout else ""
+            for c in cols:
+                cell = cells.get((m, c))
+                text, value = time_cell(
+                    cell, notes, f"{name} {fw} {c if c == 'GPU' else c + ' threads'}{where_m}")
+                line.append(text)
+                vals.append(value)
+                if predictor:
+                    p = predictor(cell) if cell else None
+                    line.append(f"{p[0]:.4g}" if p else "")
+                    vals.append(p[0] if p else None)
+        out_rows.append(line)
+        values.append(vals)
+    caption = ("Median over timed steps and worker processes; forward + backward + update; "
+               "'-' marks a configuration that did not complete (reason in the footnote).")
+    if predictor:
+        caption += (" 'pred.': the performance model's time for the cell's configuration "
+                    "(errors in the predictions section).")
+    return Table(
+        title="Time per mini-batch (s), DLBench layout",
+        headers=headers,
+        rows=out_rows,
+        values=values,
+        footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)] + prov.notes,
+        caption=caption,
+        groups=groups,
+    )
+
+
+def machine_group(machine_id: str | None, machines: dict[str, str] | None) -> str:
+    """The label of a machine's column group: its description and short id."""
+    desc = (machines or {}).get(machine_id or "")
+    return f"{desc} [{machine_label(machine_id)}]" if desc else machine_label(machine_id)
+
+
+def detail_table(rows: list[ConfigResult], title: str = "Measurements",
+                 machines: dict[str, str] | None = None) -> Table:
+    """Every configuration with its dispersion, throughput, FLOP rate and memory, and the
+    settings (and machine) that measured it."""
+    prov = Provenance(rows, machines)
+    headers = ["network", "framework", "device", "batch", *prov.headers, "time/batch", "+-MAD",
+               "CV", "samples/s", "GFLOP/s", "%peak", "memory", "threads", "procs"]
+    n_head = 4 + len(prov.headers)
+    out, values, notes = [], [], []
+    for r in sort_rows(rows):
+        dev = f"cpu x{r.spec.threads}" if r.spec.device == "cpu" else r.spec.device
+        name = r.spec.network if r.spec.size in ("full", "") else f"{r.spec.network} [{r.spec.size}]"
+        head = [name, r.framework_label, dev, str(r.spec.batch_size), *prov.cells(r)]
+        if not r.measured:
+            notes.append(f"{name} {r.framework_label} {dev} b{r.spec.batch_size}: {r.failure}")
+            out.append(head + [f"-[{len(notes)}]"] + [""] * (len(headers) - n_head - 1))
+            values.append([*head, None] + [None] * (len(headers) - n_head - 1))
+            continue
+        cv = r.within_cv
+        share = units.percent(r.peak_share)
+        if r.over_peak:  # capped at 100%: say so rather than hide it
+            notes.append(f"{name} {r.framework_label} {dev} b{r.spec.batch_size}: achieved above "
+                         "the peak stored with it; shown as 100%")
+            share += f"[{len(notes)}]"
+        out.append(head + [
+            units.seconds(r.median_s), units.seconds(r.mad_s), units.percent(cv),
+            f"{r.samples_per_s:.4g}", f"{r.achieved_flops / 1e9:.1f}" if r.achieved_flops else "-",
+            share, units.nbytes(r.peak_rss_bytes),
+            str(r.threads_in_force or "-"), str(r.processes),
+        ])
+        values.append([*head, r.median_s, r.mad_s, cv, r.samples_per_s, r.achieved_flops,
+                       r.peak_share, r.peak_rss_bytes, r.threads_in_force, r.processes])
+    return Table(title=title, headers=headers, rows=out, values=values,
+                 footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)] + prov.notes)
