@@ -33,7 +33,7 @@ from dlperf.report import Filters, Predictor, Report, SectionBuilder, render
 if TYPE_CHECKING:
     from dlperf.advice import Advice
     from dlperf.core.store_import import Imported
-    from dlperf.kinds.calibrate.validate import Case
+    from dlperf.kinds.calibrate.validate import Case, MemoryCase
     from dlperf.kinds.dataflow.section import Group
     from dlperf.perfmodel.result import Prediction
 
@@ -506,3 +506,14 @@ def _one_machine(store: Store, given: str | None) -> str | None:
     if len(ids) != 1:
         raise UsageError(f"--machine takes one machine, got '{given}'")
     return ids[0]
+
+
+def memory_validation(db: str | Path | None = None
+                      ) -> tuple[list[MemoryCase], list[tuple[ConfigResult, str]]]:
+    """Every step measured on this machine with the memory model's peak beside its
+    measured one (``kinds.calibrate.validate.memory_cases``), and the steps left out."""
+    from dlperf.kinds.calibrate import validate
+    from dlperf.kinds.calibrate.plan import local_calibration
+
+    with Store(db) as store:
+        return validate.memory_cases(store, local_calibration(store, device=None))

@@ -152,7 +152,8 @@ def _batch(net: str, size: str, mine: list[ConfigResult]) -> Recommendation:
     more = " or more" if b == common.MAX_BATCH else ""
     return Recommendation(
         "batch", name, f"{name}: about {b}{more} fit in this machine's "
-        f"{units.nbytes(memory)} (weights, gradients and kept activations)", float(b),
+        f"{units.nbytes(memory)} (the memory model's weights, gradients, activations and "
+        "largest transient, without the framework's own memory)", float(b),
         "samples", Predicted(f"memory estimate of {name} at batch {b}", None,
                              "no run here ran out of memory"))
 

@@ -105,6 +105,16 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
 LOCAL_DEVICES = ("cpu", "gpu")
 
 
+def memory_line(p) -> str:
+    """The predicted peak per device, what holds it, and whether it fits."""
+    m = p.memory
+    parts = ", ".join(f"{name} {units.nbytes(v)}" for name, v in m.model_dump().items()
+                      if name != "total" and v)
+    fits = ("fits" if p.fits else "does NOT fit") + f" in {p.device}'s memory"
+    top = f"; largest batch that fits: {p.max_batch}" if p.max_batch else ""
+    return f"peak memory {units.nbytes(m.total)} per device ({parts}); {fits}{top}"
+
+
 def cmd_predict(a: argparse.Namespace) -> int:
     from dlperf.perfmodel import predict
     from dlperf.report.exporters import print_table
@@ -140,6 +150,11 @@ def cmd_predict(a: argparse.Namespace) -> int:
               f"error {p.time_s / measured - 1:+.1%}")
     elif a.device in LOCAL_DEVICES:
         print("measured  - (the store has no measurement of this configuration here)")
+    print(memory_line(p))
+    if p.mfu is not None:
+        print(f"MFU {units.percent(p.mfu)} of {p.mfu_peak}")
+    elif p.mfu_peak:
+        print(f"MFU {p.mfu_peak}")
     b = p.breakdown
     rows = [[name.removesuffix("_s"), units.seconds(v), units.percent(v / p.time_s)]
             for name, v in b.model_dump().items() if v]

@@ -118,6 +118,8 @@ def print_run(row, db) -> None:
                   f"({units.flops(row.flops_per_step)}/step)")
         for line in peak_lines(row, db):
             out.print(escape(line))
+    if row.utilisation_peak:
+        out.print(escape(utilisation_line(row)))
     out.print(f"  peak memory          {units.nbytes(row.peak_rss_bytes)} resident"
               f" (model, data and activations {units.nbytes(m.model_rss_bytes)})"
               + (f"; device {units.nbytes(m.device_peak_bytes)}" if m.device_peak_bytes else ""))
@@ -130,6 +132,14 @@ def print_run(row, db) -> None:
     for w in row.warnings:
         out.print(f"  [yellow]warning[/]: {escape(w)}")
     out.print(f"  stored in {api.store_path(db)}", style="dim")
+
+
+def utilisation_line(row) -> str:
+    """MFU and HFU, and the peak they divide by (or why it is unknown)."""
+    if row.mfu is None:
+        return f"  MFU                  {row.utilisation_peak}"
+    hfu = f", HFU {units.percent(row.hfu)}" if row.hfu is not None else ""
+    return (f"  MFU                  {units.percent(row.mfu)}{hfu} of {row.utilisation_peak}")
 
 
 def peak_lines(row, db) -> list[str]:

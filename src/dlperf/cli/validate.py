@@ -41,6 +41,9 @@ def add(sub: argparse._SubParsersAction) -> None:
                      "to its datasheet; a CPU's: datasheet and public efficiency factors; no "
                      "calibration of this machine), e.g. h100-sxm for the measurements of an "
                      "H100")
+    how.add_argument("--memory", action="store_true", help="the memory model instead: each "
+                     "measured step's peak memory (resident on a CPU, the allocator's on a "
+                     "GPU) beside the predicted peak and its breakdown")
     how.add_argument("--published", action="store_true", help="predict the published GPU "
                      "measurements shipped with dlperf, and the steps dlperf measured on a "
                      "lent GPU that is not the reference, from their catalogue entries alone, "
@@ -68,6 +71,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
     if a.published:
         return _published(a.json)
+    if a.memory:
+        return _memory(a)
     kinds = args.str_list(a.kinds) or ["step", "parallel"]
     bad = [k for k in kinds if k not in ("step", "parallel")]
     if bad:
@@ -114,6 +119,59 @@ def cmd_validate(a: argparse.Namespace) -> int:
         out.print("[bold]worst cases[/]")
         for c in validate.worst(cases, a.worst):
             out.print(f"  {validate.case_label(c.row.spec)}: {validate.explain(c)}", markup=False)
+    if skipped:
+        why = Counter(reason for _, reason in skipped)
+        out.print("left out: " + "; ".join(f"{n} ({r})" for r, n in why.most_common()),
+                  markup=False)
+    return 0
+
+
+def _memory(a: argparse.Namespace) -> int:
+    """The memory model against every step measured here."""
+    from dlperf import api
+    from dlperf.kinds.calibrate import validate
+    from dlperf.report.exporters import print_table
+    from dlperf.report.tables import Table
+
+    cases, skipped = api.memory_validation(db=a.db)
+    cases = [c for c in cases if (not a.networks or c.row.spec.network in a.networks)
+             and (not a.frameworks or c.key("framework") in a.frameworks)]
+    if not cases:
+        raise UsageError("no measured step here whose peak memory the model can predict "
+                         "(measure some: dlperf sweep; calibrate: dlperf calibrate)"
+                         + (f"; left out: {skipped[0][1]}" if skipped else ""))
+    if a.json:
+        print(json.dumps({"cases": [
+            {"label": validate.case_label(c.row.spec), "network": c.row.spec.network,
+             "framework": c.key("framework"), "batch_size": c.row.spec.batch_size,
+             "precision": c.row.spec.precision, "measured_bytes": c.measured_bytes,
+             "predicted_bytes": c.predicted.total, "error": c.error,
+             "memory": c.predicted.model_dump()} for c in cases],
+            "summary": {g or "all": [s.__dict__ for s in validate.summarize(cases, g)]
+                        for g in (None, "network", "framework")}}, indent=1))
+        return 0
+    rows = [[validate.case_label(c.row.spec), units.nbytes(c.measured_bytes),
+             units.nbytes(c.predicted.total), f"{c.error:+.0%}",
+             units.nbytes(c.predicted.baseline),
+             units.nbytes(c.predicted.weights + c.predicted.gradients + c.predicted.optimizer),
+             units.nbytes(c.predicted.activations + c.predicted.transient)]
+            for c in sorted(cases, key=lambda c: (c.key("network"), c.key("framework"),
+                                                   c.row.spec.batch_size))]
+    print_table(Table(title="Peak memory, predicted against measured (this machine)",
+                      headers=["configuration", "measured", "predicted", "error",
+                               "baseline", "weights+grads", "activations"], rows=rows,
+                      caption="measured: the worker's peak resident memory (CPU) or the "
+                              "allocator's peak (GPU); predicted: dlperf.perfmodel.memory, "
+                              "its baseline from the calibration (never from the step)"), out)
+    for group in ("network", "framework"):
+        print_table(Table(title=f"Error by {group}", headers=[group, "n", "median |error|",
+                                                              "p90 |error|", "median error"],
+                          rows=[[s.value, str(s.n), units.percent(s.median_abs),
+                                 units.percent(s.p90_abs), f"{s.median_signed:+.1%}"]
+                                for s in validate.summarize(cases, group)]), out)
+    (total,) = validate.summarize(cases)
+    out.print(f"[bold]all {total.n} steps[/] (memory): median |error| "
+              f"{units.percent(total.median_abs)}, p90 {units.percent(total.p90_abs)}")
     if skipped:
         why = Counter(reason for _, reason in skipped)
         out.print("left out: " + "; ".join(f"{n} ({r})" for r, n in why.most_common()),

@@ -112,6 +112,26 @@ class ConfigResult:
         return f / med if f and med else None
 
     @property
+    def mfu(self) -> float | None:
+        """Model FLOPs utilisation: the model FLOPs per second at the median time over the
+        device's peak at the run's precision (``utilisation_peak``), None where unknown."""
+        peak, med = self._metric("utilisation_peak_flops"), self.median_s
+        model = self._metric("model_flops_per_step")
+        return model / med / peak if peak and model and med else None
+
+    @property
+    def hfu(self) -> float | None:
+        """Hardware FLOPs utilisation: the executed FLOPs per second over the same peak."""
+        peak, a = self._metric("utilisation_peak_flops"), self.achieved_flops
+        return a / peak if peak and a else None
+
+    @property
+    def utilisation_peak(self) -> str | None:
+        """What MFU and HFU divide by, or why they are unknown (the newest repetition's)."""
+        return next((r.metrics.utilisation_peak for r in reversed(self.ok)
+                     if r.metrics.utilisation_peak), None)  # type: ignore[union-attr]
+
+    @property
     def peak_share(self) -> float | None:
         """Achieved FLOP/s over the peak stored with the results, never above 1: a result
         stored by an older dlperf may lie above its peak (``over_peak`` says so)."""
@@ -129,6 +149,12 @@ class ConfigResult:
     @property
     def peak_rss_bytes(self) -> float | None:
         vals = [r.metrics.peak_rss_bytes for r in self.ok if r.metrics.peak_rss_bytes]  # type: ignore[union-attr]
+        return max(vals) if vals else None
+
+    @property
+    def device_peak_bytes(self) -> float | None:
+        """The device allocator's peak of the repetitions (a GPU's; None on a CPU)."""
+        vals = [r.metrics.device_peak_bytes for r in self.ok if r.metrics.device_peak_bytes]  # type: ignore[union-attr]
         return max(vals) if vals else None
 
     @property

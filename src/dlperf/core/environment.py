@@ -169,3 +169,17 @@ def theoretical_peak(threads: int) -> cpu_peak.Theoretical:
     except (OSError, ValueError):
         max_khz = None
     return cpu_peak.theoretical_peak(_cpuinfo(), cores_for(threads), max_khz)
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now."""
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def peak_resident_bytes() -> int:
+    """This process's peak resident memory so far (ru_maxrss, in KiB on Linux)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

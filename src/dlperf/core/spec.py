@@ -229,6 +229,18 @@ class Metrics(_Frozen):
     model_rss_bytes: int | None = None
     device_peak_bytes: int | None = None
     cpu_util: float | None = None
+    #: FLOPs of one step by the network's neutral definition (``flops_per_step`` is what
+    #: the framework counted it executing: recomputation included)
+    model_flops_per_step: float | None = None
+    #: model FLOPs utilisation: the model FLOPs per second over the device's peak at the
+    #: run's precision (``utilisation_peak``)
+    mfu: float | None = None
+    #: hardware FLOPs utilisation: the FLOPs the framework executed per second
+    #: (recomputation counted) over the same peak
+    hfu: float | None = None
+    #: the peak MFU and HFU divide by, in FLOP/s, and what it is (or why it is unknown)
+    utilisation_peak_flops: float | None = None
+    utilisation_peak: str | None = None
     warmup_steps: int = 0
     warmup_settled: bool = True
 

@@ -174,6 +174,24 @@ def device(name: str) -> Device:
     return _get("device", devices(), name)
 
 
+#: The catalogue entry of a GPU by the name its driver reports (CUDA's device name, as
+#: ``nvidia-smi`` prints it: "NVIDIA H100 80GB HBM3" is the SXM5 part, "NVIDIA H100 PCIe"
+#: the PCIe one), matched in this order; the first pattern found in the name wins.
+GPU_NAMES: tuple[tuple[str, str], ...] = (
+    ("H200", "h200"), ("H100 PCIe", "h100-pcie"), ("H100", "h100-sxm"),
+    ("A100-SXM4-80GB", "a100-80gb"), ("A100 80GB", "a100-80gb"), ("A100", "a100-40gb"),
+    ("V100", "v100"), ("P100", "p100"), ("L40S", "l40s"), ("L4", "l4"),
+    ("GTX 1080", "gtx1080"), ("GTX 980", "gtx980"), ("K80", "k80"),
+)
+
+
+def gpu_entry(reported: str | None) -> str | None:
+    """The catalogue's name for a GPU its driver calls ``reported``, or None."""
+    if not reported:
+        return None
+    return next((entry for pattern, entry in GPU_NAMES if pattern in reported), None)
+
+
 #: Other spellings of link names (the issue's, and the common short forms).
 LINK_ALIASES = {"pcie3": "pcie3x16", "pcie4": "pcie4x16", "pcie5": "pcie5x16",
                 "eth-10g": "eth10", "eth-25g": "eth25", "eth-100g": "eth100",

@@ -159,6 +159,9 @@ class KernelOutcome(BaseModel):
     failures: dict[str, str] = Field(default_factory=dict)  # 'm x n x k' -> reason
     #: samples kept from an interrupted run of the same spec instead of timed again
     resumed: int = 0
+    #: the worker's resident memory with the framework loaded, before any kernel: the
+    #: framework's runtime baseline (``perfmodel.memory``)
+    baseline_rss_bytes: int | None = None
 
 
 def conv_out(side: int, window: int, stride: int) -> int:

@@ -6,7 +6,7 @@ store is read by ``dlperf.kinds.calibrate``); imports no framework."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dlperf.core.errors import UsageError
 from dlperf.perfmodel.catalogue import Device, Link
@@ -23,6 +23,9 @@ class LocalModel:
     efficiencies: Efficiencies
     link: Link | None  # gloo on loopback among the workers, where calibrated
     fit: LocalFit
+    #: the framework's runtime memory per process on a CPU (its calibration's kernel
+    #: workers before any kernel); None where not measured, 0 for a GPU's own memory
+    baseline_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -32,13 +35,15 @@ class MachineFits:
     fits: tuple[LocalFit, ...]
     memory_gb: float
     cores: int
+    #: (framework, device) -> the framework's runtime memory per process, as calibrated
+    baselines: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, samples: Sequence[tuple[str, int, str, Samples, str]], memory_gb: float,
-           cores: int) -> MachineFits:
+           cores: int, baselines: dict[tuple[str, str], float] | None = None) -> MachineFits:
         """Fit each (framework, threads, device, samples, precision)."""
         return cls(tuple(fit_local(s, fw, t, dev, prec) for fw, t, dev, s, prec in samples),
-                   memory_gb, cores)
+                   memory_gb, cores, dict(baselines or {}))
 
     def find(self, framework: str, threads: int, device: str = "cpu",
              precision: str = "fp32") -> LocalFit | None:
@@ -85,4 +90,5 @@ class MachineFits:
         if fit.allreduce:
             world = min(fit.allreduce, key=lambda w: (abs(w - workers), -w))
             link = loopback_link(fit.allreduce[world])
-        return LocalModel(dev, Efficiencies(kernels={dev.name: fit}), link, fit)
+        baseline = 0.0 if device == "gpu" else self.baselines.get((framework, device))
+        return LocalModel(dev, Efficiencies(kernels={dev.name: fit}), link, fit, baseline)

@@ -17,8 +17,9 @@ from dlperf.perfmodel import catalogue, local, scaled, schedule
 from dlperf.perfmodel import formulas as f
 from dlperf.perfmodel.catalogue import PRECISIONS, Device, Link
 from dlperf.perfmodel.compute import LayerTiming, roofline_timing
-from dlperf.perfmodel.costs import WEIGHT_BYTES, activation_bytes, layer_costs
+from dlperf.perfmodel.costs import WEIGHT_BYTES, layer_costs
 from dlperf.perfmodel.efficiency import Efficiencies
+from dlperf.perfmodel.memory import MemoryBreakdown, largest_batch, step_memory
 from dlperf.perfmodel.result import Breakdown, LayerTime, Prediction
 from dlperf.workloads.base import Layer
 
@@ -66,11 +67,14 @@ def predict(
     straggler_s: float = 0.0,
     params: dict[str, Any] | None = None,
     efficiencies: Efficiencies | None = None,
+    baseline_bytes: float = 0.0,
 ) -> Prediction:
     """Time per mini-batch of ``network`` on ``devices`` x ``device`` (spread evenly over
     ``nodes``) with ``strategy``. ``link`` joins devices in a node (default: the device's
     peer link, else its host link), ``inter_link`` joins nodes. ``straggler_s`` slows one
-    worker by that much per step. Bad input raises UsageError (one line)."""
+    worker by that much per step. ``baseline_bytes``: the framework's runtime memory per
+    process (this machine's calibration measures it; 0 for a catalogue GPU's device
+    memory). Bad input raises UsageError (one line)."""
     cal = efficiencies or Efficiencies()
     wl, size, cfg = workloads.resolve(network, size, params)
     batch = wl.default_batch if batch_size is None else batch_size
@@ -79,7 +83,8 @@ def predict(
     dev.peak_flops(precision)  # refuses a precision the device has no rate for
     cal, note = _with_scaled(cal, dev, precision)
     ctx = _Context(wl, size, cfg, batch, dev, precision, cal, devices, nodes, collective,
-                   straggler_s, link, inter_link)
+                   straggler_s, link, inter_link, baseline=baseline_bytes,
+                   catalogued=isinstance(device, str))
     if note:
         ctx.notes.append(note)
     if strategy == "pipeline":
@@ -130,12 +135,17 @@ def _check(batch: Any, precision: str, devices: int, nodes: int, strategy: str,
 
 
 class _Context:
-    """The validated inputs every strategy shares, and the per-device step."""
+    """The validated inputs every strategy shares, and the per-device step. ``baseline``:
+    the framework's runtime memory per process (``predict``'s ``baseline_bytes``);
+    ``catalogued``: a catalogue device (its datasheet peak divides MFU), not one built
+    from this machine's calibration."""
 
     def __init__(self, wl: workloads.Workload, size: str, cfg: Any, batch: int, dev: Device,
                  precision: str, cal: Efficiencies, devices: int, nodes: int, collective: str,
-                 straggler_s: float, link: str | Link | None, inter_link: str | Link | None):
+                 straggler_s: float, link: str | Link | None, inter_link: str | Link | None,
+                 *, baseline: float = 0.0, catalogued: bool = True):
         self.wl, self.size, self.cfg, self.batch = wl, size, cfg, batch
+        self.baseline, self.catalogued = baseline, catalogued
         self.dev, self.precision, self.cal = dev, precision, cal
         self.devices, self.nodes, self.per_node = devices, nodes, devices // nodes
         self.collective, self.straggler = collective, straggler_s
@@ -250,23 +260,50 @@ class _Context:
         fn = f.ring_allreduce_time if self.collective == "ring" else f.tree_allreduce_time
         return fn(nbytes, p, self.bw(link), link.latency_s)
 
-    def memory_note(self, memory_bytes: float) -> None:
-        if memory_bytes > self.dev.memory_gb * 1e9:
+    def memory_at(self, parts: list[list[Layer]], batch: float) -> MemoryBreakdown:
+        """The peak of one step on the device that holds the most: ``parts`` the layers
+        of each device's share (one part: the whole network), ``batch`` its samples."""
+        return max((step_memory(layers, batch, self.precision, baseline=self.baseline)
+                    for layers in parts), key=lambda m: m.total)
+
+    def memory_fields(self, parts: list[list[Layer]], batch: int, scale: int
+                      ) -> dict[str, Any]:
+        """The breakdown at ``batch`` samples per device, whether it fits the device, and
+        the largest global batch that does (``scale`` x the per-device batch)."""
+        mem = self.memory_at(parts, batch)
+        capacity = self.dev.memory_gb * 1e9
+        top = largest_batch(lambda b: self.memory_at(parts, b).total, capacity)
+        if mem.total > capacity:
             self.notes.append(
-                f"needs about {memory_bytes / 1e9:.3g} GB per device, more than the "
+                f"needs about {mem.total / 1e9:.3g} GB per device, more than the "
                 f"{self.dev.memory_gb:g} GB of {self.dev.name}: it would not fit"
-            )
+                + (f" (at most {top * scale} fit)" if top else ""))
+        if self.catalogued and self.dev.kind == "gpu":
+            self.notes.append("memory: the device's own (weights, gradients, activations, "
+                              "the largest transient); the CUDA context is not counted")
+        return dict(memory=mem, memory_bytes=mem.total, fits=mem.total <= capacity,
+                    max_batch=top * scale if top else None)
+
+    def utilisation(self, flops_per_step: float, time_s: float) -> dict[str, Any]:
+        """Predicted MFU on a catalogue device: the model FLOPs per second over the
+        datasheet's peak of every device at the precision (this machine's CPU: its
+        theoretical peak, set by the caller that knows it)."""
+        if not self.catalogued:
+            return {}
+        peak = self.dev.peak_flops(self.precision) * self.devices
+        return dict(mfu=flops_per_step / time_s / peak,
+                    mfu_peak=f"{self.devices} x the {self.dev.description} datasheet's "
+                             f"{self.precision} peak, {peak / 1e12:.4g} TFLOP/s")
 
     def result(self, strategy: str, time_s: float, breakdown: Breakdown,
-               layers: list[LayerTime], memory_bytes: float, **extra: Any) -> Prediction:
-        self.memory_note(memory_bytes)
+               layers: list[LayerTime], memory: dict[str, Any], **extra: Any) -> Prediction:
+        flops = float(self.batch * sum(layer.train_flops() for layer in self.layers))
         return Prediction(
             network=self.wl.name, size=self.size, batch_size=self.batch, device=self.dev.name,
             precision=self.precision, strategy=strategy, devices=self.devices,
             nodes=self.nodes, links=self.links, time_s=time_s, breakdown=breakdown,
-            layers=layers, flops_per_step=float(self.batch * sum(
-                layer.train_flops() for layer in self.layers)),
-            memory_bytes=memory_bytes, notes=self.notes, calibration=self._calibration(),
+            layers=layers, flops_per_step=flops, notes=self.notes,
+            calibration=self._calibration(), **memory, **self.utilisation(flops, time_s),
             **extra,
         )
 
@@ -295,20 +332,16 @@ def _layer_times(timings: list[LayerTiming], repeat: float = 1.0) -> list[LayerT
     ]
 
 
-def _memory(layers: list[Layer], batch: float, elem: int) -> float:
-    """Weights and gradients (plain SGD keeps no other state) and the kept activations."""
-    return 2 * sum(layer.params for layer in layers) * elem + activation_bytes(layers, batch, elem)
-
-
 def training_memory(network: str, *, size: str | None = None, batch_size: int | None = None,
                     precision: str = "fp32", params: dict[str, Any] | None = None) -> float:
-    """Bytes one device holds to train ``network`` at ``batch_size`` (``_memory``: weights,
-    gradients, kept activations), for a memory limit that is no catalogue device's."""
+    """Bytes one process or device holds to train ``network`` at ``batch_size``
+    (``perfmodel.memory.step_memory`` without the framework's baseline), for a memory limit
+    that is no catalogue device's."""
     wl, _, cfg = workloads.resolve(network, size, params)
     if precision not in PRECISIONS:
         raise UsageError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
     batch = wl.default_batch if batch_size is None else batch_size
-    return _memory(cfg.layers(), batch, PRECISIONS[precision])
+    return step_memory(cfg.layers(), batch, precision).total
 
 
 def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Prediction:
@@ -345,7 +378,7 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
         return ctx.result(strategy, time, Breakdown(
             compute_s=compute, memory_s=memory, overhead_s=overhead, communication_s=comm,
             bubble_s=0.0, straggler_s=waits), _layer_times(timings),
-            _memory(ctx.layers, local, ctx.elem))
+            ctx.memory_fields([ctx.layers], local, p))
     # async: every device is its own group; mixed: groups synchronous inside
     g = p if strategy == "async" else (groups if groups is not None else _default_groups(p))
     if g < 1 or p % g:
@@ -388,7 +421,7 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     return ctx.result(strategy, time, Breakdown(
         compute_s=compute, memory_s=memory, overhead_s=overhead,
         communication_s=time - step - lost, bubble_s=0.0, straggler_s=lost),
-        _layer_times(timings), _memory(ctx.layers, local, ctx.elem), **extra)
+        _layer_times(timings), ctx.memory_fields([ctx.layers], local, p), **extra)
 
 
 def _default_groups(devices: int) -> int:
@@ -475,7 +508,9 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
                          f"stage s on block s mod {blocks} as dlperf parallel pins them: "
                          "those computing at one moment split their block, and a stage "
                          "that waits (bubble) leaves its share to the busy ones")
-    mem = max(_memory([ctx.layers[i] for i in idx], batch, ctx.elem) for idx in stages)
+    # GPipe keeps every micro-batch's activations of a stage until its backward: the
+    # stage's share at the whole batch
+    mem = ctx.memory_fields([[ctx.layers[i] for i in idx] for idx in stages], batch, 1)
     return ctx.result("pipeline", time, Breakdown(
         compute_s=compute, memory_s=memory, overhead_s=overhead,
         communication_s=comm, bubble_s=bubble, straggler_s=ctx.straggler),

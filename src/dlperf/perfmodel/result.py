@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from dlperf.perfmodel.memory import MemoryBreakdown
+
 
 class Breakdown(BaseModel):
     """Where the predicted time goes; the terms add up to ``Prediction.time_s``."""
@@ -59,9 +61,23 @@ class Prediction(BaseModel):
     breakdown: Breakdown
     layers: list[LayerTime]
     flops_per_step: float
-    memory_bytes: float  # per device: weights, gradients and kept activations
+    #: the peak of one step per device, by what holds it (``perfmodel.memory``)
+    memory: MemoryBreakdown
+    memory_bytes: float  # per device: ``memory.total`` (its earlier name)
+    #: whether ``memory`` fits the device's memory, and the largest global batch that does
+    fits: bool
+    max_batch: int | None = None
+    #: predicted model FLOPs utilisation, and the peak it divides by (None: a device whose
+    #: peak dlperf does not know)
+    mfu: float | None = None
+    mfu_peak: str | None = None
     notes: list[str]
     calibration: str
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def peak_memory_bytes(self) -> float:
+        return self.memory.total
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -124,6 +124,9 @@ class Stored:
     device: str
     samples: Samples
     precision: str = "fp32"
+    #: the framework's runtime memory its kernel workers had before any kernel (the
+    #: median over its runs; None: calibrated before dlperf recorded it)
+    baseline_bytes: float | None = None
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -183,6 +186,7 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
     rows = store.results(kind="kernel", status="ok", device=device,
                          machine_id=machine_id or environment.machine_id())
     by_key: dict[tuple[str, int, str, str], list] = {}
+    baselines: dict[tuple[str, int, str, str], list[int]] = {}
     collective = []
     for runs in _newest([r for r in rows if any_version or _current(r, packages)]):
         runs = [r for r in runs if isinstance(r.outcome, KernelOutcome)]
@@ -194,10 +198,13 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
             samples = tuple(s for s in samples if s.op != "dispatch_train")  # plain stands in
         collective.extend(s for s in samples if s.op == "allreduce")
         local = [s for s in samples if s.op != "allreduce"]
+        key = (r.spec.framework, r.spec.threads, r.spec.device, r.spec.precision)
         if local:
-            by_key.setdefault((r.spec.framework, r.spec.threads, r.spec.device,
-                               r.spec.precision), []).extend(local)
-    return [Stored(fw, t, dev, Samples.of([*s, *collective]), prec)
+            by_key.setdefault(key, []).extend(local)
+        baselines.setdefault(key, []).extend(
+            b for x in runs if (b := x.outcome.baseline_rss_bytes))  # type: ignore[union-attr]
+    return [Stored(fw, t, dev, Samples.of([*s, *collective]), prec,
+                   statistics.median(b) if (b := baselines.get((fw, t, dev, prec))) else None)
             for (fw, t, dev, prec), s in sorted(by_key.items())]
 
 
@@ -209,4 +216,15 @@ def local_calibration(store: Store, *, device: str | None = "cpu") -> MachineFit
                 if all(s.samples.of_op(op) for op in REQUIRED_OPS)]
     memory = float(environment.machine().get("memory_bytes") or 0) / 1e9 or 1.0
     return MachineFits.of([(s.framework, s.threads, s.device, s.samples, s.precision)
-                                for s in complete], memory, environment.physical_cores())
+                           for s in complete], memory, environment.physical_cores(),
+                          baselines=_baselines(complete))
+
+
+def _baselines(stored: list[Stored]) -> dict[tuple[str, str], float]:
+    """(framework, device) -> the median of its calibrations' runtime baselines (a
+    framework's libraries take about the same memory at any thread count)."""
+    by: dict[tuple[str, str], list[float]] = {}
+    for s in stored:
+        if s.baseline_bytes:
+            by.setdefault((s.framework, s.device), []).append(s.baseline_bytes)
+    return {k: statistics.median(v) for k, v in by.items()}

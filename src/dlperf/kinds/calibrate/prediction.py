@@ -62,7 +62,8 @@ def predict_for_spec(spec: RunSpec, calibration: MachineFits) -> Prediction | No
                                   precision=spec.precision)
             return predict(spec.network, size=spec.size, params=dict(spec.params),
                            batch_size=spec.batch_size, device=m.device,
-                           efficiencies=m.efficiencies, precision=spec.precision)
+                           efficiencies=m.efficiencies, precision=spec.precision,
+                           baseline_bytes=m.baseline_bytes or 0.0)
         o = spec.options
         assert isinstance(o, ParallelOptions)
         m = calibration.model("torch", spec.threads, spec.device, workers=o.workers,
@@ -73,6 +74,7 @@ def predict_for_spec(spec: RunSpec, calibration: MachineFits) -> Prediction | No
                        strategy=o.strategy, devices=o.workers, nodes=o.nodes,
                        groups=o.groups if o.strategy == "mixed" else None,
                        micro_batches=o.micro_batches if o.strategy == "pipeline" else None,
-                       straggler_s=o.straggler_delay_s, link=m.link, inter_link=m.link)
+                       straggler_s=o.straggler_delay_s, link=m.link, inter_link=m.link,
+                       baseline_bytes=m.baseline_bytes or 0.0)
     except UsageError:
         return None

@@ -32,6 +32,7 @@ from dlperf.backends.base import (
     UnsupportedError,
     capability,
 )
+from dlperf.core import environment
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.timing import Timing, measure, measure_window
@@ -194,6 +195,7 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     outcome counts them (``resumed``). The all-reduce is always timed whole."""
     o = spec.options
     assert isinstance(o, KernelOptions)
+    baseline = environment.resident_bytes()  # the framework loaded, nothing built yet
     samples: list[KernelSample] = []
     failures: dict[str, str] = {}
     done = {(s.op, s.shape): s for s in (resume.samples if resume else ())
@@ -214,7 +216,8 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
         else:
             samples += _shapes(o, part, spec, kernels, emit, failures, done)
     resumed = sum(1 for s in samples if done.get((s.op, s.shape)) is s)
-    outcome = KernelOutcome(samples=tuple(samples), failures=failures, resumed=resumed)
+    outcome = KernelOutcome(samples=tuple(samples), failures=failures, resumed=resumed,
+                            baseline_rss_bytes=baseline)
     if not samples:
         why = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:3]) or "no shapes"
         unsupported = all(v.startswith("unsupported") or "Unsupported" in v

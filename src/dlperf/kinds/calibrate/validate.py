@@ -26,6 +26,7 @@ from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
 from dlperf.perfmodel.correct import Factors, fit_factors
 from dlperf.perfmodel.machine_fits import MachineFits
+from dlperf.perfmodel.memory import MemoryBreakdown
 from dlperf.perfmodel.result import Prediction
 
 MODES = ("kernels", "lono", "lofo")
@@ -160,6 +161,59 @@ def catalogue_cases(store: Store, device: str, *, machine_id: str | None = None
     return out, skipped
 
 
+@dataclass(frozen=True)
+class MemoryCase:
+    """One measured configuration's peak memory beside the memory model's: the process's
+    peak resident memory on a CPU, the allocator's peak on a GPU."""
+
+    row: ConfigResult
+    measured_bytes: float
+    predicted: MemoryBreakdown
+
+    @property
+    def error(self) -> float:
+        """Predicted over measured, less 1: +0.1 predicts 10% too much."""
+        return self.predicted.total / self.measured_bytes - 1
+
+    def key(self, group: str) -> str:
+        s = self.row.spec
+        return {"network": s.network if s.size in ("full", "") else f"{s.network}[{s.size}]",
+                "framework": framework(s), "threads": str(s.threads),
+                "batch": str(s.batch_size), "strategy": "single",
+                "precision": s.precision}[group]
+
+
+def memory_cases(store: Store, calibration: MachineFits
+                 ) -> tuple[list[MemoryCase], list[tuple[ConfigResult, str]]]:
+    """Every step measured on this machine with its predicted peak memory
+    (``perfmodel.memory.step_memory``, the framework's runtime baseline from the
+    calibration: never from the step itself), and the steps left out with why."""
+    from dlperf.kinds.dataflow.plan import has_pipeline
+    from dlperf.perfmodel.memory import step_memory
+
+    rows = aggregate(store.results(kind="step", status="ok",
+                                   machine_id=environment.machine_id()))
+    out, skipped = [], []
+    for row in rows:
+        s = row.spec
+        measured = row.device_peak_bytes if s.device == "gpu" else row.peak_rss_bytes
+        if not measured:
+            continue
+        if has_pipeline(s):
+            skipped.append((row, "on an input pipeline (its loader's memory is not modelled)"))
+            continue
+        baseline = 0.0 if s.device == "gpu" else calibration.baselines.get(
+            (framework(s), s.device))
+        if baseline is None:
+            skipped.append((row, f"{framework(s)}'s runtime baseline is not calibrated here "
+                                 f"(dlperf calibrate --frameworks {framework(s)})"))
+            continue
+        _, _, cfg = workloads.resolve(s.network, s.size, dict(s.params))
+        out.append(MemoryCase(row, float(measured), step_memory(
+            cfg.layers(), s.batch_size, s.precision, baseline=baseline)))
+    return out, skipped
+
+
 def case_label(spec: RunSpec) -> str:
     """The spec's label and what else tells two measured configurations apart in a table
     of cases: the workload's parameters ('side=128') and settings other than the
@@ -213,7 +267,7 @@ class Summary:
     median_signed: float
 
 
-def summarize(cs: Sequence[Case], group: str | None = None) -> list[Summary]:
+def summarize(cs: Sequence[Case | MemoryCase], group: str | None = None) -> list[Summary]:
     """Median and 90th percentile of the absolute error, per value of ``group`` (all
     cases together when None)."""
     keys: dict[str, list[Case]] = {}
@@ -354,5 +408,22 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
                 batch_size=batch_size, precision=precision, devices=devices, nodes=nodes,
                 strategy=strategy, link=link or m.link, inter_link=inter_link or m.link,
                 collective=collective, groups=groups, micro_batches=micro_batches,
-                straggler_s=straggler_s, params=params)
-    return p, measured(store, spec)
+                straggler_s=straggler_s, params=params, baseline_bytes=m.baseline_bytes or 0.0)
+    if m.baseline_bytes is None:
+        p = p.model_copy(update={"notes": [*p.notes, (
+            f"memory: {fw}'s runtime baseline here is not calibrated yet (the peak counts "
+            f"the network alone); 'dlperf calibrate --frameworks {fw}' measures it")]})
+    return _with_utilisation(p, spec), measured(store, spec)
+
+
+def _with_utilisation(p: Prediction, spec: RunSpec) -> Prediction:
+    """A prediction for this machine with its MFU against the device's peak at the
+    run's precision (a CPU's theoretical peak: ``kinds.step.utilisation``)."""
+    from dlperf.kinds.step.utilisation import device_peak
+
+    if spec.kind != "step":  # workers share this machine's cores: no one device's peak
+        return p
+    peak, what = device_peak(spec, {})
+    if not peak:
+        return p.model_copy(update={"mfu": None, "mfu_peak": what})
+    return p.model_copy(update={"mfu": p.flops_per_step / p.time_s / peak, "mfu_peak": what})

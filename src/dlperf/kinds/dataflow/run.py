@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dlperf import workloads
+from dlperf.core import environment
 from dlperf.core.errors import UsageError, is_out_of_memory
 from dlperf.core.spec import Metrics, RunResult, RunSpec
 from dlperf.inputs import datasets
@@ -42,11 +43,6 @@ def source_for(config: Any, opts: InputOptions) -> Source:
     spec = datasets.for_network(config, opts.samples, opts.data_format)
     return Source(spec, opts, dir=datasets.ensure(spec))
 
-
-def _rss() -> int:
-    import psutil
-
-    return psutil.Process().memory_info().rss
 
 
 def run_dataflow(spec: RunSpec, backend: Any, emit: Callable[[dict], None],
@@ -72,7 +68,7 @@ def run_dataflow(spec: RunSpec, backend: Any, emit: Callable[[dict], None],
             raise UsageError(f"batch size {spec.batch_size} is larger than the data set "
                              f"({opts.samples} samples)")
         source = source_for(cfg, opts)
-        rss_before = _rss()
+        rss_before = environment.resident_bytes()
         trainer = None
         if spec.kind == "step":
             trainer = backend.build(spec.network, cfg, spec.batch_size, spec.variant,
@@ -141,7 +137,7 @@ def _measure(spec: RunSpec, opts: InputOptions, source: Source, trainer: Any, pi
         rate = spec.batch_size * per * len(steps) / wall if wall > 0 else 0.0
     else:
         rate = spec.batch_size / s.median
-    peak_rss = _rss_peak()
+    peak_rss = environment.peak_resident_bytes()
     own = sorted(os.sched_getaffinity(0))  # the training process's CPUs
     metrics = Metrics(
         steps=s.n, median_s=s.median, mean_s=s.mean, std_s=s.std, min_s=s.min, max_s=s.max,
@@ -186,11 +182,6 @@ def _measure(spec: RunSpec, opts: InputOptions, source: Source, trainer: Any, pi
         outcome=outcome if spec.kind == "loader" else StepOutcome(dataflow=outcome), **base,
     )
 
-
-def _rss_peak() -> int:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def median_prep(preps: list[Prep]) -> Prep | None:

@@ -16,14 +16,16 @@ def run_inference(spec: RunSpec, backend: Backend, emit: Emit, base: dict[str, A
                   resume: Any = None) -> RunResult:
     _, _, cfg = workloads.resolve(spec.network, spec.size, spec.params)
 
+    # the forward products of the neutral definition (no framework counts a forward-only
+    # call the same way in all of them): what runs and what the model needs, alike
+    forward = float(spec.batch_size * sum(x.fwd_flops for x in cfg.layers())) or None
+
     def build() -> tuple[ForwardOnly, float | None]:
         trainer = capability(backend, Inference).build_inference(
             spec.network, cfg, spec.batch_size, spec.variant, spec.device, spec.seed)
-        # the forward products of the neutral definition (no framework counts a
-        # forward-only call the same way in all of them)
-        return trainer, float(spec.batch_size * sum(x.fwd_flops for x in cfg.layers())) or None
+        return trainer, forward
 
-    result, timing, trainer = time_steps(spec, emit, base, build)
+    result, timing, trainer = time_steps(spec, emit, base, build, model_flops=forward)
     if timing is None or trainer is None:
         return result
     outcome = latency_outcome(timing.steps_s, spec.batch_size, trainer.mode,

@@ -7,7 +7,6 @@ kind's body (``dlperf.kinds.dataflow.run``), which times the wait for data apart
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import time
 import traceback
@@ -16,10 +15,12 @@ from typing import Any, TypeVar
 
 from dlperf import workloads
 from dlperf.backends.base import Backend, Timed, UnsupportedError
+from dlperf.core import environment
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import Metrics, RunResult, RunSpec
 from dlperf.core.stats import instability_warning, summarize
 from dlperf.core.timing import Timing, measure
+from dlperf.kinds.step import utilisation
 
 Emit = Callable[[dict[str, Any]], None]
 T = TypeVar("T", bound=Timed)
@@ -43,17 +44,19 @@ def run_step(spec: RunSpec, backend: Backend, emit: Emit, base: dict[str, Any],
                                 spec.device, spec.seed)
         return trainer, trainer.flops_per_step()
 
-    return time_steps(spec, emit, base, build)[0]
+    return time_steps(spec, emit, base, build, model_flops=utilisation.model_flops(spec))[0]
 
 
 def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
-               samples_per_step: int | None = None) -> tuple[RunResult, Timing | None, T | None]:
+               samples_per_step: int | None = None, model_flops: float | None = None
+               ) -> tuple[RunResult, Timing | None, T | None]:
     """Build, warm up and time; the result (a failure for an unsupported configuration,
     an out-of-memory error or an exception), with the timing and what was timed for a
-    caller that adds an outcome."""
+    caller that adds an outcome. With ``model_flops`` (a step's by its neutral
+    definition), the metrics carry MFU and HFU (``utilisation``)."""
     batch = spec.batch_size if samples_per_step is None else samples_per_step
     try:
-        rss_before = _current_rss()
+        rss_before = environment.resident_bytes()
         trainer, flops = build()
         emit({"phase": "built", "param_count": trainer.param_count, "flops": flops})
         _inject_fault()
@@ -69,7 +72,7 @@ def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
                                 finished_at=time.time(), **base), None, None
 
     s = summarize(timing.steps_s)
-    peak_rss = _rss_bytes()
+    peak_rss = environment.peak_resident_bytes()
     achieved = flops / s.median if flops else None
     warnings = [w for w in (instability_warning(s.robust_cv),) if w]
     if not timing.settled:
@@ -77,12 +80,17 @@ def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
             f"warm-up did not settle within {len(timing.warmup_s)} steps; raise the warm-up "
             "budget (--warmup-time) or check for a busy machine"
         )
+    peak, peak_is = (utilisation.device_peak(spec, base.get("software") or {})
+                     if model_flops else (None, None))
+    mfu, hfu = utilisation.utilisation(model_flops, flops, s.median, peak)
     metrics = Metrics(
         steps=s.n, median_s=s.median, mean_s=s.mean, std_s=s.std, min_s=s.min, max_s=s.max,
         mad_s=s.mad, iqr_s=s.iqr, cv=s.cv, samples_per_s=batch / s.median,
         flops_per_step=flops, achieved_flops=achieved,
         peak_rss_bytes=peak_rss, model_rss_bytes=max(0, peak_rss - rss_before),
         device_peak_bytes=trainer.device_peak_bytes(), cpu_util=timing.cpu_util,
+        model_flops_per_step=model_flops, mfu=mfu, hfu=hfu,
+        utilisation_peak_flops=peak, utilisation_peak=peak_is,
         warmup_steps=len(timing.warmup_s), warmup_settled=timing.settled,
     )
     result = RunResult(
@@ -91,17 +99,6 @@ def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
         warnings=warnings, finished_at=time.time(), **base,
     )
     return result, timing, trainer
-
-
-def _rss_bytes() -> int:
-    # ru_maxrss is in KiB on Linux: the peak resident set of this process so far
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _current_rss() -> int:
-    import psutil
-
-    return psutil.Process().memory_info().rss
 
 
 def _inject_fault() -> None:

@@ -109,7 +109,7 @@ def detail_table(rows: list[ConfigResult], title: str = "Measurements",
     settings (and machine) that measured it."""
     prov = Provenance(rows, machines)
     headers = ["network", "framework", "device", "batch", *prov.headers, "time/batch", "+-MAD",
-               "CV", "samples/s", "GFLOP/s", "%peak", "memory", "threads", "procs"]
+               "CV", "samples/s", "GFLOP/s", "%peak", "MFU", "memory", "threads", "procs"]
     n_head = 4 + len(prov.headers)
     out, values, notes = [], [], []
     for r in sort_rows(rows):
@@ -130,10 +130,15 @@ def detail_table(rows: list[ConfigResult], title: str = "Measurements",
         out.append(head + [
             units.seconds(r.median_s), units.seconds(r.mad_s), units.percent(cv),
             f"{r.samples_per_s:.4g}", f"{r.achieved_flops / 1e9:.1f}" if r.achieved_flops else "-",
-            share, units.nbytes(r.peak_rss_bytes),
+            share, units.percent(r.mfu) if r.mfu is not None else "-",
+            units.nbytes(r.peak_rss_bytes),
             str(r.threads_in_force or "-"), str(r.processes),
         ])
         values.append([*head, r.median_s, r.mad_s, cv, r.samples_per_s, r.achieved_flops,
-                       r.peak_share, r.peak_rss_bytes, r.threads_in_force, r.processes])
+                       r.peak_share, r.mfu, r.peak_rss_bytes, r.threads_in_force,
+                       r.processes])
+    # what MFU divides by (model FLOPs/s over the device's peak at the run's precision)
+    peaks = sorted({p for r in rows if r.measured and (p := r.utilisation_peak)})
     return Table(title=title, headers=headers, rows=out, values=values,
-                 footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)] + prov.notes)
+                 footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)] + prov.notes
+                 + [f"MFU: model FLOPs per second over {p}" for p in peaks])

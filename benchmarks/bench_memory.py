@@ -1,0 +1,87 @@
+"""The memory model against this machine, in one run: the DLBench networks x the installed
+frameworks x two batch sizes, each step's measured peak memory beside the predicted one
+(``dlperf validate --memory``), and the fits-or-not call at the boundary: runs under a
+memory limit just above and just below each predicted peak.
+
+    python benchmarks/bench_memory.py [--networks fcn5,alexnet,resnet50,lstm32]
+        [--frameworks torch,tensorflow,jax] [--boundary 10] [--margin 0.1] [--db PATH]
+
+Targets (issue 33): median |error| at most 5%, p90 at most 10%; the fits-or-not call
+right in at least 19 of 20 boundary cases. The runs' own memory is never used to predict
+them: the framework's runtime baseline comes from ``dlperf calibrate`` (run here first
+when the store has none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from dlperf import api, workloads  # noqa: E402
+from dlperf.core.spec import Measurement, RunSpec  # noqa: E402
+from dlperf.kinds.calibrate.validate import p90  # noqa: E402
+
+#: memory needs a step or two, not a timing
+QUICK = Measurement(min_time_s=0.05, min_steps=1, warmup_max_steps=1)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--networks", default="fcn5,alexnet,resnet50,lstm32")
+    ap.add_argument("--frameworks", default="torch,tensorflow,jax")
+    ap.add_argument("--boundary", type=int, default=10,
+                    help="configurations run just above and just below their predicted peak")
+    ap.add_argument("--margin", type=float, default=0.1,
+                    help="the limits: predicted x (1 + margin) and x (1 - margin)")
+    ap.add_argument("--db", default=str(Path(tempfile.mkdtemp()) / "memory.db"))
+    a = ap.parse_args()
+    nets, fws = a.networks.split(","), a.frameworks.split(",")
+    if not api.local_calibration(db=a.db).baselines:
+        api.calibrate(frameworks=fws, threads=[1], db=a.db, allreduce=False)
+    specs = [RunSpec(network=n, framework=f, threads=1, batch_size=b, measurement=QUICK)
+             for n in nets for f in fws
+             for b in (workloads.get(n).default_batch, 2 * workloads.get(n).default_batch)]
+    api.run_specs(specs, db=a.db, timeout_s=900)
+    cases, skipped = api.memory_validation(db=a.db)
+    errors = [abs(c.error) for c in cases]
+    print(f"{'configuration':48s} {'measured':>10s} {'predicted':>10s} {'error':>7s}")
+    for c in sorted(cases, key=lambda c: (c.row.spec.network, c.key("framework"),
+                                          c.row.spec.batch_size)):
+        print(f"{c.row.spec.label():48s} {c.measured_bytes / 2**20:8.0f} M "
+              f"{c.predicted.total / 2**20:8.0f} M {c.error:+7.1%}")
+    for fw in fws:
+        mine = [abs(c.error) for c in cases if c.key("framework") == fw]
+        if mine:
+            print(f"{fw}: median |error| {statistics.median(mine):.1%}, p90 {p90(mine):.1%} "
+                  f"({len(mine)} steps)")
+    print(f"all: median |error| {statistics.median(errors):.1%} (target 5%), p90 "
+          f"{p90(errors):.1%} (target 10%), {len(cases)} steps; left out {len(skipped)}")
+    right, tried = _boundary(cases[:a.boundary], a.margin, a.db)
+    print(f"fits-or-not at the boundary (limits predicted x {1 + a.margin:g} and "
+          f"x {1 - a.margin:g}): {right} of {tried} right (target 19 of 20)")
+    return 0
+
+
+def _boundary(cases, margin: float, db: str) -> tuple[int, int]:
+    """Each configuration under a limit above its predicted peak (it should run) and one
+    below (it should run out of memory): how many calls were right."""
+    right = tried = 0
+    for c in cases:
+        for factor, should_fit in ((1 + margin, True), (1 - margin, False)):
+            spec = c.row.spec.model_copy(update={"repeat": 0})
+            [r] = api.run_specs([spec], db=db, force=True, timeout_s=900,
+                                memory_limit=int(c.predicted.total * factor))
+            fitted = r.ok
+            ran_out = not r.ok and r.failure.reason == "oom"
+            right += (fitted if should_fit else ran_out)
+            tried += 1
+    return right, tried
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

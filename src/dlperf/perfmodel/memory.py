@@ -1,0 +1,113 @@
+"""The peak memory of one training step, term by term, per process or device.
+
+    peak = weights + gradients + optimizer state + kept activations + the largest
+           transient + the framework's runtime baseline
+
+Each term is a short function of the network's neutral layers (``dlperf.workloads``), the
+batch and the precision; the baseline (the framework's libraries and allocator, resident
+before anything is built) is measured per framework by ``dlperf calibrate``, and is 0 for
+a catalogue GPU (its device memory; the CUDA context is not counted). Framework-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+from dlperf.core.errors import UsageError
+from dlperf.workloads.base import Layer
+
+#: bytes a parameter's fp32 copy takes
+FP32 = 4
+#: optimizer state per parameter, in fp32 values: plain SGD keeps none (dlperf's backends
+#: train with it); momentum one velocity; Adam its first and second moments (Kingma and
+#: Ba, "Adam", 2015, Algorithm 1; Rajbhandari et al., "ZeRO", 2020, section 3.1)
+OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
+#: precisions whose forward runs on half-precision copies of the fp32 weights
+HALF = ("bf16", "fp16")
+
+
+class MemoryBreakdown(BaseModel):
+    """Bytes of one training step's peak, per process or device, by what holds them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    transient: float
+    baseline: float
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def total(self) -> float:
+        return (self.weights + self.gradients + self.optimizer + self.activations
+                + self.transient + self.baseline)
+
+
+def weight_bytes(layers: Sequence[Layer], precision: str) -> float:
+    """The fp32 weights, kept in every precision (mixed precision keeps an fp32 master
+    copy: Micikevicius et al., "Mixed Precision Training", 2018, section 3.1), and under
+    bf16/fp16 the half-precision copies the forward multiplies with (PyTorch's autocast
+    caches them for the step: ``torch.autocast(cache_enabled=True)``)."""
+    params = sum(layer.params for layer in layers)
+    return params * FP32 + (params * 2 if precision in HALF else 0)
+
+
+def gradient_bytes(layers: Sequence[Layer]) -> float:
+    """One gradient per parameter, in the parameters' fp32."""
+    return sum(layer.params for layer in layers) * FP32
+
+
+def optimizer_bytes(layers: Sequence[Layer], optimizer: str = "sgd") -> float:
+    """The optimizer's state (``OPTIMIZER_STATES`` fp32 values per parameter)."""
+    if optimizer not in OPTIMIZER_STATES:
+        raise UsageError(f"unknown optimizer '{optimizer}' (known: "
+                         f"{', '.join(OPTIMIZER_STATES)})")
+    return sum(layer.params for layer in layers) * FP32 * OPTIMIZER_STATES[optimizer]
+
+
+def activation_bytes(layers: Sequence[Layer], batch: float, elem: int) -> float:
+    """Every layer's output, kept from the forward pass for the backward (Chen et al.,
+    "Training Deep Nets with Sublinear Memory Cost", 2016, section 3: the memory of
+    training grows with the sum of the layers' outputs)."""
+    return sum(layer.out_elems for layer in layers) * batch * elem
+
+
+def transient_bytes(layers: Sequence[Layer], batch: float, elem: int) -> float:
+    """The largest working set beyond what is kept: the backward of a layer holds the
+    gradient of its output and the gradient of its input (its predecessor's output) at
+    once."""
+    outs = [layer.out_elems for layer in layers]
+    pairs = [a + b for a, b in zip(outs, outs[1:], strict=False)] or outs or [0]
+    return max(pairs) * batch * elem
+
+
+def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
+                optimizer: str = "sgd", baseline: float = 0.0) -> MemoryBreakdown:
+    """The breakdown of one step's peak for ``layers`` at ``batch`` samples per process
+    or device; ``baseline``: the framework's runtime (``dlperf calibrate`` measures it)."""
+    elem = 2 if precision in HALF else FP32
+    return MemoryBreakdown(
+        weights=weight_bytes(layers, precision), gradients=gradient_bytes(layers),
+        optimizer=optimizer_bytes(layers, optimizer),
+        activations=activation_bytes(layers, batch, elem),
+        transient=transient_bytes(layers, batch, elem), baseline=baseline)
+
+
+def largest_batch(total: Callable[[int], float], capacity: float,
+                  limit: int = 1 << 24) -> int | None:
+    """The largest batch whose ``total(batch)`` bytes fit in ``capacity`` (``total``
+    grows with the batch), or None when not even one sample fits."""
+    if total(1) > capacity:
+        return None
+    lo, hi = 1, 2
+    while hi <= limit and total(hi) <= capacity:
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:  # total(lo) fits, total(hi) does not (or hi is past the limit)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if total(mid) <= capacity else (lo, mid)
+    return lo

@@ -1,0 +1,170 @@
+"""The memory model's terms against closed forms on small layers, its use in predict, and
+MFU / HFU: the model FLOPs and the peak they divide by."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.core.spec import Metrics, RunResult, RunSpec
+from dlperf.perfmodel import catalogue, memory, predict
+from dlperf.workloads.base import Layer
+
+# a 3-layer toy network: 10 -> 20 (dense) -> relu -> 5 (dense) -> loss
+LAYERS = [
+    Layer("fc1", "dense", params=10 * 20 + 20, fwd_flops=2 * 10 * 20, out_elems=20,
+          input_grad=False),
+    Layer("relu", "act", out_elems=20),
+    Layer("fc2", "dense", params=20 * 5 + 5, fwd_flops=2 * 20 * 5, out_elems=5),
+    Layer("loss", "loss", out_elems=1),
+]
+PARAMS = 220 + 105
+
+
+def test_each_term_is_its_closed_form():
+    m = memory.step_memory(LAYERS, batch=8, precision="fp32", baseline=1000.0)
+    assert m.weights == PARAMS * 4
+    assert m.gradients == PARAMS * 4
+    assert m.optimizer == 0  # plain SGD
+    assert m.activations == (20 + 20 + 5 + 1) * 8 * 4
+    assert m.transient == (20 + 20) * 8 * 4  # the relu's output gradient and fc1's
+    assert m.baseline == 1000.0
+    assert m.total == pytest.approx(PARAMS * 8 + 46 * 32 + 40 * 32 + 1000)
+
+
+def test_mixed_precision_keeps_fp32_masters_and_half_copies():
+    m = memory.step_memory(LAYERS, batch=8, precision="bf16")
+    assert m.weights == PARAMS * (4 + 2)  # fp32 masters and the forward's bf16 copies
+    assert m.gradients == PARAMS * 4  # of the fp32 parameters
+    assert m.activations == 46 * 8 * 2
+
+
+def test_optimizer_state_per_parameter():
+    assert memory.optimizer_bytes(LAYERS, "momentum") == PARAMS * 4
+    assert memory.optimizer_bytes(LAYERS, "adam") == PARAMS * 8
+    with pytest.raises(Exception, match="unknown optimizer 'lamb'"):
+        memory.optimizer_bytes(LAYERS, "lamb")
+
+
+def test_largest_batch_is_the_last_that_fits():
+    per_sample, fixed = 100.0, 1000.0
+    total = lambda b: fixed + per_sample * b  # noqa: E731
+    assert memory.largest_batch(total, 1000.0 + 100.0 * 37) == 37
+    assert memory.largest_batch(total, 1000.0 + 100.0 * 37 + 99) == 37
+    assert memory.largest_batch(total, 1099.0) is None  # not even one sample
+    assert memory.largest_batch(total, 1e30, limit=1000) == 1000
+
+
+def test_predict_gives_the_breakdown_whether_it_fits_and_the_largest_batch():
+    p = predict("resnet50", device="a100-40gb", precision="bf16", batch_size=256)
+    doc = p.model_dump()
+    assert doc["peak_memory_bytes"] == p.memory.total == p.memory_bytes
+    assert set(doc["memory"]) >= {"weights", "gradients", "optimizer", "activations",
+                                  "transient", "baseline", "total"}
+    capacity = catalogue.device("a100-40gb").memory_gb * 1e9
+    assert p.fits == (p.memory.total <= capacity)
+    top = p.max_batch
+    assert top is not None and top >= 256
+    at_top = predict("resnet50", device="a100-40gb", precision="bf16", batch_size=top)
+    over = predict("resnet50", device="a100-40gb", precision="bf16", batch_size=top + 1)
+    assert at_top.fits and not over.fits
+    # MFU: the model's FLOPs over the datasheet's bf16 peak
+    peak = catalogue.device("a100-40gb").peak_flops("bf16")
+    assert p.mfu == pytest.approx(p.flops_per_step / p.time_s / peak)
+    assert "A100" in p.mfu_peak and "bf16" in p.mfu_peak
+
+
+def test_data_parallel_memory_is_per_device_at_its_share_of_the_batch():
+    one = predict("alexnet", device="a100-40gb", batch_size=64)
+    four = predict("alexnet", device="a100-40gb", batch_size=256, strategy="sync", devices=4)
+    assert four.memory == one.memory  # each device: the whole model, a quarter of the batch
+    assert four.max_batch == 4 * one.max_batch
+
+
+def test_a_gpu_name_maps_to_its_catalogue_entry():
+    assert catalogue.gpu_entry("NVIDIA H100 80GB HBM3") == "h100-sxm"
+    assert catalogue.gpu_entry("NVIDIA H100 PCIe") == "h100-pcie"
+    assert catalogue.gpu_entry("NVIDIA A100-SXM4-80GB") == "a100-80gb"
+    assert catalogue.gpu_entry("NVIDIA A100-SXM4-40GB") == "a100-40gb"
+    assert catalogue.gpu_entry("NVIDIA H200") == "h200"
+    assert catalogue.gpu_entry("NVIDIA L40S") == "l40s" and catalogue.gpu_entry("NVIDIA L4") == "l4"
+    assert catalogue.gpu_entry("Tesla K80") == "k80"
+    assert catalogue.gpu_entry("Some Other GPU") is None and catalogue.gpu_entry(None) is None
+
+
+def test_mfu_and_hfu_divide_model_and_executed_flops_by_the_peak(monkeypatch):
+    from dlperf.core import cpu_peak, environment
+    from dlperf.kinds.step import utilisation
+
+    spec = RunSpec(network="fcn5", size="tiny", batch_size=8)
+    model = utilisation.model_flops(spec)
+    from dlperf import workloads
+
+    _, _, cfg = workloads.resolve("fcn5", "tiny", {})
+    assert model == 8 * sum(layer.train_flops() for layer in cfg.layers())
+    units = cpu_peak.FmaUnits("test", 2, 512, "avx512f", "a test")
+    monkeypatch.setattr(environment, "theoretical_peak",
+                        lambda t: cpu_peak.Theoretical(1e11, t, units, 3.0, "test"))
+    peak, what = utilisation.device_peak(spec, {})
+    assert peak == 1e11 and "theoretical fp32 peak" in what
+    mfu, hfu = utilisation.utilisation(model, 1.5 * model, 0.01, peak)
+    assert mfu == pytest.approx(model / 0.01 / 1e11) and hfu == pytest.approx(1.5 * mfu)
+    # a precision the CPU's known peak is not for: unknown, saying why
+    bf16 = spec.model_copy(update={"precision": "bf16"})
+    assert utilisation.device_peak(bf16, {}) == (None, "unknown: dlperf knows a CPU's fp32 "
+                                                      "peak, not its bf16 one")
+    # a GPU: the catalogue's datasheet peak at the run's precision
+    gpu = RunSpec(network="fcn5", size="tiny", batch_size=8, device="gpu", precision="bf16")
+    peak, what = utilisation.device_peak(gpu, {"gpu": "NVIDIA H100 80GB HBM3"})
+    assert peak == catalogue.device("h100-sxm").peak_flops("bf16") and "h100-sxm" in what
+
+
+def test_a_result_aggregates_its_mfu_from_the_median_time():
+    from dlperf.core.aggregate import aggregate
+
+    spec = RunSpec(network="fcn5", size="tiny", batch_size=8)
+
+    def ok(median: float, repeat: int) -> RunResult:
+        m = Metrics(steps=5, median_s=median, mean_s=median, std_s=0, min_s=median,
+                    max_s=median, mad_s=0, iqr_s=0, cv=0, samples_per_s=8 / median,
+                    flops_per_step=2e9, model_flops_per_step=1e9,
+                    utilisation_peak_flops=1e11, utilisation_peak="a test peak")
+        return RunResult(spec=spec.model_copy(update={"repeat": repeat}), status="ok",
+                         metrics=m)
+
+    [row] = aggregate([ok(0.1, 0), ok(0.3, 1), ok(0.2, 2)])
+    assert row.mfu == pytest.approx(1e9 / 0.2 / 1e11)
+    assert row.hfu == pytest.approx(2e9 / 0.2 / 1e11)
+    assert row.utilisation_peak == "a test peak"
+
+
+@pytest.mark.slow
+def test_a_step_predicted_not_to_fit_a_limit_is_recorded_as_out_of_memory(tmp_path):
+    """The model's peak without the framework's own memory is already above the limit:
+    the run is stopped and stored as 'oom' (its worker's memory is watched)."""
+    from dlperf import api, workloads
+    from dlperf.core.spec import Measurement
+
+    _, _, cfg = workloads.resolve("fcn5", None, {})
+    need = memory.step_memory(cfg.layers(), 64, "fp32").total
+    limit = int(0.8 * need)
+    row = api.run("fcn5", threads=1, batch_size=64, memory_limit=limit, db=tmp_path / "r.db",
+                  measurement=Measurement(min_time_s=0.05, min_steps=1), timeout_s=300)
+    assert not row.measured and row.results[-1].failure.reason == "oom"
+
+
+def test_a_run_reports_mfu_and_hfu_in_its_metrics_with_the_peak_named(tmp_path, capsys):
+    import json
+
+    from dlperf.cli import main
+
+    assert main(["run", "-n", "fcn5", "--size", "tiny", "-b", "8", "--min-time", "0.05",
+                 "--json", "--db", str(tmp_path / "r.db")]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    m = result["metrics"]
+    assert {"mfu", "hfu", "model_flops_per_step", "utilisation_peak"} <= set(m)
+    assert m["model_flops_per_step"] > 0 and m["utilisation_peak"]
+    if m["utilisation_peak_flops"]:  # a CPU dlperf knows the FMA units of
+        assert m["mfu"] == pytest.approx(m["model_flops_per_step"] / m["median_s"]
+                                         / m["utilisation_peak_flops"])
+    else:
+        assert m["mfu"] is None and m["utilisation_peak"].startswith("unknown")
