@@ -168,3 +168,14 @@ def test_a_run_reports_mfu_and_hfu_in_its_metrics_with_the_peak_named(tmp_path, 
                                          / m["utilisation_peak_flops"])
     else:
         assert m["mfu"] is None and m["utilisation_peak"].startswith("unknown")
+
+
+def test_advice_gives_the_largest_batch_with_the_memory_models_validated_error():
+    from dlperf.advice.local import _batch
+
+    unvalidated = _batch("fcn5", "tiny", [])
+    assert unvalidated.source.error is None
+    assert "error not validated yet" in unvalidated.source.describe()
+    checked = _batch("fcn5", "tiny", [], (0.12, 27))
+    assert checked.source.error == 0.12 and "27 steps measured here" in checked.source.basis
+    assert "validated error +-12%" in checked.source.describe()

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -433,7 +434,11 @@ def advise(task: str, *, samples: int | str, epochs: float = 1.0, hardware: str 
     parse_hardware(hardware)
     with Store(db) as store:
         rows = rows_here(store)
-    return advice_for(task, samples=samples, epochs=epochs, hardware=hardware, rows=rows)
+    cases, _ = memory_validation(db=db)
+    memory_error = (statistics.median(abs(c.error) for c in cases), len(cases)) if cases \
+        else None
+    return advice_for(task, samples=samples, epochs=epochs, hardware=hardware, rows=rows,
+                      memory_error=memory_error)
 
 
 def fastest_rate(network: str, db: str | Path | None = None) -> tuple[float, str] | None:

@@ -33,9 +33,11 @@ def measured(r: ConfigResult) -> Measured:
     return Measured(configuration=r.spec.label(), dispersion=dispersion(r))
 
 
-def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: float) -> HardwareAdvice:
+def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: float,
+                memory_error: tuple[float, int] | None = None) -> HardwareAdvice:
     """``rows``: this machine's aggregated rows (step, parallel, loader and storage;
-    failures included)."""
+    failures included); ``memory_error``: the memory model's median |error| over the steps
+    measured here and their number (``dlperf validate --memory``), None where not known."""
     cores = environment.physical_cores()
     # training on synthetic data: the processor's own rate (runs on an input pipeline,
     # which add the wait for data, are what the data advice reads)
@@ -53,7 +55,7 @@ def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: floa
                 best_of[(cand.network, size)] = best
                 recs += _framework(cand.network, size, mine, best, cores)
                 recs.append(_threads(cand.network, size, mine, best, cores))
-            recs.append(_batch(cand.network, size, mine))
+            recs.append(_batch(cand.network, size, mine, memory_error))
     # devices and data for the task's first candidate measured here (the candidates are
     # listed most representative first; the guide's families run on 8x8 digits)
     first = next(iter(best_of.values()), None)
@@ -134,7 +136,8 @@ def _threads(net: str, size: str, mine: list[ConfigResult], best: ConfigResult, 
                           measured(curve[t_best]))
 
 
-def _batch(net: str, size: str, mine: list[ConfigResult]) -> Recommendation:
+def _batch(net: str, size: str, mine: list[ConfigResult],
+           memory_error: tuple[float, int] | None = None) -> Recommendation:
     """The largest batch that fits: from runs that ran out of memory where there are any,
     else the model's memory estimate against this machine's memory."""
     name = common.name(net, size)
@@ -154,8 +157,11 @@ def _batch(net: str, size: str, mine: list[ConfigResult]) -> Recommendation:
         "batch", name, f"{name}: about {b}{more} fit in this machine's "
         f"{units.nbytes(memory)} (the memory model's weights, gradients, activations and "
         "largest transient, without the framework's own memory)", float(b),
-        "samples", Predicted(f"memory estimate of {name} at batch {b}", None,
-                             "no run here ran out of memory"))
+        "samples", Predicted(
+            f"memory estimate of {name} at batch {b}", memory_error[0] if memory_error else None,
+            "no run here ran out of memory" + (
+                f"; the memory model's median |error| over the {memory_error[1]} steps "
+                "measured here (dlperf validate --memory)" if memory_error else "")))
 
 
 def _devices(first: ConfigResult | None, rows: list[ConfigResult], task: Task, samples: int, epochs: float,
