@@ -17,10 +17,23 @@ def _run(spec, backend, emit, base, resume=None):
     return run_training(spec, backend, emit, base)
 
 
+def _check(spec):
+    """A spec built anywhere is checked as ``dlperf train`` checks it: the network has a
+    target and every option applies to it (``resolve.check_options``)."""
+    from dlperf.core.errors import UsageError
+    from dlperf.kinds.train.resolve import check_options
+
+    try:
+        check_options(spec.network, spec.options)
+    except UsageError as e:
+        raise ValueError(str(e)) from None
+
+
 def _sections(predictor):
     from dlperf.kinds.train.experiments_section import sections
 
     return sections()
 
 
-KIND = Kind(options=TrainOptions, outcome=TrainOutcome, run=_run, sections=_sections)
+KIND = Kind(options=TrainOptions, outcome=TrainOutcome, check=_check, run=_run,
+            sections=_sections)

@@ -1,6 +1,6 @@
-"""A parallel run's rules hold wherever its spec is built: the options check themselves
-and the kind checks the batch against them, so a RunSpec made in Python is refused for
-what ``dlperf parallel`` refuses, with the same words."""
+"""A kind's rules hold wherever its spec is built (``Kind.check`` and the options' own
+validators): a RunSpec made in Python is refused for what ``dlperf parallel`` and
+``dlperf train`` refuse, with the same words."""
 
 from __future__ import annotations
 
@@ -50,3 +50,13 @@ def test_a_consistent_spec_keeps_its_identity():
                                           "micro_batches": 8}
     assert _spec(64, strategy="pipeline", workers=2, micro_batches=8).config_id == \
         made.config_id
+
+
+def test_a_train_spec_built_in_python_is_checked_as_dlperf_train_checks_it():
+    # a network with no quality target, and an option that applies to the DBN only
+    with pytest.raises(ValidationError, match="network 'fcn5' has no training target"):
+        RunSpec(kind="train", network="fcn5")
+    with pytest.raises(ValidationError, match="apply to the dbn only"):
+        RunSpec(kind="train", network="rbm", options={"pretrain_epochs": 2})
+    assert RunSpec(kind="train", network="dbn", options={"pretrain_epochs": 2}).options \
+        .pretrain_epochs == 2
