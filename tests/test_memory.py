@@ -179,3 +179,47 @@ def test_advice_gives_the_largest_batch_with_the_memory_models_validated_error()
     checked = _batch("fcn5", "tiny", [], (0.12, 27))
     assert checked.source.error == 0.12 and "27 steps measured here" in checked.source.basis
     assert "validated error +-12%" in checked.source.describe()
+
+
+def test_checkpointing_keeps_only_each_blocks_input():
+    from dlperf import workloads
+
+    params = {"depth": 2, "width": 32, "heads": 2, "seq_len": 16, "vocab": 64}
+    _, _, plain = workloads.resolve("gpt2", "tiny", params)
+    _, _, ck = workloads.resolve("gpt2", "tiny", {**params, "checkpoint": 1})
+    a, b = plain.layers(), ck.layers()
+    assert [x.name for x in a] == [x.name for x in b]  # the same network, the same FLOPs
+    assert sum(x.train_flops() for x in a) == sum(x.train_flops() for x in b)
+    # kept: every output outside the blocks, and each block's last output (b1_residual2,
+    # b2_residual2), the next one's input; the largest block recomputed is transient
+    outside = sum(x.out_elems for x in a if not x.name.startswith(("b1_", "b2_")))
+    block = sum(x.out_elems for x in a if x.name.startswith("b1_"))
+    last = next(x.out_elems for x in a if x.name == "b1_residual2")
+    m_plain, m_ck = (memory.step_memory(x, 4, "fp32") for x in (a, b))
+    assert m_ck.activations == (outside + 2 * last) * 4 * 4
+    assert m_ck.transient == m_plain.transient + block * 4 * 4
+    assert m_ck.activations < m_plain.activations
+
+
+@pytest.mark.slow
+def test_checkpointing_lowers_the_measured_memory_and_counts_its_recomputation(tmp_path):
+    """A GPT-2 whose attention scores dominate its activations, with and without
+    checkpointing: the predicted and the measured peak both fall, and the FLOPs the
+    framework executed exceed the model's by the blocks' second forward (HFU > MFU)."""
+    from dlperf import api, workloads
+    from dlperf.core.spec import Measurement
+
+    params = {"depth": 2, "width": 256, "heads": 4, "seq_len": 512, "vocab": 1000}
+    rows, predicted = {}, {}
+    for ck in (0, 1):
+        p = {**params, "checkpoint": ck}
+        rows[ck] = api.run("gpt2", threads=1, batch_size=8, params=p, db=tmp_path / "r.db",
+                           measurement=Measurement(min_time_s=0.05, min_steps=2))
+        _, _, cfg = workloads.resolve("gpt2", None, p)
+        predicted[ck] = memory.step_memory(cfg.layers(), 8, "fp32").activations
+    assert all(r.measured for r in rows.values())
+    assert predicted[1] < predicted[0]
+    assert rows[1].peak_rss_bytes < rows[0].peak_rss_bytes
+    m0, m1 = (rows[k].ok[0].metrics for k in (0, 1))
+    assert m0.model_flops_per_step == m1.model_flops_per_step
+    assert m1.flops_per_step > 1.1 * m0.flops_per_step  # the recomputed forward

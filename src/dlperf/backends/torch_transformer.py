@@ -16,6 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint as recompute
 
 from dlperf.workloads.transformer import TransformerConfig
 
@@ -67,6 +68,7 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(cfg.vocab, cfg.width)
         self.wpe = nn.Embedding(cfg.seq_len, cfg.width)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
+        self.checkpoint = bool(cfg.checkpoint)
         self.ln_f = nn.LayerNorm(cfg.width)
         self.lm_head = None if cfg.tied else nn.Linear(cfg.width, cfg.vocab, bias=False)
 
@@ -78,7 +80,10 @@ class GPT(nn.Module):
         future = torch.ones(t, t, dtype=torch.bool, device=tokens.device).triu(1)
         x = self.wte(tokens) + self.wpe(pos)
         for block in self.blocks:
-            x = block(x, future)
+            if self.checkpoint and self.training:  # recomputed in the backward pass
+                x = recompute(block, x, future, use_reentrant=False)
+            else:
+                x = block(x, future)
         x = self.ln_f(x)
         head = self.wte.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(x, head)  # (B, T, V)

@@ -72,17 +72,28 @@ def optimizer_bytes(layers: Sequence[Layer], optimizer: str = "sgd") -> float:
 def activation_bytes(layers: Sequence[Layer], batch: float, elem: int) -> float:
     """Every layer's output, kept from the forward pass for the backward (Chen et al.,
     "Training Deep Nets with Sublinear Memory Cost", 2016, section 3: the memory of
-    training grows with the sum of the layers' outputs)."""
-    return sum(layer.out_elems for layer in layers) * batch * elem
+    training grows with the sum of the layers' outputs); under activation checkpointing a
+    recomputed segment keeps its last output alone (the next segment's input)."""
+    return sum(layer.out_elems for i, layer in enumerate(layers)
+               if not layer.segment or _ends_segment(layers, i)) * batch * elem
 
 
 def transient_bytes(layers: Sequence[Layer], batch: float, elem: int) -> float:
     """The largest working set beyond what is kept: the backward of a layer holds the
     gradient of its output and the gradient of its input (its predecessor's output) at
-    once."""
+    once; under checkpointing, the largest segment's outputs as well, recomputed for its
+    backward (Chen et al., 2016, section 4)."""
     outs = [layer.out_elems for layer in layers]
     pairs = [a + b for a, b in zip(outs, outs[1:], strict=False)] or outs or [0]
-    return max(pairs) * batch * elem
+    segments: dict[str, int] = {}
+    for layer in layers:
+        if layer.segment:
+            segments[layer.segment] = segments.get(layer.segment, 0) + layer.out_elems
+    return (max(pairs) + max(segments.values(), default=0)) * batch * elem
+
+
+def _ends_segment(layers: Sequence[Layer], i: int) -> bool:
+    return i + 1 == len(layers) or layers[i + 1].segment != layers[i].segment
 
 
 def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,

@@ -59,6 +59,9 @@ class Layer:
     input_grad: bool = True  # False for the first layer fed by data
     dgrad_flops: int | None = None  # input-gradient FLOPs when they differ from fwd_flops
     gemms: tuple[Gemm, ...] = ()  # the forward's matrix products (the performance model's shapes)
+    #: the segment this layer is recomputed in under activation checkpointing ('' when
+    #: its output is kept): only a segment's last output is kept through the step
+    segment: str = ""
 
     def train_flops(self) -> int:
         """Forward + weight gradient + (input gradient) matmul FLOPs for one sample."""

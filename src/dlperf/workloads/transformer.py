@@ -44,6 +44,10 @@ class TransformerConfig:
     seq_len: int = 1024
     vocab: int = 50257
     tied: bool = True
+    #: activation checkpointing: each block's activations are recomputed in the backward
+    #: pass from its input (Chen et al., "Training Deep Nets with Sublinear Memory Cost",
+    #: 2016): only the blocks' inputs are kept, at the cost of a second forward per block
+    checkpoint: bool = False
 
     def _check(self) -> None:
         for name in ("depth", "width", "heads", "seq_len", "vocab"):
@@ -52,8 +56,10 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if self.width % self.heads:
             raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
-        if not isinstance(self.tied, bool):
-            raise ValueError(f"tied must be true or false, got {self.tied!r}")
+        for name in ("tied", "checkpoint"):  # --param NAME=1 arrives as 1
+            if getattr(self, name) not in (True, False, 0, 1):
+                raise ValueError(f"{name} must be true or false (1 or 0), got "
+                                 f"{getattr(self, name)!r}")
 
     def block(self, i: int) -> list[Layer]:
         t, d, h = self.seq_len, self.width, self.heads
@@ -94,7 +100,9 @@ class TransformerConfig:
             Layer("embed_add", "add", out_elems=t * d),
         ]
         for i in range(self.depth):
-            out += self.block(i + 1)
+            block = self.block(i + 1)
+            out += [replace(x, segment=f"b{i + 1}") for x in block] if self.checkpoint \
+                else block
         out += [
             Layer("ln_f", "ln", params=2 * d, out_elems=t * d),
             head,
@@ -131,6 +139,6 @@ MODERN: dict[str, Workload] = {
         batch_sweep=(1, 2, 4, 8, 16, 32),
         task="language-model",
         group="modern",
-        tunable=("depth", "width", "heads", "seq_len", "vocab", "tied"),
+        tunable=("depth", "width", "heads", "seq_len", "vocab", "tied", "checkpoint"),
     )
 }
