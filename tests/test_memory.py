@@ -223,3 +223,23 @@ def test_checkpointing_lowers_the_measured_memory_and_counts_its_recomputation(t
     m0, m1 = (rows[k].ok[0].metrics for k in (0, 1))
     assert m0.model_flops_per_step == m1.model_flops_per_step
     assert m1.flops_per_step > 1.1 * m0.flops_per_step  # the recomputed forward
+
+
+def test_a_worker_reports_its_own_peak_not_its_launchers():
+    """Linux carries ru_maxrss across fork and execve: a worker started by a large process
+    must not report that process's peak as its own."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from dlperf.core import environment
+
+    ballast = np.ones(300 * 2**20 // 8)  # 300 MiB resident in this (the launching) process
+    ballast += 1
+    code = "from dlperf.core import environment; print(environment.peak_resident_bytes())"
+    child = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               check=True).stdout)
+    assert environment.peak_resident_bytes() > 300 * 2**20
+    assert child < 250 * 2**20  # a Python importing dlperf's core, without the ballast
+    del ballast

@@ -179,7 +179,16 @@ def resident_bytes() -> int:
 
 
 def peak_resident_bytes() -> int:
-    """This process's peak resident memory so far (ru_maxrss, in KiB on Linux)."""
+    """This process's own peak resident memory so far: the kernel's high-water mark of its
+    address space (VmHWM in /proc/self/status). Not ru_maxrss: Linux carries that across
+    fork and execve (getrusage(2)), so a worker started by a large process (a notebook, a
+    test runner) would report its launcher's peak as its own."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

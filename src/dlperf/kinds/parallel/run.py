@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import socket
 import sys
 import time
@@ -26,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from dlperf.core.environment import peak_resident_bytes
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import RunSpec
 from dlperf.kinds.parallel.status import StatusBoard
@@ -230,7 +230,7 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
     extra = strat.finish()
     report = {**info, "timing": timing, "strategy": extra, "steps": log.steps,
               "evals": log.evals, "updates": strat.updates,
-              "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+              "peak_rss_bytes": peak_resident_bytes()}
     _write_json(outdir / f"result_rank{rank}.json", report)
     status.set("communication", "gathering the reports on rank 0")
     gathered: list[Any] | None = [None] * world if rank == 0 else None
