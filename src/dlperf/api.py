@@ -396,9 +396,9 @@ __all__ = ["ConfigResult", "Planned", "RunSpec", "inference", "load_config", "me
 # ---- reading and writing the store for the command line
 def store_path(db: str | Path | None = None) -> Path:
     """The path of the results store ``db`` names (None: $DLPERF_DB, else the user's)."""
-    from dlperf.core.store import default_path
+    from dlperf.core.store import resolve_path
 
-    return Path(db).expanduser() if db else default_path()
+    return resolve_path(db)
 
 
 def store_size(db: str | Path | None = None) -> tuple[Path, int]:
@@ -513,12 +513,15 @@ def _one_machine(store: Store, given: str | None) -> str | None:
     return ids[0]
 
 
-def memory_validation(db: str | Path | None = None
+def memory_validation(db: str | Path | None = None, *, networks: Sequence[str] = (),
+                      frameworks: Sequence[str] = ()
                       ) -> tuple[list[MemoryCase], list[tuple[ConfigResult, str]]]:
-    """Every step measured on this machine with the memory model's peak beside its
-    measured one (``kinds.calibrate.validate.memory_cases``), and the steps left out."""
+    """Every step measured on this machine (of ``networks`` and ``frameworks``, all when
+    empty) with the memory model's peak beside its measured one
+    (``kinds.calibrate.validate.memory_cases``), and the steps left out."""
     from dlperf.kinds.calibrate import validate
-    from dlperf.kinds.calibrate.plan import local_calibration
+    from dlperf.kinds.calibrate.plan import runtime_baselines
 
     with Store(db) as store:
-        return validate.memory_cases(store, local_calibration(store, device=None))
+        return validate.memory_cases(store, runtime_baselines(store), networks=networks,
+                                     frameworks=frameworks)

@@ -133,9 +133,8 @@ def _memory(a: argparse.Namespace) -> int:
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import Table
 
-    cases, skipped = api.memory_validation(db=a.db)
-    cases = [c for c in cases if (not a.networks or c.row.spec.network in a.networks)
-             and (not a.frameworks or c.key("framework") in a.frameworks)]
+    cases, skipped = api.memory_validation(db=a.db, networks=a.networks or (),
+                                           frameworks=a.frameworks or ())
     if not cases:
         raise UsageError("no measured step here whose peak memory the model can predict "
                          "(measure some: dlperf sweep; calibrate: dlperf calibrate)"

@@ -78,9 +78,14 @@ def default_path() -> Path:
     return base / "dlperf" / "results.db"
 
 
+def resolve_path(path: str | os.PathLike | None) -> Path:
+    """The store a path names: ``path`` itself (``~`` expanded), else ``default_path()``."""
+    return Path(path).expanduser() if path else default_path()
+
+
 class Store:
     def __init__(self, path: str | os.PathLike | None = None):
-        self.path = Path(path).expanduser() if path else default_path()
+        self.path = resolve_path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)

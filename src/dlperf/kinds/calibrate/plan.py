@@ -220,6 +220,12 @@ def local_calibration(store: Store, *, device: str | None = "cpu") -> MachineFit
                           baselines=_baselines(complete))
 
 
+def runtime_baselines(store: Store) -> dict[tuple[str, str], float]:
+    """(framework, device) -> the runtime memory its calibration measured here, read
+    without fitting any curve (the memory model needs no more)."""
+    return _baselines(load(store, device=None))
+
+
 def _baselines(stored: list[Stored]) -> dict[tuple[str, str], float]:
     """(framework, device) -> the median of its calibrations' runtime baselines (a
     framework's libraries take about the same memory at any thread count)."""

@@ -79,6 +79,15 @@ def busy_share(row: ConfigResult) -> float | None:
     return max(utils) / row.spec.threads if utils else None
 
 
+def group_key(spec: RunSpec, group: str, strategy: str = "single") -> str:
+    """The value of ``group`` (network, framework, threads, batch, strategy, precision)
+    a case is summarised under."""
+    return {"network": spec.network if spec.size in ("full", "") else
+            f"{spec.network}[{spec.size}]", "framework": framework(spec),
+            "threads": str(spec.threads), "batch": str(spec.batch_size),
+            "strategy": strategy, "precision": spec.precision}[group]
+
+
 @dataclass(frozen=True)
 class Case:
     """One measured configuration with its prediction."""
@@ -100,11 +109,8 @@ class Case:
 
     def key(self, group: str) -> str:
         s = self.row.spec
-        return {"network": s.network if s.size in ("full", "") else f"{s.network}[{s.size}]",
-                "framework": framework(s),
-                "threads": str(s.threads), "batch": str(s.batch_size),
-                "strategy": self.prediction.strategy if s.kind == "parallel"
-                else "single"}[group]
+        return group_key(s, group, self.prediction.strategy if s.kind == "parallel"
+                         else "single")
 
 
 def cases(store: Store, calibration: MachineFits, *,
@@ -176,18 +182,16 @@ class MemoryCase:
         return self.predicted.total / self.measured_bytes - 1
 
     def key(self, group: str) -> str:
-        s = self.row.spec
-        return {"network": s.network if s.size in ("full", "") else f"{s.network}[{s.size}]",
-                "framework": framework(s), "threads": str(s.threads),
-                "batch": str(s.batch_size), "strategy": "single",
-                "precision": s.precision}[group]
+        return group_key(self.row.spec, group)
 
 
-def memory_cases(store: Store, calibration: MachineFits
+def memory_cases(store: Store, baselines: dict[tuple[str, str], float], *,
+                 networks: Sequence[str] = (), frameworks: Sequence[str] = ()
                  ) -> tuple[list[MemoryCase], list[tuple[ConfigResult, str]]]:
-    """Every step measured on this machine with its predicted peak memory
-    (``perfmodel.memory.step_memory``, the framework's runtime baseline from the
-    calibration: never from the step itself), and the steps left out with why."""
+    """Every step measured on this machine (of ``networks`` and ``frameworks``, all when
+    empty) with its predicted peak memory (``perfmodel.memory.step_memory``, the
+    framework's runtime baseline from the calibration, ``plan.runtime_baselines``: never
+    from the step itself), and the steps left out with why."""
     from dlperf.kinds.dataflow.plan import has_pipeline
     from dlperf.perfmodel.memory import step_memory
 
@@ -196,14 +200,16 @@ def memory_cases(store: Store, calibration: MachineFits
     out, skipped = [], []
     for row in rows:
         s = row.spec
+        if (networks and s.network not in networks) or \
+                (frameworks and framework(s) not in frameworks):
+            continue
         measured = row.device_peak_bytes if s.device == "gpu" else row.peak_rss_bytes
         if not measured:
             continue
         if has_pipeline(s):
             skipped.append((row, "on an input pipeline (its loader's memory is not modelled)"))
             continue
-        baseline = 0.0 if s.device == "gpu" else calibration.baselines.get(
-            (framework(s), s.device))
+        baseline = 0.0 if s.device == "gpu" else baselines.get((framework(s), s.device))
         if baseline is None:
             skipped.append((row, f"{framework(s)}'s runtime baseline is not calibrated here "
                                  f"(dlperf calibrate --frameworks {framework(s)})"))

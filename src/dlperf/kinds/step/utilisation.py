@@ -17,6 +17,7 @@ from typing import Any
 
 from dlperf import workloads
 from dlperf.core import environment
+from dlperf.core.errors import UsageError
 from dlperf.core.spec import RunSpec
 from dlperf.perfmodel import catalogue
 
@@ -46,7 +47,7 @@ def device_peak(spec: RunSpec, software: dict[str, Any]) -> tuple[float | None, 
     precision = spec.precision if spec.precision in catalogue.PRECISIONS else "fp32"
     try:
         flops = dev.peak_flops(precision)
-    except Exception as e:  # a precision the datasheet gives no figure for
+    except UsageError as e:  # a precision the datasheet gives no figure for
         return None, f"unknown: {e}"
     return flops, (f"the {dev.description} datasheet's {precision} peak, "
                    f"{flops / 1e12:.4g} TFLOP/s ({entry})")
