@@ -49,8 +49,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("kinds' entries", ("dlperf.kinds.__init__", "dlperf.kinds.*.__init__")),
     # config, plan, runner, worker, launchers, the machine's lock: they read KINDS
     ("engine", ("dlperf.engine.*",)),
-    # recommendations from results, the kinds' analyses and the model
-    ("advice", ("dlperf.advice.*",)),
+    # recommendations from results, the kinds' analyses and the model; comparisons of
+    # two sides' results
+    ("analyses", ("dlperf.advice.*", "dlperf.compare.*")),
     ("api", ("dlperf.api",)),
     ("cli", ("dlperf.cli.*", "dlperf.__init__", "dlperf.__main__")),
 ]

@@ -106,7 +106,7 @@ def test_import_of_a_report_results_json(db, server_db, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kind, message", [
     ("text", "neither a dlperf store nor a report's results.json"),
-    ("csv", "cannot be imported"),
+    ("csv", "cannot be read"),
     ("newer", "newer than this dlperf reads"),
     ("sqlite", "not a dlperf store"),
     ("missing", "no such file"),

@@ -419,6 +419,17 @@ def import_results(files: Sequence[str | Path], db: str | Path | None = None
             yield f, import_file(store, f)
 
 
+def compare(a: str, b: str, *, db: str | Path | None = None, method: str = "welch",
+            level: float = 0.95, threshold: float = 0.05):
+    """B against A (``dlperf.compare``): each a side ('old.db', 'torch=2.13.0',
+    'results.json,machine=abc'); a side without a file reads the store ``db`` names.
+    Returns (outcome, side A, side B); bad input is one UsageError line."""
+    from dlperf.compare import sides, verdicts
+
+    la, lb = (sides.load(sides.parse(s, store_path(db))) for s in (a, b))
+    return verdicts.compare(la, lb, method=method, level=level, threshold=threshold), la, lb
+
+
 def advise(task: str, *, samples: int | str, epochs: float = 1.0, hardware: str = "this",
            db: str | Path | None = None) -> Advice:
     """The advice for ``task`` (``dlperf.advice.advise``) from the rows this machine has

@@ -20,6 +20,7 @@ from dlperf.cli import (
     advise,
     calc,
     calibrate,
+    compare,
     dataflow,
     env,
     experiment,
@@ -40,7 +41,7 @@ from dlperf.core.errors import StoreWriteError, UsageError
 from dlperf.engine.runner import Interrupted
 
 #: every subcommand module, in the order ``dlperf --help`` lists them
-COMMANDS = (run, sweep, report, import_, networks, env, train, experiment, parallel, dataflow,
+COMMANDS = (run, sweep, report, import_, compare, networks, env, train, experiment, parallel, dataflow,
             predict, calibrate, validate, explain, advise, calc, setup)
 
 

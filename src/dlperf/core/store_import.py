@@ -49,20 +49,7 @@ def import_file(store: Store, path: str | Path) -> Imported:
     """Merge the results in ``path`` (a dlperf store or a report's results.json) into
     ``store``. Bad input raises UsageError naming the file."""
     src = Path(path)
-    try:
-        head = src.read_bytes()[:16] if src.is_file() else None
-    except OSError as e:
-        raise UsageError(f"{src}: cannot read: {e.strerror}") from None
-    if head is None:
-        raise UsageError(f"{src}: no such file")
-    if head == _SQLITE_MAGIC:
-        envs, rows, skipped = _read_store(src)
-    elif src.suffix.lower() == ".csv":
-        raise UsageError(f"{src}: a report's CSV holds table cells, not results (no run ids, "
-                         "settings or environments), so it cannot be imported; import the "
-                         "store (.db) or the report's results.json")
-    else:
-        envs, rows, skipped = _read_json(src)
+    envs, rows, skipped = read_file(src)
     flags = store.add_imported(envs, rows)
     out = Imported(src, skipped=skipped)
     for (r, _), added in zip(rows, flags, strict=True):
@@ -73,6 +60,25 @@ def import_file(store: Store, path: str | Path) -> Imported:
         if m and mid not in out.machines:
             out.machines[mid] = m
     return out
+
+
+def read_file(src: Path) -> tuple[list, list[tuple[RunResult, float]], list[str]]:
+    """What a dlperf store or a report's results.json holds, without changing it: its
+    environments (env_id, machine_id, record JSON, created_at), its results with the time
+    each was stored, and why any could not be read. Bad input raises UsageError."""
+    try:
+        head = src.read_bytes()[:16] if src.is_file() else None
+    except OSError as e:
+        raise UsageError(f"{src}: cannot read: {e.strerror}") from None
+    if head is None:
+        raise UsageError(f"{src}: no such file")
+    if head == _SQLITE_MAGIC:
+        return _read_store(src)
+    if src.suffix.lower() == ".csv":
+        raise UsageError(f"{src}: a report's CSV holds table cells, not results (no run ids, "
+                         "settings or environments), so it cannot be read; use the "
+                         "store (.db) or the report's results.json")
+    return _read_json(src)
 
 
 # ----------------------------------------------------------------------------- a store

@@ -16,6 +16,7 @@ work is done.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,11 +38,39 @@ class Timing:
         return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
 
+#: A test hook, off by default: with DLPERF_INJECT_SLOWDOWN=0.1 every timed step is made
+#: 10% slower (a busy wait after its work, inside its time), so that a benchmark can check
+#: that ``dlperf compare`` finds a known slowdown (benchmarks/bench_compare.py). A result
+#: measured with it carries a warning saying so (``injection_warning``).
+INJECT_VAR = "DLPERF_INJECT_SLOWDOWN"
+
+
+def injected_slowdown() -> float:
+    try:
+        return max(0.0, float(os.environ.get(INJECT_VAR) or 0))
+    except ValueError:
+        return 0.0
+
+
+def injection_warning() -> str | None:
+    f = injected_slowdown()
+    return (f"injected slowdown: every step made {f:.0%} slower on purpose ({INJECT_VAR}, a "
+            "test hook)") if f else None
+
+
 def _timed(step: Callable[[], object], sync: Callable[[], None]) -> float:
     t0 = time.perf_counter_ns()
     step()
     sync()
     return (time.perf_counter_ns() - t0) * 1e-9
+
+
+def _spin(seconds: float) -> float:
+    """Busy-wait ``seconds`` (the injected slowdown); returns the time it took."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        pass
+    return time.perf_counter() - t0
 
 
 @dataclass
@@ -54,10 +83,13 @@ class _Steps:
     clock: Callable[[], float] | None
     cpu: list[float] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
+    slow: float = field(default_factory=injected_slowdown)
 
     def run(self) -> float:
         c0 = time.process_time()
         t = _timed(self.step, self.sync)
+        if self.slow:
+            t += _spin(t * self.slow)
         self.wall.append(t)
         if self.clock is not None:
             t = self.clock()

@@ -19,7 +19,7 @@ from dlperf.core import environment
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import Metrics, RunResult, RunSpec
 from dlperf.core.stats import instability_warning, summarize
-from dlperf.core.timing import Timing, measure
+from dlperf.core.timing import Timing, injection_warning, measure
 from dlperf.kinds.step import utilisation
 
 Emit = Callable[[dict[str, Any]], None]
@@ -74,7 +74,7 @@ def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
     s = summarize(timing.steps_s)
     peak_rss = environment.peak_resident_bytes()
     achieved = flops / s.median if flops else None
-    warnings = [w for w in (instability_warning(s.robust_cv),) if w]
+    warnings = [w for w in (instability_warning(s.robust_cv), injection_warning()) if w]
     if not timing.settled:
         warnings.append(
             f"warm-up did not settle within {len(timing.warmup_s)} steps; raise the warm-up "
