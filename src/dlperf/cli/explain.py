@@ -13,6 +13,7 @@ import json
 from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out
 from dlperf.core import units
+from dlperf.core.errors import UsageError
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +35,9 @@ def add(sub: argparse._SubParsersAction) -> None:
                    "profiler (default 5)")
     p.add_argument("--top", type=args.positive_int, default=12, help="op groups to list "
                    "(default 12)")
+    p.add_argument("--trace", metavar="FILE", help="also write the step as a timeline (JSON "
+                   "trace-event format: open it in ui.perfetto.dev or chrome://tracing): the "
+                   "measured ops, the model's time for each, the predicted step")
     args.add_json(p)
     args.add_db(p)
     p.set_defaults(func=cmd_explain)
@@ -49,6 +53,15 @@ def cmd_explain(a: argparse.Namespace) -> int:
                         batch_size=a.batch_size, size=a.size, params=args.parse_params(a.param),
                         device=a.device, steps=a.steps, db=a.db, listener=listener,
                         precision=a.precision)
+    if a.trace:
+        from dlperf.kinds.explain import trace
+
+        try:
+            written = trace.write(e, a.trace)
+        except OSError as err:
+            raise UsageError(f"cannot write the trace to {a.trace}: {err.strerror}") from None
+        out.print(f"trace written to {written} (open it in ui.perfetto.dev or "
+                  "chrome://tracing)", style="dim")
     if a.json:
         print(json.dumps(_json(e), indent=1))
         return 0

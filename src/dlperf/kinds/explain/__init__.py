@@ -14,4 +14,10 @@ def _run(spec, backend, emit, base, resume=None):
     return run_profile(spec, backend, emit, base)
 
 
-KIND = Kind(options=ProfileOptions, outcome=ProfileOutcome, run=_run)
+def _sections(predictor):
+    from dlperf.kinds.explain.section import profile_section
+
+    return [profile_section]
+
+
+KIND = Kind(options=ProfileOptions, outcome=ProfileOutcome, run=_run, sections=_sections)
