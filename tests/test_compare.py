@@ -193,3 +193,37 @@ def test_the_injection_hook_slows_every_step_and_says_so(monkeypatch):
     ratio = np.median(slowed.steps_s) / np.median(plain.steps_s)
     assert 1.35 < ratio < 1.7
     assert "50% slower on purpose" in timing.injection_warning()
+
+
+def test_a_sweep_in_another_environment_is_kept_apart_and_compared(tmp_path, monkeypatch,
+                                                                    capsys):
+    """--env runs the framework with another environment's interpreter (here this one,
+    named as torch 2.99.0's), stores its runs apart, and compare matches them with dlperf's
+    own."""
+    import sys
+
+    monkeypatch.setenv("DLPERF_TORCH_2_99_0_PYTHON", sys.executable)
+    db = tmp_path / "r.db"
+    sweep = ["sweep", "--networks", "fcn5", "--size", "tiny", "--threads", "1", "--repeat",
+             "3", "--min-time", "0.05", "--db", str(db)]
+    assert main(sweep) == 0
+    assert main([*sweep, "--env", "torch==2.99.0"]) == 0
+    with Store(db) as s:
+        runs = [r for r in s.results(kind="step") if r.ok]
+    assert sorted(r.spec.env for r in runs) == [""] * 3 + ["torch-2.99.0"] * 3
+    assert len({r.spec.config_id for r in runs}) == 2  # kept apart
+    assert len({r.spec.setup_free_id for r in runs}) == 1  # the same configuration
+    capsys.readouterr()
+    assert main(["compare", "env=default", "env=torch==2.99.0", "--db", str(db), "--json"]) == 0
+    [c] = json.loads(capsys.readouterr().out)["comparisons"]
+    assert (c["a_processes"], c["b_processes"]) == (3, 3) and c["verdict"] != "too few repetitions"
+    # the two environments' runs of one configuration are not one side
+    assert main(["compare", str(db), f"{db},since=2000-01-01,until=2000-01-02"]) == 2
+    assert main(["compare", str(db), "env=default", "--db", str(db)]) == 2
+    assert "select one version per side" in capsys.readouterr().err
+    assert main([*sweep, "--env", "torch==2.98.0"]) == 2
+    assert "dlperf setup torch==2.98.0" in capsys.readouterr().err
+    assert main([*sweep, "--env", "jax==0.10.1"]) == 2
+    assert "which the sweep does not run" in capsys.readouterr().err
+    assert main([*sweep, "--env", "torch>=2"]) == 2
+    assert "is not FRAMEWORK==VERSION" in capsys.readouterr().err

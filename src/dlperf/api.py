@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf import workloads
-from dlperf.core import framework_table
+from dlperf.core import framework_table, separate_envs
 from dlperf.core.aggregate import ConfigResult, aggregate
 from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.store import Store
@@ -174,6 +174,8 @@ def run_specs(
     the new results; raises ``runner.Interrupted`` on Ctrl-C with what was stored."""
     for fw in sorted({s.framework for s in specs if KINDS[s.kind].launcher != "in_process"}):
         framework_table.require(fw)
+    for env in sorted({s.env for s in specs if s.env}):
+        separate_envs.require(env)
     with Store(db) as store:
         todo = plan.pending(list(specs), store, force=force, retry_failed=retry_failed)
         runner = Runner(store, timeout_s=timeout_s, memory_limit=memory_limit,

@@ -22,6 +22,10 @@ def add(sub: argparse._SubParsersAction) -> None:
                        batch_size=args.LIST, size=True, param=True,
                        repeat=args.Take(default=None, help="worker processes per "
                                         "configuration (default 1)"))
+    p.add_argument("--env", metavar="FRAMEWORK==VERSION", help="run that framework in the "
+                   "environment 'dlperf setup FRAMEWORK==VERSION' made (another version of "
+                   "it; its results are kept apart; dlperf compare sets them beside dlperf's "
+                   "own, docs/compare.md)")
     args.add_limits(p)
     args.add_sweep_flags(p)
     args.add_db(p)
@@ -54,7 +58,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         devices=a.devices, precisions=a.precision, threads=a.threads,
         batch_sizes=a.batch_size, size=a.size,
         params=args.parse_params(a.param) or None, repeat=a.repeat, timeout=a.timeout,
-        memory_limit=a.memory_limit,
+        memory_limit=a.memory_limit, env=a.env,
     )
     if a.file:
         cfg = config.load_sweep_file(a.file, **overrides)

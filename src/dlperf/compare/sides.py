@@ -6,10 +6,13 @@ results.json; none: the store ``--db`` names) and any number of selections:
 - ``machine=ID``: results of the machine whose id, or host name, starts with ID;
 - ``since=DATE``, ``until=DATE``: results stored from / before an ISO date or time;
 - ``PACKAGE=VERSION`` (``torch=2.13.0``): results measured with that version of a package
-  (a prefix: ``torch=2.13`` takes 2.13.0+cpu too).
+  (a prefix: ``torch=2.13`` takes 2.13.0+cpu too);
+- ``env=NAME``: results measured in the environment ``dlperf setup`` made
+  (``env=torch-2.12.0``), or in dlperf's own (``env=default``).
 
     old.db  new.db                     two stores
     torch=2.12.0  torch=2.13.0         two versions in one store
+    env=default  env=torch-2.12.0      dlperf's own environment and another version's
     machine=laptop  machine=server     two machines in one store
 """
 
@@ -38,6 +41,7 @@ class Side:
     since: float | None = None
     until: float | None = None
     software: dict[str, str] = field(default_factory=dict)
+    env: str | None = None  # None: any environment; '': dlperf's own
 
 
 @dataclass
@@ -66,6 +70,8 @@ def parse(text: str, default_store: Path) -> Side:
             raise UsageError(f"side '{text}': '{item}' needs a name and a value (torch=2.13.0)")
         if key == "machine":
             sel["machine"] = value
+        elif key == "env":
+            sel["env"] = "" if value == "default" else value.replace("==", "-")
         elif key in ("since", "until"):
             sel[key] = _timestamp(value, text)
         else:
@@ -95,13 +101,26 @@ def load(side: Side) -> Loaded:
     processes: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
     versions: dict[str, set[str]] = defaultdict(set)
     for _, r in newest.values():
-        processes[(r.spec.config_id, r.machine_id or "")].append(r)
-        for package in side.software:
+        # matched whatever environment ran it, so that two versions can be compared
+        processes[(r.spec.setup_free_id, r.machine_id or "")].append(r)
+        for package in (*side.software, r.spec.framework):
             versions[package].add(str(r.software.get(package)))
     if not processes:
         raise UsageError(_nothing_selected(side, rows))
+    for runs in processes.values():
+        _one_software(side, runs)
     return Loaded(side, dict(processes), {m: hosts.get(m, "") for _, m in processes},
                   dict(versions))
+
+
+def _one_software(side: Side, runs: list[RunResult]) -> None:
+    """A side's processes of one configuration must share their framework's version."""
+    fw = runs[0].spec.framework
+    seen = sorted({f"{r.software.get(fw)} ({r.spec.env or 'default'})" for r in runs})
+    if len(seen) > 1:
+        raise UsageError(f"side '{side.text}' holds {runs[0].spec.label()} measured with "
+                         f"{fw} {' and '.join(seen)}; select one version per side (add "
+                         f"{fw}=VERSION or env=NAME)")
 
 
 def _selected(r: RunResult, created: float, side: Side, hosts: dict[str, str]) -> bool:
@@ -113,6 +132,8 @@ def _selected(r: RunResult, created: float, side: Side, hosts: dict[str, str]) -
     if side.since is not None and created < side.since:
         return False
     if side.until is not None and created >= side.until:
+        return False
+    if side.env is not None and r.spec.env != side.env:
         return False
     return all(str(r.software.get(p, "")).startswith(v) for p, v in side.software.items())
 

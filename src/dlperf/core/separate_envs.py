@@ -8,12 +8,18 @@ and what a worker process imports besides (pydantic, psutil; numpy comes with MX
 
 Where: ``$XDG_DATA_HOME/dlperf/envs/NAME`` (default ``~/.local/share/dlperf/envs/NAME``),
 or the interpreter named by ``$DLPERF_<NAME>_PYTHON``. Imports no framework.
+
+The same machinery makes an environment with another version of a framework dlperf
+installs (``dlperf setup torch==2.12.0``: environment ``torch-2.12.0``), so that
+``dlperf sweep --env torch==2.12.0`` measures a sweep with it and ``dlperf compare`` sets
+the two versions side by side.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,7 +39,7 @@ class SeparateEnv:
 
     @property
     def python_var(self) -> str:
-        return f"DLPERF_{self.name.upper()}_PYTHON"
+        return f"DLPERF_{re.sub(r'[^A-Z0-9]', '_', self.name.upper())}_PYTHON"
 
 
 SEPARATE: dict[str, SeparateEnv] = {
@@ -46,13 +52,57 @@ SEPARATE: dict[str, SeparateEnv] = {
 }
 
 
+#: per framework dlperf installs: the pip requirement of one of its versions, and the
+#: packages its workers import besides (pip picks versions of them that fit)
+VERSIONED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "torch": ("torch=={v}", ()),
+    "tensorflow": ("tensorflow-cpu=={v}", ()),
+    "jax": ("jax[cpu]=={v}", ("flax", "optax")),
+}
+#: what a worker process imports besides its framework (dlperf's source comes by PYTHONPATH)
+WORKER_NEEDS = ("numpy", "pydantic>=2.7", "psutil>=5.9")
+_PIN = re.compile(r"^([a-z][a-z0-9_]*)==([0-9][0-9a-z.+!-]*)$")
+
+
+def versioned(requirement: str) -> SeparateEnv:
+    """The environment of one version of a framework: 'torch==2.12.0' -> 'torch-2.12.0'."""
+    m = _PIN.match(requirement.strip().lower())
+    if not m:
+        raise UsageError(f"'{requirement}' is not FRAMEWORK==VERSION (torch==2.12.0)")
+    fw, version = m.groups()
+    if fw not in VERSIONED:
+        raise UsageError(f"dlperf makes versioned environments of {', '.join(VERSIONED)}, not "
+                         f"'{fw}'")
+    pin, extra = VERSIONED[fw]
+    return SeparateEnv(name=f"{fw}-{version}",
+                       requirements=(pin.format(v=version), *extra, *WORKER_NEEDS),
+                       modules=(fw, *(e.split("[")[0] for e in extra), "numpy", "pydantic",
+                                "psutil"))
+
+
+def get(name: str) -> SeparateEnv:
+    """An environment by name: 'mxnet', or a framework's version ('torch-2.12.0')."""
+    if name in SEPARATE:
+        return SEPARATE[name]
+    fw, sep, version = name.partition("-")
+    if not sep:
+        raise UsageError(f"unknown environment '{name}' (known: {', '.join(SEPARATE)}, or "
+                         "FRAMEWORK-VERSION)")
+    return versioned(f"{fw}=={version}")
+
+
+def framework_of(name: str) -> str:
+    """The framework a versioned environment holds ('torch-2.12.0' -> 'torch')."""
+    return name.partition("-")[0]
+
+
 def data_home() -> Path:
     return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
 
 
 def python(name: str) -> str:
     """The interpreter that runs framework ``name``'s workers (it may not exist yet)."""
-    env = SEPARATE[name]
+    env = get(name)
     return os.environ.get(env.python_var) or str(data_home() / "dlperf" / "envs" / name / "bin" / "python")
 
 
@@ -61,10 +111,19 @@ def exists(name: str) -> bool:
     return os.path.isfile(exe) and os.access(exe, os.X_OK)
 
 
+def require(name: str) -> None:
+    """UsageError naming the command that makes the environment, where it is not made."""
+    if not exists(name):
+        fw, _, version = name.partition("-")
+        how = f"{fw}=={version}" if name not in SEPARATE else name
+        raise UsageError(f"no environment '{name}' ({python(name)}); make it with 'dlperf "
+                         f"setup {how}' (or set ${get(name).python_var})")
+
+
 def check(name: str) -> dict[str, str]:
     """Import the environment's modules in its interpreter; their versions, or UsageError
     with the import's last error line (and the system packages a missing library needs)."""
-    env, exe = SEPARATE[name], python(name)
+    env, exe = get(name), python(name)
     code = ("import importlib, json; print(json.dumps({m: getattr(importlib.import_module(m), "
             f"'__version__', '?') for m in {list(env.modules)!r}}}))")
     p = subprocess.run([exe, "-c", code], capture_output=True, text=True)
@@ -86,7 +145,7 @@ def create(
     interpreter that already imports everything is left alone unless ``force``. A virtual
     environment created here is removed again if the set-up fails, so that a half-made
     one is never taken for a working one."""
-    env, exe = SEPARATE[name], Path(python(name))
+    env, exe = get(name), Path(python(name))
     if exe.exists() and not force:
         try:
             return check(name)

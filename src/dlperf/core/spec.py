@@ -16,7 +16,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_serializer, model_validator
 
 from dlperf.core import kind_table
 from dlperf.core.payload import Diagnostics
@@ -103,6 +103,9 @@ class RunSpec(_Frozen):
     precision: Precision = "fp32"
     repeat: int = Field(0, ge=0)
     measurement: Measurement = Field(default_factory=Measurement)
+    #: the environment the framework runs in: '' dlperf's own, else one made by ``dlperf
+    #: setup FRAMEWORK==VERSION`` ('torch-2.12.0'; ``dlperf.core.separate_envs``)
+    env: str = Field("", pattern=r"^([a-z][a-z0-9_]*-[0-9][0-9a-z.+!-]*)?$")
     # the kind's own settings (``dlperf.kinds``: e.g. a training target, a strategy); part
     # of the identity
     options: SerializeAsAny[BaseModel] = Field(default_factory=lambda: _options_of("step", {}))
@@ -140,21 +143,38 @@ class RunSpec(_Frozen):
             info.check(self)
         return self
 
-    def identity(self) -> dict[str, Any]:
+    @model_serializer(mode="wrap")
+    def _without_default_env(self, handler: Any) -> Any:
+        """A run in dlperf's own environment is written as before environments existed,
+        so that a dlperf of that time still reads the store."""
+        data = handler(self)
+        if isinstance(data, dict) and not self.env:
+            data.pop("env", None)
+        return data
+
+    def identity(self, *, env: bool = True) -> dict[str, Any]:
         """What makes two specs the same configuration. Options count by what differs from
-        their defaults, so a kind that gains an option keeps every stored id."""
+        their defaults, so a kind that gains an option keeps every stored id; so does the
+        environment (``env=False``: left out)."""
         ident = {k: getattr(self, k) for k in _IDENTITY}
         ident["measurement"] = self.measurement.model_dump()
         options = self.options.model_dump(exclude_defaults=True)
         if options:
             ident["options"] = options
+        if env and self.env:
+            ident["env"] = self.env
         return ident
 
     @property
     def config_id(self) -> str:
         """Stable id of the configuration, the same for every repetition."""
-        blob = json.dumps(self.identity(), sort_keys=True, default=str)
-        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+        return _digest(self.identity())
+
+    @property
+    def setup_free_id(self) -> str:
+        """The configuration's id whatever environment its framework ran in: what
+        ``dlperf compare`` matches two versions by."""
+        return _digest(self.identity(env=False))
 
     @property
     def run_id(self) -> str:
@@ -170,9 +190,16 @@ class RunSpec(_Frozen):
         size = "" if self.size in ("full", "") else f"[{self.size}]"
         dev = f"cpu x{self.threads}" if self.device == "cpu" else self.device
         prec = "" if self.precision == "fp32" else f" {self.precision}"
-        label = f"{self.network}{size} {self.framework}/{self.variant} {dev} b{self.batch_size}{prec}"
+        env = f" [{self.env}]" if self.env else ""
+        label = (f"{self.network}{size} {self.framework}/{self.variant}{env} {dev} "
+                 f"b{self.batch_size}{prec}")
         info = kind_table.lookup(self.kind)
         return info.label(self, label) if info and info.label else label
+
+
+def _digest(identity: dict[str, Any]) -> str:
+    blob = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
 def _options_of(kind: str, values: dict[str, Any]) -> BaseModel:

@@ -15,6 +15,8 @@ A sweep file looks like this (every key optional but ``networks``)::
     repeat = 3                      # separate worker processes per configuration
     timeout = 1800                  # seconds per worker (> 0)
     memory_limit = "16GiB"
+    env = "torch==2.12.0"           # that framework's runs in the environment 'dlperf setup
+                                    # torch==2.12.0' made (docs/compare.md)
 
     [measurement]                   # dlperf.core.spec.Measurement; part of each result's identity
     min_time_s = 2.0
@@ -31,10 +33,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dlperf import workloads
-from dlperf.core import framework_table
+from dlperf.core import framework_table, separate_envs
 from dlperf.core.errors import UsageError, validation_message
 from dlperf.core.spec import Device, Measurement, Precision
 
@@ -91,6 +93,31 @@ class SweepConfig(BaseModel):
     memory_limit: int | None = None
     peak_size: int = Field(2048, ge=16, description="size of the peak kernels (matmul side)")
     measurement: Measurement = Field(default_factory=Measurement)
+    #: another version of one of the frameworks, in its own environment ('torch==2.12.0'
+    #: or its name 'torch-2.12.0'; made by ``dlperf setup torch==2.12.0``): that
+    #: framework's runs use it
+    env: str | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        if not v:
+            return None
+        # 'torch==2.12.0' or the environment's name, 'torch-2.12.0'
+        return separate_envs.get(v).name if "-" in v else separate_envs.versioned(v).name
+
+    @model_validator(mode="after")
+    def _env_framework(self) -> SweepConfig:
+        if self.env and env_framework(self.env) not in self.frameworks:
+            raise UsageError(f"--env {self.env} is an environment of "
+                             f"{env_framework(self.env)}, which the sweep does not run "
+                             f"(frameworks: {', '.join(self.frameworks)})")
+        return self
+
+    def env_for(self, framework: str) -> str:
+        """The environment ``framework``'s runs use: the sweep's ``env`` if it is one of
+        that framework's, else dlperf's own ('')."""
+        return self.env if self.env and env_framework(self.env) == framework else ""
 
     @field_validator("threads")
     @classmethod
@@ -155,6 +182,10 @@ class SweepConfig(BaseModel):
         if self.batch_sizes == "sweep":
             return list(wl.batch_sweep)
         return list(self.batch_sizes)
+
+
+def env_framework(env: str) -> str:
+    return separate_envs.framework_of(env)
 
 
 def _one_line(e: ValidationError, where: str) -> str:

@@ -41,6 +41,7 @@ def expand(cfg: SweepConfig) -> list[RunSpec]:
                             precision=precision,
                             repeat=repeat,
                             measurement=cfg.measurement,
+                            env=cfg.env_for(framework),
                         )
                     )
     return specs

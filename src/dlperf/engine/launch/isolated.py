@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from dlperf.core import framework_table
+from dlperf.core import framework_table, separate_envs
 from dlperf.core.orphans import child_env
 from dlperf.core.payload import Diagnostics
 from dlperf.core.spec import RunResult, RunSpec
@@ -100,7 +100,9 @@ def run_isolated(
     shapes). ``resume``: what an interrupted run of ``spec`` had measured (its kind's
     outcome, handed to the worker, which keeps it).
     """
-    python = framework_table.info(spec.framework).python or sys.executable
+    # a versioned environment (dlperf setup torch==2.12.0) runs the framework of its own
+    python = (separate_envs.python(spec.env) if spec.env
+              else framework_table.info(spec.framework).python or sys.executable)
     with tempfile.TemporaryDirectory(prefix="dlperf-") as tmp:
         d = Path(tmp)
         spec_path, result_path, progress = d / "spec.json", d / "result.json", d / "progress.jsonl"
