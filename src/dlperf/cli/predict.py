@@ -79,7 +79,8 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                          "'dlperf calibrate' measured it) or a catalogue device (dlperf "
                          "devices)"),
         framework=args.Take(help="this machine: whose kernels (default torch)"),
-        threads=args.Take(help="this machine: threads per worker (default 1)"),
+        threads=args.Take(default=None, help="threads per worker: on this machine "
+                          "(default 1), or on a catalogue CPU (default all its cores)"),
         precision=args.Take(help="fp32 (default), tf32, fp16, bf16"), param=True)
     p.add_argument("--strategy", "-s", default="single",
                    help="single (default), sync, async, mixed, pipeline")
@@ -130,9 +131,9 @@ def cmd_predict(a: argparse.Namespace) -> int:
         from dlperf import api
 
         p, measured = api.predict_here(a.network, device=a.device, framework=a.framework,
-                                       threads=a.threads, db=a.db, **kw)
+                                       threads=a.threads or 1, db=a.db, **kw)
     else:
-        p = predict(a.network, device=a.device, **kw)
+        p = predict(a.network, device=a.device, threads=a.threads, **kw)
     if a.json:
         doc = p.model_dump()
         if measured is not None:

@@ -41,6 +41,6 @@ def print_report(rep) -> None:
         out.print("the store holds no results yet: run 'dlperf sweep' or "
                   "'dlperf reproduce dlbench --quick'")
     for sec in rep.sections:
-        if sec.tables:
-            print_table(sec.tables[0], out)
+        for table in sec.tables[:sec.terminal]:
+            print_table(table, out)
     out.print("wrote " + ", ".join(str(p.name) for p in rep.files) + f" in {rep.out_dir}")

@@ -47,6 +47,8 @@ class Device(_Entry):
     #: what scales a kernel from one GPU to another where the peaks do not (``sm_rate``)
     sms: int | None = Field(default=None, gt=0)
     fp32_cores: int | None = Field(default=None, gt=0)
+    #: a CPU's physical cores (all of its sockets): what ``on_threads`` scales by
+    cores: int | None = Field(default=None, gt=0)
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s at a precision. TF32 where the device has none runs as fp32 (the
@@ -172,6 +174,25 @@ def _get(kind: str, table: dict, name: str):
 
 def device(name: str) -> Device:
     return _get("device", devices(), name)
+
+
+def on_threads(dev: Device, threads: int | None) -> Device:
+    """A catalogue CPU as ``threads`` threads use it: its peak and memory bandwidth times
+    the share of its physical cores they occupy, min(threads, cores) / cores. Threads past
+    the cores add nothing: a core's hardware threads share its FMA units and its path to
+    memory (Intel 64 and IA-32 Architectures Optimization Reference Manual, Intel
+    Hyper-Threading Technology). Bandwidth scales with the cores as compute does, a
+    simplification: one core of a large part draws more than its share. A GPU, a CPU
+    without a core count, or no thread count: the device as it is."""
+    if dev.kind != "cpu" or dev.cores is None or threads is None:
+        return dev
+    share = min(threads, dev.cores) / dev.cores
+    if share == 1:
+        return dev
+    return dev.model_copy(update={
+        "fp32_tflops": dev.fp32_tflops * share, "memory_gbps": dev.memory_gbps * share,
+        "description": f"{dev.description}; {threads} thread{'s' if threads > 1 else ''} on "
+                       f"{min(threads, dev.cores)} of its {dev.cores} cores"})
 
 
 #: The catalogue entry of a GPU by the name its driver reports (CUDA's device name, as

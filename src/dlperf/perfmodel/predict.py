@@ -68,17 +68,19 @@ def predict(
     params: dict[str, Any] | None = None,
     efficiencies: Efficiencies | None = None,
     baseline_bytes: float = 0.0,
+    threads: int | None = None,
 ) -> Prediction:
     """Time per mini-batch of ``network`` on ``devices`` x ``device`` (spread evenly over
     ``nodes``) with ``strategy``. ``link`` joins devices in a node (default: the device's
     peer link, else its host link), ``inter_link`` joins nodes. ``straggler_s`` slows one
     worker by that much per step. ``baseline_bytes``: the framework's runtime memory per
     process (this machine's calibration measures it; 0 for a catalogue GPU's device
-    memory). Bad input raises UsageError (one line)."""
+    memory). ``threads``: on a catalogue CPU, the threads of the run (default: all its
+    cores; ``catalogue.on_threads``). Bad input raises UsageError (one line)."""
     cal = efficiencies or Efficiencies()
     wl, size, cfg = workloads.resolve(network, size, params)
     batch = wl.default_batch if batch_size is None else batch_size
-    dev = resolve_device(device)
+    dev = catalogue.on_threads(resolve_device(device), threads)
     _check(batch, precision, devices, nodes, strategy, collective, straggler_s)
     dev.peak_flops(precision)  # refuses a precision the device has no rate for
     cal, note = _with_scaled(cal, dev, precision)

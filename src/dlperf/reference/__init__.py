@@ -8,6 +8,11 @@ RunResult: it never enters the store, a DLBench table, a ranking or an average.
 network, batch 64, on a 4-core i7-3820, for Caffe, TensorFlow and Torch at 1, 2, 4 and 8
 threads), with its citation in the file's comment lines.
 
+``dlbench_table4.csv``: DLBench's Table 4 (Shi et al. 2016): time per mini-batch of
+Caffe, CNTK, TensorFlow and Torch7 for FCN-5/8, AlexNet, ResNet-50 and the LSTMs on its
+desktop (i7-3820) at 1-8 threads, its server (2 x E5-2630 v3) at 1-32 threads and three
+GPUs, with the software versions of its Table 1 in the file's comment lines.
+
 ``published_gpu.csv``: ResNet-50 training throughput published for GPUs that have a
 catalogue entry (one to eight GPUs, fp32/TF32 and mixed precision), with its citation:
 what ``dlperf validate --published`` predicts from the catalogue alone.
@@ -62,12 +67,12 @@ def _number(text: str) -> float | None:
     return None if text.strip().lower() in ("na", "n.a.", "") else float(text)
 
 
-def _stated(pattern: str, citation: str, what: str) -> str:
+def _stated(pattern: str, citation: str, what: str, name: str = "guide_table1.csv") -> str:
     """A fact the citation states (batch size, CPU, cores); a file that no longer states it
     is a packaging error, said loudly rather than guessed."""
     m = re.search(pattern, citation)
     if not m:
-        raise ValueError(f"guide_table1.csv: its header no longer states the {what}")
+        raise ValueError(f"{name}: its header no longer states the {what}")
     return m.group(1)
 
 
@@ -147,3 +152,52 @@ def _steps(name: str) -> Published:
                                size=r.get("size") or None)
                  for r in csv.DictReader(body))
     return Published(citation=comments, rows=rows)
+
+
+#: DLBench's machines: a column of its Table 4 -> (the catalogue entry, threads; None on a
+#: GPU). Its desktop is the i7-3820 (columns d1..d8), its server two E5-2630 v3 (s1..s32).
+TABLE4_MACHINES = {"d": "i7-3820", "s": "e5-2630v3-x2"}
+TABLE4_GPUS = ("gtx980", "gtx1080", "k80")
+
+
+@dataclass(frozen=True)
+class Table4:
+    """DLBench's Table 4: (network, tool) -> column -> seconds per mini-batch (None: '-')."""
+
+    citation: tuple[str, ...]
+    cells: dict[tuple[str, str], dict[str, float | None]]
+    batch: dict[str, int]  # network -> the mini-batch it was measured at
+
+    def time(self, network: str, tool: str, column: str) -> float | None:
+        return self.cells.get((network, tool), {}).get(column)
+
+    @property
+    def networks(self) -> list[str]:
+        return list(dict.fromkeys(n for n, _ in self.cells))
+
+    def tools(self, network: str) -> list[str]:
+        return [t for n, t in self.cells if n == network]
+
+
+def table4_machine(column: str) -> tuple[str, int | None]:
+    """A column's machine: ('i7-3820', 4) for 'd4', ('gtx1080', None) for 'gtx1080'."""
+    if column in TABLE4_GPUS:
+        return column, None
+    return TABLE4_MACHINES[column[0]], int(column[1:])
+
+
+@cache
+def dlbench_table4() -> Table4:
+    comments, body = _read("dlbench_table4.csv")
+    cite = " ".join(comments)
+    cells: dict[tuple[str, str], dict[str, float | None]] = {}
+    for rec in csv.DictReader(body):
+        cells[(rec["network"], rec["tool"])] = {
+            k: None if v.strip() == "-" else float(v) for k, v in rec.items()
+            if k not in ("network", "tool")}
+    fcn, cnn, lstm = (int(_stated(p, cite, what, "dlbench_table4.csv")) for p, what in (
+        (r"FCN-5/8 (\d+)", "FCN batch"), (r"AlexNet/ResNet-50 (\d+)", "CNN batch"),
+        (r"LSTM (\d+)", "LSTM batch")))
+    batch = {n: fcn if n.startswith("fcn") else lstm if n.startswith("lstm") else cnn
+             for n, _ in cells}
+    return Table4(citation=comments, cells=cells, batch=batch)

@@ -16,6 +16,8 @@ class Section:
     tables: list[Table] = field(default_factory=list)
     images: list[Path] = field(default_factory=list)
     text: str = ""
+    #: how many of its tables a terminal summary prints (``dlperf report``, ``reproduce``)
+    terminal: int = 1
 
 
 @dataclass

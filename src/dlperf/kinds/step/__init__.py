@@ -17,11 +17,11 @@ def _run(*args):
 
 
 def _sections(predictor):
-    from dlperf.kinds.step import guide_section, section, threads_section
+    from dlperf.kinds.step import guide_section, paper_section, section, threads_section
 
     return [functools.partial(section.dlbench_section, predictor=predictor),
-            threads_section.thread_section, threads_section.ranking_section,
-            guide_section.guide_section]
+            paper_section.paper_section, threads_section.thread_section,
+            threads_section.ranking_section, guide_section.guide_section]
 
 
 KIND = Kind(options=StepOptions, outcome=StepOutcome,
