@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf import workloads
-from dlperf.core import framework_table, separate_envs
+from dlperf.core import environment, framework_table, separate_envs
 from dlperf.core.aggregate import ConfigResult, aggregate
 from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.store import Store
@@ -176,6 +176,8 @@ def run_specs(
         framework_table.require(fw)
     for env in sorted({s.env for s in specs if s.env}):
         separate_envs.require(env)
+    if any(s.device == "gpu" for s in specs):
+        environment.require_gpu()
     with Store(db) as store:
         todo = plan.pending(list(specs), store, force=force, retry_failed=retry_failed)
         runner = Runner(store, timeout_s=timeout_s, memory_limit=memory_limit,
@@ -230,6 +232,8 @@ def explain(network: str, *, framework: str = "torch", threads: int = 1,
 
     wl, size, _ = workloads.resolve(network, size, params)  # a bad name first, in one line
     fw = framework_table.info(framework).name
+    if device == "gpu":
+        environment.require_gpu("dlperf explain --device gpu")
     check_precision(precision, device, [fw])  # no calibration there to explain it against
     cal = local_calibration(db=db, device=device)
     cal.model(fw, threads, device, precision=precision)  # calibrated? (else: what to run)

@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 
 from dlperf.core import cpu_peak
+from dlperf.core.errors import UsageError
 
 # Flags worth showing: the vector extensions that decide a CPU's FLOP rate.
 _FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
@@ -93,6 +94,14 @@ def gpus() -> list[dict[str, Any]]:
         name, mem = (s.strip() for s in line.split(",", 1))
         found.append({"name": name, "memory_bytes": int(float(mem) * 2**20)})
     return found
+
+
+def require_gpu(what: str = "--device gpu") -> None:
+    """UsageError (one line, exit 2) where no GPU is visible: a GPU path ends here rather
+    than in a worker that fails."""
+    if not gpus():
+        why = "nvidia-smi finds none" if shutil.which("nvidia-smi") else "no nvidia-smi"
+        raise UsageError(f"{what} needs a GPU; none is visible on this machine ({why})")
 
 
 def _version(dist: str) -> str | None:
