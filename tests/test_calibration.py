@@ -1431,3 +1431,35 @@ def test_a_jax_step_pays_the_new_pages_of_its_temporaries_block(db):
     assert p["jax"].time_s - p["torch"].time_s == pytest.approx(block, rel=0.02)
     assert any("temporaries afresh" in n for n in p["jax"].notes)
     assert not any("temporaries afresh" in n for n in p["torch"].notes)
+
+
+def test_a_catalogue_gpu_runs_on_each_frameworks_own_reference_curves(db, tmp_path,
+                                                                      monkeypatch, capsys):
+    """The reference file holds every framework the GPU calibrated (here JAX's kernels made
+    1.5 times as slow as PyTorch's): a catalogue GPU's prediction uses the named
+    framework's curves and says whose; a framework without curves takes PyTorch's and
+    says so."""
+    from dlperf.kinds.calibrate.shipped_fits import main as write
+
+    with Store(db) as store:
+        made_up.calibrated(store, device="gpu", allreduce=False)
+        for r in made_up.kernel_results(frameworks=("jax",), device="gpu", allreduce=False):
+            slow = tuple(x.model_copy(update={"median_s": x.median_s * 1.5,
+                                              "times_s": tuple(t * 1.5 for t in x.times_s)})
+                         for x in r.outcome.samples)
+            store.add(r.model_copy(update={"outcome": r.outcome.model_copy(
+                update={"samples": slow})}))
+    out = tmp_path / "ref.json"
+    assert write(["--db", str(db), "--entry", "h100-sxm", "--out", str(out)]) == 0
+    assert "--frameworks torch,jax" in out.read_text()
+    monkeypatch.setenv("DLPERF_REFERENCE_FITS", str(out))
+    got = {}
+    for fw in ("torch", "jax", "tensorflow"):
+        capsys.readouterr()
+        assert main(["predict", "-n", "fcn5", "-f", fw, "-d", "a100-80gb", "--json"]) == 0
+        got[fw] = json.loads(capsys.readouterr().out)
+    assert got["torch"]["curves"] == "torch" and got["jax"]["curves"] == "jax"
+    assert got["jax"]["time_s"] > 1.2 * got["torch"]["time_s"]
+    assert got["tensorflow"]["curves"] == "torch"
+    assert got["tensorflow"]["time_s"] == pytest.approx(got["torch"]["time_s"])
+    assert any("no tensorflow curves" in n for n in got["tensorflow"]["notes"])

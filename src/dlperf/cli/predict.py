@@ -78,7 +78,9 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         device=args.Take(required=True, catalogue=True, help="cpu or gpu (this machine, as "
                          "'dlperf calibrate' measured it) or a catalogue device (dlperf "
                          "devices)"),
-        framework=args.Take(help="this machine: whose kernels (default torch)"),
+        framework=args.Take(help="whose kernels (default torch): this machine's calibrated "
+                            "ones, or on a catalogue GPU the reference curves of that "
+                            "framework where dlperf ships them (else PyTorch's, said so)"),
         threads=args.Take(default=None, help="threads per worker: on this machine "
                           "(default 1), or on a catalogue CPU (default all its cores)"),
         precision=args.Take(help="fp32 (default), tf32, fp16, bf16"), param=True)
@@ -133,7 +135,8 @@ def cmd_predict(a: argparse.Namespace) -> int:
         p, measured = api.predict_here(a.network, device=a.device, framework=a.framework,
                                        threads=a.threads or 1, db=a.db, **kw)
     else:
-        p = predict(a.network, device=a.device, threads=a.threads, **kw)
+        p = predict(a.network, device=a.device, threads=a.threads, framework=a.framework,
+                    **kw)
     if a.json:
         doc = p.model_dump()
         if measured is not None:

@@ -69,6 +69,7 @@ def predict(
     efficiencies: Efficiencies | None = None,
     baseline_bytes: float = 0.0,
     threads: int | None = None,
+    framework: str = "torch",
 ) -> Prediction:
     """Time per mini-batch of ``network`` on ``devices`` x ``device`` (spread evenly over
     ``nodes``) with ``strategy``. ``link`` joins devices in a node (default: the device's
@@ -76,19 +77,22 @@ def predict(
     worker by that much per step. ``baseline_bytes``: the framework's runtime memory per
     process (this machine's calibration measures it; 0 for a catalogue GPU's device
     memory). ``threads``: on a catalogue CPU, the threads of the run (default: all its
-    cores; ``catalogue.on_threads``). Bad input raises UsageError (one line)."""
+    cores; ``catalogue.on_threads``). ``framework``: on a catalogue GPU, whose reference
+    curves are scaled to it (PyTorch's where the reference has none of that framework;
+    the prediction's ``curves`` says whose). Bad input raises UsageError (one line)."""
     cal = efficiencies or Efficiencies()
     wl, size, cfg = workloads.resolve(network, size, params)
     batch = wl.default_batch if batch_size is None else batch_size
     dev = catalogue.on_threads(resolve_device(device), threads)
     _check(batch, precision, devices, nodes, strategy, collective, straggler_s)
     dev.peak_flops(precision)  # refuses a precision the device has no rate for
-    cal, note = _with_scaled(cal, dev, precision)
+    cal, note, curves = _with_scaled(cal, dev, precision, framework)
     ctx = _Context(wl, size, cfg, batch, dev, precision, cal, devices, nodes, collective,
                    straggler_s, link, inter_link, baseline=baseline_bytes,
                    catalogued=isinstance(device, str))
     if note:
         ctx.notes.append(note)
+    ctx.curves = curves
     if strategy == "pipeline":
         return _pipeline(ctx, micro_batches, groups)
     if micro_batches not in (None, 1):
@@ -101,16 +105,19 @@ def predict(
     return _data_parallel(ctx, strategy, groups)
 
 
-def _with_scaled(cal: Efficiencies, dev: Device, precision: str) -> tuple[Efficiencies, str]:
-    """``cal`` with the reference GPU's curves scaled to ``dev`` (``perfmodel.scaled``)
-    where ``dev`` is a GPU without curves of its own, and the note that says so."""
+def _with_scaled(cal: Efficiencies, dev: Device, precision: str,
+                 framework: str) -> tuple[Efficiencies, str, str | None]:
+    """``cal`` with the reference GPU's curves of ``framework`` scaled to ``dev``
+    (``perfmodel.scaled``) where ``dev`` is a GPU without curves of its own, the note that
+    says so, and whose curves they are (None: none scaled)."""
     if not cal.scaled or dev.kind != "gpu" or cal.fitted(dev) is not None:
-        return cal, ""
-    got = scaled.scaled_fit(dev, precision)
+        return cal, "", None
+    got = scaled.scaled_fit(dev, precision, framework=framework)
     if got is None:
-        return cal, ""
+        return cal, "", None
     fit, note = got
-    return cal.model_copy(update={"kernels": {**cal.kernels, dev.name: fit}}), note
+    return (cal.model_copy(update={"kernels": {**cal.kernels, dev.name: fit}}), note,
+            fit.framework)
 
 
 def _check(batch: Any, precision: str, devices: int, nodes: int, strategy: str,
@@ -158,6 +165,7 @@ class _Context:
         self.links: dict[str, str] = {}
         self._link_names = (link, inter_link)
         self.notes = [INPUT_NOTE]
+        self.curves: str | None = None  # whose reference curves a catalogue GPU runs on
         if precision == "tf32" and dev.tf32_tflops is None:
             self.notes.append(f"{dev.name} has no TF32 units: tf32 runs as fp32")
 
@@ -305,8 +313,8 @@ class _Context:
             precision=self.precision, strategy=strategy, devices=self.devices,
             nodes=self.nodes, links=self.links, time_s=time_s, breakdown=breakdown,
             layers=layers, flops_per_step=flops, notes=self.notes,
-            calibration=self._calibration(), **memory, **self.utilisation(flops, time_s),
-            **extra,
+            calibration=self._calibration(), curves=self.curves, **memory,
+            **self.utilisation(flops, time_s), **extra,
         )
 
     def _calibration(self) -> str:

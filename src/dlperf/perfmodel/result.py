@@ -73,6 +73,9 @@ class Prediction(BaseModel):
     mfu_peak: str | None = None
     notes: list[str]
     calibration: str
+    #: on a catalogue GPU, the framework whose reference curves were scaled to it (None:
+    #: no curves scaled: this machine's calibration, or a CPU's efficiency factors)
+    curves: str | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -71,8 +71,13 @@ class ReferenceFits(BaseModel):
     source: str = Field(min_length=1)
     fits: tuple[LocalFit, ...]
 
-    def at(self, precision: str) -> LocalFit | None:
-        return next((f for f in self.fits if f.precision == precision), None)
+    def at(self, precision: str, framework: str = "torch") -> LocalFit | None:
+        return next((f for f in self.fits if f.precision == precision
+                     and f.framework == framework), None)
+
+    @property
+    def frameworks(self) -> list[str]:
+        return list(dict.fromkeys(f.framework for f in self.fits))
 
 
 def reference() -> ReferenceFits | None:
@@ -158,16 +163,23 @@ def scale(fit: LocalFit, flops: float, bandwidth: float,
     })
 
 
-def scaled_fit(target: Device, precision: str,
-               ref: ReferenceFits | None = None) -> tuple[LocalFit, str] | None:
-    """The reference GPU's curves at ``precision`` scaled to ``target``, and a line saying
-    so; None for a CPU, or where no reference curve runs the way ``target`` would (TF32
-    on a GPU without it runs as fp32, so it takes the fp32 curves)."""
+def scaled_fit(target: Device, precision: str, ref: ReferenceFits | None = None,
+               framework: str = "torch") -> tuple[LocalFit, str] | None:
+    """The reference GPU's curves of ``framework`` at ``precision`` scaled to ``target``
+    (PyTorch's where the reference has none of that framework), and a line saying whose;
+    None for a CPU, or where no reference curve runs the way ``target`` would (TF32 on a
+    GPU without it runs as fp32, so it takes the fp32 curves)."""
     ref = ref or reference()
     if ref is None or target.kind != "gpu":
         return None
     runs_as = "fp32" if precision == "tf32" and target.tf32_tflops is None else precision
-    fit = ref.at(runs_as)
+    fit = ref.at(runs_as, framework)
+    instead = ""
+    if fit is None and framework != "torch":
+        fit = ref.at(runs_as, "torch")
+        instead = (f" (the reference has no {framework} curves at {runs_as}, so PyTorch's "
+                   f"stand in: dlperf calibrate --device gpu --frameworks {framework} on a "
+                   "GPU, then python -m dlperf.kinds.calibrate.shipped_fits, adds them)")
     if fit is None:
         return None
     source = catalogue.device(ref.device)
@@ -179,8 +191,8 @@ def scaled_fit(target: Device, precision: str,
     else:
         flops, by = target.peak_flops(runs_as) / source.peak_flops(runs_as), "peak FLOP/s"
     held = f", memory held by the SMs x{sm:.3g}" if sm is not None else ""
-    note = (f"{NOTE}{ref.device}'s calibrated {runs_as} curves, products scaled by {by} "
-            f"x{flops:.3g}, bandwidth x{bandwidth:.3g}{held}")
+    note = (f"{NOTE}{ref.device}'s calibrated {fit.framework} {runs_as} curves, products "
+            f"scaled by {by} x{flops:.3g}, bandwidth x{bandwidth:.3g}{held}{instead}")
     origin = f"the {ref.device}'s curves scaled to the {target.name}'s figures ({ref.source})"
     scaled = scale(fit, flops, bandwidth, target.peak_flops(runs_as), sm)
     return scaled.model_copy(update={"origin": origin}), note

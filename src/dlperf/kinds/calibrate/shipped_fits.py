@@ -1,9 +1,10 @@
 """Write the reference curves that catalogue GPUs are scaled from (``perfmodel.scaled``):
-one GPU's PyTorch calibration at every precision, read from a store that holds it (the
-GPU's own machine, or a copy of its store), with a source line naming the GPU, the
-software and the date.
+one GPU's calibration of every framework and precision it holds (PyTorch's at least, for
+the frameworks that have none of their own), read from a store that holds it (the GPU's
+own machine, or a copy of its store), with a source line naming the GPU, the software and
+the date.
 
-    dlperf calibrate --device gpu --frameworks torch --precision fp32   # and tf32, bf16, fp16
+    dlperf calibrate --device gpu --frameworks torch,jax --precision fp32   # and tf32, ...
     python -m dlperf.kinds.calibrate.shipped_fits --db gpu.db --entry h200 \\
         --out src/dlperf/perfmodel/data/reference_fits.json
 
@@ -28,24 +29,32 @@ from dlperf.perfmodel.scaled import ReferenceFits
 
 
 def _software(rows: list[RunResult]) -> str:
+    """Each framework's version (from its newest row) and the CUDA stack's."""
+    newest: dict[str, RunResult] = {}
+    for r in rows:
+        newest[r.spec.framework] = r
+    parts = [f"{k} {sw[k]}" for r in newest.values() for sw in (r.software,)
+             for k in (r.spec.framework, "jaxlib") if sw.get(k)]
     sw = rows[-1].software
-    parts = [f"{k} {sw[k]}" for k in ("torch", "cuda", "cudnn") if sw.get(k)]
-    return ", ".join(parts) or "software not recorded"
+    parts += [f"{k} {sw[k]}" for k in ("cuda", "cudnn") if sw.get(k)]
+    return ", ".join(dict.fromkeys(parts)) or "software not recorded"
 
 
 def reference_fits(store: Store, entry: str, machine_id: str | None = None) -> ReferenceFits:
-    """The newest PyTorch GPU calibration of ``machine_id`` (the only machine with one
-    when None) at each precision, fitted, as the catalogue's ``entry`` measured."""
+    """The newest GPU calibration of ``machine_id`` (the only machine with one when None)
+    of each framework and precision, fitted, as the catalogue's ``entry`` measured.
+    PyTorch's must be among them: it stands in for a framework the file lacks."""
     catalogue.device(entry)  # a bad name: one line
     rows = store.results(kind="kernel", status="ok", device="gpu", machine_id=machine_id)
-    rows = [r for r in rows if r.spec.framework == "torch" and r.spec.network == "kernels"]
-    machines = {r.machine_id for r in rows}
+    rows = [r for r in rows if r.spec.network == "kernels"]
+    machines = {r.machine_id for r in rows if r.spec.framework == "torch"}
     if len(machines) != 1:
         raise UsageError(f"the store holds PyTorch GPU calibrations of {len(machines)} "
                          "machines; name one (--machine)")
     (mid,) = machines
-    stored = [s for s in plan.load(store, device="gpu", machine_id=mid, any_version=True)
-              if s.framework == "torch"]
+    rows = [r for r in rows if r.machine_id == mid]
+    stored = plan.load(store, device="gpu", machine_id=mid, any_version=True)
+    stored.sort(key=lambda s: (s.framework != "torch", s.framework))  # PyTorch's first
     fits = tuple(fit_local(s.samples, s.framework, s.threads, s.device, s.precision)
                  for s in stored)
     rows.sort(key=lambda r: r.finished_at or 0)
@@ -54,9 +63,12 @@ def reference_fits(store: Store, entry: str, machine_id: str | None = None) -> R
     timed = [x for s in stored for x in s.samples.items if not x.op.startswith("dispatch")]
     clock = ("the device's own clock" if all(x.clock == "device" for x in timed)
              else "the wall clock (queued calls)")
-    source = (f"dlperf calibrate --device gpu --frameworks torch at "
-              f"{', '.join(f.precision for f in fits)} on one {gpu} ({_software(rows)}), "
-              f"{day}; {sum(f.samples for f in fits)} kernel samples, timed on {clock}")
+    frameworks = list(dict.fromkeys(f.framework for f in fits))
+    each = "; ".join(f"{fw} at {', '.join(f.precision for f in fits if f.framework == fw)}"
+                     for fw in frameworks)
+    source = (f"dlperf calibrate --device gpu --frameworks {','.join(frameworks)} ({each}) "
+              f"on one {gpu} ({_software(rows)}), {day}; {sum(f.samples for f in fits)} "
+              f"kernel samples, timed on {clock}")
     return ReferenceFits(device=entry, source=source, fits=fits)
 
 
@@ -74,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
     a.out.write_text(ref.model_dump_json(indent=None) + "\n")
-    print(f"{a.out}: {len(ref.fits)} precisions ({ref.source})")
+    print(f"{a.out}: {len(ref.fits)} curves ({ref.source})")
     return 0
 
 
