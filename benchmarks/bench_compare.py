@@ -57,6 +57,7 @@ def main() -> int:
     ap.add_argument("--processes", type=int, default=stats.MIN_PROCESSES)
     ap.add_argument("--slowdown", type=float, default=0.10)
     ap.add_argument("--network", default="fcn5")
+    ap.add_argument("--size", default="full")
     ap.add_argument("--framework", default="torch")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
@@ -70,6 +71,7 @@ def main() -> int:
           f"{a.trials} trials x 3 sides x {a.processes} processes, slowdown {a.slowdown:.0%}")
     alarms = {m_: 0 for m_ in stats.METHODS}
     hits = {m_: 0 for m_ in stats.METHODS}
+    disturbed = 0  # trials where compare flagged a side as disturbed
     ratios = []
     t0 = time.time()
     index = 0
@@ -77,8 +79,9 @@ def main() -> int:
         runs: dict[str, list] = {"A": [], "A2": [], "B": []}
         for _ in range(a.processes):
             for name in runs:
-                spec = RunSpec(network=a.network, framework=a.framework, threads=a.threads,
-                               batch_size=a.batch_size, measurement=m, repeat=index)
+                spec = RunSpec(network=a.network, size=a.size, framework=a.framework,
+                               threads=a.threads, batch_size=a.batch_size, measurement=m,
+                               repeat=index)
                 index += 1
                 measure(spec, work, a.slowdown if name == "B" else 0.0)
                 with Store(work) as s:
@@ -96,6 +99,11 @@ def main() -> int:
                         f"A/B {c_ab.interval.ratio:.3f} {c_ab.verdict}")
             if method == "welch":
                 ratios.append(c_ab.interval.ratio)
+                flags = [part for c in (c_aa, c_ab) for w in (c.a.disturbed(), c.b.disturbed())
+                         for part in (w or "").split("; ") if part and "injected" not in part]
+                disturbed += bool(flags)
+                if flags:
+                    line.append(f"[disturbed: {flags[0]}]")
         print("  ".join(line), flush=True)
     n = a.trials
     print(f"\n{n} trials in {time.time() - t0:.0f} s; level {a.level:.0%}; "
@@ -104,6 +112,7 @@ def main() -> int:
     for method in stats.METHODS:
         print(f"{method:10s} {alarms[method]:>8d}/{n} = {alarms[method] / n:5.0%} "
               f"{hits[method]:>6d}/{n} = {hits[method] / n:4.0%}")
+    print(f"trials with a side flagged as disturbed: {disturbed}/{n}")
     print("targets: false alarms <= 5%, found >= 90%")
     return 0
 
