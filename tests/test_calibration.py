@@ -1463,3 +1463,24 @@ def test_a_catalogue_gpu_runs_on_each_frameworks_own_reference_curves(db, tmp_pa
     assert got["tensorflow"]["curves"] == "torch"
     assert got["tensorflow"]["time_s"] == pytest.approx(got["torch"]["time_s"])
     assert any("no tensorflow curves" in n for n in got["tensorflow"]["notes"])
+
+
+def test_the_prediction_plot_marks_each_configuration_and_labels_plain_seconds(monkeypatch,
+                                                                               tmp_path):
+    from matplotlib import ticker
+
+    from dlperf.kinds.calibrate import plots
+
+    kept = {}
+    monkeypatch.setattr(plots, "save", lambda fig, path: kept.setdefault("fig", fig) and path)
+    pts = [plots.Point(0.30, 0.32, "torch", "fcn5", 1),
+           plots.Point(0.40, 0.25, "jax", "alexnet", 2),  # 1.6x too fast: labelled
+           plots.Point(0.50, 0.45, "tensorflow", "lstm32", 2)]
+    plots.predicted_vs_measured(pts, tmp_path / "p.png")
+    ax = kept["fig"].axes[0]
+    legend = {t.get_text() for t in ax.get_legend().get_texts()}
+    assert {"torch", "jax", "tensorflow", "fcn5", "alexnet", "lstm32"} <= legend
+    assert [t.get_text() for t in ax.texts] == ["alexnet jax x2"]
+    assert isinstance(ax.xaxis.get_minor_formatter(), ticker.NullFormatter)
+    labels = [ax.xaxis.get_major_formatter()(v, 0) for v in (0.2, 0.5, 1.0)]
+    assert labels == ["0.2", "0.5", "1"]

@@ -61,7 +61,8 @@ def prediction_section(store: Store, out: Path, filters: Filters,
     found = pairs(step_rows(store, filters), predictor)
     if not found:
         return None
-    img = plots.predicted_vs_measured([(r.median_s, p) for r, p, _ in found],
-                                      out / "predicted_vs_measured.png")
+    img = plots.predicted_vs_measured(
+        [plots.Point(r.median_s, p, r.spec.framework, r.spec.network, r.spec.threads)
+         for r, p, _ in found], out / "predicted_vs_measured.png")
     return Section("prediction", "Predictions beside measurements",
                    tables=[prediction_table(found)], images=[img] if img else [])
