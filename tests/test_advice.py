@@ -193,3 +193,33 @@ def test_data_advice_from_the_loader_alone_and_a_pipeline_that_waits(db):
     h = advise("image-classification", samples=1000, epochs=1, rows=_here(db)).hardware[0]
     pipe = next(r for r in h.of("data") if r.subject == "input pipeline for alexnet")
     assert "waits 60.0% of each step" in pipe.advice and "is a bottleneck" in pipe.advice
+
+
+def test_a_network_not_measured_here_is_predicted_with_its_validated_error(db, capsys):
+    """With this machine calibrated, the advice predicts ResNet-50 (not measured here) from
+    the calibration, with the error validated on the other networks measured here."""
+    from dlperf.core.aggregate import ConfigResult
+    from dlperf.kinds.calibrate import validate
+    from tests import calibration_fixtures as made_up
+
+    with Store(db) as st:
+        made_up.calibrated(st, threads=(2,), allreduce=False)
+        model = validate.predictor(st)
+        for net in ("fcn5", "alexnet", "lstm32"):  # measured: the error is validated on them
+            t, _ = model(ConfigResult(spec=result(net, 2, 1.0).spec))
+            st.add(result(net, 2, t * 1.1))  # 10% slower than predicted
+        model = validate.predictor(st)
+    a = advise("image-classification", samples=1_000_000, epochs=1, hardware="this",
+               rows=_here(db), model=model)
+    net = {r.subject: r for r in a.hardware[0].of("network")}
+    resnet = net["resnet50"]
+    assert isinstance(resnet.source, Predicted) and resnet.value > 0
+    assert "predicted: not measured here" in resnet.advice
+    assert resnet.source.error == pytest.approx(0.1 / 1.1, rel=0.05)  # 1 - 1/1.1: validated
+    assert "validated error" in resnet.source.describe()
+    assert isinstance(net["alexnet"].source, Measured)  # measured stays measured
+    # and through the command, which builds the model from the store
+    assert main(["advise", "--task", "image-classification", "--samples", "1M", "--db",
+                 str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "resnet50" in text and "not measured here" in text and "predicted" in text

@@ -449,13 +449,16 @@ def advise(task: str, *, samples: int | str, epochs: float = 1.0, hardware: str 
     if isinstance(samples, str):
         samples = parse_samples(samples)
     parse_hardware(hardware)
+    from dlperf.kinds.calibrate import validate
+
     with Store(db) as store:
         rows = rows_here(store)
+        model = validate.predictor(store)  # None: this machine was never calibrated
     cases, _ = memory_validation(db=db)
     memory_error = (statistics.median(abs(c.error) for c in cases), len(cases)) if cases \
         else None
     return advice_for(task, samples=samples, epochs=epochs, hardware=hardware, rows=rows,
-                      memory_error=memory_error)
+                      memory_error=memory_error, model=model)
 
 
 def fastest_rate(network: str, db: str | Path | None = None) -> tuple[float, str] | None:

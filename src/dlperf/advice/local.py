@@ -8,6 +8,7 @@ memory. What was not measured becomes the command that measures it.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from dlperf import workloads
 from dlperf.advice import common
@@ -17,6 +18,7 @@ from dlperf.advice.tasks import Task
 from dlperf.core import environment, units
 from dlperf.core.aggregate import ConfigResult, direction
 from dlperf.core.settings import settings_name
+from dlperf.core.spec import RunSpec
 from dlperf.kinds.dataflow.plan import has_pipeline
 from dlperf.perfmodel.predict import training_memory
 
@@ -33,11 +35,22 @@ def measured(r: ConfigResult) -> Measured:
     return Measured(configuration=r.spec.label(), dispersion=dispersion(r))
 
 
+#: this machine's calibrated model, as the report's predictor takes it: a configuration
+#: -> (predicted seconds per mini-batch, validated relative error or None), or None where
+#: the calibration cannot predict it
+LocalModel = Callable[[ConfigResult], tuple[float, float | None] | None]
+#: the frameworks the model is asked for a network not measured here, the fastest kept
+MODEL_FRAMEWORKS = ("torch", "tensorflow", "jax")
+
+
 def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: float,
-                memory_error: tuple[float, int] | None = None) -> HardwareAdvice:
+                memory_error: tuple[float, int] | None = None,
+                model: LocalModel | None = None) -> HardwareAdvice:
     """``rows``: this machine's aggregated rows (step, parallel, loader and storage;
     failures included); ``memory_error``: the memory model's median |error| over the steps
-    measured here and their number (``dlperf validate --memory``), None where not known."""
+    measured here and their number (``dlperf validate --memory``), None where not known;
+    ``model``: this machine's calibrated model, which predicts a network not measured
+    here (None: no calibration; the advice gives the command that measures it)."""
     cores = environment.physical_cores()
     # training on synthetic data: the processor's own rate (runs on an input pipeline,
     # which add the wait for data, are what the data advice reads)
@@ -50,7 +63,7 @@ def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: floa
             mine = [r for r in steps if r.spec.network == cand.network and r.spec.size == size]
             best = max((r for r in mine if r.measured), key=lambda r: r.samples_per_s,
                        default=None)
-            recs.append(_network(cand.network, size, best, samples, epochs, cores))
+            recs.append(_network(cand.network, size, best, samples, epochs, cores, model))
             if best is not None:
                 best_of[(cand.network, size)] = best
                 recs += _framework(cand.network, size, mine, best, cores)
@@ -67,15 +80,41 @@ def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: floa
 
 
 def _network(net: str, size: str, best: ConfigResult | None, samples: int, epochs: float,
-             cores: int) -> Recommendation:
+             cores: int, model: LocalModel | None = None) -> Recommendation:
     name = common.name(net, size)
     if best is None:
-        return Recommendation("network", name, f"{name}: not measured here", None, "h", Unknown(
-            common.run_command(net, size, threads=cores)))
+        guess = _predicted(net, size, cores, model) if model else None
+        if guess is None:
+            return Recommendation("network", name, f"{name}: not measured here", None, "h",
+                                  Unknown(common.run_command(net, size, threads=cores)))
+        spec, seconds, error = guess
+        rate = spec.batch_size / seconds
+        hours = common.hours(samples, epochs, rate)
+        return Recommendation(
+            "network", name, f"{name}: {common.duration(hours)} for {epochs:g} epochs of "
+            f"{units.count(samples)} samples at {rate:.4g} samples/s (predicted: not "
+            "measured here)", hours, "h", Predicted(
+                spec.label(), error, "this machine's calibrated kernels (dlperf calibrate); "
+                "the error: the model's 90th percentile on the other networks measured here "
+                "with the same framework (dlperf validate)"))
     hours = common.hours(samples, epochs, best.samples_per_s)
     return Recommendation("network", name, f"{name}: {common.duration(hours)} for {epochs:g} "
                           f"epochs of {units.count(samples)} samples at "
                           f"{best.samples_per_s:.4g} samples/s", hours, "h", measured(best))
+
+
+def _predicted(net: str, size: str, cores: int, model: LocalModel
+               ) -> tuple[RunSpec, float, float | None] | None:
+    """The fastest calibrated framework's prediction at all the physical cores and the
+    network's default batch, or None where the calibration predicts none."""
+    found = []
+    for fw in MODEL_FRAMEWORKS:
+        spec = RunSpec(network=net, size=size, framework=fw, threads=cores,
+                       batch_size=workloads.get(net).default_batch)
+        got = model(ConfigResult(spec=spec))
+        if got is not None:
+            found.append((spec, *got))
+    return min(found, key=lambda x: x[1], default=None)
 
 
 def _framework(net: str, size: str, mine: list[ConfigResult], best: ConfigResult, cores: int) -> list[Recommendation]:
