@@ -1484,3 +1484,52 @@ def test_the_prediction_plot_marks_each_configuration_and_labels_plain_seconds(m
     assert isinstance(ax.xaxis.get_minor_formatter(), ticker.NullFormatter)
     labels = [ax.xaxis.get_major_formatter()(v, 0) for v in (0.2, 0.5, 1.0)]
     assert labels == ["0.2", "0.5", "1"]
+
+
+def test_a_kernel_timed_beside_a_busy_process_records_it_and_the_calibration_says_so(
+        db, capsys):
+    """A busy loop on the worker's CPU while its kernels are timed shows in the outcome
+    (``KernelOutcome.other_cpu_share``); a calibration holding such an op says it is
+    disturbed wherever its predictions are printed, with the command that fixes it."""
+    import os
+    import subprocess
+    import sys
+
+    from dlperf.cli.calibrate import quality_line
+    from dlperf.core.disturbance import DISTURBED
+    from dlperf.engine.worker import execute
+
+    cpu, old = min(os.sched_getaffinity(0)), os.sched_getaffinity(0)
+    # shapes that take long enough together for the counters' 10 ms ticks (about 1 s)
+    spec = RunSpec(kind="kernel", network="kernels", framework="torch", batch_size=1,
+                   options=KernelOptions(parts=(KernelPart(op="gemm", shapes=tuple(
+                       (m, 256, 256) for m in (256, 384, 512, 640))),), min_time_s=0.15,
+                       revision=k.REVISION))
+    os.sched_setaffinity(0, {cpu})
+    hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, "
+                            f"{{{cpu}}})\nwhile True: pass"])
+    try:
+        r = execute(spec)
+    finally:
+        hog.kill()
+        hog.wait()
+        os.sched_setaffinity(0, old)
+    assert r.ok and r.outcome.other_cpu_share["gemm"] > DISTURBED
+    # a stored calibration with a disturbed op: the fit, predict, the table and calibrate
+    with Store(db) as store:
+        for res in made_up.kernel_results(threads=(1,), allreduce=False):
+            share = {p.op: (0.4 if p.op == "gemm" else 0.01) for p in res.spec.options.parts}
+            store.add(res.model_copy(update={"outcome": res.outcome.model_copy(
+                update={"other_cpu_share": share})}))
+        fit_ = calibration.local_calibration(store).find("torch", 1)
+        store.add(result("fcn5", 1, 0.05))
+    assert fit_.disturbed == {"gemm": 0.4}
+    line = quality_line([fit_])
+    assert "DISTURBED" in line and "gemm 40%" in line and "--force" in line
+    assert "undisturbed" in quality_line([fit_.model_copy(update={
+        "other_cpu_share": {"gemm": 0.02}})])
+    assert main(["predict", "-n", "fcn5", "--device", "cpu", "--db", str(db)]) == 0
+    assert "DISTURBED" in capsys.readouterr().out
+    assert main(["report", "--db", str(db), "--out", str(db.parent / "rep")]) == 0
+    md = (db.parent / "rep" / "report.md").read_text()
+    assert "predicted from a disturbed calibration: torch x1" in md

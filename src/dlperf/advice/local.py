@@ -90,13 +90,15 @@ def _network(net: str, size: str, best: ConfigResult | None, samples: int, epoch
         spec, seconds, error = guess
         rate = spec.batch_size / seconds
         hours = common.hours(samples, epochs, rate)
+        bad = (getattr(model, "disturbed", {}) or {}).get((spec.framework, spec.threads))
         return Recommendation(
             "network", name, f"{name}: {common.duration(hours)} for {epochs:g} epochs of "
             f"{units.count(samples)} samples at {rate:.4g} samples/s (predicted: not "
             "measured here)", hours, "h", Predicted(
                 spec.label(), error, "this machine's calibrated kernels (dlperf calibrate); "
                 "the error: the model's 90th percentile on the other networks measured here "
-                "with the same framework (dlperf validate)"))
+                "with the same framework (dlperf validate)"
+                + (f"; the calibration was disturbed: {bad}" if bad else "")))
     hours = common.hours(samples, epochs, best.samples_per_s)
     return Recommendation("network", name, f"{name}: {common.duration(hours)} for {epochs:g} "
                           f"epochs of {units.count(samples)} samples at "

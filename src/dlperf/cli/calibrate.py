@@ -84,7 +84,22 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     for fw, t in sorted(missing):
         out.print(f"  [red]{fw} x{t}: incomplete[/] (a kernel run failed; 'dlperf report' or "
                   "the store has its reason)")
+    out.print(quality_line(fits), markup=False)
     return 1 if missing else 0
+
+
+def quality_line(fits) -> str:
+    """The calibration's one line on its own quality: undisturbed, or which kernels other
+    processes disturbed and by how much (``LocalFit.quality``)."""
+    bad = [f for f in fits if f.disturbed]
+    if bad:
+        return "calibration quality: " + "; ".join(
+            f"{f.framework} x{f.threads}: {f.quality()}" for f in bad)
+    measured = [v for f in fits for v in f.other_cpu_share.values()]
+    if not fits or not measured:
+        return "calibration quality: disturbance not measured (no /proc/stat here)"
+    return (f"calibration quality: undisturbed (other processes took at most "
+            f"{max(measured):.0%} of the CPUs while the kernels were timed)")
 
 
 def _spread(residuals: tuple[float, ...]) -> str:

@@ -270,6 +270,9 @@ class Metrics(_Frozen):
     utilisation_peak: str | None = None
     warmup_steps: int = 0
     warmup_settled: bool = True
+    #: the share of its CPUs' time other processes (and the hypervisor's steal) took while
+    #: the steps were timed (``core.disturbance``; None: not known)
+    other_cpu_share: float | None = None
 
 
 class RunResult(_Frozen):

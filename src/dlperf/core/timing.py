@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from dlperf.core import disturbance
 from dlperf.core.spec import Measurement
 
 
@@ -31,6 +32,9 @@ class Timing:
     settled: bool = False
     cpu_s: float = 0.0  # process CPU time during the timed steps
     wall_s: float = 0.0  # wall time of the timed steps
+    #: what other processes took of this process's CPUs while it was timed (None: the
+    #: window was too short to tell, or no /proc/stat)
+    disturbance: disturbance.Disturbance | None = None
 
     @property
     def cpu_util(self) -> float:
@@ -165,8 +169,10 @@ def measure(
         over = warm.add(one("warmup"))
     t = Timing(warmup_s=list(warm.times), settled=warm.settled)
     start = len(steps.cpu)
+    before = disturbance.read()
     t.steps_s = [one("step")
                  for _ in range(warm.timed_steps(min(steps.wall[-2:], default=None)))]
+    t.disturbance = disturbance.between(before, disturbance.read())
     t.cpu_s = sum(steps.cpu[start:])
     t.wall_s = sum(steps.wall[start:])
     return t
@@ -198,6 +204,7 @@ def measure_window(
     steps = _Steps(step, sync, clock)
     times: list[float] = []
     start = time.perf_counter()
+    before = disturbance.read()  # over the whole search: the window is its end
     while True:
         times.append(steps.run())
         n = len(times)
@@ -212,4 +219,5 @@ def measure_window(
             n - k >= skip and time.perf_counter() - start - window_wall >= m.warmup_max_time_s)
         if agree or spent:
             return Timing(warmup_s=times[:-k], steps_s=last, settled=agree,
-                          cpu_s=sum(steps.cpu[-k:]), wall_s=window_wall)
+                          cpu_s=sum(steps.cpu[-k:]), wall_s=window_wall,
+                          disturbance=disturbance.between(before, disturbance.read()))

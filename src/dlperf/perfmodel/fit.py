@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from dlperf.core.disturbance import DISTURBED
 from dlperf.perfmodel.kernels import TRAIN_KERNELS, KernelSample, conv_gemm, element_bytes
 
 #: bandwidth of the kernel smoother, in octaves of each shape dimension
@@ -405,6 +406,9 @@ class LocalFit(_Frozen):
     #: where the curves come from when not from this machine's calibration (another GPU's,
     #: scaled: ``perfmodel.scaled``)
     origin: str | None = None
+    #: per op, the share of the workers' CPUs other processes took while its kernels were
+    #: timed (``core.disturbance``; empty: not measured, a calibration of an older dlperf)
+    other_cpu_share: dict[str, float] = Field(default_factory=dict)
 
     def bn_time(self, nbytes: float, channels: float) -> float:
         """Seconds of a batch normalisation moving ``nbytes`` over ``channels`` channels:
@@ -433,6 +437,24 @@ class LocalFit(_Frozen):
         prec = "" if self.precision == "fp32" else f" {self.precision}"
         return f"{self.framework} x{self.threads}{prec}"
 
+    @property
+    def disturbed(self) -> dict[str, float]:
+        """The ops timed while other processes took more than ``DISTURBED`` of the CPUs."""
+        return {op: v for op, v in self.other_cpu_share.items() if v > DISTURBED}
+
+    def quality(self) -> str:
+        """One line: whether other processes disturbed this calibration, and the fix."""
+        if not self.other_cpu_share:
+            return "disturbance not measured (calibrated by an older dlperf, or no /proc/stat)"
+        bad = self.disturbed
+        if not bad:
+            return (f"undisturbed (other processes took at most "
+                    f"{max(self.other_cpu_share.values()):.0%} of the CPUs while it was timed)")
+        worst = ", ".join(f"{op} {v:.0%}" for op, v in sorted(bad.items(), key=lambda x: -x[1]))
+        return (f"DISTURBED: other processes took {worst} of the CPUs while those kernels "
+                f"were timed; its predictions may be off: run 'dlperf calibrate --frameworks "
+                f"{self.framework} --threads {self.threads} --force' on a quiet machine")
+
     def describe(self) -> str:
         g = self.gemm
         prec = "" if self.precision == "fp32" else f", {self.precision}"
@@ -444,7 +466,8 @@ class LocalFit(_Frozen):
                 f"{rate / 1e9:.3g} GFLOP/s at {side}^3, DRAM "
                 f"{self.memory.dram_bytes_per_s / 1e9:.3g} GB/s, "
                 f"{self.dispatch.step_op_s * 1e6:.3g} us per op, "
-                f"{self.dispatch.step_call_s * 1e6:.3g} us per step call")
+                f"{self.dispatch.step_call_s * 1e6:.3g} us per step call"
+                + (f"; {self.quality()}" if self.disturbed else ""))
 
 
 def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu",

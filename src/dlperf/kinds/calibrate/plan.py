@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dlperf.core import environment, framework_table
 from dlperf.core.spec import RunResult, RunSpec
@@ -127,6 +127,9 @@ class Stored:
     #: the framework's runtime memory its kernel workers had before any kernel (the
     #: median over its runs; None: calibrated before dlperf recorded it)
     baseline_bytes: float | None = None
+    #: per op, the share of the CPUs other processes took while it was timed (the median
+    #: over its repetitions; ``KernelOutcome.other_cpu_share``)
+    other_cpu_share: dict[str, float] = field(default_factory=dict)
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -187,6 +190,7 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                          machine_id=machine_id or environment.machine_id())
     by_key: dict[tuple[str, int, str, str], list] = {}
     baselines: dict[tuple[str, int, str, str], list[int]] = {}
+    others: dict[tuple[str, int, str, str], dict[str, list[float]]] = {}
     collective = []
     for runs in _newest([r for r in rows if any_version or _current(r, packages)]):
         runs = [r for r in runs if isinstance(r.outcome, KernelOutcome)]
@@ -203,8 +207,13 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
             by_key.setdefault(key, []).extend(local)
         baselines.setdefault(key, []).extend(
             b for x in runs if (b := x.outcome.baseline_rss_bytes))  # type: ignore[union-attr]
+        for x in runs:
+            for op, share in x.outcome.other_cpu_share.items():  # type: ignore[union-attr]
+                others.setdefault(key, {}).setdefault(op, []).append(share)
     return [Stored(fw, t, dev, Samples.of([*s, *collective]), prec,
-                   statistics.median(b) if (b := baselines.get((fw, t, dev, prec))) else None)
+                   statistics.median(b) if (b := baselines.get((fw, t, dev, prec))) else None,
+                   {op: statistics.median(v) for op, v in others.get((fw, t, dev, prec),
+                                                                      {}).items()})
             for (fw, t, dev, prec), s in sorted(by_key.items())]
 
 
@@ -217,7 +226,9 @@ def local_calibration(store: Store, *, device: str | None = "cpu") -> MachineFit
     memory = float(environment.machine().get("memory_bytes") or 0) / 1e9 or 1.0
     return MachineFits.of([(s.framework, s.threads, s.device, s.samples, s.precision)
                            for s in complete], memory, environment.physical_cores(),
-                          baselines=_baselines(complete))
+                          baselines=_baselines(complete),
+                          others={(s.framework, s.threads, s.device, s.precision):
+                                  s.other_cpu_share for s in complete})
 
 
 def runtime_baselines(store: Store) -> dict[tuple[str, str], float]:

@@ -337,6 +337,9 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
                   and c.row.spec.network != row.spec.network]
         return p.time_s, (p90(others) if len(others) >= 2 else None)
 
+    # what a table of its predictions marks: the calibrations other processes disturbed
+    predict_row.disturbed = {(f.framework, f.threads): f"{f.framework} x{f.threads}: "  # type: ignore[attr-defined]
+                             f"{f.quality()}" for f in cal.fits if f.disturbed}
     return predict_row
 
 

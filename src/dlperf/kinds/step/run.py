@@ -75,6 +75,10 @@ def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
     peak_rss = environment.peak_resident_bytes()
     achieved = flops / s.median if flops else None
     warnings = [w for w in (instability_warning(s.robust_cv), injection_warning()) if w]
+    d = timing.disturbance
+    if d is not None and d.disturbed:
+        warnings.append(f"disturbed: while its steps were timed, {d.describe()}; measure "
+                        "again on a quiet machine (--force)")
     if not timing.settled:
         warnings.append(
             f"warm-up did not settle within {len(timing.warmup_s)} steps; raise the warm-up "
@@ -92,6 +96,7 @@ def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
         model_flops_per_step=model_flops, mfu=mfu, hfu=hfu,
         utilisation_peak_flops=peak, utilisation_peak=peak_is,
         warmup_steps=len(timing.warmup_s), warmup_settled=timing.settled,
+        other_cpu_share=d.other_share + d.steal_share if d else None,
     )
     result = RunResult(
         spec=spec, status="ok", metrics=metrics, step_times_s=timing.steps_s,

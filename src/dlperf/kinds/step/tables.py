@@ -47,6 +47,10 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
     mids = list(dict.fromkeys(r.machine_id for r in chosen))
     grouped_layout = len(mids) > 1
     prov = Provenance(chosen, machines, machine_column=False)
+    # (framework, threads) -> the quality line of a disturbed calibration the predictor
+    # stands on (``kinds.calibrate.validate.predictor``): its cells are marked '!'
+    disturbed: dict[tuple[str, int], str] = getattr(predictor, "disturbed", {}) or {}
+    shaky: list[str] = []
     leaf = []
     for c in cols:
         name = "GPU" if c == "GPU" else f"{c} thread{'s' if c != '1' else ''}"
@@ -77,7 +81,11 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                 vals.append(value)
                 if predictor:
                     p = predictor(cell) if cell else None
-                    line.append(f"{p[0]:.4g}" if p else "")
+                    bad = disturbed.get((cell.spec.framework, cell.spec.threads)) if cell \
+                        else None
+                    if p and bad and bad not in shaky:
+                        shaky.append(bad)
+                    line.append((f"{p[0]:.4g}" + ("!" if bad else "")) if p else "")
                     vals.append(p[0] if p else None)
         out_rows.append(line)
         values.append(vals)
@@ -86,12 +94,13 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
     if predictor:
         caption += (" 'pred.': the performance model's time for the cell's configuration "
                     "(errors in the predictions section).")
+    notes_after = [f"! predicted from a disturbed calibration: {q}" for q in shaky]
     return Table(
         title="Time per mini-batch (s), DLBench layout",
         headers=headers,
         rows=out_rows,
         values=values,
-        footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)] + prov.notes,
+        footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)] + prov.notes + notes_after,
         caption=caption,
         groups=groups,
     )
