@@ -181,7 +181,7 @@ def test_a_users_own_gpu_can_be_the_reference(tmp_path, monkeypatch, capsys):
     path.write_text(mine.model_dump_json())
     monkeypatch.setenv("DLPERF_REFERENCE_FITS", str(path))
     p = predict("resnet50", device="h100-sxm", batch_size=32)
-    assert any("a100-80gb's calibrated fp32 curves" in n for n in p.notes)
+    assert any("a100-80gb's calibrated torch fp32 curves" in n for n in p.notes)
     assert scaled.reference().source == "my A100"
     # an H100 of their own: the shipped H100 steps then check its curves, not a scaling
     h100 = tmp_path / "h100.json"
