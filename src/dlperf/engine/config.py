@@ -16,8 +16,12 @@ A sweep file looks like this (every key optional but ``networks``)::
     timeout = 1800                  # seconds per worker (> 0)
     memory_limit = "16GiB"
 
+    executor = "local"              # or "slurm": each configuration group a Slurm job
     [measurement]                   # dlperf.core.spec.Measurement; part of each result's identity
     min_time_s = 2.0
+
+    [slurm]                         # dlperf.engine.slurm.settings.SlurmSettings
+    partitions = ["cpu", "gpu-a100"]
 
 Everything wrong is reported as one line naming the file and the key.
 """
@@ -37,6 +41,7 @@ from dlperf import workloads
 from dlperf.core import framework_table
 from dlperf.core.errors import UsageError, validation_message
 from dlperf.core.spec import Device, Measurement, Precision
+from dlperf.engine.slurm.settings import SlurmSettings
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
           "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
@@ -91,6 +96,14 @@ class SweepConfig(BaseModel):
     memory_limit: int | None = None
     peak_size: int = Field(2048, ge=16, description="size of the peak kernels (matmul side)")
     measurement: Measurement = Field(default_factory=Measurement)
+    #: where the runs are measured: here, or as Slurm jobs with ``slurm``'s settings
+    executor: Literal["local", "slurm"] = "local"
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+
+    @property
+    def slurm_settings(self) -> SlurmSettings | None:
+        """The Slurm settings when the executor is Slurm, else None (run here)."""
+        return self.slurm if self.executor == "slurm" else None
 
     @field_validator("threads")
     @classmethod
@@ -188,9 +201,10 @@ def load_sweep_file(path: str | Path, **overrides: Any) -> SweepConfig:
         raise UsageError(f"cannot read sweep file {p}: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{where}malformed TOML: {e}") from None
-    unknown = set(data) - {"sweep", "measurement"}
+    unknown = set(data) - {"sweep", "measurement", "slurm"}
     if unknown:
-        raise UsageError(f"{where}unknown table [{sorted(unknown)[0]}] (tables: [sweep], [measurement])")
+        raise UsageError(f"{where}unknown table [{sorted(unknown)[0]}] (tables: [sweep], "
+                         "[measurement], [slurm])")
     values = dict(data.get("sweep", {}))
     if not isinstance(values, dict):
         raise UsageError(f"{where}[sweep] must be a table")
@@ -198,5 +212,8 @@ def load_sweep_file(path: str | Path, **overrides: Any) -> SweepConfig:
         values["threads"] = auto_threads()
     if "measurement" in data:
         values["measurement"] = data["measurement"]
+    if "slurm" in data:
+        # flags given alongside override the table's keys one by one
+        values["slurm"] = {**data["slurm"], **(overrides.pop("slurm", None) or {})}
     values.update({k: v for k, v in overrides.items() if v is not None})
     return build(where, **values)
