@@ -553,3 +553,22 @@ def memory_validation(db: str | Path | None = None, *, networks: Sequence[str] =
     with Store(db) as store:
         return validate.memory_cases(store, runtime_baselines(store), networks=networks,
                                      frameworks=frameworks)
+
+
+def check_slurm(settings: SlurmSettings) -> None:
+    """Slurm's commands on the PATH, its controller answering, the partitions known: else
+    one UsageError line (before anything is planned or submitted)."""
+    from dlperf.engine.slurm.commands import check
+
+    check(settings)
+
+
+def cluster_jobs(db: str | Path | None = None, *, live: bool = True) -> list[Any]:
+    """The Slurm jobs the store sent runs to (``core.store_jobs.ClusterJob``), those still
+    open with their state as Slurm says it now (``live``, when Slurm answers; nothing is
+    imported: the sweep's driver does that)."""
+    from dlperf.engine.slurm.driver import live_states
+
+    with Store(db) as store:
+        jobs = store.jobs()
+    return live_states(jobs) if live else jobs

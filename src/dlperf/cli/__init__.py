@@ -31,6 +31,7 @@ from dlperf.cli import (
     report,
     run,
     setup,
+    status,
     sweep,
     train,
     validate,
@@ -40,7 +41,7 @@ from dlperf.core.errors import StoreWriteError, UsageError
 from dlperf.engine.runner import Interrupted
 
 #: every subcommand module, in the order ``dlperf --help`` lists them
-COMMANDS = (run, sweep, report, import_, networks, env, train, experiment, parallel, dataflow,
+COMMANDS = (run, sweep, status, report, import_, networks, env, train, experiment, parallel, dataflow,
             predict, calibrate, validate, explain, advise, calc, setup)
 
 

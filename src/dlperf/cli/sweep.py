@@ -86,6 +86,8 @@ def sweep_and_print(cfg, a: argparse.Namespace, title: str) -> int:
     if slurm is None and args.slurm_values(a):
         raise UsageError(f"--{args.SLURM_FLAGS_SPELLING[next(iter(args.slurm_values(a)))]} "
                          "needs --executor slurm")
+    if slurm is not None:
+        api.check_slurm(slurm)
     planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed,
                             slurm=slurm)
     print_plan(title, planned, verb="submit to Slurm" if slurm else "measure",

@@ -64,7 +64,8 @@ class ClusterJob:
 
     @property
     def failed(self) -> bool:
-        return self.settled_at is not None and self.state != "COMPLETED"
+        # a Slurm failure, or a job that ended well with its run failed in it
+        return self.settled_at is not None and (self.state != "COMPLETED" or bool(self.reason))
 
 
 _COLUMNS = [f.name for f in fields(ClusterJob)]

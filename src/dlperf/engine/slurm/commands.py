@@ -57,7 +57,9 @@ def run(*argv: str, timeout_s: float = TIMEOUT_S) -> str:
         raise SlurmError(f"'{' '.join(argv[:2])}' did not answer within {timeout_s:.0f} s "
                          "(is the Slurm controller up?)") from None
     if r.returncode != 0:
-        lines = [ln.strip() for ln in (r.stderr or r.stdout).splitlines() if ln.strip()]
+        # the words, not the banners ('** RESTORE SLURMCTLD DAEMON TO SERVICE **')
+        lines = [ln.strip() for ln in (r.stderr + "\n" + r.stdout).splitlines()
+                 if ln.strip() and not ln.strip().startswith("*")]
         # sbatch repeats itself: 'error: invalid partition' then 'submission failed: ...'
         raise SlurmError(lines[-1] if lines else f"{argv[0]} exited with {r.returncode}")
     return r.stdout

@@ -57,7 +57,11 @@ def default_root(store_path: Path) -> Path:
 
 
 def partitions_of(settings: SlurmSettings) -> list[str]:
-    return settings.partitions or [""]  # '': the cluster's default partition
+    """Where the runs go, each a node type: a partition ('' for the cluster's default),
+    with the constraint when there is one ('cpu:skylake'), since a constraint picks
+    another node type in the same partition. The store's jobs are keyed by it."""
+    suffix = f":{settings.constraint}" if settings.constraint else ""
+    return [p + suffix for p in settings.partitions or [""]]
 
 
 def pending(store: Store, specs: Sequence[RunSpec], settings: SlurmSettings, *,
@@ -143,7 +147,7 @@ class SlurmDriver:
     def _submit_array(self, partition: str, groups: list[list[RunSpec]], cpus: int,
                       gpus: int) -> None:
         try:
-            folder = batch.new_folder(self.root, partition)
+            folder = batch.new_folder(self.root, partition.partition(":")[0])
         except OSError as e:
             raise UsageError(f"--slurm-dir: cannot write job folders in {self.root}: {e}") from None
         seed = self._seed_db(folder)
@@ -159,7 +163,7 @@ class SlurmDriver:
         self.store.put_jobs(rows)  # before sbatch: a driver killed in between finds them
         try:
             array = commands.submit(script, name=folder.name, tasks=len(groups),
-                                    partition=partition, settings=self.settings, cpus=cpus,
+                                    partition=partition.partition(":")[0], settings=self.settings, cpus=cpus,
                                     gpus=gpus, output=str(folder / "task-%a.out"),
                                     nodes=self.settings.nodes)
         except UsageError:  # refused: nothing was submitted (interrupted, it may have been)
@@ -315,3 +319,22 @@ def _by(items, key) -> dict:
 
 
 __all__ = ["SlurmDriver", "counts", "default_root", "pending"]
+
+
+def live_states(jobs: Sequence[ClusterJob]) -> list[ClusterJob]:
+    """``jobs`` with the open ones' state as Slurm says it now (unchanged where Slurm is
+    not reachable); for ``dlperf status``, which stores nothing."""
+    states: dict[str, dict[int, TaskState]] = {}
+    out = []
+    for j in jobs:
+        if j.settled_at is None and j.job_id:
+            if j.array_id not in states:
+                try:
+                    states[j.array_id] = commands.states(j.array_id)
+                except SlurmError:
+                    states[j.array_id] = {}
+            st = states[j.array_id].get(j.task)
+            if st is not None:
+                j = replace(j, state=st.state, reason=st.reason, node=st.node or j.node)
+        out.append(j)
+    return out
