@@ -76,7 +76,7 @@ def check(settings: SlurmSettings) -> list[str]:
     try:
         ping = run("scontrol", "ping")
     except SlurmError as e:
-        raise UsageError(f"--executor slurm: the Slurm controller does not answer: {e}") from None
+        raise UsageError(f"--executor slurm: the Slurm controller does not answer ({e})") from None
     if "UP" not in ping:
         raise UsageError("--executor slurm: the Slurm controller does not answer ("
                          f"scontrol ping: {' '.join(ping.split())})")
