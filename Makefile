@@ -16,6 +16,12 @@ $(VENV)/.installed: pyproject.toml
 	-command -v fio >/dev/null || { command -v apt-get >/dev/null && \
 	    { apt-get install -y -q fio >/dev/null 2>&1 || \
 	      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q fio >/dev/null 2>&1; }; }; } || echo "fio not installed: dlperf's built-in reader measures storage"
+	@# Slurm and munge: the test suite starts a two-node Slurm on this machine
+	@# (tests/slurm_cluster.py) to run sweeps through --executor slurm; without them (no
+	@# apt, not root) the Slurm tests skip, saying why
+	-command -v slurmctld >/dev/null || { command -v apt-get >/dev/null && \
+	    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge >/dev/null 2>&1; }; }; } || echo "Slurm not installed: the Slurm tests will skip"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[all,dev]'

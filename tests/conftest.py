@@ -35,3 +35,21 @@ def _restore_affinity():
 @pytest.fixture
 def db(tmp_path):
     return tmp_path / "results.db"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A two-node Slurm on this machine (tests/slurm_cluster.py) for the whole session,
+    every daemon stopped at its end; skipped, saying why, where Slurm cannot start."""
+    from tests.slurm_cluster import SlurmCluster
+
+    why = SlurmCluster.unavailable()
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster()
+    try:
+        cluster.start()
+    except Exception as e:  # noqa: BLE001 - any reason it cannot start is a reason to skip
+        pytest.skip(f"a Slurm cluster could not start here: {e}")
+    yield cluster
+    cluster.stop()

@@ -22,6 +22,7 @@ from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.store import Store
 from dlperf.engine import config, plan
 from dlperf.engine.runner import Listener, Runner
+from dlperf.engine.slurm.settings import SlurmSettings
 from dlperf.inputs.options import InputOptions
 from dlperf.kinds import KINDS
 from dlperf.kinds import report_sections as report_sections_of_kinds
@@ -124,14 +125,18 @@ def sweep(
     force: bool = False,
     retry_failed: bool = False,
     listener: Listener | None = None,
+    slurm: SlurmSettings | None = None,
 ) -> list[RunResult]:
-    """Run every configuration of a sweep not yet in the store; return the new results."""
+    """Run every configuration of a sweep not yet in the store; return the new results.
+    With ``slurm`` (or the sweep file's ``[slurm]`` table and ``executor = "slurm"``), each
+    runs as a Slurm job (``dlperf.engine.slurm``)."""
     cfg = load_config(source)
     for fw in cfg.frameworks:
         framework_table.require(fw)
     return run_specs(plan.expand(cfg), db=db, force=force, retry_failed=retry_failed,
                      timeout_s=cfg.timeout, memory_limit=cfg.memory_limit,
-                     peak_size=cfg.peak_size, listener=listener)
+                     peak_size=cfg.peak_size, listener=listener,
+                     slurm=slurm or cfg.slurm_settings)
 
 
 @dataclass(frozen=True)
@@ -149,9 +154,16 @@ class Planned:
 
 
 def plan_runs(specs: Sequence[RunSpec], *, db: str | Path | None = None, force: bool = False,
-              retry_failed: bool = False) -> Planned:
-    """Which of ``specs`` the store already has (the resume rule; a dry run prints this)."""
+              retry_failed: bool = False, slurm: SlurmSettings | None = None) -> Planned:
+    """Which of ``specs`` the store already has (the resume rule; a dry run prints this).
+    With ``slurm``: which (run, partition) pairs no job was submitted for yet."""
     with Store(db) as store:
+        if slurm is not None:
+            from dlperf.engine.slurm.driver import partitions_of, pending
+
+            todo = [s for _, s in pending(store, specs, slurm, force=force,
+                                          retry_failed=retry_failed)]
+            return Planned(list(specs) * len(partitions_of(slurm)), todo, store.path)
         todo = plan.pending(list(specs), store, force=force, retry_failed=retry_failed)
         return Planned(list(specs), todo, store.path)
 
@@ -167,13 +179,28 @@ def run_specs(
     peak_size: int = peak.DEFAULT_SIZE,
     torchrun: dict[str, Any] | None = None,
     listener: Listener | None = None,
+    slurm: SlurmSettings | None = None,
 ) -> list[RunResult]:
     """The one place that runs a list of RunSpecs, whatever their kind: the frameworks
     checked, what the store has skipped (unless ``force``), each run claimed, launched
     (one worker, or a torchrun job for kind 'parallel'), stored as it finishes. Returns
-    the new results; raises ``runner.Interrupted`` on Ctrl-C with what was stored."""
+    the new results; raises ``runner.Interrupted`` on Ctrl-C with what was stored.
+
+    With ``slurm``, the runs go to a Slurm cluster instead (``engine.slurm.driver``): each
+    group of them an array task on each partition, whose node runs them through this same
+    runner; the store's record of jobs is the resume rule, and the results are merged
+    here, with their machines, as the jobs end."""
     for fw in sorted({s.framework for s in specs if KINDS[s.kind].launcher != "in_process"}):
         framework_table.require(fw)
+    if slurm is not None:
+        from dlperf.engine.slurm.driver import SlurmDriver
+
+        with Store(db) as store:
+            return SlurmDriver(store, slurm, timeout_s=timeout_s, memory_limit=memory_limit,
+                               peak_size=peak_size, torchrun=dict(torchrun or {}),
+                               listener=listener or Listener()).run(
+                                   specs, force=force, retry_failed=retry_failed)
+    # here: each environment made, a GPU visible (a cluster's nodes have their own)
     for env in sorted({s.env for s in specs if s.env}):
         separate_envs.require(env)
     if any(s.device == "gpu" for s in specs):
@@ -191,7 +218,7 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
               *, db: str | Path | None = None, device: str = "cpu", fine: bool = False,
               allreduce: bool = True, force: bool = False, timeout_s: float = 900.0,
               listener: Listener | None = None, repeat: int = 1,
-              precision: str = "fp32") -> MachineFits:
+              precision: str = "fp32", slurm: SlurmSettings | None = None) -> MachineFits:
     """Time this machine's calibration kernels (``dlperf.kinds.calibrate.plan``: every installed
     framework at 1, 2, 4, ... threads up to the physical cores unless given, at
     ``precision``) through the normal runner, ``repeat`` times each (each kernel's median
@@ -204,7 +231,7 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
                              fine=fine, allreduce=allreduce, repeat=repeat,
                              precision=precision)
     run_specs(todo, db=db, force=force, retry_failed=True, timeout_s=timeout_s,
-              listener=listener)
+              listener=listener, slurm=slurm)
     return local_calibration(db=db, device=device)
 
 
@@ -379,13 +406,15 @@ def other_framework_rates(spec: RunSpec, db: str | Path | None = None) -> dict[s
         return rates(store, spec)
 
 
-def stored_results(specs: Sequence[RunSpec], db: str | Path | None = None) -> list[RunResult]:
-    """This machine's stored results (newest per run) of these specs, whatever their kind."""
+def stored_results(specs: Sequence[RunSpec], db: str | Path | None = None, *,
+                   any_machine: bool = False) -> list[RunResult]:
+    """This machine's stored results (newest per run) of these specs, whatever their kind;
+    with ``any_machine``, every machine's (a cluster's nodes)."""
     from dlperf.core.environment import machine_id
 
     ids = {s.run_id for s in specs}
     with Store(db) as store:
-        found = store.results(kind=None, machine_id=machine_id(),
+        found = store.results(kind=None, machine_id=None if any_machine else machine_id(),
                               network=sorted({s.network for s in specs}))
     return [r for r in found if r.spec.run_id in ids]
 
@@ -545,3 +574,22 @@ def memory_validation(db: str | Path | None = None, *, networks: Sequence[str] =
     with Store(db) as store:
         return validate.memory_cases(store, runtime_baselines(store), networks=networks,
                                      frameworks=frameworks)
+
+
+def check_slurm(settings: SlurmSettings) -> None:
+    """Slurm's commands on the PATH, its controller answering, the partitions known: else
+    one UsageError line (before anything is planned or submitted)."""
+    from dlperf.engine.slurm.commands import check
+
+    check(settings)
+
+
+def cluster_jobs(db: str | Path | None = None, *, live: bool = True) -> list[Any]:
+    """The Slurm jobs the store sent runs to (``core.store_jobs.ClusterJob``), those still
+    open with their state as Slurm says it now (``live``, when Slurm answers; nothing is
+    imported: the sweep's driver does that)."""
+    from dlperf.engine.slurm.driver import live_states
+
+    with Store(db) as store:
+        jobs = store.jobs()
+    return live_states(jobs) if live else jobs

@@ -32,6 +32,7 @@ from dlperf.cli import (
     report,
     run,
     setup,
+    status,
     sweep,
     train,
     validate,
@@ -41,7 +42,8 @@ from dlperf.core.errors import StoreWriteError, UsageError
 from dlperf.engine.runner import Interrupted
 
 #: every subcommand module, in the order ``dlperf --help`` lists them
-COMMANDS = (run, sweep, report, import_, compare, networks, env, train, experiment, parallel, dataflow,
+COMMANDS = (run, sweep, status, report, import_, compare, networks, env, train, experiment,
+            parallel, dataflow,
             predict, calibrate, validate, explain, advise, calc, setup)
 
 

@@ -338,3 +338,63 @@ def add_sweep_flags(p: argparse._ActionsContainer, retry_failed: bool = True) ->
     if retry_failed:
         p.add_argument("--retry-failed", action="store_true", help="re-run stored failures")
     p.add_argument("--dry-run", action="store_true", help="list what would run, run nothing")
+
+
+# ----------------------------------------------------------------------------- executor
+def add_executor(p: argparse.ArgumentParser) -> None:
+    """--executor and the Slurm flags (docs/cluster.md); a sweep file's [slurm] table
+    holds the same settings, and these flags override its keys."""
+    g = p.add_argument_group("where to run (docs/cluster.md)")
+    g.add_argument("--executor", choices=("local", "slurm"), help="local: on this machine "
+                   "(default); slurm: each group of configurations a Slurm job, the results "
+                   "merged here as the jobs end")
+    g.add_argument("--partitions", type=str_list, help="Slurm partitions, comma-separated: "
+                   "the sweep runs on each (machines side by side); default the cluster's")
+    g.add_argument("--constraint", help="sbatch --constraint (node features)")
+    g.add_argument("--nodelist", help="sbatch --nodelist")
+    g.add_argument("--slurm-time", help="each job's time limit, in Slurm's format (minutes, "
+                   "H:MM:SS, D-HH:MM:SS)")
+    g.add_argument("--cpus-per-task", type=positive_int, help="CPUs per job (default: the "
+                   "job's thread count)")
+    g.add_argument("--gpus", type=nonneg_int, help="GPUs per node (default: 1 for GPU runs)")
+    g.add_argument("--account", help="sbatch --account")
+    g.add_argument("--exclusive", action="store_true", default=None,
+                   help="a node of its own for each job")
+    g.add_argument("--slurm-dir", help="folder the jobs write their results to, on a file "
+                   "system the nodes share (default: beside the store, <store>.slurm/)")
+
+
+#: the flag (argparse dest) that sets each SlurmSettings key
+SLURM_FLAGS = {"partitions": "partitions", "constraint": "constraint", "nodelist": "nodelist",
+               "time": "slurm_time", "cpus_per_task": "cpus_per_task", "gpus": "gpus",
+               "account": "account", "exclusive": "exclusive", "folder": "slurm_dir"}
+
+
+def slurm_values(a: argparse.Namespace) -> dict[str, Any]:
+    """The Slurm settings the flags give (for a sweep file's [slurm] table to take)."""
+    return {k: getattr(a, dest) for k, dest in SLURM_FLAGS.items()
+            if getattr(a, dest, None) is not None}
+
+
+def slurm_from(a: argparse.Namespace) -> Any:
+    """The Slurm settings the flags give with ``--executor slurm``, else None (a Slurm
+    flag without it is refused: it would do nothing). One line naming the flag on a bad
+    value."""
+    from dlperf.engine.slurm.settings import SlurmSettings
+
+    given = slurm_values(a)
+    if a.executor != "slurm":
+        if given:
+            raise UsageError(f"--{SLURM_FLAGS_SPELLING[next(iter(given))]} needs "
+                             "--executor slurm")
+        return None
+    try:
+        return SlurmSettings.model_validate(given)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else "slurm"
+        flag = SLURM_FLAGS_SPELLING.get(key, key)
+        raise UsageError(f"--{flag}: {err['msg'].removeprefix('Value error, ')}") from None
+
+
+SLURM_FLAGS_SPELLING = {k: dest.replace("_", "-") for k, dest in SLURM_FLAGS.items()}

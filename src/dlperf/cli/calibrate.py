@@ -44,6 +44,7 @@ def add(sub: argparse._SubParsersAction) -> None:
                    "longer (several times slower)")
     p.add_argument("--no-allreduce", action="store_true", help="skip the all-reduce kernels")
     args.add_sweep_flags(p, retry_failed=False)
+    args.add_executor(p)
     args.add_json(p, help="print the fitted curves as JSON")
     args.add_db(p)
     p.set_defaults(func=cmd_calibrate)
@@ -59,6 +60,9 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     threads = a.threads or calibration.default_threads(a.device)
     calibration.check_precision(a.precision, a.device, frameworks,
                                 hint=" (add --frameworks torch)")
+    slurm = args.slurm_from(a)
+    if slurm is not None:
+        api.check_slurm(slurm)
     if a.dry_run:
         for s in calibration.specs(frameworks, threads, device=a.device, fine=a.fine,
                                    allreduce=not a.no_allreduce, repeat=a.repeat,
@@ -69,7 +73,11 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     with ProgressListener(to_stderr=a.json) as listener:  # --json: stdout for the document
         cal = api.calibrate(frameworks, threads, db=a.db, device=a.device, fine=a.fine,
                             allreduce=not a.no_allreduce, force=a.force, listener=listener,
-                            repeat=a.repeat, precision=a.precision)
+                            repeat=a.repeat, precision=a.precision, slurm=slurm)
+    if slurm is not None:  # the curves are the nodes', not this machine's
+        out.print("calibrated on the Slurm nodes; their kernels are in the store with their "
+                  "machines ('dlperf status' lists the jobs)")
+        return 0
     fits = [f for f in cal.fits if f.framework in frameworks and f.threads in threads
             and f.precision == a.precision]
     if a.json:

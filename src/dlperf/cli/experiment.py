@@ -30,6 +30,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="dlperf-report", help="folder for the table and plot "
                    "(default dlperf-report)")
     args.add_sweep_flags(p)
+    args.add_executor(p)
     args.add_db(p)
     p.set_defaults(func=cmd_experiment)
 
@@ -58,8 +59,12 @@ def cmd_experiment(a: argparse.Namespace) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot write to {out_dir}: {e}") from None
+    slurm = args.slurm_from(a)
+    if slurm is not None:
+        api.check_slurm(slurm)
     for name, specs in todo_by.items():
-        planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed)
+        planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed,
+                                slurm=slurm)
         print_plan(f"experiment {name}", planned, verb="run",
                    describe=_describe if a.dry_run else None)
         if a.dry_run:
@@ -69,7 +74,7 @@ def cmd_experiment(a: argparse.Namespace) -> int:
         with ProgressListener() as listener:
             api.run_specs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed,
                           timeout_s=a.timeout or 900.0, memory_limit=memory,
-                          listener=listener)
+                          listener=listener, slurm=slurm)
         sec, files = api.experiment_report(name, out_dir, db=a.db)
         if sec is None:
             out.print(f"  nothing stored for {name}")

@@ -69,6 +69,12 @@ class ProgressListener(Listener):
         self._bar().update(self.task, description=f"{escape(spec.label())}  waiting for the "
                                                   f"CPUs ({escape(holder)})")
 
+    def cluster(self, counts: dict[str, int]) -> None:
+        """The Slurm executor's line: jobs queued, running, done and failed."""
+        p, total = self._bar(), sum(counts.values())
+        p.update(self.task, total=total, completed=counts["done"] + counts["failed"],
+                 description="slurm: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+
     def done(self, result: RunResult) -> None:
         p = self._bar()
         p.advance(self.task)

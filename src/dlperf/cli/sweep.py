@@ -28,6 +28,7 @@ def add(sub: argparse._SubParsersAction) -> None:
                    "own, docs/compare.md)")
     args.add_limits(p)
     args.add_sweep_flags(p)
+    args.add_executor(p)
     args.add_db(p)
     p.set_defaults(func=cmd_sweep)
 
@@ -46,6 +47,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="results/dlbench", help="results folder (default results/dlbench)")
     args.add_limits(p)
     args.add_sweep_flags(p)
+    args.add_executor(p)
     args.add_db(p)
     p.set_defaults(func=cmd_reproduce)
 
@@ -58,7 +60,8 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         devices=a.devices, precisions=a.precision, threads=a.threads,
         batch_sizes=a.batch_size, size=a.size,
         params=args.parse_params(a.param) or None, repeat=a.repeat, timeout=a.timeout,
-        memory_limit=a.memory_limit, env=a.env,
+        memory_limit=a.memory_limit, env=a.env, executor=a.executor,
+        slurm=args.slurm_values(a) or None,
     )
     if a.file:
         cfg = config.load_sweep_file(a.file, **overrides)
@@ -83,14 +86,22 @@ def sweep_and_print(cfg, a: argparse.Namespace, title: str) -> int:
     for fw in cfg.frameworks:
         framework_table.require(fw)
     specs = plan.expand(cfg)
-    planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed)
-    print_plan(title, planned, verb="measure",
+    slurm = cfg.slurm_settings
+    if slurm is None and args.slurm_values(a):
+        raise UsageError(f"--{args.SLURM_FLAGS_SPELLING[next(iter(args.slurm_values(a)))]} "
+                         "needs --executor slurm")
+    if slurm is not None:
+        api.check_slurm(slurm)
+    planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed,
+                            slurm=slurm)
+    print_plan(title, planned, verb="submit to Slurm" if slurm else "measure",
                describe=(lambda s: f"{s.label()}  (repeat {s.repeat})") if a.dry_run else None)
     if a.dry_run:
         return 0
     with ProgressListener() as listener:
         api.sweep(cfg, db=a.db, force=a.force, retry_failed=a.retry_failed, listener=listener)
-    rows = aggregate(api.stored_results(specs, db=a.db))
+    # a cluster's results are the nodes' (each its own machine), not this machine's
+    rows = aggregate(api.stored_results(specs, db=a.db, any_machine=slurm is not None))
     if cfg.mode == "inference":
         from dlperf.kinds.inference.section import latency_table
 
@@ -111,10 +122,13 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
     configs = presets.dlbench(quick=a.quick, brief=a.brief, frameworks=frameworks,
                               variants=a.variants or ["default"], threads=a.threads,
                               size=a.size, timeout=a.timeout, memory_limit=a.memory_limit)
+    slurm = args.slurm_from(a)
     started = time.time()
     for name, cfg in configs:
         # timing flags given alongside change the preset's settings (shown as 'custom')
         cfg = cfg.model_copy(update={"measurement": args.measurement_from(a, cfg.measurement)})
+        if slurm is not None:
+            cfg = cfg.model_copy(update={"executor": "slurm", "slurm": slurm})
         sweep_and_print(cfg, a, title=name)
     out_dir = Path(a.out)
     rep = api.report(db=a.db, out=out_dir, networks=list(presets.DLBENCH_NETWORKS),

@@ -25,6 +25,8 @@ from typing import Any
 from dlperf.core import environment, migrate
 from dlperf.core.errors import StoreWriteError, UsageError
 from dlperf.core.spec import RunResult, RunSpec
+from dlperf.core.store_jobs import SCHEMA as JOBS_SCHEMA
+from dlperf.core.store_jobs import JobsTable
 
 # 2: ids include the measurement settings and the precision; 3: typed options in the ids
 SCHEMA_VERSION = 3
@@ -67,7 +69,7 @@ CREATE TABLE IF NOT EXISTS claims (
     claimed_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS results_kind ON results(kind, network);
-"""
+""" + JOBS_SCHEMA
 
 
 def default_path() -> Path:
@@ -83,7 +85,9 @@ def resolve_path(path: str | os.PathLike | None) -> Path:
     return Path(path).expanduser() if path else default_path()
 
 
-class Store:
+class Store(JobsTable):
+    """The results store; its cluster jobs' methods are ``JobsTable``'s (core/store_jobs.py)."""
+
     def __init__(self, path: str | os.PathLike | None = None):
         self.path = resolve_path(path)
         try:

@@ -17,9 +17,13 @@ A sweep file looks like this (every key optional but ``networks``)::
     memory_limit = "16GiB"
     env = "torch==2.12.0"           # that framework's runs in the environment 'dlperf setup
                                     # torch==2.12.0' made (docs/compare.md)
+    executor = "local"              # or "slurm": each configuration group a Slurm job
 
     [measurement]                   # dlperf.core.spec.Measurement; part of each result's identity
     min_time_s = 2.0
+
+    [slurm]                         # dlperf.engine.slurm.settings.SlurmSettings
+    partitions = ["cpu", "gpu-a100"]
 
 Everything wrong is reported as one line naming the file and the key.
 """
@@ -39,6 +43,7 @@ from dlperf import workloads
 from dlperf.core import framework_table, separate_envs
 from dlperf.core.errors import UsageError, validation_message
 from dlperf.core.spec import Device, Measurement, Precision
+from dlperf.engine.slurm.settings import SlurmSettings
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
           "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
@@ -118,6 +123,14 @@ class SweepConfig(BaseModel):
         """The environment ``framework``'s runs use: the sweep's ``env`` if it is one of
         that framework's, else dlperf's own ('')."""
         return self.env if self.env and env_framework(self.env) == framework else ""
+    #: where the runs are measured: here, or as Slurm jobs with ``slurm``'s settings
+    executor: Literal["local", "slurm"] = "local"
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+
+    @property
+    def slurm_settings(self) -> SlurmSettings | None:
+        """The Slurm settings when the executor is Slurm, else None (run here)."""
+        return self.slurm if self.executor == "slurm" else None
 
     @field_validator("threads")
     @classmethod
@@ -219,9 +232,10 @@ def load_sweep_file(path: str | Path, **overrides: Any) -> SweepConfig:
         raise UsageError(f"cannot read sweep file {p}: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{where}malformed TOML: {e}") from None
-    unknown = set(data) - {"sweep", "measurement"}
+    unknown = set(data) - {"sweep", "measurement", "slurm"}
     if unknown:
-        raise UsageError(f"{where}unknown table [{sorted(unknown)[0]}] (tables: [sweep], [measurement])")
+        raise UsageError(f"{where}unknown table [{sorted(unknown)[0]}] (tables: [sweep], "
+                         "[measurement], [slurm])")
     values = dict(data.get("sweep", {}))
     if not isinstance(values, dict):
         raise UsageError(f"{where}[sweep] must be a table")
@@ -229,5 +243,8 @@ def load_sweep_file(path: str | Path, **overrides: Any) -> SweepConfig:
         values["threads"] = auto_threads()
     if "measurement" in data:
         values["measurement"] = data["measurement"]
+    if "slurm" in data:
+        # flags given alongside override the table's keys one by one
+        values["slurm"] = {**data["slurm"], **(overrides.pop("slurm", None) or {})}
     values.update({k: v for k, v in overrides.items() if v is not None})
     return build(where, **values)
