@@ -120,7 +120,8 @@ def gpu_speedup(t4: Table4) -> PaperFinding:
         "GPUs are one to two orders of magnitude faster than CPUs (up to 112x)",
         f"a tool's best GPU time against its best desktop time: median "
         f"{statistics.median(ratios):.0f}x, largest {max(ratios):.0f}x", "no GPU on this "
-        "machine (dlperf reproduce dlbench adds a GPU column where one is)",
+        "machine (on one: dlperf sweep --networks fcn5,alexnet,lstm32 --frameworks "
+        "torch,tensorflow --devices cpu,gpu)",
         "not measurable here")
 
 
@@ -132,7 +133,7 @@ def batch_curves(t4: Table4) -> PaperFinding:
     return PaperFinding("Fig. 1: on GPUs, time per mini-batch grows with the batch, less "
                         "than in proportion at small batches", "a figure (no table); see "
                         "the paper", f"no GPU on this machine; {model} "
-                        "(dlperf sweep --device gpu --batch-size sweep draws the curves)",
+                        "(dlperf sweep --networks fcn5 --devices gpu --batch-size sweep draws the curves)",
                         "not measurable here")
 
 
