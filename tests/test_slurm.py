@@ -279,3 +279,30 @@ def test_a_job_over_its_time_limit_is_a_stored_timeout(timed_out):
     assert r.failure.reason == "timeout" and "TIMEOUT (TimeLimit)" in r.failure.message
     [job] = _jobs(db)
     assert job[1] == "TIMEOUT" and job[4]
+
+
+def test_a_parallel_run_spans_two_nodes_through_srun(slurm_cluster, tmp_path):
+    """``dlperf parallel --executor slurm --nodes 2``: one job over both nodes, srun starts
+    each node's part and every part joins one torchrun rendezvous on the first node; the
+    result is stored once, with its job, whichever node held rank 0, and the job's record
+    names both nodes."""
+    from dlperf.engine.slurm import batch
+
+    db = tmp_path / "results.db"
+    _seed_peaks(db, threads=(1, 2))
+    env = _env(slurm_cluster, tmp_path / "cpus-%n.lock")  # two nodes, one machine: a lock each
+    r = _dlperf(env, "parallel", "-n", "fcn5", "--size", "tiny", "-s", "sync", "-w", "2",
+                "--threads", "1", "--steps", "3", "--warmup-steps", "1", "--executor",
+                "slurm", "--nodes", "2", "--partitions", "debug", "--db", str(db),
+                timeout=300)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    with Store(db) as st:
+        [res] = st.results(kind="parallel")
+    assert res.ok and res.spec.options.nodes == 2 and res.spec.options.workers == 2
+    assert '"nnodes":2' in res.model_dump_json().replace(" ", "")
+    [job] = _jobs(db)
+    assert job[1] == "COMPLETED" and job[4]
+    assert batch.read_node(Path(job[5]), 0)["nodes"] == ["n1", "n2"]
+    bad = _dlperf(env, "parallel", "-n", "fcn5", "--size", "tiny", "-s", "sync", "-w", "2",
+                  "--nodes", "2", "--db", str(db))
+    assert bad.returncode == 2 and "--nodes needs --executor slurm" in bad.stderr

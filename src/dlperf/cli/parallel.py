@@ -89,6 +89,9 @@ def add(sub: argparse._SubParsersAction) -> None:
                    "every machine to join (default 120)")
     g.add_argument("--node-rank", type=args.nonneg_int, help="this machine's rank (static rendezvous)")
     g.add_argument("--local-addr", help="this machine's address for the other machines")
+    g.add_argument("--nodes", type=args.positive_int, help="with --executor slurm: nodes one "
+                   "run spans; Slurm allocates them, srun starts the run's part on each and "
+                   "the rendezvous is on the first (docs/cluster.md)")
     g = p.add_argument_group("limits")
     args.add_timeout(g, help="seconds for a whole run (default 1800)")
     g.add_argument("--stall-timeout", type=args.positive_float, help="seconds without any worker making "
@@ -97,6 +100,7 @@ def add(sub: argparse._SubParsersAction) -> None:
                    "(default: min(300, --timeout))")
     args.add_memory_limit(g, help="resident memory of all workers together, e.g. 8GiB")
     args.add_sweep_flags(p)
+    args.add_executor(p)
     args.add_json(p)
     args.add_db(p)
     p.set_defaults(func=cmd_parallel)
@@ -140,12 +144,14 @@ def cmd_parallel(a: argparse.Namespace) -> int:
     from dlperf import api
     from dlperf.engine.config import parse_bytes
 
+    slurm = _slurm(a)
     specs = build_specs(a)
-    if a.nnodes > 1 and not a.rdzv_endpoint:
+    if a.nnodes > 1 and not a.rdzv_endpoint and slurm is None:
         raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT, the same on every "
                          "machine")
     memory = parse_bytes(a.memory_limit) if a.memory_limit else None
-    planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed)
+    planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed,
+                            slurm=slurm)
     print_plan("parallel", planned, describe=(
         (lambda s: f"{describe(s)}  (repeat {s.repeat})") if a.dry_run else None))
     if a.dry_run:
@@ -155,17 +161,41 @@ def cmd_parallel(a: argparse.Namespace) -> int:
         nproc_per_node=a.nproc_per_node, rdzv_endpoint=a.rdzv_endpoint, rdzv_id=a.rdzv_id,
         rdzv_backend=a.rdzv_backend, rdzv_timeout_s=a.rdzv_timeout, node_rank=a.node_rank,
         local_addr=a.local_addr, comm_timeout_s=a.comm_timeout)
+    if slurm is not None:  # each node's job sets the nodes, its rank and the rendezvous
+        torchrun = {k: v for k, v in torchrun.items() if k in (
+            "stall_timeout_s", "rdzv_backend", "rdzv_timeout_s", "comm_timeout_s")}
     with ProgressListener(to_stderr=a.json) as listener:
         results = api.run_specs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed,
                                 timeout_s=a.timeout or 1800.0, memory_limit=memory,
-                                torchrun=torchrun, listener=listener)
-    stored = api.stored_results(specs, db=a.db)
+                                torchrun=torchrun, listener=listener, slurm=slurm)
+    stored = api.stored_results(specs, db=a.db, any_machine=slurm is not None)
     everything = api.stored_rows(db=a.db, kind="parallel")
     if a.json:
         print(json.dumps([r.model_dump() for r in stored], default=str))
     else:
         print_summary(stored, everything)
     return 0 if all(r.ok for r in results) else 1
+
+
+def _slurm(a: argparse.Namespace):
+    """The Slurm settings of ``--executor slurm`` with ``--nodes`` (which sets the run's
+    node count, ``--nnodes``), checked against the cluster; None to run here."""
+    slurm = args.slurm_from(a)
+    if slurm is None:
+        if a.nodes is not None:
+            raise UsageError("--nodes needs --executor slurm (on machines you start yourself: "
+                             "--nnodes with --rdzv-endpoint)")
+        return None
+    if a.nnodes > 1 or a.rdzv_endpoint or a.node_rank is not None:
+        raise UsageError("with --executor slurm, give --nodes N: Slurm allocates the nodes "
+                         "and the rendezvous is on the first (no --nnodes, --rdzv-endpoint "
+                         "or --node-rank)")
+    a.nnodes = a.nodes or 1
+    slurm = slurm.model_copy(update={"nodes": a.nnodes})
+    from dlperf import api
+
+    api.check_slurm(slurm)
+    return slurm
 
 
 def print_summary(results: list, all_rows: list) -> None:

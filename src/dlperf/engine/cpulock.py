@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,8 +21,13 @@ POLL_S = 0.5
 
 
 def lock_path() -> Path:
-    """$DLPERF_CPU_LOCK, else one file per machine in the temporary directory."""
-    return Path(os.environ.get("DLPERF_CPU_LOCK") or "/tmp/dlperf-cpus.lock")
+    """$DLPERF_CPU_LOCK, else one file per machine in the temporary directory. A '%n' in
+    it is the Slurm node's name (``SLURMD_NODENAME``, else the host's): a lock per node
+    where several nodes of a test cluster share one machine."""
+    path = os.environ.get("DLPERF_CPU_LOCK") or "/tmp/dlperf-cpus.lock"
+    if "%n" in path:
+        path = path.replace("%n", os.environ.get("SLURMD_NODENAME") or socket.gethostname())
+    return Path(path)
 
 
 def holder(path: Path | None = None) -> str:

@@ -6,6 +6,7 @@ see), and what each file in it means::
       task-<i>.json           task i's runs and runner settings (written by the driver)
       task-<i>.db             task i's own results store (seeded by the driver with the
                               stored peak rates, so a node type measured before reuses them)
+      task-<i>.node<k>.db     node k's store, in a multi-node task (node 0 writes task-<i>.db)
       task-<i>.node.json      written by the job when it starts: its node, machine, environment
       task-<i>.done           written by the job when every run of it is stored
       task-<i>.out            Slurm's output of the task
@@ -41,6 +42,12 @@ def task_file(folder: Path, task: int, what: str) -> Path:
     return folder / f"task-{task}.{what}"
 
 
+def node_stores(folder: Path, task: int) -> list[Path]:
+    """The results stores of a task: its own and, of a multi-node task, each other node's
+    (``task-<i>.node<k>.db``: rank 0 of a run may live on any node)."""
+    return [task_file(folder, task, "db"), *sorted(folder.glob(f"task-{task}.node*.db"))]
+
+
 @dataclass(frozen=True)
 class Task:
     specs: list[RunSpec]
@@ -64,12 +71,16 @@ def read_task(folder: Path, index: int) -> Task:
                 peak_size=data["peak_size"], torchrun=data.get("torchrun") or {})
 
 
-def write_script(folder: Path, python: str) -> Path:
+def write_script(folder: Path, python: str, nodes: int = 1) -> Path:
     """The batch script: the job's own interpreter runs the task (``exec``: Slurm's
-    signals, at the time limit or on ``scancel``, reach it directly)."""
+    signals, at the time limit or on ``scancel``, reach it directly). On ``nodes`` > 1,
+    ``srun`` starts it once on each node of the allocation (a multi-node parallel run:
+    each node's part joins one torchrun rendezvous, ``dlperf.engine.slurm.job``)."""
     script = folder / "job.sh"
+    srun = (f"srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 "
+            "--kill-on-bad-exit=1 " if nodes > 1 else "")
     script.write_text("#!/bin/bash\n# written by dlperf: one task of a sweep on this node\n"
-                      f"exec {shlex.quote(python)} -m dlperf.engine.slurm.job "
+                      f"exec {srun}{shlex.quote(python)} -m dlperf.engine.slurm.job "
                       f"{shlex.quote(str(folder))}\n")
     script.chmod(0o755)
     return script

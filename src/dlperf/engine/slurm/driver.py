@@ -156,7 +156,8 @@ class SlurmDriver:
                                                    self.peak_size, self.torchrun))
             if seed is not None:
                 shutil.copyfile(seed, batch.task_file(folder, i, "db"))
-        script = batch.write_script(folder, self.settings.python or sys.executable)
+        script = batch.write_script(folder, self.settings.python or sys.executable,
+                                    self.settings.nodes)
         now = time.time()
         rows = [ClusterJob(s.run_id, partition, "", str(folder), i, s.label(), SUBMITTING,
                            submitted_at=now) for i, g in enumerate(groups) for s in g]
@@ -262,15 +263,18 @@ class SlurmDriver:
     def _import(self, folder: Path, task: int) -> dict[str, RunResult]:
         """The task's results merged into the store (machines kept); its newest result
         per run."""
-        db = batch.task_file(folder, task, "db")
-        if not db.exists():
-            return {}
-        try:
-            import_file(self.store, db)
-            with Store(db) as t:
-                return {r.spec.run_id: r for r in t.results(kind=None)}
-        except UsageError:
-            return {}  # a store the job left half-written: its runs become failures
+        found: dict[str, RunResult] = {}
+        for db in batch.node_stores(folder, task):  # a multi-node task's: each node's
+            if not db.exists():
+                continue
+            try:
+                import_file(self.store, db)
+                with Store(db) as t:
+                    found.update({r.spec.run_id: r for r in t.results(kind=None)
+                                  if r.spec.kind != "peak"})
+            except UsageError:
+                continue  # a store the job left half-written: its runs become failures
+        return found
 
     def _store_failure(self, spec: RunSpec, state: str, why: str, node: dict | None,
                        folder: Path, task: int) -> RunResult | None:

@@ -7,13 +7,21 @@ results go to the task's own store in the shared folder, never to the driver's; 
 says where it ran before it starts and that it finished when every run is stored
 (``dlperf.engine.slurm.batch``). Slurm's SIGTERM (a time limit, ``scancel``, preemption)
 takes the Ctrl-C path: the run in flight is stored as interrupted, with its timed steps.
+
+A multi-node task (``dlperf parallel --executor slurm --nodes N``) runs once on each node
+of its allocation (``srun``): every node's part of a run joins one torchrun rendezvous on
+the first node, node 0 writes the task's record and end marker, and each node stores
+what it measured in a store of its own (``task-<i>.node<k>.db``): the result lives with
+whichever node held rank 0.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,21 +40,59 @@ def main(argv: list[str]) -> int:
     index = int(argv[1]) if len(argv) > 1 else int(os.environ["SLURM_ARRAY_TASK_ID"])
     signal.signal(signal.SIGTERM, _terminate)
     task = batch.read_task(folder, index)
-    with Store(batch.task_file(folder, index, "db")) as store:
+    nodes, node = int(os.environ.get("SLURM_NNODES") or 1), int(
+        os.environ.get("SLURM_NODEID") or 0)
+    first = node == 0  # the node that speaks for the task: its record, its end marker
+    db = batch.task_file(folder, index, "db") if first else \
+        folder / f"task-{index}.node{node}.db"
+    seed = folder / "seed.db"  # the driver's stored peak rates (not node 0's live store)
+    if not first and seed.exists():
+        shutil.copyfile(seed, db)
+    torchrun = dict(task.torchrun)
+    if nodes > 1:  # one torchrun rendezvous over the allocation's nodes
+        torchrun.update(nnodes=nodes, node_rank=node, rdzv_endpoint=_rendezvous())
+    with Store(db) as store:
         record = environment.record()
-        batch.write_node(folder, index, {
-            "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
-            "job_id": _job_id(), "machine_id": environment.machine_id(),
-            "env_id": store.put_environment(record), "environment": record})
+        if first:
+            batch.write_node(folder, index, {
+                "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+                "nodes": _hostnames(), "job_id": _job_id(),
+                "machine_id": environment.machine_id(),
+                "env_id": store.put_environment(record), "environment": record})
         runner = Runner(store, timeout_s=task.timeout_s, memory_limit=task.memory_limit,
-                        peak_size=task.peak_size, torchrun=task.torchrun)
+                        peak_size=task.peak_size, torchrun=torchrun)
         try:
             runner.run_all(task.specs)
         except Interrupted as e:
             print(f"dlperf job: interrupted after {e.saved} results", file=sys.stderr)
             return 130
-    batch.mark_done(folder, index)
+    if first:
+        batch.mark_done(folder, index)
     return 0
+
+
+def _hostnames() -> list[str]:
+    """The allocation's nodes, in Slurm's order."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    if not nodelist:
+        return []
+    p = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                       text=True, timeout=15)
+    return p.stdout.split() or [nodelist]
+
+
+def _rendezvous() -> str:
+    """HOST:PORT of the run's rendezvous: the first node's address (its NodeAddr, which a
+    test cluster sets to 127.0.0.1 for nodes sharing one machine) and a port every node
+    derives alike from the job id."""
+    first = (_hostnames() or [socket.gethostname()])[0]
+    p = subprocess.run(["scontrol", "show", "node", first], capture_output=True, text=True,
+                       timeout=15)
+    addr = next((w.split("=", 1)[1] for w in p.stdout.split() if w.startswith("NodeAddr=")),
+                first)
+    job = int(os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID") or 0)
+    task = int(os.environ.get("SLURM_ARRAY_TASK_ID") or 0)
+    return f"{addr}:{29500 + (job * 16 + task) % 20000}"
 
 
 def _job_id() -> str:
