@@ -1533,3 +1533,15 @@ def test_a_kernel_timed_beside_a_busy_process_records_it_and_the_calibration_say
     assert main(["report", "--db", str(db), "--out", str(db.parent / "rep")]) == 0
     md = (db.parent / "rep" / "report.md").read_text()
     assert "predicted from a disturbed calibration: torch x1" in md
+
+
+def test_an_uncalibrated_machine_names_the_calibration_of_its_device():
+    from dlperf.core.errors import UsageError
+    from dlperf.perfmodel.machine_fits import MachineFits
+
+    empty = MachineFits.of([], 16.0, 2)
+    with pytest.raises(UsageError, match="2 cores"):
+        empty.model("torch", 1)
+    with pytest.raises(UsageError) as e:
+        empty.model("torch", 1, "gpu")
+    assert "dlperf calibrate --device gpu' first" in str(e.value) and "cores" not in str(e.value)

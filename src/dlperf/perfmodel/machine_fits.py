@@ -75,9 +75,10 @@ class MachineFits:
         nearest count measured). One-line UsageError when not calibrated."""
         fit = self.find(framework, threads, device, precision)
         if not self.fits:
-            raise UsageError("this machine has no calibration in the store; run 'dlperf "
-                             f"calibrate{' --device gpu' if device == 'gpu' else ''}' first "
-                             "(4-5 minutes on 2 cores)")
+            how = ("calibrate --device gpu' first (minutes on the GPU; --dry-run lists its "
+                   "kernel runs)" if device == "gpu" else "calibrate' first (4-5 minutes on "
+                   "2 cores)")
+            raise UsageError(f"this machine has no calibration in the store; run 'dlperf {how}")
         if fit is None:
             have = ", ".join(f.label for f in self.fits if f.device == device) or "none"
             at = "" if precision == "fp32" else f" at {precision}"
