@@ -34,10 +34,10 @@ def table(o: Outcome, a: Loaded, b: Loaded) -> Table:
             footnotes.append(f"* {c.label}: {'; '.join(notes)}")
         rows.append([c.label, seconds(c.a.median_s), seconds(c.b.median_s),
                      percent(i.ratio) if i else "", _ci(i), c.verdict + ("*" if notes else ""),
-                     f"{len(c.a.runs)}/{len(c.b.runs)}"])
+                     f"{c.a.processes}/{c.b.processes}"])
         values.append([c.label, c.a.median_s, c.b.median_s, i.ratio if i else None,
                        f"{i.low:.4f}..{i.high:.4f}" if i else None, c.verdict,
-                       f"{len(c.a.runs)}/{len(c.b.runs)}"])
+                       f"{c.a.processes}/{c.b.processes}"])
     return Table(
         title=f"B against A: {a.side.text} -> {b.side.text}",
         headers=["configuration", "A", "B", "change", f"{o.level:.0%} CI", "verdict",
@@ -86,8 +86,8 @@ def to_json(o: Outcome, a: Loaded, b: Loaded) -> dict[str, Any]:
         "comparisons": [{
             "configuration": c.label, "config_id": c.config_id,
             "machines": list(c.machines), "a_median_s": c.a.median_s,
-            "b_median_s": c.b.median_s, "a_processes": len(c.a.runs),
-            "b_processes": len(c.b.runs), **(interval(c.interval) or {"verdict": TOO_FEW}),
+            "b_median_s": c.b.median_s, "a_processes": c.a.processes,
+            "b_processes": c.b.processes, **(interval(c.interval) or {"verdict": TOO_FEW}),
             "processes_needed": c.needed, "a_disturbed": c.a.disturbed(),
             "b_disturbed": c.b.disturbed()} for c in o.comparisons],
     }

@@ -10,56 +10,49 @@ configurations are matched across machines; otherwise on the same machine only.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 
 from dlperf.compare import stats
 from dlperf.compare.sides import Loaded
+from dlperf.core.aggregate import ConfigResult
 from dlperf.core.errors import UsageError
 from dlperf.core.spec import RunResult
-from dlperf.core.stats import UNSTABLE_CV
+from dlperf.core.stats import UNSTABLE_CV, robust_cv
 
 TOO_FEW = "too few repetitions"
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One side of one configuration: its processes' medians and their state."""
+class Sample(ConfigResult):
+    """One side of one configuration: its processes (``ConfigResult``'s median of
+    per-process medians and spread between them), their step times and their state."""
 
-    runs: tuple[RunResult, ...]
+    @classmethod
+    def of(cls, runs: list[RunResult]) -> Sample:
+        return cls(spec=runs[0].spec, results=list(runs), machine_id=runs[0].machine_id)
 
     @property
     def medians(self) -> list[float]:
-        return [r.metrics.median_s for r in self.runs]  # type: ignore[union-attr]
+        return [r.metrics.median_s for r in self.ok]  # type: ignore[union-attr]
 
     @property
     def steps(self) -> list[list[float]]:
-        return [list(r.step_times_s) for r in self.runs]
-
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.medians)
+        return [list(r.step_times_s) for r in self.ok]
 
     def disturbed(self) -> str | None:
         """Why this side's numbers may not be what the configuration does: a process whose
         steps vary more than the instability threshold, processes that disagree, or a
         warning a run recorded about its machine."""
         why = []
-        unstable = [r for r in self.runs if _robust_cv(r) > UNSTABLE_CV]
+        cvs = [robust_cv(r.metrics.mad_s, r.metrics.median_s) for r in self.ok]  # type: ignore[union-attr]
+        unstable = [cv for cv in cvs if cv > UNSTABLE_CV]
         if unstable:
-            worst = max(_robust_cv(r) for r in unstable)
-            why.append(f"{len(unstable)} of {len(self.runs)} processes unstable "
-                       f"(cv up to {worst:.0%})")
-        m = self.medians
-        if len(m) >= 2 and statistics.stdev(m) / statistics.fmean(m) > UNSTABLE_CV:
-            why.append(f"processes differ by {statistics.stdev(m) / statistics.fmean(m):.0%}")
-        notes = {w for r in self.runs for w in r.warnings if "disturb" in w or "injected" in w}
+            why.append(f"{len(unstable)} of {self.processes} processes unstable "
+                       f"(cv up to {max(unstable):.0%})")
+        between = self.between_cv
+        if between is not None and between > UNSTABLE_CV:
+            why.append(f"processes differ by {between:.0%}")
+        notes = {w for r in self.ok for w in r.warnings if "disturb" in w or "injected" in w}
         return "; ".join(why + sorted(notes)) or None
-
-
-def _robust_cv(r: RunResult) -> float:
-    m = r.metrics
-    return 1.4826 * m.mad_s / m.median_s if m and m.median_s > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -104,7 +97,7 @@ def compare(a: Loaded, b: Loaded, *, method: str = "welch", level: float = 0.95,
     comparisons = [_judge(ka, kb, a, b, method, level, threshold) for ka, kb in pairs]
     judged = [c.interval for c in comparisons if c.interval]
     if not judged:
-        worst = min(min(len(c.a.runs), len(c.b.runs)) for c in comparisons)
+        worst = min(min(c.a.processes, c.b.processes) for c in comparisons)
         raise UsageError(
             f"{len(comparisons)} configuration{'s' if len(comparisons) > 1 else ''} in common, "
             f"but with {worst} process{'es' if worst != 1 else ''} on a side; a verdict needs "
@@ -139,17 +132,16 @@ def _run_ids(side: Loaded) -> set[tuple[str, str | None, float | None]]:
 
 def _judge(ka: tuple[str, str], kb: tuple[str, str], a: Loaded, b: Loaded, method: str,
            level: float, threshold: float) -> Comparison:
-    sa = Sample(tuple(a.processes[ka]))
-    sb = Sample(tuple(b.processes[kb]))
+    sa, sb = Sample.of(a.processes[ka]), Sample.of(b.processes[kb])
     interval = None
-    if min(len(sa.runs), len(sb.runs)) >= stats.MIN_PROCESSES:
+    if min(sa.processes, sb.processes) >= stats.MIN_PROCESSES:
         interval = (stats.welch_log_ratio(sa.medians, sb.medians, level) if method == "welch"
                     else stats.hierarchical_bootstrap(sa.steps, sb.steps, level))
     needed = None
     if interval is None or (interval.verdict == "no significant change" and (
             interval.high > 1 + threshold or interval.low < 1 / (1 + threshold))):
         needed = stats.processes_needed(sa.medians, sb.medians, threshold, level)
-    return Comparison(label=sa.runs[0].spec.label(), config_id=ka[0], machines=(ka[1], kb[1]),
+    return Comparison(label=sa.spec.label(), config_id=ka[0], machines=(ka[1], kb[1]),
                       a=sa, b=sb, interval=interval, needed=needed)
 
 

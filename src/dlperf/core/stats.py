@@ -27,7 +27,13 @@ class Summary:
 
     @property
     def robust_cv(self) -> float:
-        return 1.4826 * self.mad / self.median if self.median > 0 else 0.0
+        return robust_cv(self.mad, self.median)
+
+
+def robust_cv(mad: float, median: float) -> float:
+    """1.4826 x MAD / median: the coefficient of variation for normal noise, not inflated
+    by a rare outlier (``UNSTABLE_CV``)."""
+    return 1.4826 * mad / median if median > 0 else 0.0
 
 
 def quantile(sorted_xs: Sequence[float], q: float) -> float:
