@@ -102,6 +102,9 @@ class SweepConfig(BaseModel):
     #: or its name 'torch-2.12.0'; made by ``dlperf setup torch==2.12.0``): that
     #: framework's runs use it
     env: str | None = None
+    #: where the runs are measured: here, or as Slurm jobs with ``slurm``'s settings
+    executor: Literal["local", "slurm"] = "local"
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
 
     @field_validator("env")
     @classmethod
@@ -113,19 +116,17 @@ class SweepConfig(BaseModel):
 
     @model_validator(mode="after")
     def _env_framework(self) -> SweepConfig:
-        if self.env and env_framework(self.env) not in self.frameworks:
-            raise UsageError(f"--env {self.env} is an environment of "
-                             f"{env_framework(self.env)}, which the sweep does not run "
-                             f"(frameworks: {', '.join(self.frameworks)})")
+        fw = separate_envs.framework_of(self.env) if self.env else None
+        if fw and fw not in self.frameworks:
+            raise UsageError(f"--env {self.env} is an environment of {fw}, which the sweep "
+                             f"does not run (frameworks: {', '.join(self.frameworks)})")
         return self
 
     def env_for(self, framework: str) -> str:
         """The environment ``framework``'s runs use: the sweep's ``env`` if it is one of
         that framework's, else dlperf's own ('')."""
-        return self.env if self.env and env_framework(self.env) == framework else ""
-    #: where the runs are measured: here, or as Slurm jobs with ``slurm``'s settings
-    executor: Literal["local", "slurm"] = "local"
-    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+        return self.env if self.env and separate_envs.framework_of(self.env) == framework \
+            else ""
 
     @property
     def slurm_settings(self) -> SlurmSettings | None:
@@ -195,10 +196,6 @@ class SweepConfig(BaseModel):
         if self.batch_sizes == "sweep":
             return list(wl.batch_sweep)
         return list(self.batch_sizes)
-
-
-def env_framework(env: str) -> str:
-    return separate_envs.framework_of(env)
 
 
 def _one_line(e: ValidationError, where: str) -> str:

@@ -89,10 +89,9 @@ def predict(
     cal, note, curves = _with_scaled(cal, dev, precision, framework)
     ctx = _Context(wl, size, cfg, batch, dev, precision, cal, devices, nodes, collective,
                    straggler_s, link, inter_link, baseline=baseline_bytes,
-                   catalogued=isinstance(device, str))
+                   catalogued=isinstance(device, str), curves=curves)
     if note:
         ctx.notes.append(note)
-    ctx.curves = curves
     if strategy == "pipeline":
         return _pipeline(ctx, micro_batches, groups)
     if micro_batches not in (None, 1):
@@ -152,7 +151,8 @@ class _Context:
     def __init__(self, wl: workloads.Workload, size: str, cfg: Any, batch: int, dev: Device,
                  precision: str, cal: Efficiencies, devices: int, nodes: int, collective: str,
                  straggler_s: float, link: str | Link | None, inter_link: str | Link | None,
-                 *, baseline: float = 0.0, catalogued: bool = True):
+                 *, baseline: float = 0.0, catalogued: bool = True,
+                 curves: str | None = None):
         self.wl, self.size, self.cfg, self.batch = wl, size, cfg, batch
         self.baseline, self.catalogued = baseline, catalogued
         self.dev, self.precision, self.cal = dev, precision, cal
@@ -165,7 +165,7 @@ class _Context:
         self.links: dict[str, str] = {}
         self._link_names = (link, inter_link)
         self.notes = [INPUT_NOTE]
-        self.curves: str | None = None  # whose reference curves a catalogue GPU runs on
+        self.curves = curves  # whose reference curves a catalogue GPU runs on
         if precision == "tf32" and dev.tf32_tflops is None:
             self.notes.append(f"{dev.name} has no TF32 units: tf32 runs as fp32")
 

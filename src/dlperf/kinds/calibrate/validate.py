@@ -428,11 +428,10 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
 def _with_utilisation(p: Prediction, spec: RunSpec) -> Prediction:
     """A prediction for this machine with its MFU against the device's peak at the
     run's precision (a CPU's theoretical peak: ``kinds.step.utilisation``)."""
-    from dlperf.kinds.step.utilisation import device_peak
+    from dlperf.kinds.step.utilisation import device_peak, utilisation
 
     if spec.kind != "step":  # workers share this machine's cores: no one device's peak
         return p
     peak, what = device_peak(spec, {})
-    if not peak:
-        return p.model_copy(update={"mfu": None, "mfu_peak": what})
-    return p.model_copy(update={"mfu": p.flops_per_step / p.time_s / peak, "mfu_peak": what})
+    mfu, _ = utilisation(p.flops_per_step, None, p.time_s, peak)
+    return p.model_copy(update={"mfu": mfu, "mfu_peak": what})
