@@ -42,10 +42,15 @@ def task_file(folder: Path, task: int, what: str) -> Path:
     return folder / f"task-{task}.{what}"
 
 
+def node_store(folder: Path, task: int, node: int) -> Path:
+    """Node ``node``'s results store of a task: node 0's is the task's own."""
+    return task_file(folder, task, "db" if node == 0 else f"node{node}.db")
+
+
 def node_stores(folder: Path, task: int) -> list[Path]:
     """The results stores of a task: its own and, of a multi-node task, each other node's
     (``task-<i>.node<k>.db``: rank 0 of a run may live on any node)."""
-    return [task_file(folder, task, "db"), *sorted(folder.glob(f"task-{task}.node*.db"))]
+    return [node_store(folder, task, 0), *sorted(folder.glob(f"task-{task}.node*.db"))]
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,13 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 from dlperf.core import environment
 from dlperf.core.store import Store
 from dlperf.engine.runner import Interrupted, Runner
-from dlperf.engine.slurm import batch
+from dlperf.engine.slurm import batch, commands
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -43,20 +42,20 @@ def main(argv: list[str]) -> int:
     nodes, node = int(os.environ.get("SLURM_NNODES") or 1), int(
         os.environ.get("SLURM_NODEID") or 0)
     first = node == 0  # the node that speaks for the task: its record, its end marker
-    db = batch.task_file(folder, index, "db") if first else \
-        folder / f"task-{index}.node{node}.db"
+    db = batch.node_store(folder, index, node)
     seed = folder / "seed.db"  # the driver's stored peak rates (not node 0's live store)
     if not first and seed.exists():
         shutil.copyfile(seed, db)
+    hosts = _hostnames()
     torchrun = dict(task.torchrun)
     if nodes > 1:  # one torchrun rendezvous over the allocation's nodes
-        torchrun.update(nnodes=nodes, node_rank=node, rdzv_endpoint=_rendezvous())
+        torchrun.update(nnodes=nodes, node_rank=node, rdzv_endpoint=_rendezvous(hosts))
     with Store(db) as store:
         record = environment.record()
         if first:
             batch.write_node(folder, index, {
                 "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
-                "nodes": _hostnames(), "job_id": _job_id(),
+                "nodes": hosts, "job_id": _job_id(),
                 "machine_id": environment.machine_id(),
                 "env_id": store.put_environment(record), "environment": record})
         runner = Runner(store, timeout_s=task.timeout_s, memory_limit=task.memory_limit,
@@ -76,19 +75,22 @@ def _hostnames() -> list[str]:
     nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
     if not nodelist:
         return []
-    p = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
-                       text=True, timeout=15)
-    return p.stdout.split() or [nodelist]
+    try:
+        return commands.run("scontrol", "show", "hostnames", nodelist).split() or [nodelist]
+    except commands.SlurmError:
+        return [nodelist]
 
 
-def _rendezvous() -> str:
+def _rendezvous(hosts: list[str]) -> str:
     """HOST:PORT of the run's rendezvous: the first node's address (its NodeAddr, which a
     test cluster sets to 127.0.0.1 for nodes sharing one machine) and a port every node
     derives alike from the job id."""
-    first = (_hostnames() or [socket.gethostname()])[0]
-    p = subprocess.run(["scontrol", "show", "node", first], capture_output=True, text=True,
-                       timeout=15)
-    addr = next((w.split("=", 1)[1] for w in p.stdout.split() if w.startswith("NodeAddr=")),
+    first = (hosts or [socket.gethostname()])[0]
+    try:
+        shown = commands.run("scontrol", "show", "node", first)
+    except commands.SlurmError:
+        shown = ""
+    addr = next((w.split("=", 1)[1] for w in shown.split() if w.startswith("NodeAddr=")),
                 first)
     job = int(os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID") or 0)
     task = int(os.environ.get("SLURM_ARRAY_TASK_ID") or 0)
