@@ -21,6 +21,17 @@ def settings_name(m: Measurement) -> str:
     return next((name for name, named in NAMED_SETTINGS.items() if named == m), "custom")
 
 
+#: named settings, fullest first: which of several measurements of one configuration a
+#: table shows
+FULLEST_FIRST = ("full", "default", "quick")
+
+
+def settings_rank(m: Measurement) -> int:
+    """The settings' place in ``FULLEST_FIRST`` (custom ones last)."""
+    name = settings_name(m)
+    return FULLEST_FIRST.index(name) if name in FULLEST_FIRST else len(FULLEST_FIRST)
+
+
 def describe_settings(m: Measurement) -> str:
     """The settings in the terms of the flags that set them."""
     return (f"min-time {m.min_time_s:g} s, min-steps {m.min_steps}, max-steps {m.max_steps}, "

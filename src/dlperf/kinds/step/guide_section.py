@@ -18,13 +18,12 @@ from typing import Literal
 from dlperf.core import environment, framework_table, units
 from dlperf.core.aggregate import ConfigResult, aggregate, direction
 from dlperf.core.store import Store
+from dlperf.kinds.step.plain import fullest
 from dlperf.reference import Reference, guide_table1
 from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table
 
 NETWORK = "fcn5"
-#: settings preferred when one configuration was measured with several
-_SETTINGS_ORDER = ("full", "default", "quick")
 Verdict = Literal["holds", "does not hold", "not measured here", "no reference"]
 #: tools of the paper that do not run on this platform (docs/frameworks.md says why)
 NOT_RUNNABLE = {"caffe": "Caffe is not installable on this platform (docs/frameworks.md)"}
@@ -43,31 +42,10 @@ class Finding:
 
 def local_times(store: Store, cores: int) -> dict[str, dict[int, ConfigResult]]:
     """This machine's fcn5 at the reference batch: framework -> threads -> measured row."""
-    from dlperf.core.settings import settings_name
-
     ref = guide_table1()
     rows = aggregate(store.results(kind="step", network=NETWORK, batch_size=ref.batch_size,
                                    device="cpu", machine_id=environment.machine_id()))
-    best: dict[str, dict[int, ConfigResult]] = {}
-    for r in rows:
-        s = r.spec
-        info = framework_table.BACKENDS.get(s.framework)
-        if not r.measured or s.size not in ("full", "") or s.precision != "fp32" or (
-                info and s.variant != info.default_variant) or s.params:
-            continue
-        name = settings_name(s.measurement)
-        rank = _SETTINGS_ORDER.index(name) if name in _SETTINGS_ORDER else len(_SETTINGS_ORDER)
-        have = best.setdefault(s.framework, {}).get(s.threads)
-        if have is None or rank < _rank(have):
-            best[s.framework][s.threads] = r
-    return best
-
-
-def _rank(r: ConfigResult) -> int:
-    from dlperf.core.settings import settings_name
-
-    name = settings_name(r.spec.measurement)
-    return _SETTINGS_ORDER.index(name) if name in _SETTINGS_ORDER else len(_SETTINGS_ORDER)
+    return fullest(rows, lambda r: r.spec.framework)
 
 
 def _sweep(fw: str, threads: list[int]) -> str:

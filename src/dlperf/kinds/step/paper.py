@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from functools import cache
 
-from dlperf.core import environment, framework_table
+from dlperf.core import environment
 from dlperf.core.aggregate import ConfigResult, aggregate
 from dlperf.core.errors import UsageError
-from dlperf.core.settings import settings_name
 from dlperf.core.store import Store
+from dlperf.kinds.step.plain import fullest
 from dlperf.perfmodel.predict import predict
 from dlperf.reference import Table4, table4_machine
 
@@ -22,7 +22,6 @@ ABSENT = {"caffe": "Caffe: nothing installable here (docs/frameworks.md)",
 CLASSES = {"FCN": ("fcn5", "fcn8"), "CNN": ("alexnet", "resnet50"), "RNN": ("lstm32", "lstm64")}
 #: the paper's columns set beside the model: its desktop on all 4 cores, its GPU
 DESKTOP, GPU = "d4", "gtx1080"
-_SETTINGS_ORDER = ("full", "default", "quick")
 
 
 @cache
@@ -40,20 +39,5 @@ def here_times(store: Store, t4: Table4) -> dict[tuple[str, str], dict[int, Conf
     the measured row (the fullest settings where several were measured)."""
     rows = aggregate(store.results(kind="step", network=t4.networks, device="cpu",
                                    machine_id=environment.machine_id()))
-    best: dict[tuple[str, str], dict[int, ConfigResult]] = {}
-    for r in rows:
-        s = r.spec
-        info = framework_table.BACKENDS.get(s.framework)
-        if not r.measured or s.batch_size != t4.batch.get(s.network) or s.precision != "fp32" \
-                or s.size not in ("full", "") or s.params or s.env or (
-                    info and s.variant != info.default_variant):
-            continue
-        slot = best.setdefault((s.network, s.framework), {})
-        if s.threads not in slot or _rank(r) < _rank(slot[s.threads]):
-            slot[s.threads] = r
-    return best
-
-
-def _rank(r: ConfigResult) -> int:
-    name = settings_name(r.spec.measurement)
-    return _SETTINGS_ORDER.index(name) if name in _SETTINGS_ORDER else len(_SETTINGS_ORDER)
+    return fullest((r for r in rows if r.spec.batch_size == t4.batch.get(r.spec.network)),
+                   lambda r: (r.spec.network, r.spec.framework))
