@@ -103,11 +103,10 @@ def quality_line(fits) -> str:
     if bad:
         return "calibration quality: " + "; ".join(
             f"{f.framework} x{f.threads}: {f.quality()}" for f in bad)
-    measured = [v for f in fits for v in f.other_cpu_share.values()]
-    if not fits or not measured:
-        return "calibration quality: disturbance not measured (no /proc/stat here)"
-    return (f"calibration quality: undisturbed (other processes took at most "
-            f"{max(measured):.0%} of the CPUs while the kernels were timed)")
+    # the most disturbed of the undisturbed speaks for them all
+    worst = max(fits, key=lambda f: max(f.other_cpu_share.values(), default=-1.0),
+                default=None)
+    return "calibration quality: " + (worst.quality() if worst else "nothing calibrated")
 
 
 def _spread(residuals: tuple[float, ...]) -> str:
