@@ -461,7 +461,7 @@ def compare(a: str, b: str, *, db: str | Path | None = None, method: str = "welc
     Returns (outcome, side A, side B); bad input is one UsageError line."""
     from dlperf.compare import sides, verdicts
 
-    la, lb = (sides.load(sides.parse(s, store_path(db))) for s in (a, b))
+    la, lb = sides.load_pair(*(sides.parse(s, store_path(db)) for s in (a, b)))
     return verdicts.compare(la, lb, method=method, level=level, threshold=threshold), la, lb
 
 

@@ -87,8 +87,19 @@ def _timestamp(value: str, text: str) -> float:
                          "2026-11-27T14:00)") from None
 
 
-def load(side: Side) -> Loaded:
-    envs, rows, _ = store_import.read_file(side.path)
+def load_pair(a: Side, b: Side) -> tuple[Loaded, Loaded]:
+    """Both sides, a file both name read once (two selections of one store are common)."""
+    read: dict[Path, tuple] = {}
+    for side in (a, b):
+        if side.path not in read:
+            read[side.path] = store_import.read_file(side.path)
+    return load(a, read[a.path]), load(b, read[b.path])
+
+
+def load(side: Side, source: tuple) -> Loaded:
+    """The side's results, from ``source``: ``store_import.read_file``'s answer for its
+    file."""
+    envs, rows, _ = source
     hosts = {mid: json.loads(rec).get("machine", {}).get("hostname", "") or ""
              for _, mid, rec, _ in envs}
     newest: dict[tuple[str, str | None], tuple[float, RunResult]] = {}
