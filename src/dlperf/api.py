@@ -29,6 +29,7 @@ from dlperf.kinds import report_sections as report_sections_of_kinds
 from dlperf.kinds.dataflow import plan as dataflow_plan
 from dlperf.kinds.explain.analysis import Explanation
 from dlperf.kinds.peak import rates as peak
+from dlperf.perfmodel.input_pipeline import LoaderCost
 from dlperf.perfmodel.machine_fits import MachineFits
 from dlperf.report import Filters, Predictor, Report, SectionBuilder, render
 
@@ -233,6 +234,27 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
     run_specs(todo, db=db, force=force, retry_failed=True, timeout_s=timeout_s,
               listener=listener, slurm=slurm)
     return local_calibration(db=db, device=device)
+
+
+def calibrate_dataflow(frameworks: Sequence[str], networks: Sequence[str] | None = None, *,
+                       db: str | Path | None = None, force: bool = False,
+                       listener: Listener | None = None) -> dict[tuple[str, str], LoaderCost]:
+    """Time the loaders' cost per sample (``kinds.dataflow.calibration``: each framework's
+    loader alone on each data shape and source the networks need, the DLBench networks
+    when None) and return every calibrated cost, by (framework, data)."""
+    from dlperf.kinds.dataflow import calibration
+
+    run_specs(calibration.specs(frameworks, networks), db=db, force=force,
+              retry_failed=True, timeout_s=600.0, listener=listener)
+    return loader_costs(db=db)
+
+
+def loader_costs(*, db: str | Path | None = None) -> dict[tuple[str, str], LoaderCost]:
+    """This machine's calibrated loader costs per sample, by (framework, data)."""
+    from dlperf.kinds.dataflow import calibration
+
+    with Store(db) as store:
+        return calibration.costs(store)
 
 
 def local_calibration(*, db: str | Path | None = None, device: str = "cpu") -> MachineFits:
@@ -523,11 +545,18 @@ def predict_here(network: str, *, db: str | Path | None = None, **kw: Any
     """The model's prediction on this machine's cpu or gpu from its calibration, and the
     stored median time of the same configuration (None when not measured); ``kw``: as
     ``kinds.calibrate.validate.predict_here`` (device, framework, threads, strategy, ...)."""
+    p, row = predict_here_row(network, db=db, **kw)
+    return p, row.median_s if row else None
+
+
+def predict_here_row(network: str, *, db: str | Path | None = None, **kw: Any
+                     ) -> tuple[Prediction, ConfigResult | None]:
+    """``predict_here`` with the stored configuration itself (its processes, its
+    input pipeline's measured stall) instead of its median time."""
     from dlperf.kinds.calibrate import validate
 
     with Store(db) as store:
-        p, row = validate.predict_here(store, network, **kw)
-    return p, row.median_s if row else None
+        return validate.predict_here(store, network, **kw)
 
 
 def validation(mode: str, *, kinds: Sequence[str] = ("step", "parallel"),
@@ -544,6 +573,18 @@ def validation(mode: str, *, kinds: Sequence[str] = ("step", "parallel"),
         mid = _one_machine(store, machine) if catalogue else None
         return validate.validation(store, mode, kinds=kinds, catalogue=catalogue,
                                    machine_id=mid, networks=networks, frameworks=frameworks)
+
+
+def dataflow_validation(*, db: str | Path | None = None, networks: Sequence[str] = (),
+                        frameworks: Sequence[str] = ()) -> tuple[list, list]:
+    """Every step measured here on an input pipeline with the model's stall beside its
+    measured one (``kinds.dataflow.validate.cases``), and the steps left out."""
+    from dlperf.kinds.calibrate.plan import local_calibration
+    from dlperf.kinds.dataflow import validate
+
+    with Store(db) as store:
+        return validate.cases(store, local_calibration(store), networks=networks,
+                              frameworks=frameworks)
 
 
 def _one_machine(store: Store, given: str | None) -> str | None:

@@ -29,7 +29,9 @@ def add(sub: argparse._SubParsersAction) -> None:
         "cores for torch, tensorflow and jax at 1 and 2 threads. The model is fitted on "
         "these kernels only, never on the networks it predicts.")
     args.add_run_flags(
-        p, framework=args.Take(many=True, help="comma-separated (default: every installed "
+        p, network=args.Take(many=True, help="with --dataflow: whose data, comma-separated "
+                             "(default: the DLBench networks)"),
+        framework=args.Take(many=True, help="comma-separated (default: every installed "
                                "one of torch, tensorflow, jax)"),
         threads=args.Take(many=True, help="comma-separated or 'auto' (default: 1, 2, 4, ... "
                           "up to the physical cores)"),
@@ -43,6 +45,10 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fine", action="store_true", help="a denser grid, each shape timed "
                    "longer (several times slower)")
     p.add_argument("--no-allreduce", action="store_true", help="skip the all-reduce kernels")
+    p.add_argument("--dataflow", action="store_true", help="time the input pipelines' "
+                   "loaders instead of the kernels: each framework's cost per sample on "
+                   "each data shape and source (jpeg, png, raw, memory) of --networks, for "
+                   "'dlperf predict --input' (seconds each)")
     args.add_sweep_flags(p, retry_failed=False)
     args.add_executor(p)
     args.add_json(p, help="print the fitted curves as JSON")
@@ -63,6 +69,8 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     slurm = args.slurm_from(a)
     if slurm is not None:
         api.check_slurm(slurm)
+    if a.dataflow:
+        return _dataflow(a, frameworks)
     if a.dry_run:
         for s in calibration.specs(frameworks, threads, device=a.device, fine=a.fine,
                                    allreduce=not a.no_allreduce, repeat=a.repeat,
@@ -94,6 +102,46 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
                   "the store has its reason)")
     out.print(quality_line(fits), markup=False)
     return 1 if missing else 0
+
+
+def _dataflow(a: argparse.Namespace, frameworks: list[str]) -> int:
+    """``--dataflow``: the loaders' costs per sample, measured and printed."""
+    from dlperf import api
+    from dlperf.core.errors import UsageError
+    from dlperf.kinds.dataflow import calibration as loaders
+    from dlperf.report.exporters import print_table
+    from dlperf.report.tables import Table
+
+    if a.precision != "fp32" or a.device != "cpu" or a.repeat > 1 or a.fine:
+        raise UsageError("--dataflow times the loaders on this machine's CPU: --device, "
+                         "--precision, --repeat and --fine apply to the kernels")
+    nets = a.networks or None
+    fws = [f for f in frameworks if f in loaders.FRAMEWORKS]
+    if not fws:
+        raise UsageError(f"--dataflow: none of {', '.join(frameworks)} has an input pipeline "
+                         f"in dlperf ({', '.join(loaders.FRAMEWORKS)} do)")
+    specs = loaders.specs(fws, nets)
+    if a.dry_run:
+        for s in specs:
+            out.print(f"  {s.framework:10} {s.label()}", markup=False)
+        return 0
+    with ProgressListener(to_stderr=a.json) as listener:
+        costs = api.calibrate_dataflow(fws, nets, db=a.db, force=a.force, listener=listener)
+    rows = [c for key, c in sorted(costs.items()) if key[0] in fws]
+    if a.json:
+        import json
+
+        print(json.dumps([c.model_dump() for c in rows], indent=1))
+        return 0
+    print_table(Table(title="Loader cost per sample (one core)", headers=[
+        "framework", "data", "per sample", "read", "decode", "augment", "collate"],
+        rows=[[c.framework, c.data, units.seconds(c.per_sample_s)] + [
+            units.seconds(c.stages[k]) if k in c.stages else "-"
+            for k in ("read_s", "decode_s", "augment_s", "collate_s")] for c in rows],
+        caption="Each framework's loader alone, no workers: its wall time is one core's "
+        "work. 'dlperf predict --input disk --loader-workers N' predicts the stall from "
+        "them."), out)
+    return 1 if any(loaders.key_of(s) not in costs for s in specs) else 0
 
 
 def quality_line(fits) -> str:

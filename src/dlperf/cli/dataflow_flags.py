@@ -23,8 +23,16 @@ from dlperf.kinds.dataflow.plan import resolve
 CACHE_STATES: tuple[str, ...] = CacheState.__args__  # type: ignore[attr-defined]
 
 
-def add_input_flags(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
-    """The input flags; with ``grid``, --loader-workers and --prefetch take lists."""
+def workers_or_auto(text: str) -> int | str:
+    """--loader-workers of ``dlperf predict``: a count, or 'auto' (the smallest count the
+    model finds stall-free)."""
+    return "auto" if text.strip().lower() == "auto" else args.nonneg_int(text)
+
+
+def add_input_flags(p: argparse.ArgumentParser, *, grid: bool = False,
+                    auto: bool = False) -> None:
+    """The input flags; with ``grid``, --loader-workers and --prefetch take lists; with
+    ``auto``, --loader-workers also takes 'auto'."""
     g = p.add_argument_group("input pipeline (docs/dataflow.md)")
     g.add_argument("--input", choices=INPUT_MODES, help="synthetic (one batch made on the "
                    "device, as DLBench; the default of run), memory (a decoded data set in host "
@@ -39,8 +47,9 @@ def add_input_flags(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
         g.add_argument("--prefetch", type=args.nonneg_counts, default="0,2",
                        help="comma-separated prefetch depths in batches (default 0,2)")
     else:
-        g.add_argument("--loader-workers", type=args.nonneg_int, help="loader processes "
-                       "(default 0: load in the training process)")
+        g.add_argument("--loader-workers", type=workers_or_auto if auto else args.nonneg_int,
+                       help="loader processes (default 0: load in the training process)"
+                       + ("; auto: the smallest count that removes the stall" if auto else ""))
         g.add_argument("--prefetch", type=args.nonneg_int, help="batches prepared ahead "
                        "(default 0)")
     g.add_argument("--autotune", action="store_true", default=None,

@@ -15,8 +15,10 @@ import json
 from typing import Any
 
 from dlperf.cli import args
+from dlperf.cli.dataflow_flags import add_input_flags, given
 from dlperf.cli.progress import out
 from dlperf.core import units
+from dlperf.core.errors import UsageError
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -98,6 +100,12 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--straggler-delay", type=float, default=0.0,
                    help="seconds one worker is slower per step")
     p.add_argument("--layers", action="store_true", help="also print the time of each layer")
+    add_input_flags(p, auto=True)
+    p.add_argument("--storage", help="--input disk --cache cold on a catalogue device: "
+                   "the storage read from (dlperf devices lists them; this machine's is "
+                   "the one 'dlperf dataflow storage' measured)")
+    p.add_argument("--host-cores", type=args.positive_int, help="--input on a catalogue GPU: "
+                   "the host's cores that feed it (default: the catalogue's per GPU)")
     args.add_json(p, help="the prediction as JSON (time_s, breakdown, ...; measured_s and "
                   "error when the store has the measurement)")
     args.add_db(p)
@@ -118,6 +126,84 @@ def memory_line(p) -> str:
     return f"peak memory {units.nbytes(m.total)} per device ({parts}); {fits}{top}"
 
 
+def input_line(ip, measured_share: float | None) -> str:
+    """The predicted stall, beside the measured one where the store has the run."""
+    line = (f"input     {ip.input}: stall {units.seconds(ip.stall_s)} per mini-batch, "
+            f"{units.percent(ip.stall_share)} of the step")
+    if measured_share is not None:
+        line += (f"; measured {units.percent(measured_share)} "
+                 f"({(ip.stall_share - measured_share) * 100:+.1f} points)")
+    free = ip.stall_free_workers
+    return line + (f"; stall-free from {free} loader worker{'s' if free != 1 else ''}"
+                   if free is not None else "; no loader-worker count removes the stall")
+
+
+def _measured_stall(row) -> float | None:
+    """The measured stall share of a stored run on a pipeline (median over processes)."""
+    import statistics
+
+    from dlperf.kinds.step.options import StepOutcome
+
+    shares = [r.outcome.dataflow.stall_share for r in (row.ok if row else [])
+              if isinstance(r.outcome, StepOutcome) and r.outcome.dataflow is not None]
+    return statistics.median(shares) if shares else None
+
+
+def _inputs(a: argparse.Namespace, params: dict[str, Any]):
+    """The input pipeline the flags ask for (None: data in place) and whether
+    --loader-workers is 'auto'."""
+    from dlperf import workloads
+    from dlperf.cli.dataflow_flags import use_data_dir
+    from dlperf.kinds.dataflow.plan import resolve
+
+    use_data_dir(a)
+    auto = a.loader_workers == "auto"
+    values = given(a, **({"loader_workers": 0} if auto else {}))
+    if values in ({}, {"input": "synthetic"}) or (auto and "input" not in values):
+        if auto or len(values) > 1:
+            raise UsageError("--loader-workers and the other input flags need --input disk "
+                             "or memory")
+        return None, False
+    batch = a.batch_size or workloads.get(a.network).default_batch
+    opts, _ = resolve(values, a.network, a.size, params, batch)
+    return opts, auto
+
+
+def _catalogue_input(a: argparse.Namespace, p, inputs, auto: bool):
+    """A catalogue device's step on an input pipeline: this machine's loader costs, the
+    device's host cores (a GPU's, from the catalogue or --host-cores)."""
+    from dlperf import api
+    from dlperf.kinds.dataflow.prediction import with_input
+    from dlperf.perfmodel import catalogue
+
+    dev = catalogue.device(a.device)
+    if dev.kind == "gpu":
+        cores = a.host_cores or dev.host_cores
+        if cores is None:
+            raise UsageError(f"the catalogue names no host CPU for {dev.name}: give its "
+                             "cores with --host-cores")
+        threads = 1
+        link = catalogue.link(dev.host_link).bytes_per_s if dev.host_link else None
+    else:
+        if a.host_cores:
+            raise UsageError("--host-cores applies to a GPU; a CPU's cores are its own")
+        cores = dev.cores or 1
+        threads, link = min(a.threads or cores, cores), None
+    storage = None
+    if a.storage:
+        disk = catalogue.storage().get(a.storage)
+        if disk is None:
+            raise UsageError(f"--storage: unknown storage '{a.storage}' (known: "
+                             f"{', '.join(catalogue.storage())})")
+        storage = (disk.read_gbps * 1e9, disk.name)
+    p = with_input(p, inputs, api.loader_costs(db=a.db), framework=a.framework or "torch",
+                   params=args.parse_params(a.param), threads=threads, cores=cores,
+                   auto_workers=auto, host_link_bytes_per_s=link, storage=storage)
+    return p.model_copy(update={"notes": [*p.notes, (
+        f"the loader's cost per sample is this machine's, its cores taken as fast as "
+        f"{dev.name}'s host's ({cores} cores feed it)")]})
+
+
 def cmd_predict(a: argparse.Namespace) -> int:
     from dlperf.perfmodel import predict
     from dlperf.report.exporters import print_table
@@ -129,18 +215,32 @@ def cmd_predict(a: argparse.Namespace) -> int:
         nodes=a.nodes, strategy=a.strategy, link=a.link, inter_link=a.inter_link,
         collective=a.collective, groups=a.groups, micro_batches=a.micro_batches,
         straggler_s=a.straggler_delay, params=args.parse_params(a.param))
+    inputs, auto = _inputs(a, kw["params"])
+    row = None
     if a.device in LOCAL_DEVICES:  # this machine's calibration, and its measurement
         from dlperf import api
 
-        p, measured = api.predict_here(a.network, device=a.device, framework=a.framework,
-                                       threads=a.threads or 1, db=a.db, **kw)
+        if a.host_cores or a.storage:
+            raise UsageError("--host-cores and --storage apply to a catalogue device; this "
+                             "machine's cores and storage are its own")
+        p, row = api.predict_here_row(a.network, device=a.device, framework=a.framework,
+                                      threads=a.threads or 1, db=a.db, inputs=inputs,
+                                      auto_workers=auto, **kw)
+        measured = row.median_s if row else None
     else:
         p = predict(a.network, device=a.device, threads=a.threads, framework=a.framework,
                     **kw)
+        if inputs is not None:
+            p = _catalogue_input(a, p, inputs, auto)
+    stall = _measured_stall(row)
     if a.json:
         doc = p.model_dump()
         if measured is not None:
             doc.update(measured_s=measured, error=p.time_s / measured - 1)
+        if p.input is not None:
+            doc["input"]["stall_share"] = p.input.stall_share
+            if stall is not None:
+                doc["measured_stall_share"] = stall
         print(json.dumps(doc, indent=1))
         return 0
     links = ", ".join(f"{k} {v}" for k, v in p.links.items())
@@ -154,6 +254,8 @@ def cmd_predict(a: argparse.Namespace) -> int:
               f"error {p.time_s / measured - 1:+.1%}")
     elif a.device in LOCAL_DEVICES:
         print("measured  - (the store has no measurement of this configuration here)")
+    if p.input is not None:
+        print(input_line(p.input, stall))
     print(memory_line(p))
     if p.mfu is not None:
         print(f"MFU {units.percent(p.mfu)} of {p.mfu_peak}")

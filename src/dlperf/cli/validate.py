@@ -55,7 +55,9 @@ def add(sub: argparse._SubParsersAction) -> None:
                                             "measured)"),
                        framework=args.Take(many=True, help="comma-separated (default: all "
                                            "measured)"))
-    p.add_argument("--kinds", default="step,parallel", help="step, parallel (default both)")
+    p.add_argument("--kinds", default="step,parallel", help="step, parallel (default both), "
+                   "dataflow (the steps on an input pipeline: stall share and the smallest "
+                   "stall-free loader-worker count)")
     p.add_argument("--worst", type=args.nonneg_int, default=5, help="worst cases to explain "
                    "(default 5)")
     args.add_json(p, help="every case and summary as JSON")
@@ -74,9 +76,20 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if a.memory:
         return _memory(a)
     kinds = args.str_list(a.kinds) or ["step", "parallel"]
-    bad = [k for k in kinds if k not in ("step", "parallel")]
+    bad = [k for k in kinds if k not in ("step", "parallel", "dataflow")]
     if bad:
-        raise UsageError(f"--kinds: unknown kind '{bad[0]}' (known: step, parallel)")
+        raise UsageError(f"--kinds: unknown kind '{bad[0]}' (known: step, parallel, "
+                         "dataflow)")
+    if "dataflow" in kinds:
+        if a.catalogue or a.leave_one_network_out or a.leave_one_family_out:
+            raise UsageError("--kinds dataflow validates the input-pipeline model against "
+                             "this machine's kernels alone")
+        from dlperf.cli.validate_dataflow import validate_dataflow
+
+        rc = validate_dataflow(a)
+        kinds = [k for k in kinds if k != "dataflow"]
+        if not kinds:
+            return rc
     mode = ("lono" if a.leave_one_network_out else "lofo" if a.leave_one_family_out
             else "catalogue" if a.catalogue else "kernels")
     cases, skipped = api.validation(mode, kinds=kinds, catalogue=a.catalogue,

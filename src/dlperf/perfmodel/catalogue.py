@@ -49,6 +49,9 @@ class Device(_Entry):
     fp32_cores: int | None = Field(default=None, gt=0)
     #: a CPU's physical cores (all of its sockets): what ``on_threads`` scales by
     cores: int | None = Field(default=None, gt=0)
+    #: a GPU's host: the CPU cores per GPU of the system the catalogue names in its
+    #: source (a DGX: its cores over its GPUs), which run its input pipeline
+    host_cores: int | None = Field(default=None, gt=0)
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s at a precision. TF32 where the device has none runs as fp32 (the

@@ -33,7 +33,6 @@ NOT_A_CHAIN = {
     "recursive": "a recursive net composes over a tree, not a chain of layers",
     "rbm": "an RBM trains by contrastive divergence, not backpropagation through layers",
 }
-INPUT_NOTE = "input pipeline: not modelled yet (0 s); the data-flow model will add it"
 
 
 def resolve_device(device: str | Device) -> Device:
@@ -164,7 +163,7 @@ class _Context:
         self.grad_bytes = sum(layer.params for layer in self.layers) * WEIGHT_BYTES
         self.links: dict[str, str] = {}
         self._link_names = (link, inter_link)
-        self.notes = [INPUT_NOTE]
+        self.notes: list[str] = []
         self.curves = curves  # whose reference curves a catalogue GPU runs on
         if precision == "tf32" and dev.tf32_tflops is None:
             self.notes.append(f"{dev.name} has no TF32 units: tf32 runs as fp32")

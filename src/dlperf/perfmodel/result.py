@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from dlperf.perfmodel.input_pipeline import InputPrediction
 from dlperf.perfmodel.memory import MemoryBreakdown
 
 
@@ -20,7 +21,9 @@ class Breakdown(BaseModel):
     communication_s: float  # gradients, weights or activations between devices
     bubble_s: float  # pipeline fill and drain
     straggler_s: float  # waiting for (or losing throughput to) the slow worker
-    input_s: float = 0.0  # the input pipeline (not modelled yet)
+    #: the input pipeline: the stall, and the step's stretch by the loader's work on its
+    #: cores (0 on data already in place; ``perfmodel.input_pipeline``)
+    input_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -76,6 +79,8 @@ class Prediction(BaseModel):
     #: on a catalogue GPU, the framework whose reference curves were scaled to it (None:
     #: no curves scaled: this machine's calibration, or a CPU's efficiency factors)
     curves: str | None = None
+    #: the input pipeline's part (None: data already in place, as DLBench timed it)
+    input: InputPrediction | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -22,8 +22,10 @@ from dlperf.core import environment
 from dlperf.core.aggregate import ConfigResult, aggregate
 from dlperf.core.spec import RunSpec
 from dlperf.core.store import Store
+from dlperf.inputs.options import InputOptions
 from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
+from dlperf.perfmodel import catalogue
 from dlperf.perfmodel.correct import Factors, fit_factors
 from dlperf.perfmodel.machine_fits import MachineFits
 from dlperf.perfmodel.memory import MemoryBreakdown
@@ -37,6 +39,11 @@ GROUPS = ("network", "framework", "threads", "batch", "strategy")
 TERM_NAMES = {"compute_s": "compute-bound products", "memory_s": "memory-bound passes",
               "overhead_s": "per-op overheads", "communication_s": "communication",
               "bubble_s": "pipeline bubble", "straggler_s": "straggler", "input_s": "input"}
+
+
+#: the link a GPU of this machine copies its batches over, for the input pipeline's
+#: host-to-device copy (the catalogue's PCIe 4.0 x16)
+LOCAL_GPU_LINK = "pcie4x16"
 
 
 def _identity(spec: RunSpec) -> dict:
@@ -378,13 +385,16 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
                  precision: str = "fp32", nodes: int = 1, groups: int | None = None,
                  micro_batches: int | None = None, straggler_s: float = 0.0,
                  params: dict | None = None, link: str | None = None,
-                 inter_link: str | None = None, collective: str = "ring"
+                 inter_link: str | None = None, collective: str = "ring",
+                 inputs: InputOptions | None = None, auto_workers: bool = False
                  ) -> tuple[Prediction, ConfigResult | None]:
     """``dlperf predict`` on this machine's ``device`` (cpu or gpu): the prediction from its
     calibration at ``framework``, ``threads`` and ``precision`` (``strategy`` other than
     single: PyTorch workers at fp32, as ``dlperf parallel`` runs them), and the stored
     measurement of the same configuration (``measured``; None when there is none). A
-    one-line UsageError when the machine is not calibrated for it."""
+    one-line UsageError when the machine is not calibrated for it. ``inputs``: the step on
+    that input pipeline (``kinds.dataflow.prediction.with_input``), ``auto_workers`` with
+    the smallest loader-worker count that removes its stall."""
     from dlperf.core import framework_table
     from dlperf.core.errors import UsageError
     from dlperf.kinds.calibrate.plan import check_precision
@@ -422,7 +432,32 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
         p = p.model_copy(update={"notes": [*p.notes, (
             f"memory: {fw}'s runtime baseline here is not calibrated yet (the peak counts "
             f"the network alone); 'dlperf calibrate --frameworks {fw}' measures it")]})
-    return _with_utilisation(p, spec), measured(store, spec)
+    p = _with_utilisation(p, spec)
+    if inputs is not None and not inputs.synthetic:
+        p, spec = _on_pipeline(store, p, spec, inputs, auto_workers)
+    return p, measured(store, spec)
+
+
+def _on_pipeline(store: Store, p: Prediction, spec: RunSpec, inputs: InputOptions,
+                 auto_workers: bool) -> tuple[Prediction, RunSpec]:
+    """``p`` on the input pipeline ``inputs`` with this machine's loader costs, and the
+    spec of that run (whose measurement is set beside it)."""
+    from dlperf.kinds.dataflow import calibration, plan
+    from dlperf.kinds.dataflow.prediction import measured_storage, with_input
+
+    on_gpu = spec.device == "gpu"
+    p = with_input(p, inputs, calibration.costs(store), framework=spec.framework,
+                   params=spec.params, threads=1 if on_gpu else spec.threads,
+                   cores=len(environment.usable_cpus()), auto_workers=auto_workers,
+                   host_link_bytes_per_s=catalogue.link(LOCAL_GPU_LINK).bytes_per_s
+                   if on_gpu else None, storage=measured_storage(store))
+    if on_gpu:
+        p = p.model_copy(update={"notes": [*p.notes, (
+            f"the host-to-device copy at {LOCAL_GPU_LINK}'s rate (the catalogue's; 'dlperf "
+            "dataflow h2d' measures this GPU's)")]})
+    chosen = inputs.model_copy(update={"loader_workers": p.input.workers}) \
+        if p.input is not None else inputs
+    return p, plan.on_pipeline(spec, chosen)
 
 
 def _with_utilisation(p: Prediction, spec: RunSpec) -> Prediction:

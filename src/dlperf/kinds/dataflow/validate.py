@@ -1,0 +1,151 @@
+"""The input-pipeline model against every step measured here on a pipeline: the predicted
+stall share beside the measured one (in points), the time per mini-batch, and the
+smallest stall-free loader-worker count beside the one the runs show. The step on data
+in place is the kernel model's (``kinds.calibrate.prediction``), the loader's cost this
+machine's loader calibration (``kinds.dataflow.calibration``), whose runs are never the
+ones compared. Imports no framework.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from dataclasses import dataclass
+
+from dlperf.core import environment
+from dlperf.core.aggregate import ConfigResult, aggregate
+from dlperf.core.errors import UsageError
+from dlperf.core.store import Store
+from dlperf.inputs.options import InputOptions
+from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
+from dlperf.kinds.dataflow import calibration
+from dlperf.kinds.dataflow.plan import has_pipeline, input_of
+from dlperf.kinds.dataflow.prediction import measured_storage, with_input
+from dlperf.kinds.step.options import StepOutcome
+from dlperf.perfmodel.input_pipeline import STALL_FREE_SHARE
+from dlperf.perfmodel.machine_fits import MachineFits
+from dlperf.perfmodel.result import Prediction
+
+#: targets (issue 32): stall share within 5 points at the median; the smallest stall-free
+#: worker count within one of the measured
+STALL_POINTS_TARGET = 5.0
+WORKERS_TARGET = 1
+
+
+@dataclass(frozen=True)
+class StallCase:
+    row: ConfigResult
+    prediction: Prediction
+    measured_share: float
+    measured_s: float
+
+    @property
+    def points(self) -> float:
+        """Predicted minus measured stall share, in percentage points."""
+        assert self.prediction.input is not None
+        return (self.prediction.input.stall_share - self.measured_share) * 100
+
+    @property
+    def error(self) -> float:
+        return self.prediction.time_s / self.measured_s - 1
+
+
+@dataclass(frozen=True)
+class WorkerCount:
+    """One pipeline measured at several loader-worker counts: the smallest whose measured
+    stall share is at most STALL_FREE_SHARE, and the model's."""
+
+    label: str
+    measured: dict[int, float]  # workers -> measured stall share
+    smallest_measured: int | None  # None: none of the counts measured
+    predicted: int | None
+
+    @property
+    def off_by(self) -> int | None:
+        if self.predicted is None or self.smallest_measured is None:
+            return None
+        return self.predicted - self.smallest_measured
+
+
+def measured_share(row: ConfigResult) -> float | None:
+    shares = [r.outcome.dataflow.stall_share for r in row.ok
+              if isinstance(r.outcome, StepOutcome) and r.outcome.dataflow is not None]
+    return statistics.median(shares) if shares else None
+
+
+def cases(store: Store, cal: MachineFits, *, networks=(), frameworks=()
+          ) -> tuple[list[StallCase], list[tuple[ConfigResult, str]]]:
+    """Every step measured here on an input pipeline, predicted; and those left out, with
+    the reason."""
+    costs = calibration.costs(store)
+    cores = len(environment.usable_cpus())
+    storage = measured_storage(store)
+    rows = aggregate(store.results(kind="step", status="ok", network=list(networks) or None,
+                                   framework=list(frameworks) or None,
+                                   machine_id=environment.machine_id()))
+    out, skipped = [], []
+    for row in rows:
+        spec = row.spec
+        if not has_pipeline(spec) or not row.median_s:
+            continue
+        share = measured_share(row)
+        plain = spec.model_copy(update={"options": type(spec.options)()})
+        why = why_not(plain, cal)
+        if why is None and share is None:
+            why = "no stall was recorded"
+        p = predict_for_spec(plain, cal) if why is None else None
+        if p is None:
+            skipped.append((row, why or "the model cannot predict it"))
+            continue
+        try:
+            p = with_input(p, input_of(spec), costs, framework=spec.framework,
+                           params=spec.params, threads=spec.threads, cores=cores,
+                           storage=storage)
+        except UsageError as e:
+            skipped.append((row, str(e)))
+            continue
+        out.append(StallCase(row, p, share, row.median_s))  # type: ignore[arg-type]
+    return out, skipped
+
+
+def _pipeline_key(c: StallCase) -> tuple:
+    s, o = c.row.spec, input_of(c.row.spec)
+    rest = o.model_dump(exclude={"loader_workers"})
+    return (s.network, s.size, s.framework, s.threads, s.batch_size, s.device,
+            tuple(sorted(rest.items())))
+
+
+def worker_counts(found: list[StallCase]) -> list[WorkerCount]:
+    """The pipelines measured at two or more loader-worker counts, from 0: the smallest
+    stall-free count measured and predicted."""
+    out = []
+    for _, group in itertools.groupby(sorted(found, key=_pipeline_key), key=_pipeline_key):
+        g = sorted(group, key=lambda c: input_of(c.row.spec).loader_workers)
+        counts = {input_of(c.row.spec).loader_workers: c.measured_share for c in g}
+        if len(counts) < 2 or 0 not in counts:
+            continue
+        free = [w for w, share in sorted(counts.items()) if share <= STALL_FREE_SHARE]
+        ip = g[0].prediction.input
+        assert ip is not None
+        first = g[0].row.spec
+        out.append(WorkerCount(
+            label=_label(first, input_of(first)), measured=counts,
+            smallest_measured=free[0] if free else None,
+            predicted=_predicted_free(g)))
+    return out
+
+
+def _predicted_free(group: list[StallCase]) -> int | None:
+    """The smallest count of the group whose predicted stall share is at most
+    STALL_FREE_SHARE (the measured side's rule), else the model's own count beyond them."""
+    for c in group:
+        ip = c.prediction.input
+        if ip is not None and ip.stall_share <= STALL_FREE_SHARE:
+            return ip.workers
+    last = group[-1].prediction.input
+    return last.stall_free_workers if last is not None else None
+
+
+def _label(spec, opts: InputOptions) -> str:
+    rest = opts.model_copy(update={"loader_workers": 0}).describe().replace(" w0", "")
+    return (f"{spec.network} {spec.framework} x{spec.threads} b{spec.batch_size} {rest}")
