@@ -237,10 +237,8 @@ def cmd_predict(a: argparse.Namespace) -> int:
         doc = p.model_dump()
         if measured is not None:
             doc.update(measured_s=measured, error=p.time_s / measured - 1)
-        if p.input is not None:
-            doc["input"]["stall_share"] = p.input.stall_share
-            if stall is not None:
-                doc["measured_stall_share"] = stall
+        if stall is not None:
+            doc["measured_stall_share"] = stall
         print(json.dumps(doc, indent=1))
         return 0
     links = ", ".join(f"{k} {v}" for k, v in p.links.items())

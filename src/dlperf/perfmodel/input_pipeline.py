@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 #: a stall share at or below this counts as stall-free: the loader keeps up (the
 #: measured side of ``dlperf validate`` uses the same threshold)
@@ -71,6 +71,7 @@ class InputPrediction(BaseModel):
     stall_free_workers: int | None
     loader: LoaderCost
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def stall_share(self) -> float:
         return self.stall_s / self.time_s if self.time_s > 0 else 0.0
