@@ -29,9 +29,12 @@ from dlperf.cli.validate_dataflow import summarize, summary_line  # noqa: E402
 from dlperf.core.spec import Measurement, RunSpec  # noqa: E402
 from dlperf.core.store import Store  # noqa: E402
 from dlperf.kinds.calibrate.plan import local_calibration  # noqa: E402
+from dlperf.kinds.calibrate.validate import measured  # noqa: E402
 from dlperf.kinds.dataflow import validate as dv  # noqa: E402
 from dlperf.kinds.dataflow.plan import on_pipeline, resolve  # noqa: E402
 
+#: more processes for a floor (synthetic data) whose cores other work took
+RETRIES = 2
 MEASUREMENT = Measurement(min_time_s=2.0, min_steps=5, warmup_max_steps=6,
                           warmup_max_time_s=15.0)
 #: (network, batch, framework, threads, input settings, loader workers, prefetch depths):
@@ -46,6 +49,7 @@ GRID = [
     ("alexnet", 16, "tensorflow", 1, {}, (0, 2), (0, 2)),
     ("alexnet", 16, "tensorflow", 1, {"sample_delay_s": 0.08}, (0, 1, 2, 3), (2,)),
     ("alexnet", 16, "jax", 1, {}, (0, 2), (0, 2)),
+    ("alexnet", 16, "jax", 1, {"sample_delay_s": 0.08}, (0, 1, 2, 3), (2,)),
     ("fcn5", 64, "torch", 1, {}, (0, 1), (0, 2)),
     ("lstm32", 128, "torch", 1, {}, (0, 1), (0, 2)),
 ]
@@ -58,6 +62,8 @@ def specs(frameworks: list[str]) -> list[RunSpec]:
             continue
         base = RunSpec(network=net, framework=fw, threads=threads, batch_size=batch,
                        measurement=MEASUREMENT)
+        if base.run_id not in {s.run_id for s in out}:  # the floor: synthetic data
+            out.append(base)
         for w in workers:
             for p in prefetch:
                 opts, _ = resolve({"input": "disk", **extra, "loader_workers": w,
@@ -75,9 +81,19 @@ def measure(db: str, frameworks: list[str]) -> None:
     api.calibrate_dataflow(frameworks, ["alexnet", "fcn5", "lstm32"], db=db)
     print(f"  {time.monotonic() - t1:.0f} s", flush=True)
     todo = specs(frameworks)
-    print(f"measuring {len(todo)} steps on input pipelines ...", flush=True)
+    print(f"measuring {len(todo)} steps (on input pipelines, and their floors on "
+          "synthetic data) ...", flush=True)
     t2 = time.monotonic()
     api.run_specs(todo, db=db, timeout_s=600.0)
+    for _ in range(RETRIES):  # a floor whose cores were taken: another process
+        with Store(db) as store:
+            again = [r.spec.model_copy(update={"repeat": len(r.results)})
+                     for s in todo if s.options == type(s.options)()
+                     and (r := measured(store, s)) is not None and dv.floor_s(r) is None]
+        if not again:
+            break
+        print(f"  measuring again {len(again)} floors whose cores were taken", flush=True)
+        api.run_specs(again, db=db, timeout_s=600.0)
     print(f"  {time.monotonic() - t2:.0f} s", flush=True)
 
 
@@ -89,10 +105,12 @@ def report(db: str, frameworks: list[str]) -> None:
               + (f": {skipped[0][1]}" if skipped else "") + ")")
         return
     print(f"\n{'configuration':58} {'stall meas.':>11} {'pred.':>7} {'points':>7} "
-          f"{'time err':>8}")
+          f"{'on floor':>8} {'points':>7} {'time err':>8}")
     for c in sorted(cases, key=lambda c: c.row.spec.label()):
+        fl = (f"{c.on_floor.stall_share:8.1%} {c.floor_points:+7.1f}" if c.on_floor
+              else f"{'-':>8} {'-':>7}")
         print(f"{c.row.spec.label():58} {c.measured_share:11.1%} "
-              f"{c.prediction.input.stall_share:7.1%} {c.points:+7.1f} {c.error:+8.0%}")
+              f"{c.prediction.input.stall_share:7.1%} {c.points:+7.1f} {fl} {c.error:+8.0%}")
     counts = dv.worker_counts(cases)
     if counts:
         print("\nsmallest stall-free loader-worker count (measured / predicted):")

@@ -18,11 +18,12 @@ from dlperf.core.errors import UsageError
 from dlperf.core.store import Store
 from dlperf.inputs.options import InputOptions
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
+from dlperf.kinds.calibrate.validate import busy_share, measured, undisturbed_s
 from dlperf.kinds.dataflow import calibration
 from dlperf.kinds.dataflow.plan import has_pipeline, input_of
 from dlperf.kinds.dataflow.prediction import measured_storage, with_input
 from dlperf.kinds.step.options import StepOutcome
-from dlperf.perfmodel.input_pipeline import STALL_FREE_SHARE
+from dlperf.perfmodel.input_pipeline import STALL_FREE_SHARE, InputPrediction
 from dlperf.perfmodel.machine_fits import MachineFits
 from dlperf.perfmodel.result import Prediction
 
@@ -38,12 +39,29 @@ class StallCase:
     prediction: Prediction
     measured_share: float
     measured_s: float
+    #: the input model alone: the same pipeline on the step measured here on synthetic
+    #: data (the floor) instead of the kernel model's step (None: no floor measured)
+    on_floor: InputPrediction | None = None
 
     @property
     def points(self) -> float:
         """Predicted minus measured stall share, in percentage points."""
         assert self.prediction.input is not None
         return (self.prediction.input.stall_share - self.measured_share) * 100
+
+    @property
+    def floor_points(self) -> float | None:
+        """The same with the measured floor as the step (the input model's own error)."""
+        if self.on_floor is None:
+            return None
+        return (self.on_floor.stall_share - self.measured_share) * 100
+
+    @property
+    def stalled(self) -> bool:
+        """A case where the pipeline matters: either side's stall share above the
+        stall-free threshold (the others agree on nearly nothing)."""
+        assert self.prediction.input is not None
+        return max(self.measured_share, self.prediction.input.stall_share) > STALL_FREE_SHARE
 
     @property
     def error(self) -> float:
@@ -97,15 +115,35 @@ def cases(store: Store, cal: MachineFits, *, networks=(), frameworks=()
         if p is None:
             skipped.append((row, why or "the model cannot predict it"))
             continue
+        kw = dict(framework=spec.framework, params=spec.params, threads=spec.threads,
+                  cores=cores, storage=storage)
         try:
-            p = with_input(p, input_of(spec), costs, framework=spec.framework,
-                           params=spec.params, threads=spec.threads, cores=cores,
-                           storage=storage)
+            on_model = with_input(p, input_of(spec), costs, **kw)
         except UsageError as e:
             skipped.append((row, str(e)))
             continue
-        out.append(StallCase(row, p, share, row.median_s))  # type: ignore[arg-type]
+        floor = floor_s(measured(store, plain))
+        on_floor = with_input(p.model_copy(update={"time_s": floor}), input_of(spec),
+                              costs, **kw).input if floor else None
+        out.append(StallCase(row, on_model, share, row.median_s,  # type: ignore[arg-type]
+                             on_floor))
     return out, skipped
+
+
+#: a floor whose busiest process kept less than this share of its threads busy lost its
+#: cores to other work: it would put the step too slow, and is not used
+FLOOR_BUSY = 0.8
+
+
+def floor_s(row: ConfigResult | None) -> float | None:
+    """The synthetic-data step of ``row`` from its least disturbed processes, or None
+    when none kept its cores busy (judged on the CPU accounting, never on the time)."""
+    if row is None or not row.median_s:
+        return None
+    share = busy_share(row)
+    if share is not None and share < FLOOR_BUSY * (1 if row.spec.threads == 1 else 0.9):
+        return None
+    return undisturbed_s(row)
 
 
 def _pipeline_key(c: StallCase) -> tuple:
