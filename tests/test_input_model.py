@@ -268,3 +268,38 @@ def test_a_cold_cache_reads_each_sample_at_the_storage_rate(calibrated_db, capsy
     assert cold["input"]["loader_wait_s"] == pytest.approx(64 * SAMPLE_BYTES / 1e8)
     assert cold["time_s"] == pytest.approx(warm["time_s"] + 0.064)
     assert any("/data" in n for n in cold["notes"])
+
+
+def test_a_storage_every_loader_shares_bounds_the_pipeline():
+    # 1 s of the storage's time per batch: no worker count gets below it
+    args = (0.5, 1, 8, 0.0, 1.0, placement("torch", 4, 2, cores=8))
+    time, step, stall = steady_state(*args, shared_s=1.0)
+    assert (time, step, stall) == pytest.approx((1.0, 0.5, 0.5))
+    assert ip.stall_free_workers(0.5, 1, 8, 0.0, 1.0, "torch", 2, shared_s=1.0) is None
+    assert ip.stall_free_workers(0.5, 1, 8, 0.0, 1.0, "torch", 2, shared_s=0.2) == 2
+
+
+def test_a_hard_disk_seeks_for_one_read_at_a_time():
+    from dlperf.kinds.dataflow.prediction import catalogue_storage
+    from dlperf.perfmodel import catalogue
+
+    hdd = catalogue_storage(catalogue.storage_entry("hdd"))
+    nvme = catalogue_storage(catalogue.storage_entry("nvme"))
+    assert not hdd.concurrent and nvme.concurrent
+    assert hdd.latency_s == pytest.approx(1 / 170) and nvme.latency_s == pytest.approx(1 / 19000)
+
+
+def test_predict_cold_on_a_catalogue_gpu_names_what_cannot_keep_up(calibrated_db, capsys):
+    from dlperf.cli import main
+    from dlperf.core.store import Store
+
+    with Store(calibrated_db) as store:
+        _loader_calibration(store, 1e-4, network="alexnet")
+    db = ["--db", str(calibrated_db)]
+    base = ["predict", "-n", "alexnet", "-d", "a100-40gb", "-b", "256", "--input", "disk",
+            "--cache", "cold", "--loader-workers", "auto", *db]
+    assert main(base) == 2  # a catalogue device: which storage?
+    assert "--storage NAME" in capsys.readouterr().err
+    assert main([*base, "--storage", "hdd"]) == 2  # 256 seeks of 5.9 ms: never in time
+    assert "the storage cannot read" in capsys.readouterr().err
+    assert main([*base, "--storage", "nvme"]) == 0

@@ -173,7 +173,7 @@ def _catalogue_input(a: argparse.Namespace, p, inputs, auto: bool):
     """A catalogue device's step on an input pipeline: this machine's loader costs, the
     device's host cores (a GPU's, from the catalogue or --host-cores)."""
     from dlperf import api
-    from dlperf.kinds.dataflow.prediction import with_input
+    from dlperf.kinds.dataflow.prediction import catalogue_storage, with_input
     from dlperf.perfmodel import catalogue
 
     dev = catalogue.device(a.device)
@@ -190,12 +190,15 @@ def _catalogue_input(a: argparse.Namespace, p, inputs, auto: bool):
         cores = dev.cores or 1
         threads, link = min(a.threads or cores, cores), None
     storage = None
+    if inputs.cache == "cold" and not a.storage:
+        raise UsageError(f"--cache cold on {dev.name}: give the storage it reads from with "
+                         "--storage NAME ('dlperf devices' lists them)")
     if a.storage:
         disk = catalogue.storage().get(a.storage)
         if disk is None:
             raise UsageError(f"--storage: unknown storage '{a.storage}' (known: "
                              f"{', '.join(catalogue.storage())})")
-        storage = (disk.read_gbps * 1e9, disk.name)
+        storage = catalogue_storage(disk)
     p = with_input(p, inputs, api.loader_costs(db=a.db), framework=a.framework or "torch",
                    params=args.parse_params(a.param), threads=threads, cores=cores,
                    auto_workers=auto, host_link_bytes_per_s=link, storage=storage)

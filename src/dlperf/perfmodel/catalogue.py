@@ -95,6 +95,8 @@ class Link(_Entry):
 
 class Storage(_Entry):
     read_gbps: float = Field(gt=0)
+    #: small random reads per second at queue depth 1 (None: the data sheet gives none)
+    random_read_iops: float | None = Field(default=None, gt=0)
 
 
 def _read(text: str, origin: str) -> dict:

@@ -113,26 +113,27 @@ def stretched(train_s: float, busy_s: float, taken_s: float) -> float:
 
 
 def steady_state(train_s: float, threads: int, cores: int, cpu_s: float, wait_s: float,
-                 where: Placement, busy_s: float | None = None
+                 where: Placement, busy_s: float | None = None, shared_s: float = 0.0
                  ) -> tuple[float, float, float]:
     """(time per mini-batch, the step as stretched, the stall) in steady state.
 
     ``train_s``: the step on ``threads`` of the ``cores``, keeping them busy ``busy_s`` of
     it (None: all of it, a CPU's step); ``cpu_s`` and ``wait_s``: one batch's loader work
     and its waits that take no CPU (reads from a cold storage, an added delay), done by
-    ``where``.
+    ``where``; ``shared_s``: the batch's time on what every loader shares (a storage
+    streaming all their reads), which no number of loaders shortens.
 
     In the loop the step waits for all of it. Ahead of it the time is the largest of the
     step (stretched by the loader's work that lands on its cores), one loader's batch over
-    the loaders building batches at once, and all the CPU work over the cores that can
-    take it (DS-Analyzer's bound, the module's docstring). The loader takes first the
-    cores the step leaves free, then the step's."""
+    the loaders building batches at once, all the CPU work over the cores that can take
+    it, and the shared storage's time (DS-Analyzer's bounds, the module's docstring). The
+    loader takes first the cores the step leaves free, then the step's."""
     busy = train_s if busy_s is None else busy_s
     if not where.ahead:
         return train_s + cpu_s + wait_s, train_s, cpu_s + wait_s
     usable = threads if where.on_training_cores else max(cores, threads)
     free = 0 if where.on_training_cores else max(0, cores - threads)
-    loader_s = (cpu_s + wait_s) / where.parallel
+    loader_s = max((cpu_s + wait_s) / where.parallel, shared_s)
     capacity_s = (busy * threads + cpu_s) / usable
 
     def step(time: float) -> float:
@@ -151,13 +152,14 @@ def steady_state(train_s: float, threads: int, cores: int, cpu_s: float, wait_s:
 
 def stall_free_workers(train_s: float, threads: int, cores: int, cpu_s: float,
                        wait_s: float, framework: str, prefetch: int,
-                       busy_s: float | None = None) -> int | None:
+                       busy_s: float | None = None, shared_s: float = 0.0) -> int | None:
     """The smallest loader-worker count at ``prefetch`` whose predicted stall share is at
     most STALL_FREE_SHARE and whose stretch of the step is too (None: none up to
     MAX_WORKERS): the count at which the input pipeline costs the step at most that."""
     for w in range(MAX_WORKERS + 1):
         time, _, stall = steady_state(train_s, threads, cores, cpu_s, wait_s,
-                                      placement(framework, w, prefetch, cores), busy_s)
+                                      placement(framework, w, prefetch, cores), busy_s,
+                                      shared_s)
         if time - train_s <= STALL_FREE_SHARE * time:
             return w
     return None
@@ -166,21 +168,25 @@ def stall_free_workers(train_s: float, threads: int, cores: int, cpu_s: float,
 def predict_input(*, train_s: float, threads: int, cores: int, batch: int,
                   cost: LoaderCost, workers: int, prefetch: int, label: str,
                   wait_per_sample_s: float = 0.0, copy_s: float = 0.0,
-                  copy_ahead: bool = False, busy_s: float | None = None) -> InputPrediction:
+                  copy_ahead: bool = False, busy_s: float | None = None,
+                  shared_per_sample_s: float = 0.0) -> InputPrediction:
     """The input pipeline's part of a step of ``batch`` samples that takes ``train_s`` on
     data in place, keeping its cores busy ``busy_s`` of it (None: all of it).
     ``wait_per_sample_s``: waits without CPU per sample (an added delay, a cold read at
     the storage's rate); ``copy_s``: the batch's host-to-device copy, in the step, or
     among the loader's waits when ``copy_ahead`` (a side stream copies the next batch
-    during the step)."""
+    during the step); ``shared_per_sample_s``: a sample's time on what all loaders share
+    (the storage's streaming, or a hard disk's seek)."""
     cpu = batch * cost.per_sample_s
+    shared = batch * shared_per_sample_s
     wait = batch * wait_per_sample_s + (copy_s if copy_ahead else 0.0)
     step = train_s + (0.0 if copy_ahead else copy_s)
     where = placement(cost.framework, workers, prefetch, cores)
-    time, stretched_s, stall = steady_state(step, threads, cores, cpu, wait, where, busy_s)
+    time, stretched_s, stall = steady_state(step, threads, cores, cpu, wait, where, busy_s,
+                                            shared)
     return InputPrediction(
         input=label, placement=where.words, workers=workers, loader_cpu_s=cpu,
         loader_wait_s=wait, train_s=step, stretched_s=stretched_s, stall_s=stall,
         time_s=time, loader=cost,
         stall_free_workers=stall_free_workers(step, threads, cores, cpu, wait,
-                                              cost.framework, prefetch, busy_s))
+                                              cost.framework, prefetch, busy_s, shared))

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from dlperf import workloads
@@ -14,20 +15,25 @@ from dlperf.core import units
 from dlperf.core.errors import UsageError
 from dlperf.inputs.options import InputOptions
 from dlperf.kinds.dataflow.calibration import cost_for
-from dlperf.perfmodel.input_pipeline import LoaderCost, predict_input, stall_free_workers
+from dlperf.perfmodel.input_pipeline import (
+    MAX_WORKERS,
+    LoaderCost,
+    predict_input,
+    stall_free_workers,
+)
 from dlperf.perfmodel.result import Prediction
 
 
 def with_input(p: Prediction, opts: InputOptions, costs: dict[tuple[str, str], LoaderCost], *,
                framework: str, params: dict[str, Any] | None, threads: int, cores: int,
                auto_workers: bool = False, host_link_bytes_per_s: float | None = None,
-               storage: tuple[float, str] | None = None) -> Prediction:
+               storage: Storage | None = None) -> Prediction:
     """``p`` (one device's step on data in place) on the pipeline ``opts``: the training
     on ``threads`` of ``cores`` that the loader may also use; ``auto_workers``: the
     smallest loader-worker count that removes the stall instead of ``opts``'s;
     ``host_link_bytes_per_s``: a GPU's copy of each batch from the host (None: a CPU);
-    ``storage``: the rate a cold read fetches a sample's bytes at, and what it is (random
-    reads: a loader reads sample by sample)."""
+    ``storage``: where a cold read of each sample comes from (a loader reads sample by
+    sample)."""
     if opts.synthetic:
         return p
     if p.strategy != "single":
@@ -38,16 +44,23 @@ def with_input(p: Prediction, opts: InputOptions, costs: dict[tuple[str, str], L
                          "and --prefetch (or --loader-workers auto) to predict")
     cost = cost_for(costs, framework, p.network, p.size, params, opts)
     wait = opts.sample_delay_s
+    shared = 0.0
     cold = ""
     if opts.cache == "cold":
         if storage is None:
             raise UsageError("--cache cold reads every sample from storage: no storage is "
                              "measured here ('dlperf dataflow storage --path DIR' measures "
                              "the disk the data lives on)")
-        rate, what = storage
-        wait += cost.sample_bytes / rate
-        cold = (f"; cold reads of {units.nbytes(cost.sample_bytes)} a sample at {what}'s "
-                f"{units.nbytes(rate)}/s: {units.seconds(cost.sample_bytes / rate)} each")
+        stream = cost.sample_bytes / storage.bytes_per_s
+        wait += storage.latency_s + stream
+        # the storage streams every loader's bytes; a disk with one actuator also seeks
+        # for one read at a time
+        shared = stream + (0.0 if storage.concurrent else storage.latency_s)
+        cold = (f"; cold reads of {units.nbytes(cost.sample_bytes)} a sample from "
+                f"{storage.name} ({units.nbytes(storage.bytes_per_s)}/s"
+                + (f" after {units.seconds(storage.latency_s)}" if storage.latency_s else "")
+                + (", one read at a time" if not storage.concurrent else "")
+                + f"): {units.seconds(storage.latency_s + stream)} each")
     copy = 0.0
     if host_link_bytes_per_s:
         copy = batch_bytes(p.network, p.size, params, p.batch_size) / host_link_bytes_per_s
@@ -59,17 +72,20 @@ def with_input(p: Prediction, opts: InputOptions, costs: dict[tuple[str, str], L
         found = stall_free_workers(p.time_s, threads, cores,
                                    cost.per_sample_s * p.batch_size,
                                    wait * p.batch_size + copy,
-                                   framework, opts.prefetch, busy)
+                                   framework, opts.prefetch, busy, shared * p.batch_size)
         if found is None:
-            raise UsageError("no loader-worker count up to 64 keeps the stall below 5% of "
-                             "the step here: the cores cannot prepare the data as fast as "
-                             "the step consumes it")
+            slow = ("the storage cannot read" if shared * p.batch_size > p.time_s
+                    else "the cores cannot prepare")
+            raise UsageError(f"no loader-worker count up to {MAX_WORKERS} keeps the input "
+                             f"pipeline within 5% of the step here: {slow} the samples as "
+                             "fast as the step consumes them")
         workers = found
         opts = opts.model_copy(update={"loader_workers": found})
     ip = predict_input(train_s=p.time_s, batch=p.batch_size, cost=cost, workers=workers,
                        prefetch=opts.prefetch, label=opts.describe(),
                        wait_per_sample_s=wait, copy_s=copy,
-                       copy_ahead=bool(opts.prefetch or workers), **kw)
+                       copy_ahead=bool(opts.prefetch or workers),
+                       shared_per_sample_s=shared, **kw)
     added = ip.time_s - p.time_s
     note = (f"input pipeline {ip.input}: {units.seconds(ip.loader_cpu_s)} of loader work "
             f"per batch ({cost.data}, {units.seconds(cost.per_sample_s)} a sample), "
@@ -95,9 +111,28 @@ def batch_bytes(network: str, size: str, params: dict[str, Any] | None, batch: i
     return 4.0 * batch * math.prod(cfg.input_shape())
 
 
-def measured_storage(store: Any) -> tuple[float, str] | None:
-    """The newest storage measured on this machine (``dlperf dataflow storage``): its
-    random-read rate and its path, for cold reads."""
+@dataclass(frozen=True)
+class Storage:
+    """Where cold reads come from: each read's wait before its bytes stream, the rate
+    they stream at (shared by every loader), and whether reads are served at once."""
+
+    name: str
+    bytes_per_s: float
+    latency_s: float = 0.0
+    concurrent: bool = True
+
+
+def catalogue_storage(entry: Any) -> Storage:
+    """A catalogue storage (``perfmodel/data/storage.toml``): its sequential rate, a read's
+    wait from its queue-depth-1 random reads; a hard disk serves one read at a time."""
+    return Storage(entry.name, entry.read_gbps * 1e9,
+                   1 / entry.random_read_iops if entry.random_read_iops else 0.0,
+                   concurrent=entry.name != "hdd")
+
+
+def measured_storage(store: Any) -> Storage | None:
+    """The newest storage measured on this machine (``dlperf dataflow storage``), for cold
+    reads: its random reads' rate (each read's wait is in it) and its path."""
     from dlperf.core import environment
     from dlperf.kinds.dataflow.options import StorageOutcome
 
@@ -107,4 +142,4 @@ def measured_storage(store: Any) -> tuple[float, str] | None:
     if not rows:
         return None
     r = max(rows, key=lambda r: r.finished_at or 0.0)
-    return r.outcome.rand_bytes_per_s, f"the storage of {r.spec.options.path}"
+    return Storage(f"the storage of {r.spec.options.path}", r.outcome.rand_bytes_per_s)
