@@ -9,11 +9,12 @@ is fitted to a measured time: rates come from the catalogue, efficiencies from
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from dlperf import workloads
 from dlperf.core.errors import UsageError
-from dlperf.perfmodel import catalogue, local, scaled, schedule
+from dlperf.perfmodel import catalogue, local, scaled, schedule, sharing
 from dlperf.perfmodel import formulas as f
 from dlperf.perfmodel.catalogue import PRECISIONS, Device, Link
 from dlperf.perfmodel.compute import LayerTiming, roofline_timing
@@ -70,6 +71,7 @@ def predict(
     baseline_bytes: float = 0.0,
     threads: int | None = None,
     framework: str = "torch",
+    cores: int | None = None,
 ) -> Prediction:
     """Time per mini-batch of ``network`` on ``devices`` x ``device`` (spread evenly over
     ``nodes``) with ``strategy``. ``link`` joins devices in a node (default: the device's
@@ -79,7 +81,10 @@ def predict(
     memory). ``threads``: on a catalogue CPU, the threads of the run (default: all its
     cores; ``catalogue.on_threads``). ``framework``: on a catalogue GPU, whose reference
     curves are scaled to it (PyTorch's where the reference has none of that framework;
-    the prediction's ``curves`` says whose). Bad input raises UsageError (one line)."""
+    the prediction's ``curves`` says whose). ``cores``: the CPU cores of one node that
+    the workers of a calibrated device share (this machine's, where ``dlperf parallel``
+    pins them); with none given, no core is taken to be spare for communication. Bad
+    input raises UsageError (one line)."""
     cal = efficiencies or Efficiencies()
     wl, size, cfg = workloads.resolve(network, size, params)
     batch = wl.default_batch if batch_size is None else batch_size
@@ -89,7 +94,8 @@ def predict(
     cal, note, curves = _with_scaled(cal, dev, precision, framework)
     ctx = _Context(wl, size, cfg, batch, dev, precision, cal, devices, nodes, collective,
                    straggler_s, link, inter_link, baseline=baseline_bytes,
-                   catalogued=isinstance(device, str), curves=curves)
+                   catalogued=isinstance(device, str), curves=curves, cores=cores,
+                   threads=threads)
     if note:
         ctx.notes.append(note)
     if strategy == "pipeline":
@@ -152,7 +158,8 @@ class _Context:
                  precision: str, cal: Efficiencies, devices: int, nodes: int, collective: str,
                  straggler_s: float, link: str | Link | None, inter_link: str | Link | None,
                  *, baseline: float = 0.0, catalogued: bool = True,
-                 curves: str | None = None):
+                 curves: str | None = None, cores: int | None = None,
+                 threads: int | None = None):
         self.wl, self.size, self.cfg, self.batch = wl, size, cfg, batch
         self.baseline, self.catalogued = baseline, catalogued
         self.dev, self.precision, self.cal = dev, precision, cal
@@ -166,6 +173,7 @@ class _Context:
         self._link_names = (link, inter_link)
         self.notes = [INPUT_NOTE]
         self.curves = curves  # whose reference curves a catalogue GPU runs on
+        self.cores, self.threads = cores, threads
         if precision == "tf32" and dev.tf32_tflops is None:
             self.notes.append(f"{dev.name} has no TF32 units: tf32 runs as fp32")
 
@@ -270,6 +278,46 @@ class _Context:
         fn = f.ring_allreduce_time if self.collective == "ring" else f.tree_allreduce_time
         return fn(nbytes, p, self.bw(link), link.latency_s)
 
+    def allreduce_all(self, nbytes: float) -> float:
+        """``nbytes`` averaged over every device: in one node, ``allreduce``; across
+        nodes, hierarchically (one device per node: no intra-node phase)."""
+        if self.devices <= 1:
+            return 0.0
+        if self.nodes == 1:
+            return self.allreduce(nbytes, self.devices)
+        inter = self.inter()
+        intra = self.intra() if self.per_node > 1 else inter
+        return f.hierarchical_allreduce_time(
+            nbytes, self.per_node, self.nodes, self.bw(intra), intra.latency_s,
+            self.bw(inter), inter.latency_s)
+
+    def share(self) -> float:
+        """How many times slower the calibrated timings run than one worker alone: the
+        workers' share of this machine's cores (1 on a device of one's own)."""
+        fit = self.cal.fitted(self.dev)
+        return fit.slowdown if fit is not None else 1.0
+
+    def blocks(self, ranks: int) -> int:
+        """The blocks of cores ``ranks`` workers of one node run on: as many as the
+        cores hold of their threads (``dlperf parallel`` pins rank r to block r mod
+        that), each its own where they do not share."""
+        return max(1, int(ranks / self.share() + 1e-9))
+
+    def comm_overlaps(self) -> bool:
+        """Whether communication can run beside the compute: on a GPU, NCCL's kernels run
+        on a stream of their own beside the backward's; on a CPU, gloo's thread sums and
+        copies the buckets on the CPU (loopback's transfers are copies too), so only
+        where each worker has a core its compute threads leave free (this machine: the
+        workers' threads fewer than ``cores``; a catalogue CPU: ``threads`` fewer than
+        its cores)."""
+        if self.dev.kind == "gpu":
+            return True
+        fit = self.cal.fitted(self.dev)
+        if fit is not None:
+            return self.cores is not None and self.per_node * fit.threads < self.cores
+        return (self.dev.cores is not None and self.threads is not None
+                and self.threads < self.dev.cores)
+
     def memory_at(self, parts: list[list[Layer]], batch: float) -> MemoryBreakdown:
         """The peak of one step on the device that holds the most: ``parts`` the layers
         of each device's share (one part: the whole network), ``batch`` its samples."""
@@ -365,19 +413,8 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     g_bytes = ctx.grad_bytes
     extra: dict[str, Any] = {}
     if strategy in ("single", "sync"):
-        if p == 1:
-            comm = 0.0
-        elif ctx.nodes == 1:
-            comm = ctx.allreduce(g_bytes, p)
-        else:
-            inter = ctx.inter()
-            intra = ctx.intra() if ctx.per_node > 1 else inter  # one per node: no intra phase
-            comm = f.hierarchical_allreduce_time(
-                g_bytes, ctx.per_node, ctx.nodes, ctx.bw(intra), intra.latency_s,
-                ctx.bw(inter), inter.latency_s)
+        comm = _ddp_allreduce(ctx, timings, ctx.allreduce_all) if p > 1 else 0.0
         if p > 1:
-            ctx.notes.append("the all-reduce does not overlap the backward pass here (DDP "
-                             "overlaps them): communication is an upper bound")
             copies = ctx.bucket_copies_s(g_bytes)
             ctx.notes.append(f"DDP copies the gradients into its all-reduce buckets and "
                              f"back: {copies * 1e3:.3g} ms of memory passes")
@@ -407,7 +444,7 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
         memory += copies
         step += copies
     if k > 1:
-        group_comm = ctx.allreduce(g_bytes, k)
+        group_comm = _ddp_allreduce(ctx, timings, lambda nbytes: ctx.allreduce(nbytes, k))
         intra = ctx.intra()  # the leader broadcasts the pulled weights to its group
         group_comm += f.p2p_time(g_bytes, ctx.bw(intra), intra.latency_s)
     own = shared = 0.0
@@ -422,16 +459,88 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
         own = 2 * f.p2p_time(g_bytes, ctx.bw(server), server.latency_s) + apply
         shared = f.parameter_server_time(g_bytes, g, ctx.bw(server), server.latency_s,
                                          ctx.bw(server), apply)
-    base = step + group_comm + own
-    t_async = f.async_step_time([base] * (g - 1) + [base + ctx.straggler])
-    time = max(t_async, shared)  # the server's shared link may set the pace
-    lost = time - max(base, shared)  # what the slow worker costs beyond that
+    if p > 1 and ctx.nodes == 1 and ctx.dev.kind == "cpu" and ctx.cal.fitted(ctx.dev):
+        # this machine: the workers and the server share its cores
+        time, even = _on_shared_cores(ctx, step, group_comm, g, k, g_bytes)
+        lost = time - even
+    else:
+        base = step + group_comm + own
+        t_async = f.async_step_time([base] * (g - 1) + [base + ctx.straggler])
+        time = max(t_async, shared)  # the server's shared link may set the pace
+        lost = time - max(base, shared)  # what the slow worker costs beyond that
     if strategy == "mixed":
         extra["groups"] = g
+    # the workers' own terms as one of them runs them, at most what the time leaves
+    scale = min(1.0, (time - lost) / step) if step > 0 else 1.0
     return ctx.result(strategy, time, Breakdown(
-        compute_s=compute, memory_s=memory, overhead_s=overhead,
-        communication_s=time - step - lost, bubble_s=0.0, straggler_s=lost),
+        compute_s=compute * scale, memory_s=memory * scale, overhead_s=overhead * scale,
+        communication_s=time - step * scale - lost, bubble_s=0.0, straggler_s=lost),
         _layer_times(timings), ctx.memory_fields([ctx.layers], local, p), **extra)
+
+
+def _on_shared_cores(ctx: _Context, step: float, group_comm: float, g: int, k: int,
+                     g_bytes: float) -> tuple[float, float]:
+    """(time per global mini-batch, the same without the straggler) of ``g`` free-running
+    groups of ``k`` workers (async: ``k`` 1) on this machine's cores, as ``dlperf
+    parallel`` runs them: rank r on block r mod ``blocks``, group u the ranks u k ..
+    u k + k - 1, the server in rank 0's process. The server's work for every push and
+    pull (``server_apply_s``) runs on rank 0's block, beside rank 0 and whoever shares
+    it; rank 0's group calls it directly (no transfer), the others push and pull over
+    the link. Each group's rate comes from ``sharing.unit_rates``; a global mini-batch is
+    one push of every group's share."""
+    share = ctx.share()  # the calibrated timings run this much slower than one alone
+    place = sharing.blocks_of(ctx.devices, ctx.blocks(ctx.devices))
+    link = ctx.server_link()
+    push = 2 * f.p2p_time(g_bytes, ctx.bw(link), link.latency_s)
+    serve = ctx.server_apply_s(g_bytes) / share
+
+    def per_batch(delay: float) -> float:
+        units = [sharing.Unit(blocks=tuple(place[u * k:(u + 1) * k]),
+                              work=(step / share,) * k, serve=serve,
+                              wait=group_comm + (push if u else 0.0)
+                              + (delay if u == g - 1 else 0.0)) for u in range(g)]
+        rates = sharing.unit_rates(units, server_block=place[0])
+        # the other groups' bytes pass the server's link one after another (Li et al.
+        # 2014; ``formulas.parameter_server_time``'s shared bound)
+        return max(g / sum(rates), (g - 1) * 2 * g_bytes / ctx.bw(link))
+
+    if g > 1 or share > 1:
+        ctx.notes.append(
+            f"the parameter server works in rank 0's process: its "
+            f"{serve * 1e3:.3g} ms per push and pull share rank 0's cores with "
+            + ("the ranks pinned beside it" if share > 1 else "rank 0")
+            + "; each group's rate by processor sharing of its cores")
+    return per_batch(ctx.straggler), per_batch(0.0)
+
+
+def _ddp_allreduce(ctx: _Context, timings: list[LayerTiming],
+                   allreduce: Callable[[float], float]) -> float:
+    """The all-reduce time a DDP step waits for: the gradients in DDP's buckets
+    (``formulas.ddp_buckets``: the layers' in reverse, each bucket launched when its
+    last layer's backward pass is done), each bucket averaged by ``allreduce``. Where
+    the communication runs beside the compute (``_Context.comm_overlaps``) only what
+    runs past the backward's end counts (``formulas.overlapped_comm_time``); where it
+    shares the compute's cores, all of it. A layer's parameters count as one tensor."""
+    back = [(t.compute_s + t.memory_s - t.forward_s + t.overhead_s / 2, layer.params)
+            for t, layer in zip(timings[::-1], ctx.layers[::-1], strict=True)]
+    ready, done = [], 0.0
+    for took, _ in back:
+        done += took
+        ready.append(done)
+    buckets = f.ddp_buckets([n * WEIGHT_BYTES for _, n in back])
+    comm = [allreduce(nbytes) for nbytes, _ in buckets]
+    if not ctx.comm_overlaps():
+        ctx.notes.append(
+            f"DDP all-reduces the gradients in {len(buckets)} buckets as the backward pass "
+            f"makes them, but gloo sums and copies them on the cores the backward uses (no "
+            f"core is spare for its thread): none of the {sum(comm) * 1e3:.3g} ms overlaps")
+        return sum(comm)
+    exposed = f.overlapped_comm_time([ready[i] for _, i in buckets], comm, done)
+    ctx.notes.append(
+        f"DDP all-reduces the gradients in {len(buckets)} buckets (the first up to 1 MiB, "
+        f"then 25 MiB), each once the backward pass has made it: {exposed * 1e3:.3g} ms of "
+        f"the {sum(comm) * 1e3:.3g} ms run after the backward pass")
+    return exposed
 
 
 def _default_groups(devices: int) -> int:
