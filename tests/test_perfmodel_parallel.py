@@ -124,3 +124,34 @@ def test_free_running_workers_pay_for_the_server_beside_rank_0(db, strategy, gro
         assert p.breakdown.total_s == pytest.approx(p.time_s)
         assert min(p.breakdown.model_dump().values()) >= 0
     assert any("share rank 0's cores with the ranks pinned beside it" in n for n in two.notes)
+
+
+# ----------------------------------------------------------------------------- targets
+def _case(strategy: str, workers: int, error: float, size: str = "full"):
+    from types import SimpleNamespace
+
+    from dlperf.kinds.calibrate.validate import Case
+
+    spec = make_spec("fcn5", size=size, strategy=strategy, workers=workers,
+                     groups=1 if strategy == "mixed" else None, batch_size=64)
+    return Case(SimpleNamespace(spec=spec), 1.0,
+                SimpleNamespace(time_s=1.0 + error, strategy=strategy))
+
+
+def test_parallel_targets_are_per_worker_count_and_per_strategy():
+    from dlperf.kinds.calibrate.validate import parallel_target_lines, parallel_targets
+
+    cs = [_case("sync", 2, 0.05), _case("sync", 2, -0.07), _case("pipeline", 2, -0.3),
+          _case("sync", 4, 0.02), _case("async", 4, 0.12), _case("sync", 2, 0.9, "tiny")]
+    got = {t.scope: (t.n, round(t.median_abs, 6), t.met) for t in parallel_targets(cs)}
+    assert got == {"2 workers": (3, 0.07, True), "2 workers, pipeline": (1, 0.3, False),
+                   "2 workers, sync": (2, 0.06, True), "4 workers": (2, 0.07, True),
+                   "4 workers, async": (1, 0.12, True), "4 workers, sync": (1, 0.02, True),
+                   "all workers": (5, 0.07, True), "all workers, async": (1, 0.12, True),
+                   "all workers, pipeline": (1, 0.3, False),
+                   "all workers, sync": (3, 0.05, True)}
+    lines = parallel_target_lines(cs)
+    assert "2 workers, pipeline: median |error| 30.0% (n=1), target <= 15%: missed" in \
+        "\n".join(lines)
+    assert lines[-1].strip().startswith("tiny networks, apart")
+    assert parallel_target_lines([]) == []
