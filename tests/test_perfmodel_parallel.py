@@ -60,6 +60,24 @@ def test_two_busy_processes_on_one_block_each_run_at_half_speed():
     assert unit_rates([Unit((0,), (1.0,)), Unit((0,), (1.0,))]) == pytest.approx([0.5, 0.5])
 
 
+def test_two_busy_processes_on_one_block_also_pay_the_cost_of_sharing_it():
+    # each at 1 / (2 x cost) of its speed alone; alone on a block, no cost
+    assert unit_rates([Unit((0,), (1.0,)), Unit((0,), (1.0,))], cost=1.25) == \
+        pytest.approx([0.4, 0.4])
+    assert unit_rates([Unit((0,), (1.0,)), Unit((1,), (1.0,))], cost=1.25) == \
+        pytest.approx([1.0, 1.0])
+
+
+def test_pipeline_stages_computing_together_on_one_block_pay_the_cost_of_sharing_it():
+    from dlperf.perfmodel.schedule import gpipe_step_time
+
+    # two stages whose only work is their update, run at once on one block: 2 x cost;
+    # on blocks of their own, 1
+    args = ([0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [1.0, 1.0], 1)
+    assert gpipe_step_time(*args, placement=[0, 0], cost=1.25) == pytest.approx(2.5)
+    assert gpipe_step_time(*args, placement=[0, 1], cost=1.25) == pytest.approx(1.0)
+
+
 def test_the_server_never_competes_with_the_unit_it_serves():
     # one group on blocks 0 and 1, the server on block 0: work, then the server's apply
     (rate,) = unit_rates([Unit((0, 1), (1.0, 1.0), wait=0.1, serve=0.3)], server_block=0)

@@ -303,6 +303,13 @@ class _Context:
         that), each its own where they do not share."""
         return max(1, int(ranks / self.share() + 1e-9))
 
+    def sharing_cost(self) -> float:
+        """What two busy processes on one of this machine's cores lose beyond processor
+        sharing (``sharing.CORE_SHARING_COST``); 1 on any other device."""
+        if self.dev.kind == "cpu" and self.cal.fitted(self.dev) is not None:
+            return sharing.CORE_SHARING_COST
+        return 1.0
+
     def comm_overlaps(self) -> bool:
         """Whether communication can run beside the compute: on a GPU, NCCL's kernels run
         on a stream of their own beside the backward's; on a CPU, gloo's thread sums and
@@ -420,6 +427,11 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
                              f"back: {copies * 1e3:.3g} ms of memory passes")
             memory += copies
             step += copies
+        if ctx.share() > 1 and (cost := ctx.sharing_cost()) > 1:  # lockstep: all busy at once
+            compute, memory, overhead, step = (x * cost for x in (compute, memory, overhead,
+                                                                   step))
+            ctx.notes.append(f"{ctx.share():g} workers to a core: each computes x{cost:g} "
+                             "slower than processor sharing gives (sharing.CORE_SHARING_COST)")
         waits = f.sync_step_time([step] * (p - 1) + [step + ctx.straggler]) - step
         time = step + comm + waits
         return ctx.result(strategy, time, Breakdown(
@@ -499,7 +511,7 @@ def _on_shared_cores(ctx: _Context, step: float, group_comm: float, g: int, k: i
                               work=(step / share,) * k, serve=serve,
                               wait=group_comm + (push if u else 0.0)
                               + (delay if u == g - 1 else 0.0)) for u in range(g)]
-        rates = sharing.unit_rates(units, server_block=place[0])
+        rates = sharing.unit_rates(units, server_block=place[0], cost=ctx.sharing_cost())
         # the other groups' bytes pass the server's link one after another (Li et al.
         # 2014; ``formulas.parameter_server_time``'s shared bound)
         return max(g / sum(rates), (g - 1) * 2 * g_bytes / ctx.bw(link))
@@ -610,7 +622,8 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     # dlperf parallel pins rank r to the r-th block of a stage's threads, wrapping round
     # the cores (``parallel.worker.rank_cpus``): the stages of one block share it
     blocks = max(1, int(p / share + 1e-9))
-    run = schedule.gpipe_step_time(fwd, bwd, sends, updates, m, [s % blocks for s in range(p)])
+    run = schedule.gpipe_step_time(fwd, bwd, sends, updates, m, [s % blocks for s in range(p)],
+                                   cost=ctx.sharing_cost())
     time = run + ctx.straggler + ctx.call_s()
     slow = max(range(p), key=work.__getitem__)
     stage = [timings[i] for i in stages[slow]]
@@ -626,7 +639,10 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
         ctx.notes.append(f"the {p} stages share cores enough for {blocks} at full speed, "
                          f"stage s on block s mod {blocks} as dlperf parallel pins them: "
                          "those computing at one moment split their block, and a stage "
-                         "that waits (bubble) leaves its share to the busy ones")
+                         "that waits (bubble) leaves its share to the busy ones"
+                         + (f"; together they run x{ctx.sharing_cost():g} slower than "
+                            "that sharing gives (sharing.CORE_SHARING_COST)"
+                            if ctx.sharing_cost() > 1 else ""))
     # GPipe keeps every micro-batch's activations of a stage until its backward: the
     # stage's share at the whole batch
     mem = ctx.memory_fields([[ctx.layers[i] for i in idx] for idx in stages], batch, 1)

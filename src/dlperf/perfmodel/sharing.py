@@ -20,7 +20,8 @@ state). A unit's cycle is its members' compute (the slowest member, the group wa
 it), its messages (the link's time and no core, as ``schedule`` takes them) and the
 server's work for its push and pull, done on the server's block at that block's speed;
 the server does one push at a time (its lock), so the pushes of all units together can
-keep it busy at most all the time.
+keep it busy at most all the time. Two processes busy on one core together also lose
+``CORE_SHARING_COST`` beyond processor sharing (below).
 """
 
 from __future__ import annotations
@@ -28,6 +29,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+#: How much slower two busy processes on one core run than processor sharing gives (each
+#: at 1/2 of its speed alone): the operating system's time slices each begin by refilling
+#: the caches and TLB the other process evicted (Li, Ding & Shen 2007, "Quantifying the
+#: cost of context switch", ExpCS: the indirect cost grows with the working set).
+#: Measured, not fitted to any parallel run: ``benchmarks/bench_core_sharing.py``'s
+#: ``step`` kernel (one thread's forward and backward pass of a small MLP, in two
+#: processes pinned to one CPU against one alone) on the 2-core Intel Xeon (KVM) this model
+#: was validated on: 1.14 (2026-11; its products streaming a 64 MB weight 1.20, a memory
+#: pass 1.21, a product in cache 1.01). Only this machine's calibrated CPUs pay it.
+CORE_SHARING_COST = 1.14
 #: the fixed point's tolerance on every busy share, and the most iterations
 _TOL, _MAX_ITER = 1e-10, 10_000
 
@@ -45,16 +56,22 @@ class Unit:
     serve: float = 0.0
 
 
-def _slow(block: int, busy: dict, where: dict, skip: Callable[[tuple], bool]) -> float:
+def _slow(block: int, busy: dict, where: dict, skip: Callable[[tuple], bool],
+          cost: float = 1.0) -> float:
     """Processor sharing's stretch on ``block``: 1 + the busy shares of the processes
     there that ``skip`` does not leave out (the process itself; for the server's work on
-    a unit's push, that unit's members, which wait for its reply)."""
-    return 1.0 + sum(u for k, u in busy.items() if where[k] == block and not skip(k))
+    a unit's push, that unit's members, which wait for its reply), times ``cost`` for as
+    much of the time as it has company."""
+    others = sum(u for k, u in busy.items() if where[k] == block and not skip(k))
+    return (1.0 + others) * (1.0 + (cost - 1.0) * min(1.0, others))
 
 
-def unit_rates(units: Sequence[Unit], server_block: int | None = None) -> list[float]:
+def unit_rates(units: Sequence[Unit], server_block: int | None = None,
+               cost: float = 1.0) -> list[float]:
     """Cycles per second of each unit at the fixed point (see the module's docstring).
-    ``server_block``: the block the server's work runs on (None: no server)."""
+    ``server_block``: the block the server's work runs on (None: no server); ``cost``:
+    what two busy processes on one block lose beyond processor sharing
+    (``CORE_SHARING_COST`` on this machine; 1: none)."""
     where: dict[tuple, int] = {}
     for u, unit in enumerate(units):
         if len(unit.blocks) != len(unit.work) or not unit.blocks:
@@ -68,11 +85,13 @@ def unit_rates(units: Sequence[Unit], server_block: int | None = None) -> list[f
     for _ in range(_MAX_ITER):
         # a member never competes with the server's work for its own unit (it waits for
         # it); the server does one push at a time, and the unit it serves is waiting
-        member = [[w * _slow(b, busy, where, lambda k, u=u, m=m: k in (("m", u, m), ("s", u)))
+        member = [[w * _slow(b, busy, where, lambda k, u=u, m=m: k in (("m", u, m), ("s", u)),
+                             cost)
                    for m, (b, w) in enumerate(zip(unit.blocks, unit.work, strict=True))]
                   for u, unit in enumerate(units)]
         served = [unit.serve * (_slow(server_block, busy, where, lambda k, u=u: k[0] == "s"
-                                      or k[:2] == ("m", u)) if server_block is not None else 1.0)
+                                      or k[:2] == ("m", u), cost)
+                                if server_block is not None else 1.0)
                   for u, unit in enumerate(units)]
         cycles = [max(member[u]) + unit.wait + served[u] for u, unit in enumerate(units)]
         rates = [1.0 / c if c > 0 else 0.0 for c in cycles]
