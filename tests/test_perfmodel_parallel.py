@@ -84,6 +84,18 @@ def test_the_server_never_competes_with_the_unit_it_serves():
     assert rate == pytest.approx(1 / 1.4)
 
 
+def test_a_transfer_to_the_server_busies_both_ends_cores():
+    # alone, a push over loopback takes its time once; where the worker shares the
+    # server's block, both ends' copies run on that one block: twice
+    (apart,) = unit_rates([Unit((1,), (1.0,), transfer=0.5)], server_block=0)
+    (together,) = unit_rates([Unit((0,), (1.0,), transfer=0.5)], server_block=0)
+    assert apart == pytest.approx(1 / 1.5) and together == pytest.approx(1 / 2.0)
+    # and a second worker on the server's block computes beside the copies
+    rates = unit_rates([Unit((1,), (1.0,), transfer=0.5), Unit((0,), (1.0,))],
+                       server_block=0)
+    assert rates[1] < 1.0
+
+
 def test_the_servers_work_is_charged_to_the_block_it_runs_on():
     """Four workers on two blocks (rank r on block r mod 2), the server beside rank 0:
     the ranks on block 0 share it with the server's work for every push and run slower

@@ -473,7 +473,7 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
                                          ctx.bw(server), apply)
     if p > 1 and ctx.nodes == 1 and ctx.dev.kind == "cpu" and ctx.cal.fitted(ctx.dev):
         # this machine: the workers and the server share its cores
-        time, even = _on_shared_cores(ctx, step, group_comm, g, k, g_bytes)
+        time, even = _on_shared_cores(ctx, step, g, k, g_bytes)
         lost = time - even
     else:
         base = step + group_comm + own
@@ -490,7 +490,7 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
         _layer_times(timings), ctx.memory_fields([ctx.layers], local, p), **extra)
 
 
-def _on_shared_cores(ctx: _Context, step: float, group_comm: float, g: int, k: int,
+def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
                      g_bytes: float) -> tuple[float, float]:
     """(time per global mini-batch, the same without the straggler) of ``g`` free-running
     groups of ``k`` workers (async: ``k`` 1) on this machine's cores, as ``dlperf
@@ -498,31 +498,46 @@ def _on_shared_cores(ctx: _Context, step: float, group_comm: float, g: int, k: i
     u k + k - 1, the server in rank 0's process. The server's work for every push and
     pull (``server_apply_s``) runs on rank 0's block, beside rank 0 and whoever shares
     it; rank 0's group calls it directly (no transfer), the others push and pull over
-    the link. Each group's rate comes from ``sharing.unit_rates``; a global mini-batch is
+    loopback, whose transfers are copies by the cores of both ends (priced at the link
+    calibrated between two processes, each on a core of its own, and shared like any
+    work); so are a group's all-reduce and the leader's broadcast of the pulled weights,
+    work of every member's cores. Each group's rate comes from ``sharing.unit_rates``; a global mini-batch is
     one push of every group's share."""
     share = ctx.share()  # the calibrated timings run this much slower than one alone
     place = sharing.blocks_of(ctx.devices, ctx.blocks(ctx.devices))
-    link = ctx.server_link()
+    link = _pair_link(ctx)
     push = 2 * f.p2p_time(g_bytes, ctx.bw(link), link.latency_s)
     serve = ctx.server_apply_s(g_bytes) / share
+    cost = ctx.sharing_cost()
+    group = 0.0 if k == 1 else (  # the group's all-reduce, then the broadcast
+        f.ring_allreduce_time(g_bytes, k, ctx.bw(link), link.latency_s)
+        + f.p2p_time(g_bytes, ctx.bw(link), link.latency_s))
 
     def per_batch(delay: float) -> float:
         units = [sharing.Unit(blocks=tuple(place[u * k:(u + 1) * k]),
-                              work=(step / share,) * k, serve=serve,
-                              wait=group_comm + (push if u else 0.0)
-                              + (delay if u == g - 1 else 0.0)) for u in range(g)]
-        rates = sharing.unit_rates(units, server_block=place[0], cost=ctx.sharing_cost())
-        # the other groups' bytes pass the server's link one after another (Li et al.
-        # 2014; ``formulas.parameter_server_time``'s shared bound)
-        return max(g / sum(rates), (g - 1) * 2 * g_bytes / ctx.bw(link))
+                              work=(step / share + group,) * k, serve=serve,
+                              transfer=push if u else 0.0,
+                              wait=delay if u == g - 1 else 0.0)
+                 for u in range(g)]
+        rates = sharing.unit_rates(units, server_block=place[0], cost=cost)
+        return g / sum(rates)
 
-    if g > 1 or share > 1:
-        ctx.notes.append(
-            f"the parameter server works in rank 0's process: its "
-            f"{serve * 1e3:.3g} ms per push and pull share rank 0's cores with "
-            + ("the ranks pinned beside it" if share > 1 else "rank 0")
-            + "; each group's rate by processor sharing of its cores")
+    ctx.notes.append(
+        f"the parameter server works in rank 0's process: its {serve * 1e3:.3g} ms per "
+        f"push and pull, and its side of the other groups' {push * 1e3:.3g} ms of "
+        f"transfers (loopback: copies by both ends' cores), share rank 0's cores with "
+        + ("the ranks pinned beside it" if share > 1 else "rank 0")
+        + "; each group's rate by processor sharing of its cores (perfmodel/sharing.py)")
     return per_batch(ctx.straggler), per_batch(0.0)
+
+
+def _pair_link(ctx: _Context) -> Link:
+    """The loopback link as the all-reduce between two processes calibrated it (each on a
+    core of its own): one transfer at full speed; else the run's link."""
+    fit = ctx.cal.fitted(ctx.dev)
+    if fit is None or not fit.allreduce:
+        return ctx.server_link()
+    return local.loopback_link(fit.allreduce[min(fit.allreduce, key=lambda w: abs(w - 2))])
 
 
 def _ddp_allreduce(ctx: _Context, timings: list[LayerTiming],

@@ -47,13 +47,17 @@ _TOL, _MAX_ITER = 1e-10, 10_000
 class Unit:
     """One free-running unit: ``blocks[i]`` is member i's block of cores and ``work[i]``
     its seconds of computing per cycle at full speed; ``wait`` the seconds per cycle on
-    no core (messages, a straggler's sleep); ``serve`` the server's seconds of work per
-    cycle at full speed (its push applied and its pull copied out)."""
+    no core (a straggler's sleep, messages priced with their contention); ``serve`` the
+    server's seconds of work per cycle at full speed (its push applied and its pull
+    copied out); ``transfer`` the seconds of its leader's (member 0's) messages to and
+    from the server at full speed, which on loopback are copies by the cores of both
+    ends: the leader's block and the server's (twice the work where they are one)."""
 
     blocks: tuple[int, ...]
     work: tuple[float, ...]
     wait: float = 0.0
     serve: float = 0.0
+    transfer: float = 0.0
 
 
 def _slow(block: int, busy: dict, where: dict, skip: Callable[[tuple], bool],
@@ -78,22 +82,37 @@ def unit_rates(units: Sequence[Unit], server_block: int | None = None,
             raise ValueError("one block and one work time per member")
         for m, b in enumerate(unit.blocks):
             where[("m", u, m)] = b
-    if server_block is not None:  # the server's work for each unit, as its own load
+    if server_block is not None:  # the server's work and messages for each unit
         where.update({("s", u): server_block for u in range(len(units))})
+        where.update({("t", u): server_block for u in range(len(units))})
     busy = dict.fromkeys(where, 0.0)
     rates = [0.0] * len(units)
+
+    def own(u: int) -> Callable[[tuple], bool]:  # a unit never competes with itself
+        return lambda k: k[1] == u and k[0] in "mst"
+
     for _ in range(_MAX_ITER):
         # a member never competes with the server's work for its own unit (it waits for
         # it); the server does one push at a time, and the unit it serves is waiting
-        member = [[w * _slow(b, busy, where, lambda k, u=u, m=m: k in (("m", u, m), ("s", u)),
-                             cost)
-                   for m, (b, w) in enumerate(zip(unit.blocks, unit.work, strict=True))]
+        member = [[w * _slow(b, busy, where, own(u), cost)
+                   for b, w in zip(unit.blocks, unit.work, strict=True)]
                   for u, unit in enumerate(units)]
-        served = [unit.serve * (_slow(server_block, busy, where, lambda k, u=u: k[0] == "s"
-                                      or k[:2] == ("m", u), cost)
-                                if server_block is not None else 1.0)
+        served, moved = [], []
+        for u, unit in enumerate(units):
+            if server_block is None:
+                served.append(unit.serve)
+                moved.append(unit.transfer)
+                continue
+            served.append(unit.serve * _slow(server_block, busy, where,
+                                             lambda k, u=u: k[0] == "s" or own(u)(k), cost))
+            ends = _slow(server_block, busy, where, own(u), cost)
+            if unit.blocks[0] == server_block:  # both ends' copies on one block
+                moved.append(unit.transfer * 2 * ends)
+            else:
+                moved.append(unit.transfer * max(
+                    ends, _slow(unit.blocks[0], busy, where, own(u), cost)))
+        cycles = [max(member[u]) + unit.wait + served[u] + moved[u]
                   for u, unit in enumerate(units)]
-        cycles = [max(member[u]) + unit.wait + served[u] for u, unit in enumerate(units)]
         rates = [1.0 / c if c > 0 else 0.0 for c in cycles]
         load = sum(r * t for r, t in zip(rates, served, strict=True))
         if load > 1:  # the server, one push at a time, cannot keep up: the units wait
@@ -102,8 +121,10 @@ def unit_rates(units: Sequence[Unit], server_block: int | None = None,
         for u, unit in enumerate(units):
             if server_block is not None:
                 new[("s", u)] = min(1.0, rates[u] * served[u])
+                new[("t", u)] = min(1.0, rates[u] * moved[u])
             for m in range(len(unit.blocks)):
-                new[("m", u, m)] = min(1.0, rates[u] * member[u][m])
+                extra = moved[u] if m == 0 and server_block is not None else 0.0
+                new[("m", u, m)] = min(1.0, rates[u] * (member[u][m] + extra))
         change = max(abs(new[k] - busy[k]) for k in busy)
         busy = {k: (busy[k] + new[k]) / 2 for k in busy}  # damped: the plain map may cycle
         if change < _TOL:
