@@ -557,11 +557,17 @@ def _ddp_allreduce(ctx: _Context, timings: list[LayerTiming],
     buckets = f.ddp_buckets([n * WEIGHT_BYTES for _, n in back])
     comm = [allreduce(nbytes) for nbytes, _ in buckets]
     if not ctx.comm_overlaps():
+        # gloo's thread and the backward's compute side by side on one core from the first
+        # bucket's launch: what they do together pays the cost of sharing it
+        together = 2 * min(done - ready[buckets[0][1]], sum(comm))
+        extra = (ctx.sharing_cost() - 1) * together
         ctx.notes.append(
             f"DDP all-reduces the gradients in {len(buckets)} buckets as the backward pass "
             f"makes them, but gloo sums and copies them on the cores the backward uses (no "
-            f"core is spare for its thread): none of the {sum(comm) * 1e3:.3g} ms overlaps")
-        return sum(comm)
+            f"core is spare for its thread): none of the {sum(comm) * 1e3:.3g} ms overlaps"
+            + (f", and the two threads sharing a core cost {extra * 1e3:.3g} ms more "
+               "(sharing.CORE_SHARING_COST)" if extra > 0 else ""))
+        return sum(comm) + extra
     exposed = f.overlapped_comm_time([ready[i] for _, i in buckets], comm, done)
     ctx.notes.append(
         f"DDP all-reduces the gradients in {len(buckets)} buckets (the first up to 1 MiB, "
