@@ -185,3 +185,18 @@ def test_parallel_targets_are_per_worker_count_and_per_strategy():
         "\n".join(lines)
     assert lines[-1].strip().startswith("tiny networks, apart")
     assert parallel_target_lines([]) == []
+
+
+def test_the_harness_servers_drift_is_its_own_work_only_when_asked(db):
+    """dlperf parallel's server measures each push's drift (predict_for_spec asks for it);
+    a plain server, predict's default, does not: the same run is slower with it."""
+    from dlperf.perfmodel import predict
+
+    cal = _calibration(db)
+    m = cal.model("torch", 1, "cpu", workers=2)
+    kw = dict(device=m.device, efficiencies=m.efficiencies, size="tiny", batch_size=64,
+              strategy="async", devices=2, link=m.link, cores=2)
+    plain, drift = predict("fcn5", **kw), predict("fcn5", **kw, server_drift=True)
+    assert drift.time_s > plain.time_s
+    assert any("the drift measured too" in n for n in drift.notes)
+    assert not any("drift" in n for n in plain.notes)

@@ -72,6 +72,7 @@ def predict(
     threads: int | None = None,
     framework: str = "torch",
     cores: int | None = None,
+    server_drift: bool = False,
 ) -> Prediction:
     """Time per mini-batch of ``network`` on ``devices`` x ``device`` (spread evenly over
     ``nodes``) with ``strategy``. ``link`` joins devices in a node (default: the device's
@@ -83,8 +84,10 @@ def predict(
     curves are scaled to it (PyTorch's where the reference has none of that framework;
     the prediction's ``curves`` says whose). ``cores``: the CPU cores of one node that
     the workers of a calibrated device share (this machine's, where ``dlperf parallel``
-    pins them); with none given, no core is taken to be spare for communication. Bad
-    input raises UsageError (one line)."""
+    pins them); with none given, no core is taken to be spare for communication.
+    ``server_drift``: the parameter server also measures each push's drift, as ``dlperf
+    parallel``'s does (the runs it predicts); a plain server does not. Bad input raises
+    UsageError (one line)."""
     cal = efficiencies or Efficiencies()
     wl, size, cfg = workloads.resolve(network, size, params)
     batch = wl.default_batch if batch_size is None else batch_size
@@ -96,6 +99,7 @@ def predict(
                    straggler_s, link, inter_link, baseline=baseline_bytes,
                    catalogued=isinstance(device, str), curves=curves, cores=cores,
                    threads=threads)
+    ctx.server_drift = server_drift
     if note:
         ctx.notes.append(note)
     if strategy == "pipeline":
@@ -174,6 +178,7 @@ class _Context:
         self.notes = [INPUT_NOTE]
         self.curves = curves  # whose reference curves a catalogue GPU runs on
         self.cores, self.threads = cores, threads
+        self.server_drift = False  # dlperf parallel's server measures each push's drift
         if precision == "tf32" and dev.tf32_tflops is None:
             self.notes.append(f"{dev.name} has no TF32 units: tf32 runs as fp32")
 
@@ -263,6 +268,18 @@ class _Context:
         tensor, the update w -= lr g in place (read w and g, write w), the weights copied
         out for the pull."""
         return 2 * self.copy_s(nbytes, fresh=True) + self.pass_s(3 * nbytes)
+
+    def server_work_s(self, nbytes: float) -> float:
+        """The server's own work for one push and pull in its process, the transfers
+        apart (on loopback the received gradient is written where the transfer's copy
+        puts it): the update w -= lr g in place, the weights cloned for the pull; with
+        ``server_drift`` (``kinds.parallel.ps_server``), the drift from the copy it last
+        sent, base - lr g - w (a fresh pass and one in place), and its two dot products."""
+        work = self.pass_s(3 * nbytes) + self.copy_s(nbytes, fresh=True)
+        if self.server_drift:
+            work += self.pass_s(3 * nbytes, fresh=True) + self.pass_s(3 * nbytes) \
+                + self.pass_s(2 * nbytes)
+        return work
 
     def bucket_copies_s(self, nbytes: float) -> float:
         """DDP's gradient buckets (``formulas.DDP_BUCKET_PASSES``): each bucket's
@@ -507,7 +524,7 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
     place = sharing.blocks_of(ctx.devices, ctx.blocks(ctx.devices))
     link = _pair_link(ctx)
     push = 2 * f.p2p_time(g_bytes, ctx.bw(link), link.latency_s)
-    serve = ctx.server_apply_s(g_bytes) / share
+    serve = ctx.server_work_s(g_bytes) / share
     cost = ctx.sharing_cost()
     group = 0.0 if k == 1 else (  # the group's all-reduce, then the broadcast
         f.ring_allreduce_time(g_bytes, k, ctx.bw(link), link.latency_s)
@@ -524,7 +541,7 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
 
     ctx.notes.append(
         f"the parameter server works in rank 0's process: its {serve * 1e3:.3g} ms per "
-        f"push and pull, and its side of the other groups' {push * 1e3:.3g} ms of "
+        f"push and pull{' (the drift measured too)' if ctx.server_drift else ''}, and its side of the other groups' {push * 1e3:.3g} ms of "
         f"transfers (loopback: copies by both ends' cores), share rank 0's cores with "
         + ("the ranks pinned beside it" if share > 1 else "rank 0")
         + "; each group's rate by processor sharing of its cores (perfmodel/sharing.py)")

@@ -418,7 +418,7 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
                 strategy=strategy, link=link or m.link, inter_link=inter_link or m.link,
                 collective=collective, groups=groups, micro_batches=micro_batches,
                 straggler_s=straggler_s, params=params, baseline_bytes=m.baseline_bytes or 0.0,
-                cores=cal.cores)
+                cores=cal.cores, server_drift=strategy in ("async", "mixed"))
     if m.baseline_bytes is None:
         p = p.model_copy(update={"notes": [*p.notes, (
             f"memory: {fw}'s runtime baseline here is not calibrated yet (the peak counts "
