@@ -462,7 +462,6 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     k = p // g
     if ctx.nodes > 1 and ctx.per_node % k:
         raise UsageError(f"a group of {k} devices must sit inside one node of {ctx.per_node}")
-    group_comm = 0.0
     if p > 1:  # flatten the gradient into a fresh vector, load the pulled weights back
         copies = ctx.copy_s(g_bytes, fresh=True) + ctx.copy_s(g_bytes)
         if k > 1:  # the group's DDP buckets; the broadcast's buffer filled on the leader
@@ -472,6 +471,31 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
                          f"{copies * 1e3:.3g} ms of memory passes")
         memory += copies
         step += copies
+    if p > 1 and ctx.nodes == 1 and ctx.dev.kind == "cpu" and ctx.cal.fitted(ctx.dev):
+        # this machine: the workers and the server share its cores
+        time, even = _on_shared_cores(ctx, step, g, k, g_bytes)
+        lost = time - even
+    else:
+        time, lost = _through_a_server(ctx, timings, step, g, k, g_bytes)
+    if strategy == "mixed":
+        extra["groups"] = g
+    # the workers' own terms as one of them runs them, at most what the time leaves
+    scale = min(1.0, (time - lost) / step) if step > 0 else 1.0
+    return ctx.result(strategy, time, Breakdown(
+        compute_s=compute * scale, memory_s=memory * scale, overhead_s=overhead * scale,
+        communication_s=time - step * scale - lost, bubble_s=0.0, straggler_s=lost),
+        _layer_times(timings), ctx.memory_fields([ctx.layers], local, p), **extra)
+
+
+def _through_a_server(ctx: _Context, timings: list[LayerTiming], step: float, g: int,
+                      k: int, g_bytes: float) -> tuple[float, float]:
+    """(time per global mini-batch, what the straggler costs) of ``g`` free-running groups
+    of ``k`` devices, each with a device of its own, through a parameter server whose
+    link all share (``formulas.parameter_server_time``, ``formulas.async_step_time``):
+    each group's step, its all-reduce (DDP's buckets) and the leader's broadcast of the
+    pulled weights, its push and pull and the server's apply."""
+    p = ctx.devices
+    group_comm = 0.0
     if k > 1:
         group_comm = _ddp_allreduce(ctx, timings, lambda nbytes: ctx.allreduce(nbytes, k))
         intra = ctx.intra()  # the leader broadcasts the pulled weights to its group
@@ -488,23 +512,10 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
         own = 2 * f.p2p_time(g_bytes, ctx.bw(server), server.latency_s) + apply
         shared = f.parameter_server_time(g_bytes, g, ctx.bw(server), server.latency_s,
                                          ctx.bw(server), apply)
-    if p > 1 and ctx.nodes == 1 and ctx.dev.kind == "cpu" and ctx.cal.fitted(ctx.dev):
-        # this machine: the workers and the server share its cores
-        time, even = _on_shared_cores(ctx, step, g, k, g_bytes)
-        lost = time - even
-    else:
-        base = step + group_comm + own
-        t_async = f.async_step_time([base] * (g - 1) + [base + ctx.straggler])
-        time = max(t_async, shared)  # the server's shared link may set the pace
-        lost = time - max(base, shared)  # what the slow worker costs beyond that
-    if strategy == "mixed":
-        extra["groups"] = g
-    # the workers' own terms as one of them runs them, at most what the time leaves
-    scale = min(1.0, (time - lost) / step) if step > 0 else 1.0
-    return ctx.result(strategy, time, Breakdown(
-        compute_s=compute * scale, memory_s=memory * scale, overhead_s=overhead * scale,
-        communication_s=time - step * scale - lost, bubble_s=0.0, straggler_s=lost),
-        _layer_times(timings), ctx.memory_fields([ctx.layers], local, p), **extra)
+    base = step + group_comm + own
+    t_async = f.async_step_time([base] * (g - 1) + [base + ctx.straggler])
+    time = max(t_async, shared)  # the server's shared link may set the pace
+    return time, time - max(base, shared)  # what the slow worker costs beyond that
 
 
 def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
@@ -513,13 +524,13 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
     groups of ``k`` workers (async: ``k`` 1) on this machine's cores, as ``dlperf
     parallel`` runs them: rank r on block r mod ``blocks``, group u the ranks u k ..
     u k + k - 1, the server in rank 0's process. The server's work for every push and
-    pull (``server_apply_s``) runs on rank 0's block, beside rank 0 and whoever shares
+    pull (``server_work_s``) runs on rank 0's block, beside rank 0 and whoever shares
     it; rank 0's group calls it directly (no transfer), the others push and pull over
     loopback, whose transfers are copies by the cores of both ends (priced at the link
     calibrated between two processes, each on a core of its own, and shared like any
     work); so are a group's all-reduce and the leader's broadcast of the pulled weights,
-    work of every member's cores. Each group's rate comes from ``sharing.unit_rates``; a global mini-batch is
-    one push of every group's share."""
+    work of every member's cores. Each group's rate comes from ``sharing.unit_rates``; a
+    global mini-batch is one push of every group's share."""
     share = ctx.share()  # the calibrated timings run this much slower than one alone
     place = sharing.blocks_of(ctx.devices, ctx.blocks(ctx.devices))
     link = _pair_link(ctx)
@@ -539,6 +550,13 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
         rates = sharing.unit_rates(units, server_block=place[0], cost=cost)
         return g / sum(rates)
 
+    if k > 1:
+        ctx.notes.append(f"each group's all-reduce and broadcast, {group * 1e3:.3g} ms, are "
+                         "copies and sums by its members' cores (none overlaps the "
+                         "backward pass: no core is spare)")
+    if g == 1:
+        ctx.notes.append("one group: the parameter server lives in its leader's process, "
+                         "so the push and pull cross no link")
     ctx.notes.append(
         f"the parameter server works in rank 0's process: its {serve * 1e3:.3g} ms per "
         f"push and pull{' (the drift measured too)' if ctx.server_drift else ''}, and its side of the other groups' {push * 1e3:.3g} ms of "
