@@ -125,6 +125,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
                           rows=[[s.value, str(s.n), units.percent(s.median_abs),
                                  units.percent(s.p90_abs), f"{s.median_signed:+.1%}"]
                                 for s in summ]), out)
+    for line in validate.parallel_target_lines(cases):
+        out.print(line, markup=False)
     (total,) = validate.summarize(cases)
     out.print(f"[bold]all {total.n} configurations[/] ({mode}): median |error| "
               f"{units.percent(total.median_abs)}, p90 {units.percent(total.p90_abs)}")
@@ -299,5 +301,7 @@ def _json(cases: list[Case], mode: str) -> dict:
                    "breakdown": c.prediction.breakdown.model_dump()} for c in cases],
         "summary": {g or "all": [s.__dict__ for s in validate.summarize(cases, g)]
                     for g in (None, *validate.GROUPS)},
+        "parallel_targets": [{**t.__dict__, "met": t.met}
+                             for t in validate.parallel_targets(cases)],
     }
 

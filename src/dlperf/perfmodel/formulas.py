@@ -48,6 +48,52 @@ def stream_time(ops: Sequence[tuple[float, float]]) -> float:
 DDP_BUCKET_BYTES = 25 * 2**20
 
 
+#: DDP's first bucket when ``bucket_cap_mb`` is left at its default: 1 MiB, so that the
+#: first gradients ready (the last layers') start their all-reduce early
+#: (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``, used by DistributedDataParallel's
+#: ``_BucketCapacityConfig`` in torch 2.x)
+DDP_FIRST_BUCKET_BYTES = 2**20
+
+
+def ddp_buckets(tensor_bytes: Sequence[float], cap: float = DDP_BUCKET_BYTES,
+                first_cap: float = DDP_FIRST_BUCKET_BYTES) -> list[tuple[float, int]]:
+    """DDP's gradient buckets: ``tensor_bytes`` in the order their gradients become ready
+    (the reverse of the forward's), each added to the open bucket, which closes once it
+    holds at least its cap (``first_cap`` for the first, ``cap`` after): a tensor larger
+    than the cap is a bucket of its own. Returns (bytes, index of its last tensor) per
+    bucket, in launch order.
+
+    PyTorch's reducer, ``compute_bucket_assignment_by_size`` (torch/csrc/distributed/c10d/
+    reducer.cpp), with the bucket limits DDP rebuilds after its first step in the order
+    the gradients were ready; Li et al. (2020), "PyTorch Distributed: experiences on
+    accelerating data parallel training", VLDB 13(12), sec. 3.2.3."""
+    out: list[tuple[float, int]] = []
+    size = 0.0
+    for i, nbytes in enumerate(tensor_bytes):
+        size += nbytes
+        if size >= (first_cap if not out else cap):
+            out.append((size, i))
+            size = 0.0
+    if size > 0 or not out:
+        out.append((size, len(tensor_bytes) - 1))
+    return out
+
+
+def overlapped_comm_time(ready: Sequence[float], comm: Sequence[float], end: float) -> float:
+    """The communication left after compute ends at ``end``: bucket b's all-reduce
+    (``comm[b]`` seconds) starts once its last gradient is ready (``ready[b]`` seconds into
+    the backward pass) and the bucket before it is done, since one process group runs its
+    collectives in order; only what runs past ``end`` delays the step.
+
+    Li et al. (2020), "PyTorch Distributed", VLDB 13(12), sec. 3.2.3 (overlapping
+    computation with communication: each bucket's all-reduce is launched when its
+    gradients are ready, while the backward pass goes on)."""
+    done = 0.0
+    for r, c in zip(ready, comm, strict=True):
+        done = max(done, r) + c
+    return max(0.0, done - end)
+
+
 #: Memory passes over each gradient bucket per step: DDP copies every gradient into its
 #: bucket and, after the all-reduce, back ('gradient_as_bucket_view' is off by default:
 #: 'it avoids the overhead of copying between gradients and allreduce communication

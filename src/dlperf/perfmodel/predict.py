@@ -9,11 +9,12 @@ is fitted to a measured time: rates come from the catalogue, efficiencies from
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from dlperf import workloads
 from dlperf.core.errors import UsageError
-from dlperf.perfmodel import catalogue, local, scaled, schedule
+from dlperf.perfmodel import catalogue, local, scaled, schedule, sharing
 from dlperf.perfmodel import formulas as f
 from dlperf.perfmodel.catalogue import PRECISIONS, Device, Link
 from dlperf.perfmodel.compute import LayerTiming, roofline_timing
@@ -69,6 +70,8 @@ def predict(
     baseline_bytes: float = 0.0,
     threads: int | None = None,
     framework: str = "torch",
+    cores: int | None = None,
+    server_drift: bool = False,
 ) -> Prediction:
     """Time per mini-batch of ``network`` on ``devices`` x ``device`` (spread evenly over
     ``nodes``) with ``strategy``. ``link`` joins devices in a node (default: the device's
@@ -78,7 +81,12 @@ def predict(
     memory). ``threads``: on a catalogue CPU, the threads of the run (default: all its
     cores; ``catalogue.on_threads``). ``framework``: on a catalogue GPU, whose reference
     curves are scaled to it (PyTorch's where the reference has none of that framework;
-    the prediction's ``curves`` says whose). Bad input raises UsageError (one line)."""
+    the prediction's ``curves`` says whose). ``cores``: the CPU cores of one node that
+    the workers of a calibrated device share (this machine's, where ``dlperf parallel``
+    pins them); with none given, no core is taken to be spare for communication.
+    ``server_drift``: the parameter server also measures each push's drift, as ``dlperf
+    parallel``'s does (the runs it predicts); a plain server does not. Bad input raises
+    UsageError (one line)."""
     cal = efficiencies or Efficiencies()
     wl, size, cfg = workloads.resolve(network, size, params)
     batch = wl.default_batch if batch_size is None else batch_size
@@ -88,7 +96,9 @@ def predict(
     cal, note, curves = _with_scaled(cal, dev, precision, framework)
     ctx = _Context(wl, size, cfg, batch, dev, precision, cal, devices, nodes, collective,
                    straggler_s, link, inter_link, baseline=baseline_bytes,
-                   catalogued=isinstance(device, str), curves=curves)
+                   catalogued=isinstance(device, str), curves=curves, cores=cores,
+                   threads=threads)
+    ctx.server_drift = server_drift
     if note:
         ctx.notes.append(note)
     if strategy == "pipeline":
@@ -151,7 +161,8 @@ class _Context:
                  precision: str, cal: Efficiencies, devices: int, nodes: int, collective: str,
                  straggler_s: float, link: str | Link | None, inter_link: str | Link | None,
                  *, baseline: float = 0.0, catalogued: bool = True,
-                 curves: str | None = None):
+                 curves: str | None = None, cores: int | None = None,
+                 threads: int | None = None):
         self.wl, self.size, self.cfg, self.batch = wl, size, cfg, batch
         self.baseline, self.catalogued = baseline, catalogued
         self.dev, self.precision, self.cal = dev, precision, cal
@@ -165,6 +176,8 @@ class _Context:
         self._link_names = (link, inter_link)
         self.notes: list[str] = []
         self.curves = curves  # whose reference curves a catalogue GPU runs on
+        self.cores, self.threads = cores, threads
+        self.server_drift = False  # dlperf parallel's server measures each push's drift
         if precision == "tf32" and dev.tf32_tflops is None:
             self.notes.append(f"{dev.name} has no TF32 units: tf32 runs as fp32")
 
@@ -255,6 +268,18 @@ class _Context:
         out for the pull."""
         return 2 * self.copy_s(nbytes, fresh=True) + self.pass_s(3 * nbytes)
 
+    def server_work_s(self, nbytes: float) -> float:
+        """The server's own work for one push and pull in its process, the transfers
+        apart (on loopback the received gradient is written where the transfer's copy
+        puts it): the update w -= lr g in place, the weights cloned for the pull; with
+        ``server_drift`` (``kinds.parallel.ps_server``), the drift from the copy it last
+        sent, base - lr g - w (a fresh pass and one in place), and its two dot products."""
+        work = self.pass_s(3 * nbytes) + self.copy_s(nbytes, fresh=True)
+        if self.server_drift:
+            work += self.pass_s(3 * nbytes, fresh=True) + self.pass_s(3 * nbytes) \
+                + self.pass_s(2 * nbytes)
+        return work
+
     def bucket_copies_s(self, nbytes: float) -> float:
         """DDP's gradient buckets (``formulas.DDP_BUCKET_PASSES``): each bucket's
         gradients copied in, averaged in place and copied back."""
@@ -268,6 +293,53 @@ class _Context:
         link = self.intra()
         fn = f.ring_allreduce_time if self.collective == "ring" else f.tree_allreduce_time
         return fn(nbytes, p, self.bw(link), link.latency_s)
+
+    def allreduce_all(self, nbytes: float) -> float:
+        """``nbytes`` averaged over every device: in one node, ``allreduce``; across
+        nodes, hierarchically (one device per node: no intra-node phase)."""
+        if self.devices <= 1:
+            return 0.0
+        if self.nodes == 1:
+            return self.allreduce(nbytes, self.devices)
+        inter = self.inter()
+        intra = self.intra() if self.per_node > 1 else inter
+        return f.hierarchical_allreduce_time(
+            nbytes, self.per_node, self.nodes, self.bw(intra), intra.latency_s,
+            self.bw(inter), inter.latency_s)
+
+    def share(self) -> float:
+        """How many times slower the calibrated timings run than one worker alone: the
+        workers' share of this machine's cores (1 on a device of one's own)."""
+        fit = self.cal.fitted(self.dev)
+        return fit.slowdown if fit is not None else 1.0
+
+    def blocks(self, ranks: int) -> int:
+        """The blocks of cores ``ranks`` workers of one node run on: as many as the
+        cores hold of their threads (``dlperf parallel`` pins rank r to block r mod
+        that), each its own where they do not share."""
+        return max(1, int(ranks / self.share() + 1e-9))
+
+    def sharing_cost(self) -> float:
+        """What two busy processes on one of this machine's cores lose beyond processor
+        sharing (``sharing.CORE_SHARING_COST``); 1 on any other device."""
+        if self.dev.kind == "cpu" and self.cal.fitted(self.dev) is not None:
+            return sharing.CORE_SHARING_COST
+        return 1.0
+
+    def comm_overlaps(self) -> bool:
+        """Whether communication can run beside the compute: on a GPU, NCCL's kernels run
+        on a stream of their own beside the backward's; on a CPU, gloo's thread sums and
+        copies the buckets on the CPU (loopback's transfers are copies too), so only
+        where each worker has a core its compute threads leave free (this machine: the
+        workers' threads fewer than ``cores``; a catalogue CPU: ``threads`` fewer than
+        its cores)."""
+        if self.dev.kind == "gpu":
+            return True
+        fit = self.cal.fitted(self.dev)
+        if fit is not None:
+            return self.cores is not None and self.per_node * fit.threads < self.cores
+        return (self.dev.cores is not None and self.threads is not None
+                and self.threads < self.dev.cores)
 
     def memory_at(self, parts: list[list[Layer]], batch: float) -> MemoryBreakdown:
         """The peak of one step on the device that holds the most: ``parts`` the layers
@@ -364,24 +436,18 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     g_bytes = ctx.grad_bytes
     extra: dict[str, Any] = {}
     if strategy in ("single", "sync"):
-        if p == 1:
-            comm = 0.0
-        elif ctx.nodes == 1:
-            comm = ctx.allreduce(g_bytes, p)
-        else:
-            inter = ctx.inter()
-            intra = ctx.intra() if ctx.per_node > 1 else inter  # one per node: no intra phase
-            comm = f.hierarchical_allreduce_time(
-                g_bytes, ctx.per_node, ctx.nodes, ctx.bw(intra), intra.latency_s,
-                ctx.bw(inter), inter.latency_s)
+        comm = _ddp_allreduce(ctx, timings, ctx.allreduce_all) if p > 1 else 0.0
         if p > 1:
-            ctx.notes.append("the all-reduce does not overlap the backward pass here (DDP "
-                             "overlaps them): communication is an upper bound")
             copies = ctx.bucket_copies_s(g_bytes)
             ctx.notes.append(f"DDP copies the gradients into its all-reduce buckets and "
                              f"back: {copies * 1e3:.3g} ms of memory passes")
             memory += copies
             step += copies
+        if ctx.share() > 1 and (cost := ctx.sharing_cost()) > 1:  # lockstep: all busy at once
+            compute, memory, overhead, step = (x * cost for x in (compute, memory, overhead,
+                                                                   step))
+            ctx.notes.append(f"{ctx.share():g} workers to a core: each computes x{cost:g} "
+                             "slower than processor sharing gives (sharing.CORE_SHARING_COST)")
         waits = f.sync_step_time([step] * (p - 1) + [step + ctx.straggler]) - step
         time = step + comm + waits
         return ctx.result(strategy, time, Breakdown(
@@ -395,7 +461,6 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     k = p // g
     if ctx.nodes > 1 and ctx.per_node % k:
         raise UsageError(f"a group of {k} devices must sit inside one node of {ctx.per_node}")
-    group_comm = 0.0
     if p > 1:  # flatten the gradient into a fresh vector, load the pulled weights back
         copies = ctx.copy_s(g_bytes, fresh=True) + ctx.copy_s(g_bytes)
         if k > 1:  # the group's DDP buckets; the broadcast's buffer filled on the leader
@@ -405,8 +470,33 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
                          f"{copies * 1e3:.3g} ms of memory passes")
         memory += copies
         step += copies
+    if p > 1 and ctx.nodes == 1 and ctx.dev.kind == "cpu" and ctx.cal.fitted(ctx.dev):
+        # this machine: the workers and the server share its cores
+        time, even = _on_shared_cores(ctx, step, g, k, g_bytes)
+        lost = time - even
+    else:
+        time, lost = _through_a_server(ctx, timings, step, g, k, g_bytes)
+    if strategy == "mixed":
+        extra["groups"] = g
+    # the workers' own terms as one of them runs them, at most what the time leaves
+    scale = min(1.0, (time - lost) / step) if step > 0 else 1.0
+    return ctx.result(strategy, time, Breakdown(
+        compute_s=compute * scale, memory_s=memory * scale, overhead_s=overhead * scale,
+        communication_s=time - step * scale - lost, bubble_s=0.0, straggler_s=lost),
+        _layer_times(timings), ctx.memory_fields([ctx.layers], local, p), **extra)
+
+
+def _through_a_server(ctx: _Context, timings: list[LayerTiming], step: float, g: int,
+                      k: int, g_bytes: float) -> tuple[float, float]:
+    """(time per global mini-batch, what the straggler costs) of ``g`` free-running groups
+    of ``k`` devices, each with a device of its own, through a parameter server whose
+    link all share (``formulas.parameter_server_time``, ``formulas.async_step_time``):
+    each group's step, its all-reduce (DDP's buckets) and the leader's broadcast of the
+    pulled weights, its push and pull and the server's apply."""
+    p = ctx.devices
+    group_comm = 0.0
     if k > 1:
-        group_comm = ctx.allreduce(g_bytes, k)
+        group_comm = _ddp_allreduce(ctx, timings, lambda nbytes: ctx.allreduce(nbytes, k))
         intra = ctx.intra()  # the leader broadcasts the pulled weights to its group
         group_comm += f.p2p_time(g_bytes, ctx.bw(intra), intra.latency_s)
     own = shared = 0.0
@@ -424,13 +514,100 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     base = step + group_comm + own
     t_async = f.async_step_time([base] * (g - 1) + [base + ctx.straggler])
     time = max(t_async, shared)  # the server's shared link may set the pace
-    lost = time - max(base, shared)  # what the slow worker costs beyond that
-    if strategy == "mixed":
-        extra["groups"] = g
-    return ctx.result(strategy, time, Breakdown(
-        compute_s=compute, memory_s=memory, overhead_s=overhead,
-        communication_s=time - step - lost, bubble_s=0.0, straggler_s=lost),
-        _layer_times(timings), ctx.memory_fields([ctx.layers], local, p), **extra)
+    return time, time - max(base, shared)  # what the slow worker costs beyond that
+
+
+def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
+                     g_bytes: float) -> tuple[float, float]:
+    """(time per global mini-batch, the same without the straggler) of ``g`` free-running
+    groups of ``k`` workers (async: ``k`` 1) on this machine's cores, as ``dlperf
+    parallel`` runs them: rank r on block r mod ``blocks``, group u the ranks u k ..
+    u k + k - 1, the server in rank 0's process. The server's work for every push and
+    pull (``server_work_s``) runs on rank 0's block, beside rank 0 and whoever shares
+    it; rank 0's group calls it directly (no transfer), the others push and pull over
+    loopback, whose transfers are copies by the cores of both ends (priced at the link
+    calibrated between two processes, each on a core of its own, and shared like any
+    work); so are a group's all-reduce and the leader's broadcast of the pulled weights,
+    work of every member's cores. Each group's rate comes from ``sharing.unit_rates``; a
+    global mini-batch is one push of every group's share."""
+    share = ctx.share()  # the calibrated timings run this much slower than one alone
+    place = sharing.blocks_of(ctx.devices, ctx.blocks(ctx.devices))
+    link = _pair_link(ctx)
+    push = 2 * f.p2p_time(g_bytes, ctx.bw(link), link.latency_s)
+    serve = ctx.server_work_s(g_bytes) / share
+    cost = ctx.sharing_cost()
+    group = 0.0 if k == 1 else (  # the group's all-reduce, then the broadcast
+        f.ring_allreduce_time(g_bytes, k, ctx.bw(link), link.latency_s)
+        + f.p2p_time(g_bytes, ctx.bw(link), link.latency_s))
+
+    def per_batch(delay: float) -> float:
+        units = [sharing.Unit(blocks=tuple(place[u * k:(u + 1) * k]),
+                              work=(step / share + group,) * k, serve=serve,
+                              transfer=push if u else 0.0,
+                              wait=delay if u == g - 1 else 0.0)
+                 for u in range(g)]
+        rates = sharing.unit_rates(units, server_block=place[0], cost=cost)
+        return g / sum(rates)
+
+    if k > 1:
+        ctx.notes.append(f"each group's all-reduce and broadcast, {group * 1e3:.3g} ms, are "
+                         "copies and sums by its members' cores (none overlaps the "
+                         "backward pass: no core is spare)")
+    if g == 1:
+        ctx.notes.append("one group: the parameter server lives in its leader's process, "
+                         "so the push and pull cross no link")
+    ctx.notes.append(
+        f"the parameter server works in rank 0's process: its {serve * 1e3:.3g} ms per "
+        f"push and pull{' (the drift measured too)' if ctx.server_drift else ''}, and its side of the other groups' {push * 1e3:.3g} ms of "
+        f"transfers (loopback: copies by both ends' cores), share rank 0's cores with "
+        + ("the ranks pinned beside it" if share > 1 else "rank 0")
+        + "; each group's rate by processor sharing of its cores (perfmodel/sharing.py)")
+    return per_batch(ctx.straggler), per_batch(0.0)
+
+
+def _pair_link(ctx: _Context) -> Link:
+    """The loopback link as the all-reduce between two processes calibrated it (each on a
+    core of its own): one transfer at full speed; else the run's link."""
+    fit = ctx.cal.fitted(ctx.dev)
+    if fit is None or not fit.allreduce:
+        return ctx.server_link()
+    return local.loopback_link(fit.allreduce[min(fit.allreduce, key=lambda w: abs(w - 2))])
+
+
+def _ddp_allreduce(ctx: _Context, timings: list[LayerTiming],
+                   allreduce: Callable[[float], float]) -> float:
+    """The all-reduce time a DDP step waits for: the gradients in DDP's buckets
+    (``formulas.ddp_buckets``: the layers' in reverse, each bucket launched when its
+    last layer's backward pass is done), each bucket averaged by ``allreduce``. Where
+    the communication runs beside the compute (``_Context.comm_overlaps``) only what
+    runs past the backward's end counts (``formulas.overlapped_comm_time``); where it
+    shares the compute's cores, all of it. A layer's parameters count as one tensor."""
+    back = [(t.compute_s + t.memory_s - t.forward_s + t.overhead_s / 2, layer.params)
+            for t, layer in zip(timings[::-1], ctx.layers[::-1], strict=True)]
+    ready, done = [], 0.0
+    for took, _ in back:
+        done += took
+        ready.append(done)
+    buckets = f.ddp_buckets([n * WEIGHT_BYTES for _, n in back])
+    comm = [allreduce(nbytes) for nbytes, _ in buckets]
+    if not ctx.comm_overlaps():
+        # gloo's thread and the backward's compute side by side on one core from the first
+        # bucket's launch: what they do together pays the cost of sharing it
+        together = 2 * min(done - ready[buckets[0][1]], sum(comm))
+        extra = (ctx.sharing_cost() - 1) * together
+        ctx.notes.append(
+            f"DDP all-reduces the gradients in {len(buckets)} buckets as the backward pass "
+            f"makes them, but gloo sums and copies them on the cores the backward uses (no "
+            f"core is spare for its thread): none of the {sum(comm) * 1e3:.3g} ms overlaps"
+            + (f", and the two threads sharing a core cost {extra * 1e3:.3g} ms more "
+               "(sharing.CORE_SHARING_COST)" if extra > 0 else ""))
+        return sum(comm) + extra
+    exposed = f.overlapped_comm_time([ready[i] for _, i in buckets], comm, done)
+    ctx.notes.append(
+        f"DDP all-reduces the gradients in {len(buckets)} buckets (the first up to 1 MiB, "
+        f"then 25 MiB), each once the backward pass has made it: {exposed * 1e3:.3g} ms of "
+        f"the {sum(comm) * 1e3:.3g} ms run after the backward pass")
+    return exposed
 
 
 def _default_groups(devices: int) -> int:
@@ -500,7 +677,8 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     # dlperf parallel pins rank r to the r-th block of a stage's threads, wrapping round
     # the cores (``parallel.worker.rank_cpus``): the stages of one block share it
     blocks = max(1, int(p / share + 1e-9))
-    run = schedule.gpipe_step_time(fwd, bwd, sends, updates, m, [s % blocks for s in range(p)])
+    run = schedule.gpipe_step_time(fwd, bwd, sends, updates, m, [s % blocks for s in range(p)],
+                                   cost=ctx.sharing_cost())
     time = run + ctx.straggler + ctx.call_s()
     slow = max(range(p), key=work.__getitem__)
     stage = [timings[i] for i in stages[slow]]
@@ -516,7 +694,10 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
         ctx.notes.append(f"the {p} stages share cores enough for {blocks} at full speed, "
                          f"stage s on block s mod {blocks} as dlperf parallel pins them: "
                          "those computing at one moment split their block, and a stage "
-                         "that waits (bubble) leaves its share to the busy ones")
+                         "that waits (bubble) leaves its share to the busy ones"
+                         + (f"; together they run x{ctx.sharing_cost():g} slower than "
+                            "that sharing gives (sharing.CORE_SHARING_COST)"
+                            if ctx.sharing_cost() > 1 else ""))
     # GPipe keeps every micro-batch's activations of a stage until its backward: the
     # stage's share at the whole batch
     mem = ctx.memory_fields([[ctx.layers[i] for i in idx] for idx in stages], batch, 1)

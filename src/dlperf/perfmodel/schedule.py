@@ -54,13 +54,15 @@ def _tasks(s: int, stages: int, m: int, fwd: float, bwd: float, send_fwd: float,
 
 def gpipe_step_time(fwd: Sequence[float], bwd: Sequence[float], sends: Sequence[float],
                     updates: Sequence[float], micro_batches: int,
-                    placement: Sequence[int] | None = None) -> float:
+                    placement: Sequence[int] | None = None, cost: float = 1.0) -> float:
     """Seconds until every stage has applied its update. Per stage ``s``: ``fwd[s]`` and
     ``bwd[s]``, one micro-batch's forward and backward pass at the stage's own full speed;
     ``updates[s]``, its update and gradient accumulation; ``sends[s]``, one message
     across the boundary after stage ``s`` (activations forward, their gradient back; the
     last stage's entry is unused); ``placement[s]``, the block of cores it runs on, which
-    the stages placed on it share (default: a device each)."""
+    the stages placed on it share (default: a device each); ``cost``: how much slower
+    stages computing together on one block run than processor sharing gives
+    (``sharing.CORE_SHARING_COST`` on this machine; 1: none)."""
     p = len(fwd)
     place = list(range(p)) if placement is None else list(placement)
     if not (len(bwd) == len(sends) == len(updates) == len(place) == p) or p < 1 \
@@ -92,8 +94,8 @@ def gpipe_step_time(fwd: Sequence[float], bwd: Sequence[float], sends: Sequence[
                 return now
             raise RuntimeError("the pipeline schedule waits on a message never sent")
         computing = Counter(place[s] for s in running if queues[s][heads[s]].kind == "work")
-        speed = {s: 1.0 / computing[place[s]] if queues[s][heads[s]].kind == "work" else 1.0
-                 for s in running}
+        speed = {s: 1.0 / (computing[place[s]] * (cost if computing[place[s]] > 1 else 1.0))
+                 if queues[s][heads[s]].kind == "work" else 1.0 for s in running}
         step = min(queues[s][heads[s]].left / speed[s] for s in running)
         now += step
         for s in running:

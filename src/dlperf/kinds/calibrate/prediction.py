@@ -75,6 +75,7 @@ def predict_for_spec(spec: RunSpec, calibration: MachineFits) -> Prediction | No
                        groups=o.groups if o.strategy == "mixed" else None,
                        micro_batches=o.micro_batches if o.strategy == "pipeline" else None,
                        straggler_s=o.straggler_delay_s, link=m.link, inter_link=m.link,
-                       baseline_bytes=m.baseline_bytes or 0.0)
+                       baseline_bytes=m.baseline_bytes or 0.0, cores=calibration.cores,
+                       server_drift=o.strategy in ("async", "mixed"))
     except UsageError:
         return None

@@ -427,7 +427,8 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
                 batch_size=batch_size, precision=precision, devices=devices, nodes=nodes,
                 strategy=strategy, link=link or m.link, inter_link=inter_link or m.link,
                 collective=collective, groups=groups, micro_batches=micro_batches,
-                straggler_s=straggler_s, params=params, baseline_bytes=m.baseline_bytes or 0.0)
+                straggler_s=straggler_s, params=params, baseline_bytes=m.baseline_bytes or 0.0,
+                cores=cal.cores, server_drift=strategy in ("async", "mixed"))
     if m.baseline_bytes is None:
         p = p.model_copy(update={"notes": [*p.notes, (
             f"memory: {fw}'s runtime baseline here is not calibrated yet (the peak counts "
@@ -470,3 +471,68 @@ def _with_utilisation(p: Prediction, spec: RunSpec) -> Prediction:
     peak, what = device_peak(spec, {})
     mfu, _ = utilisation(p.flops_per_step, None, p.time_s, peak)
     return p.model_copy(update={"mfu": mfu, "mfu_peak": what})
+
+
+#: the parallel model's targets on the DLBench networks at their own size (issue 32;
+#: docs/prediction.md): the median |error| of all parallel runs of a worker count, and of
+#: each strategy's
+PARALLEL_TARGET, STRATEGY_TARGET = 0.10, 0.15
+
+
+@dataclass(frozen=True)
+class Target:
+    """One median |error| against its target: ``scope`` names the cases ('2 workers',
+    '2 workers, sync', 'all workers')."""
+
+    scope: str
+    n: int
+    median_abs: float
+    target: float
+
+    @property
+    def met(self) -> bool:
+        return self.median_abs <= self.target
+
+    def text(self) -> str:
+        return (f"{self.scope}: median |error| {self.median_abs:.1%} (n={self.n}), target "
+                f"<= {self.target:.0%}: {'met' if self.met else 'missed'}")
+
+
+def workers(spec: RunSpec) -> int:
+    """The workers of a parallel run (1 for a step)."""
+    return getattr(spec.options, "workers", 1) if spec.kind == "parallel" else 1
+
+
+def parallel_targets(cs: Sequence[Case]) -> list[Target]:
+    """The parallel cases of full-size networks (tiny ones are a few milliseconds of the
+    harness's per-step Python, shown apart) against the targets: per worker count, all
+    strategies together (``PARALLEL_TARGET``) and each strategy (``STRATEGY_TARGET``),
+    then every worker count together."""
+    full = [c for c in cs if c.row.spec.kind == "parallel" and c.row.spec.size in ("full", "")]
+    out: list[Target] = []
+    for n in (sorted({workers(c.row.spec) for c in full}) + [0]) if full else []:
+        mine = [c for c in full if n == 0 or workers(c.row.spec) == n]
+        scope = f"{n} workers" if n else "all workers"
+        (total,) = summarize(mine)
+        out.append(Target(scope, total.n, total.median_abs, PARALLEL_TARGET))
+        out += [Target(f"{scope}, {s.value}", s.n, s.median_abs, STRATEGY_TARGET)
+                for s in sorted(summarize(mine, "strategy"), key=lambda s: s.value)]
+    return out
+
+
+def parallel_target_lines(cs: Sequence[Case]) -> list[str]:
+    """What ``dlperf validate`` and the bench print under the parallel cases: every
+    ``parallel_targets`` line, and the tiny networks' median apart."""
+    targets = parallel_targets(cs)
+    if not targets:
+        return []
+    lines = [f"parallel targets (DLBench networks at their own size): median |error| <= "
+             f"{PARALLEL_TARGET:.0%} per worker count, <= {STRATEGY_TARGET:.0%} per strategy"]
+    lines += [("  " if "," not in t.scope else "    ") + t.text() for t in targets]
+    tiny = [c for c in cs if c.row.spec.kind == "parallel" and c.row.spec.size not in
+            ("full", "")]
+    if tiny:
+        (t,) = summarize(tiny)
+        lines.append(f"  tiny networks, apart (no target): median |error| {t.median_abs:.1%} "
+                     f"(n={t.n})")
+    return lines

@@ -1,0 +1,113 @@
+"""What two processes on one core cost beyond processor sharing: the same PyTorch kernel
+in one process pinned to one CPU, then in two processes pinned to that CPU at once, then
+alone again; the throughput the two lose together against the one alone.
+
+    python benchmarks/bench_core_sharing.py                  # every kernel, 3 rounds
+    python benchmarks/bench_core_sharing.py --kernels step --rounds 5
+
+Processor sharing (``perfmodel.schedule``, ``perfmodel.sharing``) takes two busy processes
+on one core to run at half speed each; the operating system's time slicing costs more:
+each switch refills the caches and TLB the other process evicted (Li, Ding & Shen 2007,
+"Quantifying the cost of context switch", ExpCS: the indirect cost grows with the working
+set). ``perfmodel.sharing.CORE_SHARING_COST`` is this benchmark's ``step`` kernel (one
+thread's forward and backward pass of a small MLP) on the machine the model was validated
+on. Nothing is asserted: the ratios are the result. Takes the machine's CPU lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+KERNELS = ("step", "gemm_large", "gemm_small", "memory")
+
+
+def _kernel(kind: str):
+    """A call of ``kind``: a training step of a small MLP (batch 16, 1024-2048-2048-10), a
+    product streaming a 64 MB weight (64 x 4096 x 4096), one that fits in cache (256^3),
+    or a memory pass over 32 MB into a fresh result."""
+    import torch
+
+    if kind == "step":
+        net = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(),
+                                  torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
+                                  torch.nn.Linear(2048, 10))
+        x = torch.randn(16, 1024)
+
+        def step() -> None:
+            net.zero_grad()
+            net(x).sum().backward()
+        return step
+    if kind in ("gemm_large", "gemm_small"):
+        m, n = (64, 4096) if kind == "gemm_large" else (256, 256)
+        a, b = torch.randn(m, n), torch.randn(n, n)
+        return lambda: a @ b
+    x = torch.randn(8 * 2**20)
+    return lambda: x.mul(2.0)
+
+
+def _worker(kind: str, cpu: int, secs: float, start_at: float, q) -> None:
+    os.sched_setaffinity(0, {cpu})  # before torch starts its threads
+    import torch
+
+    torch.set_num_threads(1)
+    call = _kernel(kind)
+    for _ in range(5):  # warm-up: allocations, the library's first-call paths
+        call()
+    while time.time() < start_at:  # start together
+        time.sleep(0.001)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < secs:
+        call()
+        n += 1
+    q.put(n / (time.perf_counter() - t0))
+
+
+def rates(kind: str, procs: int, cpu: int, secs: float) -> list[float]:
+    """Calls per second of each of ``procs`` processes running ``kind`` on ``cpu``."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    start = time.time() + 4.0  # every process imported torch and warmed up by then
+    ps = [ctx.Process(target=_worker, args=(kind, cpu, secs, start, q)) for _ in range(procs)]
+    for p in ps:
+        p.start()
+    out = [q.get() for _ in ps]
+    for p in ps:
+        p.join()
+    return out
+
+
+def main() -> int:
+    from dlperf.engine.cpulock import cpus_held
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernels", default=",".join(KERNELS))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=4.0, help="timed seconds per phase")
+    a = ap.parse_args()
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    for kind in a.kernels.split(","):
+        costs = []
+        for _ in range(a.rounds):
+            with cpus_held("bench_core_sharing"):
+                before = rates(kind, 1, cpu, a.seconds)[0]
+                two = sum(rates(kind, 2, cpu, a.seconds))
+                after = rates(kind, 1, cpu, a.seconds)[0]
+            costs.append((before + after) / 2 / two)
+            print(f"  {kind}: alone {before:.4g} and {after:.4g} calls/s; two on CPU {cpu} "
+                  f"{two:.4g} together: x{costs[-1]:.3f}", flush=True)
+        print(f"{kind}: two processes on one core cost x{statistics.median(costs):.3f} of "
+              f"processor sharing (median of {len(costs)}; "
+              f"{min(costs):.3f}..{max(costs):.3f})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

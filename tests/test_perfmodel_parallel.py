@@ -1,0 +1,202 @@
+"""The parallel model's overlap and placement: DDP's buckets and how much of their
+all-reduce the backward pass hides, and free-running workers sharing cores with the
+parameter server in rank 0's process (closed forms by hand; a made-up machine)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.core.store import Store
+from dlperf.kinds.calibrate import plan as calibration
+from dlperf.kinds.calibrate.prediction import predict_for_spec
+from dlperf.kinds.parallel.make import make_spec
+from dlperf.perfmodel import formulas as f
+from dlperf.perfmodel.machine_fits import MachineFits
+from dlperf.perfmodel.sharing import Unit, blocks_of, unit_rates
+from tests import calibration_fixtures as made_up
+
+MIB = 2**20
+
+
+# ----------------------------------------------------------------------------- buckets
+def test_ddp_buckets_close_at_one_mib_first_then_at_25():
+    # a small last layer fills the first bucket past 1 MiB; a 64 MiB weight is a bucket
+    # of its own; the rest closes at 25 MiB and what is left is a last, smaller bucket
+    sizes = [0.5 * MIB, 0.75 * MIB, 64 * MIB, 10 * MIB, 10 * MIB, 10 * MIB, 3 * MIB]
+    assert f.ddp_buckets(sizes) == [(1.25 * MIB, 1), (64 * MIB, 2), (30 * MIB, 5),
+                                    (3 * MIB, 6)]
+    assert f.ddp_buckets([]) == [(0.0, -1)]
+    assert sum(b for b, _ in f.ddp_buckets([3.0] * 100)) == 300.0
+
+
+def test_one_bucket_is_wholly_exposed():
+    # its last gradient is ready only when the backward pass ends
+    assert f.overlapped_comm_time([5.0], [2.0], 5.0) == 2.0
+
+
+def test_many_buckets_expose_only_the_last_one():
+    # ten buckets ready every second, each all-reduced in half a second: all but the
+    # last finish under the backward pass
+    ready = [float(i + 1) for i in range(10)]
+    assert f.overlapped_comm_time(ready, [0.5] * 10, 10.0) == 0.5
+
+
+def test_communication_longer_than_the_gaps_queues_behind_itself():
+    # buckets ready at 1, 2, 3 taking 2 s each run 1-3, 3-5, 5-7: 4 s past the end at 3
+    assert f.overlapped_comm_time([1.0, 2.0, 3.0], [2.0] * 3, 3.0) == 4.0
+
+
+def test_zero_compute_means_no_overlap():
+    assert f.overlapped_comm_time([0.0] * 4, [1.0, 2.0, 3.0, 4.0], 0.0) == 10.0
+
+
+# ----------------------------------------------------------------------------- sharing
+def test_a_unit_alone_cycles_through_its_work_and_its_waits():
+    assert unit_rates([Unit((0,), (2.0,), wait=1.0), Unit((1,), (1.0,))]) == \
+        pytest.approx([1 / 3, 1.0])
+
+
+def test_two_busy_processes_on_one_block_each_run_at_half_speed():
+    assert unit_rates([Unit((0,), (1.0,)), Unit((0,), (1.0,))]) == pytest.approx([0.5, 0.5])
+
+
+def test_two_busy_processes_on_one_block_also_pay_the_cost_of_sharing_it():
+    # each at 1 / (2 x cost) of its speed alone; alone on a block, no cost
+    assert unit_rates([Unit((0,), (1.0,)), Unit((0,), (1.0,))], cost=1.25) == \
+        pytest.approx([0.4, 0.4])
+    assert unit_rates([Unit((0,), (1.0,)), Unit((1,), (1.0,))], cost=1.25) == \
+        pytest.approx([1.0, 1.0])
+
+
+def test_pipeline_stages_computing_together_on_one_block_pay_the_cost_of_sharing_it():
+    from dlperf.perfmodel.schedule import gpipe_step_time
+
+    # two stages whose only work is their update, run at once on one block: 2 x cost;
+    # on blocks of their own, 1
+    args = ([0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [1.0, 1.0], 1)
+    assert gpipe_step_time(*args, placement=[0, 0], cost=1.25) == pytest.approx(2.5)
+    assert gpipe_step_time(*args, placement=[0, 1], cost=1.25) == pytest.approx(1.0)
+
+
+def test_the_server_never_competes_with_the_unit_it_serves():
+    # one group on blocks 0 and 1, the server on block 0: work, then the server's apply
+    (rate,) = unit_rates([Unit((0, 1), (1.0, 1.0), wait=0.1, serve=0.3)], server_block=0)
+    assert rate == pytest.approx(1 / 1.4)
+
+
+def test_a_transfer_to_the_server_busies_both_ends_cores():
+    # alone, a push over loopback takes its time once; where the worker shares the
+    # server's block, both ends' copies run on that one block: twice
+    (apart,) = unit_rates([Unit((1,), (1.0,), transfer=0.5)], server_block=0)
+    (together,) = unit_rates([Unit((0,), (1.0,), transfer=0.5)], server_block=0)
+    assert apart == pytest.approx(1 / 1.5) and together == pytest.approx(1 / 2.0)
+    # and a second worker on the server's block computes beside the copies
+    rates = unit_rates([Unit((1,), (1.0,), transfer=0.5), Unit((0,), (1.0,))],
+                       server_block=0)
+    assert rates[1] < 1.0
+
+
+def test_the_servers_work_is_charged_to_the_block_it_runs_on():
+    """Four workers on two blocks (rank r on block r mod 2), the server beside rank 0:
+    the ranks on block 0 share it with the server's work for every push and run slower
+    than those on block 1, which run slower than without a server's work at all."""
+    place = blocks_of(4, 2)
+    assert place == [0, 1, 0, 1]
+    units = [Unit((b,), (1.0,), wait=0.0 if r == 0 else 0.1, serve=0.2)
+             for r, b in enumerate(place)]
+    rates = unit_rates(units, server_block=0)
+    assert rates[0] < rates[1] and rates[2] < rates[3]
+    free = unit_rates([Unit((b,), (1.0,), wait=0.1) for b in place])
+    assert sum(rates) < sum(free)
+
+
+def test_a_server_that_cannot_keep_up_sets_the_pace():
+    # each push costs the server 1 s of its own: together the units push at most once a
+    # second, whatever their own cycles
+    rates = unit_rates([Unit((1,), (0.01,), serve=1.0), Unit((2,), (0.01,), serve=1.0)],
+                       server_block=0)
+    assert sum(rates) == pytest.approx(1.0, rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- predict
+def _calibration(db) -> MachineFits:
+    with Store(db) as store:
+        made_up.calibrated(store)
+        return calibration.local_calibration(store)
+
+
+def test_sync_overlaps_the_all_reduce_only_where_a_core_is_spare(db):
+    """Two one-thread workers on two cores: gloo's thread has no core of its own, so the
+    step pays every bucket; on four cores it overlaps the backward pass."""
+    cal = _calibration(db)
+    spec = make_spec("fcn5", strategy="sync", workers=2, batch_size=64)
+    two = predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 2))
+    four = predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 4))
+    assert two is not None and four is not None
+    assert any("none of the" in n and "CORE_SHARING_COST" in n for n in two.notes)
+    assert any("run after the backward pass" in n for n in four.notes)
+    assert four.breakdown.communication_s < two.breakdown.communication_s
+    assert not any("upper bound" in n for n in two.notes + four.notes)
+
+
+@pytest.mark.parametrize("strategy,groups", [("async", None), ("mixed", 2)])
+def test_free_running_workers_pay_for_the_server_beside_rank_0(db, strategy, groups):
+    """Four workers on two cores share them two by two, rank 0's with the server; on
+    four cores each has its own and only rank 0's core has the server's work."""
+    cal = _calibration(db)
+    spec = make_spec("fcn5", size="tiny", strategy=strategy, workers=4, groups=groups,
+                     batch_size=64)
+    two = predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 2))
+    four = predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 4))
+    assert two is not None and four is not None
+    assert four.time_s < two.time_s
+    for p in (two, four):
+        assert p.breakdown.total_s == pytest.approx(p.time_s)
+        assert min(p.breakdown.model_dump().values()) >= 0
+    assert any("share rank 0's cores with the ranks pinned beside it" in n for n in two.notes)
+
+
+# ----------------------------------------------------------------------------- targets
+def _case(strategy: str, workers: int, error: float, size: str = "full"):
+    from types import SimpleNamespace
+
+    from dlperf.kinds.calibrate.validate import Case
+
+    spec = make_spec("fcn5", size=size, strategy=strategy, workers=workers,
+                     groups=1 if strategy == "mixed" else None, batch_size=64)
+    return Case(SimpleNamespace(spec=spec), 1.0,
+                SimpleNamespace(time_s=1.0 + error, strategy=strategy))
+
+
+def test_parallel_targets_are_per_worker_count_and_per_strategy():
+    from dlperf.kinds.calibrate.validate import parallel_target_lines, parallel_targets
+
+    cs = [_case("sync", 2, 0.05), _case("sync", 2, -0.07), _case("pipeline", 2, -0.3),
+          _case("sync", 4, 0.02), _case("async", 4, 0.12), _case("sync", 2, 0.9, "tiny")]
+    got = {t.scope: (t.n, round(t.median_abs, 6), t.met) for t in parallel_targets(cs)}
+    assert got == {"2 workers": (3, 0.07, True), "2 workers, pipeline": (1, 0.3, False),
+                   "2 workers, sync": (2, 0.06, True), "4 workers": (2, 0.07, True),
+                   "4 workers, async": (1, 0.12, True), "4 workers, sync": (1, 0.02, True),
+                   "all workers": (5, 0.07, True), "all workers, async": (1, 0.12, True),
+                   "all workers, pipeline": (1, 0.3, False),
+                   "all workers, sync": (3, 0.05, True)}
+    lines = parallel_target_lines(cs)
+    assert "2 workers, pipeline: median |error| 30.0% (n=1), target <= 15%: missed" in \
+        "\n".join(lines)
+    assert lines[-1].strip().startswith("tiny networks, apart")
+    assert parallel_target_lines([]) == []
+
+
+def test_the_harness_servers_drift_is_its_own_work_only_when_asked(db):
+    """dlperf parallel's server measures each push's drift (predict_for_spec asks for it);
+    a plain server, predict's default, does not: the same run is slower with it."""
+    from dlperf.perfmodel import predict
+
+    cal = _calibration(db)
+    m = cal.model("torch", 1, "cpu", workers=2)
+    kw = dict(device=m.device, efficiencies=m.efficiencies, size="tiny", batch_size=64,
+              strategy="async", devices=2, link=m.link, cores=2)
+    plain, drift = predict("fcn5", **kw), predict("fcn5", **kw, server_drift=True)
+    assert drift.time_s > plain.time_s
+    assert any("the drift measured too" in n for n in drift.notes)
+    assert not any("drift" in n for n in plain.notes)
