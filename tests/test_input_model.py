@@ -303,3 +303,29 @@ def test_predict_cold_on_a_catalogue_gpu_names_what_cannot_keep_up(calibrated_db
     assert main([*base, "--storage", "hdd"]) == 2  # 256 seeks of 5.9 ms: never in time
     assert "the storage cannot read" in capsys.readouterr().err
     assert main([*base, "--storage", "nvme"]) == 0
+
+
+def test_advise_predicts_the_pipeline_a_measured_step_would_want(calibrated_db,
+                                                                   monkeypatch):
+    import time as _time
+
+    from dlperf import api
+    from dlperf.core import environment
+    from dlperf.core.spec import RunResult, RunSpec
+    from dlperf.core.store import Store
+
+    monkeypatch.setattr(environment, "usable_cpus", lambda: [0, 1])  # a 2-core machine
+
+    with Store(calibrated_db) as store:
+        # the loader costs a tenth of the step per sample: the loop waits, workers keep up
+        _loader_calibration(store, 0.1 / 16, network="alexnet")
+        store.add(RunResult(spec=RunSpec(network="alexnet", batch_size=16), status="ok",
+                            metrics=_metrics(1.0, 16), finished_at=_time.time()))
+    advice = api.advise("image-classification", samples=1000, db=calibrated_db)
+    (here,) = advice.hardware
+    (rec,) = [r for r in here.recommendations if r.subject == "input pipeline for alexnet"]
+    assert rec.kind == "predicted" and rec.unit == "loader workers"
+    assert "in the training loop alexnet would wait" in rec.advice
+    assert rec.value == 1  # one worker on the free core hides 0.1 s of a 1 s step
+    assert "dlperf dataflow sweep" in rec.advice
+    assert rec.source.describe().startswith("predicted: the loader's calibrated cost")

@@ -509,7 +509,30 @@ def advise(task: str, *, samples: int | str, epochs: float = 1.0, hardware: str 
     memory_error = (statistics.median(abs(c.error) for c in cases), len(cases)) if cases \
         else None
     return advice_for(task, samples=samples, epochs=epochs, hardware=hardware, rows=rows,
-                      memory_error=memory_error, model=model)
+                      memory_error=memory_error, model=model, loader=_loader_model(db))
+
+
+def _loader_model(db: str | Path | None):
+    """The input-pipeline model for advice (``advice.data.LoaderModel``): this machine's
+    loader costs beside a measured step, and the model's validated stall error on the
+    measured floor where this machine has stalled pipelines (``dataflow_validation``)."""
+    from dlperf.kinds.dataflow.prediction import pipeline_advice
+
+    costs = loader_costs(db=db)
+    if not costs:
+        return None
+    cases, _ = dataflow_validation(db=db)
+    floor = [abs(c.floor_points) for c in cases if c.stalled and c.floor_points is not None]
+    validated = (f"+-{statistics.median(floor):.1f} points of stall share (median over "
+                 f"{len(floor)} stalled steps here)" if floor else "")
+    cores = len(environment.usable_cpus())
+
+    def advise(row: ConfigResult):
+        s = row.spec
+        return pipeline_advice(s.network, s.size, s.params, s.framework, s.batch_size,
+                               s.threads, row.median_s, costs, cores) if row.median_s else None
+
+    return advise, validated
 
 
 def fastest_rate(network: str, db: str | Path | None = None) -> tuple[float, str] | None:

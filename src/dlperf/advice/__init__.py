@@ -10,6 +10,7 @@ the performance model.
 
 from __future__ import annotations
 
+from dlperf.advice.data import LoaderModel
 from dlperf.advice.hardware import parse_hardware, parse_samples
 from dlperf.advice.local import LocalModel, advise_here
 from dlperf.advice.predicted import advise_catalogue
@@ -30,15 +31,15 @@ from dlperf.core.errors import UsageError
 def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str = "this",
            rows: list[ConfigResult] | None = None, errors: ErrorLookup | None = None,
            memory_error: tuple[float, int] | None = None,
-           model: LocalModel | None = None) -> Advice:
+           model: LocalModel | None = None, loader: LoaderModel | None = None) -> Advice:
     """Advice for ``task_name`` on each piece of ``hardware`` ('this', a catalogue device
     with a count, or several, comma-separated). ``rows``: this machine's aggregated step
     and parallel rows, failures included. ``errors``: the model's validated error for a
     prediction's kind of configuration (None: every prediction says "error not validated
     yet"). ``memory_error``: the memory model's median |error| over the steps measured
     here and their number, for this machine's largest batch. ``model``: this machine's
-    calibrated model, for what it did not measure. Bad input raises UsageError (one
-    line)."""
+    calibrated model, for what it did not measure; ``loader``: its input-pipeline model,
+    for a pipeline it did not measure. Bad input raises UsageError (one line)."""
     t = task(task_name)
     n = parse_samples(samples) if isinstance(samples, str) else int(samples)
     if n < 1:
@@ -49,7 +50,7 @@ def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str =
     out = []
     for hw in parse_hardware(hardware):
         if hw.is_this:
-            out.append(advise_here(t, rows, n, epochs, memory_error, model))
+            out.append(advise_here(t, rows, n, epochs, memory_error, model, loader))
         else:
             steps = [r for r in rows if r.spec.kind == "step"]
             out.append(advise_catalogue(t, hw, steps, n, epochs, errors))

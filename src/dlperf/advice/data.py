@@ -10,40 +10,49 @@ from collections.abc import Callable
 
 from dlperf import workloads
 from dlperf.advice import common
-from dlperf.advice.records import Measured, Recommendation, Unknown
+from dlperf.advice.records import Measured, Predicted, Recommendation, Unknown
 from dlperf.advice.tasks import Task
 from dlperf.core import units
 from dlperf.core.aggregate import ConfigResult
 from dlperf.kinds.dataflow.analysis import GONE, dataflow_of, loader_rate, stall_share
+from dlperf.kinds.dataflow.calibration import is_calibration
 from dlperf.kinds.dataflow.options import StorageOutcome
 from dlperf.kinds.dataflow.plan import has_pipeline, input_of
+from dlperf.kinds.dataflow.prediction import PipelineAdvice
 
 #: how a measured row becomes a recommendation's source (``advice.local.measured``)
 Source = Callable[[ConfigResult], Measured]
+#: this machine's input-pipeline model: for a step measured on data in place, the
+#: pipeline it would want (None: its loader is not calibrated here), and the model's
+#: validated error in words ('' where not validated)
+LoaderModel = tuple[Callable[[ConfigResult], "PipelineAdvice | None"], str]
 
 
 def data_advice(best_of: dict[tuple[str, str], ConfigResult], rows: list[ConfigResult],
-                task: Task, cores: int, measured: Source) -> list[Recommendation]:
+                task: Task, cores: int, measured: Source,
+                loader: LoaderModel | None = None) -> list[Recommendation]:
     """The input pipeline's and the storage's recommendation. ``best_of``: the fastest
     run of each (network, size) of the task measured here on synthetic data, candidates
     in the task's order; ``rows``: this machine's rows of every kind; ``measured``: a
-    row's Measured source. Input pipelines exist for the DLBench networks only, so a task
-    with none among its candidates gets the storage's recommendation alone."""
+    row's Measured source; ``loader``: the input-pipeline model, for a pipeline not
+    measured here. Input pipelines exist for the DLBench networks only, so a task with
+    none among its candidates gets the storage's recommendation alone."""
     first = next(iter(best_of.values()), None)
     recs = []
     dlbench = [c.network for c in task.candidates if workloads.get(c.network).group == "dlbench"]
     if dlbench:
         net = next((n for (n, _), r in best_of.items() if n in dlbench), dlbench[0])
         best = next((r for (n, _), r in best_of.items() if n == net), None)
-        recs.append(_pipeline(net, best, rows, cores, measured))
+        recs.append(_pipeline(net, best, rows, cores, measured, loader))
     net = first.spec.network if first else task.candidates[0].network
     return recs + [_storage(net, first, rows, cores, measured)]
 
 
 def _pipeline(net: str, first: ConfigResult | None, rows: list[ConfigResult], cores: int,
-              measured: Source) -> Recommendation:
+              measured: Source, loader: LoaderModel | None = None) -> Recommendation:
     """The pipeline configuration that trained ``net`` fastest here and the share of its
-    step spent waiting for data; else the loader alone against the training rate."""
+    step spent waiting for data; else the loader alone against the training rate; else
+    the model's prediction for the fastest step on data in place."""
     steps = [r for r in rows if r.spec.kind == "step" and r.measured and r.spec.network == net
              and has_pipeline(r.spec) and stall_share(r) is not None]
     sweep = (f"dlperf dataflow sweep --network {net} --loader-workers "
@@ -60,8 +69,10 @@ def _pipeline(net: str, first: ConfigResult | None, rows: list[ConfigResult], co
             f"input pipeline: {o.describe()} waits {units.percent(share)} of each step "
             f"({units.seconds(best.median_s)} per mini-batch, {best.framework_label}): it "
             f"{verdict}", 100 * share, "% of the step", measured(best))
+    # a user's loader runs; the calibration's are the model's (below)
     loaders = [(rate, r) for r in rows if r.spec.kind == "loader" and r.measured
-               and r.spec.network == net and (rate := loader_rate(r))]
+               and r.spec.network == net and not is_calibration(r.spec)
+               and (rate := loader_rate(r))]
     if loaders and first is not None:
         rate, r = max(loaders, key=lambda x: x[0])
         need = first.samples_per_s
@@ -73,8 +84,32 @@ def _pipeline(net: str, first: ConfigResult | None, rows: list[ConfigResult], co
             f"{rate:.4g} samples/s, the fastest training here consumes {need:.4g}: it "
             f"{verdict} (training beside the loader not measured: {sweep})",
             rate, "samples/s", measured(r))
+    got = loader[0](first) if loader is not None and first is not None else None
+    if got is not None:
+        return _predicted_pipeline(net, first, got, loader[1], sweep)  # type: ignore[index,arg-type]
     return Recommendation("data", f"input pipeline for {net}", "input pipeline: not "
                           "measured here", None, "% of the step", Unknown(sweep))
+
+
+def _predicted_pipeline(net: str, first: ConfigResult, got: PipelineAdvice, validated: str,
+                        sweep: str) -> Recommendation:
+    """The model's pipeline for the fastest step measured here on data in place."""
+    loop = got.in_loop
+    head = (f"input pipeline ({got.input}): in the training loop {net} would wait "
+            f"{units.percent(loop.stall_share)} of each step")
+    if got.ahead is None:
+        text, value = head + "; no loader-worker count keeps up here", None
+    else:
+        w = got.ahead.workers
+        text = head + (f"; {w} loader worker{'s' if w != 1 else ''} keep it within 5% "
+                       f"(predicted stall {units.percent(got.ahead.stall_share)})")
+        value = float(w)
+    return Recommendation(
+        "data", f"input pipeline for {net}", text + f"; measure it: {sweep}", value,
+        "loader workers", Predicted(
+            f"the loader's calibrated cost per sample beside {first.spec.label()} measured "
+            "here", None, f"{units.seconds(loop.loader.per_sample_s)} a sample",
+            validated=validated))
 
 
 def _storage(net: str, first: ConfigResult | None, rows: list[ConfigResult], cores: int,

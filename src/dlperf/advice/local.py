@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from dlperf import workloads
 from dlperf.advice import common
-from dlperf.advice.data import data_advice
+from dlperf.advice.data import LoaderModel, data_advice
 from dlperf.advice.records import HardwareAdvice, Measured, Predicted, Recommendation, Unknown
 from dlperf.advice.tasks import Task
 from dlperf.core import environment, units
@@ -45,12 +45,14 @@ MODEL_FRAMEWORKS = ("torch", "tensorflow", "jax")
 
 def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: float,
                 memory_error: tuple[float, int] | None = None,
-                model: LocalModel | None = None) -> HardwareAdvice:
+                model: LocalModel | None = None,
+                loader: LoaderModel | None = None) -> HardwareAdvice:
     """``rows``: this machine's aggregated rows (step, parallel, loader and storage;
     failures included); ``memory_error``: the memory model's median |error| over the steps
     measured here and their number (``dlperf validate --memory``), None where not known;
     ``model``: this machine's calibrated model, which predicts a network not measured
-    here (None: no calibration; the advice gives the command that measures it)."""
+    here (None: no calibration; the advice gives the command that measures it);
+    ``loader``: the input-pipeline model, for a pipeline not measured here."""
     cores = environment.physical_cores()
     # training on synthetic data: the processor's own rate (runs on an input pipeline,
     # which add the wait for data, are what the data advice reads)
@@ -73,7 +75,7 @@ def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: floa
     # listed most representative first; the guide's families run on 8x8 digits)
     first = next(iter(best_of.values()), None)
     recs.append(_devices(first, rows, task, samples, epochs, cores))
-    recs += data_advice(best_of, rows, task, cores, measured)
+    recs += data_advice(best_of, rows, task, cores, measured, loader)
     notes = [f"{cores} physical cores; no GPU" if not environment.gpus() else
              f"{cores} physical cores; GPUs: {', '.join(g['name'] for g in environment.gpus())}"]
     return HardwareAdvice("this machine", tuple(recs), tuple(notes))

@@ -41,9 +41,13 @@ class Predicted:
     configuration: str
     error: float | None  # relative, from the ErrorLookup; None: not validated yet
     basis: str = ""  # what the model assumed (efficiencies and their source, in short)
+    #: the validated error where it is not a relative one (a stall share's points)
+    validated: str = ""
 
     def describe(self) -> str:
-        err = "error not validated yet" if self.error is None else f"validated error +-{self.error:.0%}"
+        err = (f"validated error +-{self.error:.0%}" if self.error is not None else
+               f"validated error {self.validated}" if self.validated else
+               "error not validated yet")
         basis = f"; {self.basis}" if self.basis else ""
         return f"predicted: {self.configuration}, {err}{basis}"
 

@@ -17,6 +17,7 @@ from dlperf.inputs.options import InputOptions
 from dlperf.kinds.dataflow.calibration import cost_for
 from dlperf.perfmodel.input_pipeline import (
     MAX_WORKERS,
+    InputPrediction,
     LoaderCost,
     predict_input,
     stall_free_workers,
@@ -143,3 +144,38 @@ def measured_storage(store: Any) -> Storage | None:
         return None
     r = max(rows, key=lambda r: r.finished_at or 0.0)
     return Storage(f"the storage of {r.spec.options.path}", r.outcome.rand_bytes_per_s)
+
+
+@dataclass(frozen=True)
+class PipelineAdvice:
+    """The input pipeline a measured step would want: in the training loop, and with the
+    fewest loader workers that keep up (None: none does)."""
+
+    input: str  # the settings: 'disk:jpeg p2'
+    in_loop: InputPrediction
+    ahead: InputPrediction | None
+
+
+def pipeline_advice(network: str, size: str, params: dict[str, Any] | None, framework: str,
+                    batch: int, threads: int, step_s: float,
+                    costs: dict[tuple[str, str], LoaderCost], cores: int,
+                    prefetch: int = 2) -> PipelineAdvice | None:
+    """For a step measured here on data in place (``step_s``), the stall its network's data
+    on disk (its usual format) would add in the training loop and the fewest loader workers
+    at ``prefetch`` that keep it within 5% of the step; None where the loader is not
+    calibrated here."""
+    from dlperf.kinds.dataflow.plan import resolve
+
+    opts, _ = resolve({"input": "disk", "prefetch": prefetch}, network, size, params, batch)
+    try:
+        cost = cost_for(costs, framework, network, size, params, opts)
+    except UsageError:
+        return None
+    kw: dict[str, Any] = dict(train_s=step_s, threads=threads, cores=cores, batch=batch,
+                              cost=cost, prefetch=prefetch)
+    loop = predict_input(workers=0, label=opts.describe(), **{**kw, "prefetch": 0})
+    w = stall_free_workers(step_s, threads, cores, batch * cost.per_sample_s, 0.0,
+                           framework, prefetch)
+    ahead = None if w is None else predict_input(
+        workers=w, label=opts.model_copy(update={"loader_workers": w}).describe(), **kw)
+    return PipelineAdvice(opts.describe().replace(" w0", ""), loop, ahead)
