@@ -38,6 +38,9 @@ from dlperf.kinds.calibrate import plan as calibrate  # noqa: E402
 from dlperf.kinds.calibrate import validate  # noqa: E402
 from dlperf.kinds.parallel.make import make_spec  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_dataflow_model as dataflow  # noqa: E402
+
 #: two batch sizes per network: DLBench's default and the next of its sweep
 BATCHES = {"fcn5": (64, 128), "fcn8": (64, 128), "alexnet": (16, 32), "resnet50": (16, 32),
            "lstm32": (128, 256), "lstm64": (128, 256)}
@@ -160,6 +163,8 @@ def main() -> int:
                     "times, each kernel's median counting (dlperf calibrate --repeat)")
     ap.add_argument("--no-measure", action="store_true", help="only read the store")
     ap.add_argument("--no-parallel", action="store_true", help="skip the parallel strategies")
+    ap.add_argument("--no-dataflow", action="store_true", help="skip the input pipelines "
+                    "(benchmarks/bench_dataflow_model.py's grid, in the same store)")
     a = ap.parse_args()
     networks, frameworks = a.networks.split(","), a.frameworks.split(",")
     threads = [int(t) for t in a.threads.split(",")]
@@ -172,7 +177,12 @@ def main() -> int:
               "lacked)", flush=True)
         if not a.no_parallel:
             measure_parallel(a.db)
+        if not a.no_dataflow:
+            dataflow.measure(a.db, frameworks)
     report(a.db, networks, frameworks)
+    if not a.no_dataflow:
+        print("\ninput pipelines (stall share, predicted against measured):")
+        dataflow.report(a.db, frameworks)
     return 0
 
 
