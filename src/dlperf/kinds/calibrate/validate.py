@@ -443,11 +443,12 @@ def _on_pipeline(store: Store, p: Prediction, spec: RunSpec, inputs: InputOption
                  auto_workers: bool) -> tuple[Prediction, RunSpec]:
     """``p`` on the input pipeline ``inputs`` with this machine's loader costs, and the
     spec of that run (whose measurement is set beside it)."""
-    from dlperf.kinds.dataflow import calibration, plan
+    from dlperf.kinds.dataflow.calibration import costs
+    from dlperf.kinds.dataflow.plan import on_pipeline
     from dlperf.kinds.dataflow.prediction import measured_storage, with_input
 
     on_gpu = spec.device == "gpu"
-    p = with_input(p, inputs, calibration.costs(store), framework=spec.framework,
+    p = with_input(p, inputs, costs(store), framework=spec.framework,
                    params=spec.params, threads=1 if on_gpu else spec.threads,
                    cores=len(environment.usable_cpus()), auto_workers=auto_workers,
                    host_link_bytes_per_s=catalogue.link(LOCAL_GPU_LINK).bytes_per_s
@@ -458,7 +459,7 @@ def _on_pipeline(store: Store, p: Prediction, spec: RunSpec, inputs: InputOption
             "dataflow h2d' measures this GPU's)")]})
     chosen = inputs.model_copy(update={"loader_workers": p.input.workers}) \
         if p.input is not None else inputs
-    return p, plan.on_pipeline(spec, chosen)
+    return p, on_pipeline(spec, chosen)
 
 
 def _with_utilisation(p: Prediction, spec: RunSpec) -> Prediction:
