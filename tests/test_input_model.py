@@ -329,3 +329,20 @@ def test_advise_predicts_the_pipeline_a_measured_step_would_want(calibrated_db,
     assert rec.value == 1  # one worker on the free core hides 0.1 s of a 1 s step
     assert "dlperf dataflow sweep" in rec.advice
     assert rec.source.describe().startswith("predicted: the loader's calibrated cost")
+
+
+def test_new_pages_are_paid_by_pytorch_results_beyond_the_mmap_threshold(calibrated_db):
+    from dlperf.core.store import Store
+    from dlperf.kinds.calibrate.plan import local_calibration
+    from dlperf.perfmodel.local import MMAP_THRESHOLD_MAX, fresh_byte_s, new_pages_s
+
+    with Store(calibrated_db) as store:
+        f = local_calibration(store).find("torch", 1)
+    below = MMAP_THRESHOLD_MAX // 4  # elements of 4 bytes: exactly the threshold
+    assert new_pages_s(f, below) == 0  # malloc reuses its own memory up to there
+    big = 2 * below
+    assert new_pages_s(f, big) == pytest.approx(big * 4 * fresh_byte_s(f))
+    # a framework that pools its memory (TensorFlow) or allocates one block per step
+    # (JAX, its own term) pays none here
+    for fw in ("tensorflow", "jax"):
+        assert new_pages_s(f.model_copy(update={"framework": fw}), big) == 0

@@ -130,12 +130,28 @@ def _per_sample_conv(layer: Layer, g: Gemm, batch: float, fit: LocalFit) -> tupl
 
 
 def one_product(fit: LocalFit, curve: GemmCurve, m: float, n: float, k: float) -> float:
-    """One (m x k) @ (k x n) product: its curve, and never less than making its m x n
-    result fresh, as the memory pass does (a roofline's memory side, Williams et al.
-    2009). A weight gradient of a wide layer at a small batch is such a product: its
+    """One (m x k) @ (k x n) product: its curve plus its result's new pages where they are
+    new at every call (``new_pages_s``), and never less than making its m x n result
+    fresh, as the memory pass does (a roofline's memory side, Williams et al. 2009). A weight gradient of a wide layer at a small batch is such a product: its
     result's new pages, not its FLOPs, set its time, at a shape the GEMM grid (its
     inner dimension at least 16) only approaches."""
-    return max(curve.time(m, n, k), _fresh(fit, m * n))
+    return max(curve.time(m, n, k) + new_pages_s(fit, m * n), _fresh(fit, m * n))
+
+
+def new_pages_s(fit: LocalFit, elems: float) -> float:
+    """The first touch of a result's new pages, where the framework allocates it with
+    glibc's malloc (``MALLOC_PER_TENSOR``) and it is beyond ``MMAP_THRESHOLD_MAX``: such a
+    block is mapped afresh at every allocation and unmapped when freed (mallopt(3),
+    M_MMAP_THRESHOLD: the dynamic threshold rises at most to 32 MiB on 64-bit systems),
+    so a product that writes it takes a page fault per page on its own thread, beside
+    and not under its arithmetic; a weight gradient is such a result at every step
+    (``zero_grad(set_to_none=True)``, PyTorch's default, frees it). Priced at what a
+    fresh result costs over an in-place one (``fresh_byte_s``)."""
+    nbytes = elems * element_bytes(fit.precision)
+    if fit.framework not in MALLOC_PER_TENSOR or fit.device != "cpu" \
+            or nbytes <= MMAP_THRESHOLD_MAX:
+        return 0.0
+    return nbytes * fresh_byte_s(fit) * fit.slowdown
 
 
 def _fresh(fit: LocalFit, elems: float) -> float:
@@ -200,6 +216,12 @@ def call_timing(fit: LocalFit) -> LayerTiming:
 #: result beyond that size gets new pages, as the memory pass times it); TensorFlow
 #: pools its memory (its fresh and in-place passes take the same time).
 FRESH_BLOCK = ("jax",)
+#: Frameworks whose CPU tensors are allocated and freed one by one with glibc's malloc
+#: (PyTorch's CPU allocator: posix_memalign and free, no pool of its own)
+MALLOC_PER_TENSOR = ("torch",)
+#: glibc's largest dynamic mmap threshold on 64-bit systems (DEFAULT_MMAP_THRESHOLD_MAX,
+#: 4 * 1024 * 1024 * sizeof(long); mallopt(3)): a larger block is always mapped anew
+MMAP_THRESHOLD_MAX = 32 * 2**20
 
 
 def fresh_byte_s(fit: LocalFit) -> float:
