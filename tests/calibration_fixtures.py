@@ -25,6 +25,7 @@ UPDATE_BPS = 25e9
 XENT_BPS = 2e9  # the loss: exponentials make it slower than a memory pass
 BN_BPS = 2e9  # batch normalisation: several passes over its activation
 TN_SLOWER = 1.5
+SHARE_STEP_S, SHARE_COST = 8e-3, 1.25  # two processes on one core: x1.25 beyond sharing
 SEQ_SLOWER = 3.0
 
 
@@ -76,6 +77,8 @@ def true_s(op: str, shape: tuple[int, ...], world: int = 1, elem: int = ELEM) ->
     if op == "allreduce":
         a, b = alpha_beta(world)
         return a + shape[0] / b
+    if op == "share":  # a step alone, or each of shape[0] on one core
+        return SHARE_STEP_S * shape[0] * (SHARE_COST if shape[0] > 1 else 1.0)
     raise ValueError(op)
 
 

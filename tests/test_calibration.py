@@ -501,23 +501,31 @@ def test_a_failing_shape_is_recorded_and_the_others_go_on():
 
 
 def test_kernel_runs_go_through_the_runner_and_the_calibration_reads_them(db):
-    """One real kernel run (a tiny grid) and one all-reduce among 2 gloo processes,
-    launched, stored and read back as samples of torch at 1 thread."""
+    """One real kernel run (a tiny grid) and one all-reduce among 2 gloo processes with
+    the cost of two processes on one core, launched, stored and read back as samples of
+    torch at 1 thread."""
     from dlperf import api
 
     versions = calibration.specs(["torch"], [1], allreduce=False)[0].options.versions
     todo = [_kernel_spec("torch", TINY, versions=versions),
-            _kernel_spec("torch", {"allreduce": [(4096,), (65536,)]}, world=2,
-                         versions=versions).model_copy(update={"network": "allreduce"})]
+            _kernel_spec("torch", {"allreduce": [(4096,), (65536,)], "share": [(1,), (2,)]},
+                         world=2, versions=versions).model_copy(
+                             update={"network": "allreduce"})]
     results = api.run_specs(todo, db=db, timeout_s=300)
     assert [r.status for r in results] == ["ok", "ok"], [r.failure for r in results]
     with Store(db) as store:
         (stored,) = calibration.load(store)
         assert again_same(store, results)
     assert (stored.framework, stored.threads) == ("torch", 1)
-    assert {s.op for s in stored.samples.items} == {*TINY, "allreduce"}
+    assert {s.op for s in stored.samples.items} == {*TINY, "allreduce", "share"}
     ar = stored.samples.of_op("allreduce", world=2)
     assert len(ar) == 2 and all(s.median_s > 0 for s in ar)
+    # a step alone, and each of two on one core: two times in each (rounds before and
+    # after; two processes), every one a real step's seconds (how they compare is the
+    # machine's, timed, and not asserted here)
+    alone, two = sorted(stored.samples.of_op("share"), key=lambda s: s.shape)
+    assert len(alone.times_s) == 2 and len(two.times_s) == 2
+    assert all(t > 0 for t in (*alone.times_s, *two.times_s))
 
 
 def again_same(store: Store, results) -> bool:
@@ -1557,3 +1565,36 @@ def test_an_uncalibrated_machine_names_the_calibration_of_its_device():
     with pytest.raises(UsageError) as e:
         empty.model("torch", 1, "gpu")
     assert "dlperf calibrate --device gpu' first" in str(e.value) and "cores" not in str(e.value)
+
+
+def test_the_cost_of_sharing_a_core_is_calibrated_with_the_all_reduce(db):
+    """The 2-process all-reduce run also times a step alone on a CPU and two at once on
+    it; the fit takes their ratio over processor sharing's, and the parallel model uses it
+    instead of the constant measured on another machine (which a calibration without it
+    still falls back to, saying so)."""
+    from dlperf.core import environment
+    from dlperf.perfmodel import predict, sharing
+
+    specs = calibration.specs(["torch"], [1])
+    (two,) = [s for s in specs if s.network == "allreduce" and s.options.world == 2]
+    assert [p.op for p in two.options.parts] == ["allreduce", "share"]
+    assert all(len(s.options.parts) == 1 for s in specs
+               if s.network == "allreduce" and s.options.world != 2)
+    with Store(db) as store:
+        made_up.calibrated(store)
+        cal = calibration.local_calibration(store)
+    f = cal.find("torch", 1)
+    assert f.sharing_cost == pytest.approx(made_up.SHARE_COST)
+    workers = 2 * environment.physical_cores()  # two to a core, whatever the machine
+    m = cal.model("torch", 1, "cpu", workers=workers)
+    kw = dict(size="tiny", device=m.device, strategy="sync", devices=workers,
+              batch_size=8 * workers, link=m.link)
+    p = predict("fcn5", efficiencies=m.efficiencies, **kw)
+    assert f"x{made_up.SHARE_COST:.3g} slower" in " ".join(p.notes)
+    # a calibration from before the op: the constant, and a note naming the command
+    stale = m.efficiencies.model_copy(update={"kernels": {
+        k: v.model_copy(update={"sharing_cost": None})
+        for k, v in m.efficiencies.kernels.items()}})
+    p = predict("fcn5", efficiencies=stale, **kw)
+    assert any(f"x{sharing.CORE_SHARING_COST:g} beyond processor sharing" in n
+               and "dlperf calibrate" in n for n in p.notes)

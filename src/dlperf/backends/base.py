@@ -287,6 +287,12 @@ class AllReduce(Capability):
         """Per size in bytes, the seconds of each of ``repeats`` all-reduces among
         ``world`` processes on this machine (after ``warmup`` untimed ones)."""
 
+    @abstractmethod
+    def core_sharing(self, seconds: float) -> tuple[list[float], list[float]]:
+        """Seconds of a small training step in one process alone on a CPU, and in each of
+        two processes on that CPU at once, each timed for ``seconds`` (the calibration's
+        'share' op: what workers sharing a core lose beyond processor sharing)."""
+
 
 #: every capability a backend can declare
 CAPABILITIES: tuple[type[Capability], ...] = (

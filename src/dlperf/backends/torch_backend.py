@@ -565,6 +565,11 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
 
         return allreduce(sizes, world, repeats, warmup)
 
+    def core_sharing(self, seconds: float) -> tuple[list[float], list[float]]:
+        from dlperf.backends.torch_kernels import core_sharing
+
+        return core_sharing(seconds)
+
 
 class MatmulProbe(Timed):
     """An n x n fp32 matmul as a 'step': the peak that achieved FLOP/s is compared with."""

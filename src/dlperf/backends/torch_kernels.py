@@ -290,3 +290,76 @@ def allreduce(sizes: list[int], world: int, repeats: int, warmup: int) -> list[l
                 p.join(timeout=30)
                 if p.is_alive():
                     p.kill()
+
+
+# ----------------------------------------------------------------------------- core sharing
+#: the step the core-sharing kernel times: a small MLP's forward and backward pass (batch
+#: 16, 1024-2048-2048-10), one thread, its working set a few tens of MB as a worker's is
+SHARE_LAYERS, SHARE_BATCH = (1024, 2048, 2048, 10), 16
+
+
+def _share_step():
+    net = torch.nn.Sequential(*[m for a, b in zip(SHARE_LAYERS, SHARE_LAYERS[1:], strict=False)
+                                for m in (torch.nn.Linear(a, b), torch.nn.ReLU())][:-1])
+    x = torch.randn(SHARE_BATCH, SHARE_LAYERS[0])
+
+    def step() -> None:
+        net.zero_grad(set_to_none=True)
+        net(x).sum().backward()
+    return step
+
+
+def _share_worker(cpu: int, seconds: float, start_at: float, parent: int, conn) -> None:
+    """Steps per second of one process pinned to ``cpu``, timed from ``start_at``."""
+    from dlperf.core.orphans import die_with_parent
+
+    die_with_parent(parent)
+    os.sched_setaffinity(0, {cpu})
+    torch.set_num_threads(1)
+    step = _share_step()
+    for _ in range(5):  # allocations and the library's first-call paths
+        step()
+    while time.time() < start_at:  # the processes of a round start together
+        time.sleep(0.001)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        step()
+        n += 1
+    conn.send((time.perf_counter() - t0) / n)  # a pipe's send is done when it returns
+    os._exit(0)
+
+
+def core_sharing(seconds: float) -> tuple[list[float], list[float]]:
+    """Seconds of a step of one process alone on a CPU (before and after), and of each of
+    two processes on that CPU at once (``perfmodel.sharing``): spawned processes, pinned
+    to the first CPU this one may use, started together once each has warmed up."""
+    from dlperf.core.environment import usable_cpus
+
+    cpu = usable_cpus()[0]
+    ctx = mp.get_context("spawn")
+
+    def round_of(procs: int) -> list[float]:
+        start = time.time() + 3.0  # each has imported torch and warmed up by then
+        pipes = [ctx.Pipe(duplex=False) for _ in range(procs)]
+        ps = [ctx.Process(target=_share_worker, args=(cpu, seconds, start, os.getpid(), w),
+                          daemon=True) for _, w in pipes]
+        for p in ps:
+            p.start()
+        try:
+            out = []
+            for r, _ in pipes:
+                if not r.poll(60 + seconds):
+                    raise RuntimeError("a core-sharing process sent no time within "
+                                       f"{60 + seconds:.0f} s")
+                out.append(r.recv())
+            return out
+        finally:
+            for p in ps:
+                p.join(timeout=30)
+                if p.is_alive():
+                    p.kill()
+
+    before = round_of(1)
+    two = round_of(2)
+    after = round_of(1)
+    return before + after, two

@@ -400,6 +400,9 @@ class LocalFit(_Frozen):
     #: the same per channel count of the calibrated layers (``fit_by_channels``)
     bn_channels: dict[int, MemoryCurve] = Field(default_factory=dict)
     allreduce: dict[int, AlphaBeta] = Field(default_factory=dict)
+    #: what two processes busy on one core lose beyond processor sharing, measured here
+    #: (``fit_sharing``; None: not calibrated, ``sharing.CORE_SHARING_COST`` stands in)
+    sharing_cost: float | None = None
     samples: int = 0
     #: compute slows by this factor when workers share cores (parallel runs)
     slowdown: float = Field(1.0, ge=1.0)
@@ -470,6 +473,15 @@ class LocalFit(_Frozen):
                 + (f"; {self.quality()}" if self.disturbed else ""))
 
 
+def fit_sharing(samples: Sequence[KernelSample]) -> float | None:
+    """Two processes' step on one core over twice one's alone (processor sharing's even
+    split: 1), at least 1; None without both samples."""
+    by = {s.shape[0]: s.median_s for s in samples}
+    if 1 not in by or 2 not in by or by[1] <= 0:
+        return None
+    return max(1.0, by[2] / (2 * by[1]))
+
+
 def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu",
               precision: str = "fp32") -> LocalFit:
     """Every curve from the samples of one framework at one thread count and precision."""
@@ -493,4 +505,5 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     bn=fit_memory(bn, d) if (bn := samples.of_op("bn")) else None,
                     bn_channels=fit_by_channels(bn, d),
                     allreduce=fit_allreduce(samples.of_op("allreduce")),
+                    sharing_cost=fit_sharing(samples.of_op("share")),
                     samples=len(samples.items))

@@ -44,7 +44,10 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
   over the activation (the batch statistics, the normalisation, and as many back), so
   far slower than one memory pass of the same bytes;
 - ``allreduce`` (bytes,): a gloo all-reduce of fp32 on loopback among ``world``
-  processes (PyTorch only).
+  processes (PyTorch only);
+- ``share`` (processes,): a small network's training step in 1 or 2 processes pinned to
+  one CPU at once, the seconds of a step in each (PyTorch only): what two processes on
+  one core lose beyond processor sharing (``perfmodel.sharing``).
 
 The grids are generic (powers of two across the range layers use), never the shapes of
 the networks that are then predicted: a prediction for resnet50 uses kernel rates, not
@@ -61,9 +64,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from dlperf.perfmodel.catalogue import PRECISIONS
 
 Op = Literal["gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
-             "xent", "bn", "dispatch", "dispatch_train", "allreduce"]
+             "xent", "bn", "dispatch", "dispatch_train", "allreduce", "share"]
 OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory",
-                        "update", "xent", "bn", "dispatch", "dispatch_train", "allreduce")
+                        "update", "xent", "bn", "dispatch", "dispatch_train", "allreduce",
+                        "share")
 #: products per layer of the trained chain: the forward and the two gradients
 TRAIN_PRODUCTS = 3
 #: kernels per layer of the trained chain: its products and the optimizer's update
@@ -117,7 +121,7 @@ class KernelOptions(BaseModel):
     def label(self, framework: str, device: str, threads: int) -> str:
         """'kernels torch cpu x1 (gemm, conv, ...)', 'allreduce torch cpu 4 processes'."""
         ops = [p.op for p in self.parts]
-        if ops == ["allreduce"]:
+        if ops[0] == "allreduce":
             return f"allreduce {framework} {device} {self.world} processes"
         return f"kernels {framework} {device} x{threads} ({', '.join(ops)})"
 
@@ -393,6 +397,8 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
         return [(n,) for n in ((1, 4, 16, 64, 256) if fine else DISPATCH_OPS)]
     if op == "allreduce":
         return [(n,) for n in (tuple(4 * 2**e for e in range(8, 27)) if fine else ALLREDUCE_BYTES)]
+    if op == "share":
+        return [(1,), (2,)]
     raise ValueError(f"unknown kernel op '{op}' (known: {', '.join(OPS)})")
 
 

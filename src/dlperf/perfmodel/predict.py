@@ -321,10 +321,19 @@ class _Context:
 
     def sharing_cost(self) -> float:
         """What two busy processes on one of this machine's cores lose beyond processor
-        sharing (``sharing.CORE_SHARING_COST``); 1 on any other device."""
-        if self.dev.kind == "cpu" and self.cal.fitted(self.dev) is not None:
-            return sharing.CORE_SHARING_COST
-        return 1.0
+        sharing: its calibration's (``LocalFit.sharing_cost``), else
+        ``sharing.CORE_SHARING_COST`` with a note; 1 on any other device."""
+        fit = self.cal.fitted(self.dev)
+        if self.dev.kind != "cpu" or fit is None:
+            return 1.0
+        if fit.sharing_cost is not None:
+            return fit.sharing_cost
+        note = (f"two processes on one core: x{sharing.CORE_SHARING_COST:g} beyond "
+                "processor sharing, measured on another machine ('dlperf calibrate "
+                "--frameworks torch' measures this one's with the all-reduce)")
+        if note not in self.notes:
+            self.notes.append(note)
+        return sharing.CORE_SHARING_COST
 
     def comm_overlaps(self) -> bool:
         """Whether communication can run beside the compute: on a GPU, NCCL's kernels run
@@ -446,8 +455,8 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
         if ctx.share() > 1 and (cost := ctx.sharing_cost()) > 1:  # lockstep: all busy at once
             compute, memory, overhead, step = (x * cost for x in (compute, memory, overhead,
                                                                    step))
-            ctx.notes.append(f"{ctx.share():g} workers to a core: each computes x{cost:g} "
-                             "slower than processor sharing gives (sharing.CORE_SHARING_COST)")
+            ctx.notes.append(f"{ctx.share():g} workers to a core: each computes x{cost:.3g} "
+                             "slower than processor sharing gives (the cost of sharing a core)")
         waits = f.sync_step_time([step] * (p - 1) + [step + ctx.straggler]) - step
         time = step + comm + waits
         return ctx.result(strategy, time, Breakdown(
@@ -600,7 +609,7 @@ def _ddp_allreduce(ctx: _Context, timings: list[LayerTiming],
             f"makes them, but gloo sums and copies them on the cores the backward uses (no "
             f"core is spare for its thread): none of the {sum(comm) * 1e3:.3g} ms overlaps"
             + (f", and the two threads sharing a core cost {extra * 1e3:.3g} ms more "
-               "(sharing.CORE_SHARING_COST)" if extra > 0 else ""))
+               "(the cost of sharing a core)" if extra > 0 else ""))
         return sum(comm) + extra
     exposed = f.overlapped_comm_time([ready[i] for _, i in buckets], comm, done)
     ctx.notes.append(
@@ -695,8 +704,8 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
                          f"stage s on block s mod {blocks} as dlperf parallel pins them: "
                          "those computing at one moment split their block, and a stage "
                          "that waits (bubble) leaves its share to the busy ones"
-                         + (f"; together they run x{ctx.sharing_cost():g} slower than "
-                            "that sharing gives (sharing.CORE_SHARING_COST)"
+                         + (f"; together they run x{ctx.sharing_cost():.3g} slower than "
+                            "that sharing gives (the cost of sharing a core)"
                             if ctx.sharing_cost() > 1 else ""))
     # GPipe keeps every micro-batch's activations of a stage until its backward: the
     # stage's share at the whole batch

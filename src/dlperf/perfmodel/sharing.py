@@ -33,7 +33,9 @@ from dataclasses import dataclass
 #: at 1/2 of its speed alone): the operating system's time slices each begin by refilling
 #: the caches and TLB the other process evicted (Li, Ding & Shen 2007, "Quantifying the
 #: cost of context switch", ExpCS: the indirect cost grows with the working set).
-#: Measured, not fitted to any parallel run: ``benchmarks/bench_core_sharing.py``'s
+#: ``dlperf calibrate`` measures each machine's (the 'share' op beside the 2-process
+#: all-reduce: ``LocalFit.sharing_cost``); this figure stands in, said so in a note, for a
+#: calibration made before it did. Measured, not fitted to any parallel run: ``benchmarks/bench_core_sharing.py``'s
 #: ``step`` kernel (one thread's forward and backward pass of a small MLP, in two
 #: processes pinned to one CPU against one alone), the median of 8 rounds in two runs
 #: (1.25..1.36) on the 2-core Intel Xeon (KVM) this model was validated on (2026-11; in

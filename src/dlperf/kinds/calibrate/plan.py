@@ -37,6 +37,8 @@ LOCAL_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "up
 REQUIRED_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
 #: processes of the all-reduce calibration (the worker counts of the loopback runs)
 WORLDS = (2, 4)
+#: ops timed among processes, of the machine rather than of one framework's threads
+MACHINE_OPS = ("allreduce", "share")
 #: the frameworks calibrated by default: those with kernels, when installed
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 #: seconds each shape is timed for (after its warm-up): short by default
@@ -79,8 +81,9 @@ def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "c
           precision: str = "fp32") -> list[RunSpec]:
     """The kernel runs of a calibration: every op's grid per framework and thread count
     at ``precision``, and the all-reduce at 2 and 4 processes (when PyTorch is among the
-    frameworks; fp32 gradients, so at fp32 only); ``repeat`` times each, in turns
-    (``load`` takes each kernel's median over them)."""
+    frameworks; fp32 gradients, so at fp32 only), with the cost of two processes on one
+    core beside the 2-process one; ``repeat`` times each, in turns (``load`` takes each
+    kernel's median over them)."""
     once = _specs_once(frameworks, threads, device=device, fine=fine,
                        allreduce=allreduce and precision == "fp32", precision=precision)
     return [s.model_copy(update={"repeat": r}) for r in range(repeat) for s in once]
@@ -105,8 +108,10 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
         versions = library_versions("torch", packages)
         cpus = len(environment.usable_cpus())
         for world in WORLDS:
-            o = KernelOptions(parts=(KernelPart(op="allreduce", shapes=tuple(grid(
-                "allreduce", fine))),), world=world, versions=versions,
+            parts = (KernelPart(op="allreduce", shapes=tuple(grid("allreduce", fine))),)
+            if world == 2:  # two processes sharing one core (perfmodel.sharing), once
+                parts += (KernelPart(op="share", shapes=tuple(grid("share"))),)
+            o = KernelOptions(parts=parts, world=world, versions=versions,
                               revision=REVISION)
             # the worker holds every CPU its ranks are spread over
             out.append(RunSpec(kind="kernel", network="allreduce", framework="torch",
@@ -200,8 +205,9 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
         samples = merge([x.outcome.samples for x in runs])  # type: ignore[union-attr]
         if r.spec.options.revision < TRAINED_CHAIN_REVISION:  # no optimizer in its chain:
             samples = tuple(s for s in samples if s.op != "dispatch_train")  # plain stands in
-        collective.extend(s for s in samples if s.op == "allreduce")
-        local = [s for s in samples if s.op != "allreduce"]
+        # the machine's, not a framework's at a thread count: every entry gets them
+        collective.extend(s for s in samples if s.op in MACHINE_OPS)
+        local = [s for s in samples if s.op not in MACHINE_OPS]
         key = (r.spec.framework, r.spec.threads, r.spec.device, r.spec.precision)
         if local:
             by_key.setdefault(key, []).extend(local)

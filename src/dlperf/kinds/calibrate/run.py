@@ -157,6 +157,17 @@ def _allreduce(o: KernelOptions, part: KernelPart, backend: Backend,
     return samples
 
 
+def _share(o: KernelOptions, part: KernelPart, backend: Backend,
+           emit: Callable[[dict], None]) -> list[KernelSample]:
+    """The core-sharing op: a step's seconds in one process alone on a CPU (shape (1,))
+    and in each of two on it at once (shape (2,)), each timed for ``min_time_s``."""
+    alone, two = capability(backend, AllReduce).core_sharing(max(o.min_time_s, 1.0))
+    samples = [_sample(part.op, (1,), alone, 1), _sample(part.op, (2,), two, 1)]
+    for s in samples:
+        _emit(emit, s)
+    return samples
+
+
 def _emit(emit: Callable[[dict], None], s: KernelSample) -> None:
     """Announce a timed shape with its whole sample: a run killed later keeps it
     (``dlperf.kinds.calibrate.resume.salvage``)."""
@@ -231,16 +242,17 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     failures: dict[str, str] = {}
     others: dict[str, float] = {}
     done = {(s.op, s.shape): s for s in (resume.samples if resume else ())
-            if s.op != "allreduce"}
+            if s.op not in ("allreduce", "share")}
     kernels, missing = None, ""
     try:
         kernels = capability(backend, CalibrationKernels)
     except UnsupportedError as e:  # a backend without kernels: every shape fails with why
         missing = f"unsupported: {e}"
     for part in o.parts:
-        if part.op == "allreduce":
+        if part.op in ("allreduce", "share"):
             try:
-                samples += _allreduce(o, part, backend, emit)
+                samples += (_allreduce if part.op == "allreduce" else _share)(
+                    o, part, backend, emit)
             except Exception as e:
                 failures[part.op] = f"{type(e).__name__}: {e}"[:300]
         elif kernels is None:
