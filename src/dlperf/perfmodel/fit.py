@@ -474,12 +474,15 @@ class LocalFit(_Frozen):
 
 
 def fit_sharing(samples: Sequence[KernelSample]) -> float | None:
-    """Two processes' step on one core over twice one's alone (processor sharing's even
-    split: 1), at least 1; None without both samples."""
-    by = {s.shape[0]: s.median_s for s in samples}
-    if 1 not in by or 2 not in by or by[1] <= 0:
+    """How much less two processes on one core do together than one alone does (processor
+    sharing's even split: 1), at least 1; None without both samples. Alone: the faster of
+    its rounds (other work only ever slows one); together: the two processes' steps per
+    second summed (the scheduler need not split the core evenly)."""
+    by = {s.shape[0]: s.times_s or (s.median_s,) for s in samples}
+    if 1 not in by or 2 not in by or min(by[1]) <= 0 or min(by[2]) <= 0:
         return None
-    return max(1.0, by[2] / (2 * by[1]))
+    together = sum(1 / t for t in by[2])
+    return max(1.0, (1 / min(by[1])) / together)
 
 
 def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu",
