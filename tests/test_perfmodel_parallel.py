@@ -133,7 +133,7 @@ def test_sync_overlaps_the_all_reduce_only_where_a_core_is_spare(db):
     two = predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 2))
     four = predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 4))
     assert two is not None and four is not None
-    assert any("none of the" in n and "CORE_SHARING_COST" in n for n in two.notes)
+    assert any("none of the" in n and "the cost of sharing a core" in n for n in two.notes)
     assert any("run after the backward pass" in n for n in four.notes)
     assert four.breakdown.communication_s < two.breakdown.communication_s
     assert not any("upper bound" in n for n in two.notes + four.notes)

@@ -85,22 +85,42 @@ def resolve_path(path: str | os.PathLike | None) -> Path:
     return Path(path).expanduser() if path else default_path()
 
 
+#: how long opening a store retries while another process makes it (the busy timeout's)
+OPEN_TIMEOUT_S = 60.0
+
+
 class Store(JobsTable):
     """The results store; its cluster jobs' methods are ``JobsTable``'s (core/store_jobs.py)."""
 
     def __init__(self, path: str | os.PathLike | None = None):
         self.path = resolve_path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA busy_timeout=60000")
-            self._db.executescript(_SCHEMA)  # idempotent; runs outside a transaction
-            with self._tx():
-                self._check_version()
-        except (OSError, sqlite3.Error) as e:
-            raise UsageError(f"cannot open results store {self.path}: {e}") from None
+        deadline = time.monotonic() + OPEN_TIMEOUT_S
+        while True:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._open()
+                break
+            except sqlite3.OperationalError as e:
+                # two processes making a new store at once: the one whose read lock cannot
+                # become a write lock without a deadlock gets 'locked' at once, without
+                # the busy timeout's wait (SQLite's documentation, "busy_timeout"); it
+                # tries again while the other finishes
+                if (db := getattr(self, "_db", None)) is not None:
+                    db.close()
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise UsageError(f"cannot open results store {self.path}: {e}") from None
+                time.sleep(0.05)
+            except (OSError, sqlite3.Error) as e:
+                raise UsageError(f"cannot open results store {self.path}: {e}") from None
         self.recovered = self._import_recovery()
+
+    def _open(self) -> None:
+        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA busy_timeout=60000")
+        self._db.executescript(_SCHEMA)  # idempotent; runs outside a transaction
+        with self._tx():
+            self._check_version()
 
     # ------------------------------------------------------------------ recovery
     @property
