@@ -163,7 +163,7 @@ def test_predict_adds_the_pipeline_and_workers_change_it(calibrated_db, capsys):
     assert loop["breakdown"]["input_s"] == pytest.approx(0.128)
     ahead = _predict_json(capsys, "--input", "disk", "--loader-workers", "1", *db)
     assert ahead["time_s"] < loop["time_s"]
-    assert ahead["input"]["placement"].startswith("1 processes ahead")
+    assert ahead["input"]["placement"].startswith("1 process ahead")
 
 
 def test_loader_workers_auto_finds_the_smallest_count(calibrated_db, capsys):

@@ -60,8 +60,11 @@ def cmd_devices(a: argparse.Namespace) -> int:
                       rows=[[x.name, x.description, f"{x.gbps:g}", f"{x.latency_us:g} us"]
                             for x in links.values()],
                       caption="GB/s in one direction; latency per message step."), out)
-    print_table(Table(title="Storage", headers=["name", "description", "read GB/s"],
-                      rows=[[s.name, s.description, f"{s.read_gbps:g}"]
+    print_table(Table(title="Storage", headers=["name", "description", "read GB/s",
+                                                "random reads/s (QD1)", "reads at once"],
+                      rows=[[s.name, s.description, f"{s.read_gbps:g}",
+                             f"{s.random_read_iops:g}" if s.random_read_iops else "-",
+                             "several" if s.concurrent_reads else "one"]
                             for s in storage.values()]), out)
     if ref is not None:
         out.print(f"GPU predictions: the {ref.device}'s calibrated kernel curves scaled to each "

@@ -97,6 +97,9 @@ class Storage(_Entry):
     read_gbps: float = Field(gt=0)
     #: small random reads per second at queue depth 1 (None: the data sheet gives none)
     random_read_iops: float | None = Field(default=None, gt=0)
+    #: whether it serves several reads at once (an SSD's channels), or one after another
+    #: (a hard disk's one actuator)
+    concurrent_reads: bool = True
 
 
 def _read(text: str, origin: str) -> dict:

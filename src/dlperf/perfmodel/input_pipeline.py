@@ -98,7 +98,8 @@ def placement(framework: str, workers: int, prefetch: int, cores: int) -> Placem
         own = framework in THREAD_ON_TRAINING_CORES
         return Placement(True, 1, own, "one thread ahead, " + (
             "on the training's cores" if own else f"on any of the {cores} cores"))
-    what = "threads" if framework == "tensorflow" else "processes"
+    what = "thread" if framework == "tensorflow" else "process"
+    what += ("es" if what == "process" else "s") if workers > 1 else ""
     return Placement(True, workers, False, f"{workers} {what} ahead, on any of the "
                      f"{cores} cores")
 

@@ -125,10 +125,10 @@ class Storage:
 
 def catalogue_storage(entry: Any) -> Storage:
     """A catalogue storage (``perfmodel/data/storage.toml``): its sequential rate, a read's
-    wait from its queue-depth-1 random reads; a hard disk serves one read at a time."""
+    wait from its queue-depth-1 random reads, whether it serves reads at once."""
     return Storage(entry.name, entry.read_gbps * 1e9,
                    1 / entry.random_read_iops if entry.random_read_iops else 0.0,
-                   concurrent=entry.name != "hdd")
+                   concurrent=entry.concurrent_reads)
 
 
 def measured_storage(store: Any) -> Storage | None:
