@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from dlperf import api  # noqa: E402
-from dlperf.cli.validate_dataflow import summarize, summary_line  # noqa: E402
+from dlperf.cli.validate_dataflow import summary_line  # noqa: E402
 from dlperf.core.spec import Measurement, RunSpec  # noqa: E402
 from dlperf.core.store import Store  # noqa: E402
 from dlperf.kinds.calibrate.plan import local_calibration  # noqa: E402
@@ -122,11 +122,11 @@ def report(db: str, frameworks: list[str]) -> None:
         by_fw.setdefault(c.row.spec.framework, []).append(c)
     print()
     for fw, cs in sorted(by_fw.items()):
-        s = summarize(cs, [])
+        s = dv.summarize(cs, [])
         print(f"  {fw:10} n={s['n']:2}  stall points median {s['median_abs_points']:.1f}, "
               f"p90 {s['p90_abs_points']:.1f}; time median |error| "
               f"{s['median_abs_time_error']:.1%}")
-    print(summary_line(summarize(cases, counts)))
+    print(summary_line(dv.summarize(cases, counts)))
     if skipped:
         print(f"left out: {len(skipped)} ({skipped[0][1]})")
 

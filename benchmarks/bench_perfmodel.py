@@ -63,9 +63,7 @@ def _disturbed(rows, retries: int) -> list:
     as their next repetition (while fewer than 1 + retries processes were measured)."""
     out = []
     for row in rows:
-        share = validate.busy_share(row)
-        if share is not None and share < BUSY * (1 if row.spec.threads == 1 else 0.9) \
-                and len(row.results) < 1 + retries:
+        if not validate.kept_its_cores(row, BUSY) and len(row.results) < 1 + retries:
             out.append(row.spec.model_copy(update={"repeat": len(row.results)}))
     return out
 

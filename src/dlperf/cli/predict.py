@@ -141,17 +141,6 @@ def input_line(ip, measured_share: float | None) -> str:
                    if free is not None else "; no loader-worker count removes the stall")
 
 
-def _measured_stall(row) -> float | None:
-    """The measured stall share of a stored run on a pipeline (median over processes)."""
-    import statistics
-
-    from dlperf.kinds.step.options import StepOutcome
-
-    shares = [r.outcome.dataflow.stall_share for r in (row.ok if row else [])
-              if isinstance(r.outcome, StepOutcome) and r.outcome.dataflow is not None]
-    return statistics.median(shares) if shares else None
-
-
 def _inputs(a: argparse.Namespace, params: dict[str, Any]):
     """The input pipeline the flags ask for (None: data in place) and whether
     --loader-workers is 'auto'."""
@@ -197,11 +186,10 @@ def _catalogue_input(a: argparse.Namespace, p, inputs, auto: bool):
         raise UsageError(f"--cache cold on {dev.name}: give the storage it reads from with "
                          "--storage NAME ('dlperf devices' lists them)")
     if a.storage:
-        disk = catalogue.storage().get(a.storage)
-        if disk is None:
-            raise UsageError(f"--storage: unknown storage '{a.storage}' (known: "
-                             f"{', '.join(catalogue.storage())})")
-        storage = catalogue_storage(disk)
+        try:
+            storage = catalogue_storage(catalogue.storage_entry(a.storage))
+        except UsageError as e:
+            raise UsageError(f"--storage: {e}") from None
     p = with_input(p, inputs, api.loader_costs(db=a.db), framework=a.framework or "torch",
                    params=args.parse_params(a.param), threads=threads, cores=cores,
                    auto_workers=auto, host_link_bytes_per_s=link, storage=storage)
@@ -211,6 +199,7 @@ def _catalogue_input(a: argparse.Namespace, p, inputs, auto: bool):
 
 
 def cmd_predict(a: argparse.Namespace) -> int:
+    from dlperf.kinds.dataflow.analysis import stall_share
     from dlperf.perfmodel import predict
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import Table
@@ -238,7 +227,7 @@ def cmd_predict(a: argparse.Namespace) -> int:
                     **kw)
         if inputs is not None:
             p = _catalogue_input(a, p, inputs, auto)
-    stall = _measured_stall(row)
+    stall = stall_share(row) if row is not None else None
     if a.json:
         doc = p.model_dump()
         if measured is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 from dlperf.cli.progress import out
 from dlperf.core import units
@@ -26,7 +25,7 @@ def validate_dataflow(a: argparse.Namespace) -> int:
                          "loaders: dlperf calibrate --dataflow)"
                          + (f"; left out: {skipped[0][1]}" if skipped else ""))
     counts = dv.worker_counts(cases)
-    summary = summarize(cases, counts)
+    summary = dv.summarize(cases, counts)
     if a.json:
         print(json.dumps({"cases": [_case_json(c) for c in cases],
                           "worker_counts": [vars(w) | {"off_by": w.off_by} for w in counts],
@@ -64,30 +63,6 @@ def validate_dataflow(a: argparse.Namespace) -> int:
 
 def _count(n: int | None) -> str:
     return "none" if n is None else str(n)
-
-
-def _p90(xs: list[float]) -> float:
-    return sorted(xs)[max(0, int(round(0.9 * len(xs))) - 1)]
-
-
-def summarize(cases, counts) -> dict:
-    """The figures the targets are set on: over every case, over the stalled ones (where
-    either side's stall share passes the stall-free threshold: the rest agree on nearly
-    nothing), and with the measured floor as the step (the input model alone)."""
-    points = [abs(c.points) for c in cases]
-    stalled = [abs(c.points) for c in cases if c.stalled]
-    floor = [abs(c.floor_points) for c in cases if c.stalled and c.floor_points is not None]
-    off = [w.off_by for w in counts if w.off_by is not None]
-    return {
-        "n": len(cases), "median_abs_points": statistics.median(points),
-        "p90_abs_points": _p90(points),
-        "stalled": len(stalled),
-        "stalled_median_abs_points": statistics.median(stalled) if stalled else None,
-        "stalled_on_floor": len(floor),
-        "stalled_on_floor_median_abs_points": statistics.median(floor) if floor else None,
-        "median_abs_time_error": statistics.median(abs(c.error) for c in cases),
-        "worker_counts": len(counts), "worker_counts_within_one": sum(
-            1 for x in off if abs(x) <= 1), "worker_counts_compared": len(off)}
 
 
 def summary_line(s: dict) -> str:

@@ -86,6 +86,14 @@ def busy_share(row: ConfigResult) -> float | None:
     return max(utils) / row.spec.threads if utils else None
 
 
+def kept_its_cores(row: ConfigResult, busy: float) -> bool:
+    """Whether the row's busiest process kept at least ``busy`` of its threads busy (a
+    tenth less with several threads, whose framework idles some between ops); True where
+    the CPU time was not recorded. Judged on the CPU accounting, never on the time."""
+    share = busy_share(row)
+    return share is None or share >= busy * (1 if row.spec.threads == 1 else 0.9)
+
+
 def group_key(spec: RunSpec, group: str, strategy: str = "single") -> str:
     """The value of ``group`` (network, framework, threads, batch, strategy, precision)
     a case is summarised under."""

@@ -10,9 +10,11 @@ from dlperf.core.aggregate import ConfigResult
 from dlperf.core.spec import RunResult
 from dlperf.kinds.dataflow.options import DataflowOutcome
 from dlperf.kinds.step.options import StepOutcome
+from dlperf.perfmodel.input_pipeline import STALL_FREE_SHARE
 
 #: a stall share below this counts as gone; a time within this of the floor reaches it
-GONE = 0.05
+#: (the input-pipeline model's stall-free threshold, the same figure)
+GONE = STALL_FREE_SHARE
 
 
 def dataflow_of(result: RunResult) -> DataflowOutcome | None:

@@ -18,11 +18,11 @@ from dlperf.core.errors import UsageError
 from dlperf.core.store import Store
 from dlperf.inputs.options import InputOptions
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
-from dlperf.kinds.calibrate.validate import busy_share, measured, undisturbed_s
+from dlperf.kinds.calibrate.validate import kept_its_cores, measured, p90, undisturbed_s
 from dlperf.kinds.dataflow import calibration
+from dlperf.kinds.dataflow.analysis import stall_share
 from dlperf.kinds.dataflow.plan import has_pipeline, input_of
 from dlperf.kinds.dataflow.prediction import measured_storage, with_input
-from dlperf.kinds.step.options import StepOutcome
 from dlperf.perfmodel.input_pipeline import STALL_FREE_SHARE, InputPrediction
 from dlperf.perfmodel.machine_fits import MachineFits
 from dlperf.perfmodel.result import Prediction
@@ -85,12 +85,6 @@ class WorkerCount:
         return self.predicted - self.smallest_measured
 
 
-def measured_share(row: ConfigResult) -> float | None:
-    shares = [r.outcome.dataflow.stall_share for r in row.ok
-              if isinstance(r.outcome, StepOutcome) and r.outcome.dataflow is not None]
-    return statistics.median(shares) if shares else None
-
-
 def cases(store: Store, cal: MachineFits, *, networks=(), frameworks=()
           ) -> tuple[list[StallCase], list[tuple[ConfigResult, str]]]:
     """Every step measured here on an input pipeline, predicted; and those left out, with
@@ -106,7 +100,7 @@ def cases(store: Store, cal: MachineFits, *, networks=(), frameworks=()
         spec = row.spec
         if not has_pipeline(spec) or not row.median_s:
             continue
-        share = measured_share(row)
+        share = stall_share(row)
         plain = spec.model_copy(update={"options": type(spec.options)()})
         why = why_not(plain, cal)
         if why is None and share is None:
@@ -138,10 +132,7 @@ FLOOR_BUSY = 0.8
 def floor_s(row: ConfigResult | None) -> float | None:
     """The synthetic-data step of ``row`` from its least disturbed processes, or None
     when none kept its cores busy (judged on the CPU accounting, never on the time)."""
-    if row is None or not row.median_s:
-        return None
-    share = busy_share(row)
-    if share is not None and share < FLOOR_BUSY * (1 if row.spec.threads == 1 else 0.9):
+    if row is None or not row.median_s or not kept_its_cores(row, FLOOR_BUSY):
         return None
     return undisturbed_s(row)
 
@@ -163,8 +154,6 @@ def worker_counts(found: list[StallCase]) -> list[WorkerCount]:
         if len(counts) < 2 or 0 not in counts:
             continue
         free = [w for w, share in sorted(counts.items()) if share <= STALL_FREE_SHARE]
-        ip = g[0].prediction.input
-        assert ip is not None
         first = g[0].row.spec
         out.append(WorkerCount(
             label=_label(first, input_of(first)), measured=counts,
@@ -187,3 +176,23 @@ def _predicted_free(group: list[StallCase]) -> int | None:
 def _label(spec, opts: InputOptions) -> str:
     rest = opts.model_copy(update={"loader_workers": 0}).describe().replace(" w0", "")
     return (f"{spec.network} {spec.framework} x{spec.threads} b{spec.batch_size} {rest}")
+
+
+def summarize(cases: list[StallCase], counts: list[WorkerCount]) -> dict:
+    """The figures the targets are set on: over every case, over the stalled ones (where
+    either side's stall share passes the stall-free threshold: the rest agree on nearly
+    nothing), and with the measured floor as the step (the input model alone)."""
+    points = [abs(c.points) for c in cases]
+    stalled = [abs(c.points) for c in cases if c.stalled]
+    floor = [abs(c.floor_points) for c in cases if c.stalled and c.floor_points is not None]
+    off = [w.off_by for w in counts if w.off_by is not None]
+    return {
+        "n": len(cases), "median_abs_points": statistics.median(points),
+        "p90_abs_points": p90(points),
+        "stalled": len(stalled),
+        "stalled_median_abs_points": statistics.median(stalled) if stalled else None,
+        "stalled_on_floor": len(floor),
+        "stalled_on_floor_median_abs_points": statistics.median(floor) if floor else None,
+        "median_abs_time_error": statistics.median(abs(c.error) for c in cases),
+        "worker_counts": len(counts), "worker_counts_within_one": sum(
+            1 for x in off if abs(x) <= 1), "worker_counts_compared": len(off)}
