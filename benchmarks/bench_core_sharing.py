@@ -17,11 +17,9 @@ on. Nothing is asserted: the ratios are the result. Takes the machine's CPU lock
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
-import os
+import functools
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -53,38 +51,9 @@ def _kernel(kind: str):
     return lambda: x.mul(2.0)
 
 
-def _worker(kind: str, cpu: int, secs: float, start_at: float, q) -> None:
-    os.sched_setaffinity(0, {cpu})  # before torch starts its threads
-    import torch
-
-    torch.set_num_threads(1)
-    call = _kernel(kind)
-    for _ in range(5):  # warm-up: allocations, the library's first-call paths
-        call()
-    while time.time() < start_at:  # start together
-        time.sleep(0.001)
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < secs:
-        call()
-        n += 1
-    q.put(n / (time.perf_counter() - t0))
-
-
-def rates(kind: str, procs: int, cpu: int, secs: float) -> list[float]:
-    """Calls per second of each of ``procs`` processes running ``kind`` on ``cpu``."""
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    start = time.time() + 4.0  # every process imported torch and warmed up by then
-    ps = [ctx.Process(target=_worker, args=(kind, cpu, secs, start, q)) for _ in range(procs)]
-    for p in ps:
-        p.start()
-    out = [q.get() for _ in ps]
-    for p in ps:
-        p.join()
-    return out
-
-
 def main() -> int:
+    from dlperf.backends.torch_kernels import share_round
+    from dlperf.core.environment import usable_cpus
     from dlperf.engine.cpulock import cpus_held
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -92,14 +61,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=4.0, help="timed seconds per phase")
     a = ap.parse_args()
-    cpu = sorted(os.sched_getaffinity(0))[0]
+    cpu = usable_cpus()[0]  # where share_round pins its processes
     for kind in a.kernels.split(","):
         costs = []
         for _ in range(a.rounds):
             with cpus_held("bench_core_sharing"):
-                before = rates(kind, 1, cpu, a.seconds)[0]
-                two = sum(rates(kind, 2, cpu, a.seconds))
-                after = rates(kind, 1, cpu, a.seconds)[0]
+                make = functools.partial(_kernel, kind)
+                before = 1 / share_round(1, a.seconds, make)[0]
+                two = sum(1 / t for t in share_round(2, a.seconds, make))
+                after = 1 / share_round(1, a.seconds, make)[0]
             costs.append((before + after) / 2 / two)
             print(f"  {kind}: alone {before:.4g} and {after:.4g} calls/s; two on CPU {cpu} "
                   f"{two:.4g} together: x{costs[-1]:.3f}", flush=True)

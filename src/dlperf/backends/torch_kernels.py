@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -309,57 +310,63 @@ def _share_step():
     return step
 
 
-def _share_worker(cpu: int, seconds: float, start_at: float, parent: int, conn) -> None:
-    """Steps per second of one process pinned to ``cpu``, timed from ``start_at``."""
+def _share_worker(cpu: int, seconds: float, start_at: float, parent: int, conn,
+                  make: Callable[[], Callable[[], object]]) -> None:
+    """Seconds per call of ``make()``'s call in one process pinned to ``cpu``, timed from
+    ``start_at``."""
     from dlperf.core.orphans import die_with_parent
 
     die_with_parent(parent)
     os.sched_setaffinity(0, {cpu})
     torch.set_num_threads(1)
-    step = _share_step()
+    call = make()
     for _ in range(5):  # allocations and the library's first-call paths
-        step()
+        call()
     while time.time() < start_at:  # the processes of a round start together
         time.sleep(0.001)
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        step()
+        call()
         n += 1
     conn.send((time.perf_counter() - t0) / n)  # a pipe's send is done when it returns
     os._exit(0)
 
 
-def core_sharing(seconds: float) -> tuple[list[float], list[float]]:
-    """Seconds of a step of one process alone on a CPU (before and after), and of each of
-    two processes on that CPU at once (``perfmodel.sharing``): spawned processes, pinned
-    to the first CPU this one may use, started together once each has warmed up."""
+def share_round(procs: int, seconds: float,
+                make: Callable[[], Callable[[], object]] = _share_step) -> list[float]:
+    """Seconds per call in each of ``procs`` spawned processes pinned to the first CPU
+    this one may use, running ``make()``'s call at once for ``seconds``, started together
+    once each has warmed up (``make``: a picklable factory; the training step of
+    ``_share_step`` by default)."""
     from dlperf.core.environment import usable_cpus
 
     cpu = usable_cpus()[0]
     ctx = mp.get_context("spawn")
-
-    def round_of(procs: int) -> list[float]:
-        start = time.time() + 3.0  # each has imported torch and warmed up by then
-        pipes = [ctx.Pipe(duplex=False) for _ in range(procs)]
-        ps = [ctx.Process(target=_share_worker, args=(cpu, seconds, start, os.getpid(), w),
-                          daemon=True) for _, w in pipes]
+    start = time.time() + 3.0  # each has imported torch and warmed up by then
+    pipes = [ctx.Pipe(duplex=False) for _ in range(procs)]
+    ps = [ctx.Process(target=_share_worker, args=(cpu, seconds, start, os.getpid(), w, make),
+                      daemon=True) for _, w in pipes]
+    for p in ps:
+        p.start()
+    try:
+        out = []
+        for r, _ in pipes:
+            if not r.poll(60 + seconds):
+                raise RuntimeError("a core-sharing process sent no time within "
+                                   f"{60 + seconds:.0f} s")
+            out.append(r.recv())
+        return out
+    finally:
         for p in ps:
-            p.start()
-        try:
-            out = []
-            for r, _ in pipes:
-                if not r.poll(60 + seconds):
-                    raise RuntimeError("a core-sharing process sent no time within "
-                                       f"{60 + seconds:.0f} s")
-                out.append(r.recv())
-            return out
-        finally:
-            for p in ps:
-                p.join(timeout=30)
-                if p.is_alive():
-                    p.kill()
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
 
-    before = round_of(1)
-    two = round_of(2)
-    after = round_of(1)
+
+def core_sharing(seconds: float) -> tuple[list[float], list[float]]:
+    """Seconds of a step of one process alone on a CPU (before and after), and of each of
+    two processes on that CPU at once (``perfmodel.sharing``; ``share_round``)."""
+    before = share_round(1, seconds)
+    two = share_round(2, seconds)
+    after = share_round(1, seconds)
     return before + after, two
