@@ -27,13 +27,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
 	touch $@
 
-# The performance model calibrated here (about 4 minutes on 2 cores; kept in the store),
-# the brief DLBench study (fcn5, alexnet, lstm32 x PyTorch, TensorFlow, JAX x 1, P, 2P
-# threads; about 3 minutes) with the model's prediction beside each cell, the advice for
+# The performance model calibrated here at the brief study's networks' layer shapes and a
+# skeleton of the kernel grid (about 2.5 minutes on 2 cores; kept in the store; a later
+# 'dlperf predict' of another network adds its shapes), the brief DLBench study (fcn5,
+# alexnet, lstm32 x PyTorch, TensorFlow, JAX x 1, P, 2P threads; about 3 minutes) with the model's prediction beside each cell, the advice for
 # this machine, the report's path last. A calibration that cannot finish ('-') leaves the
 # study to run without the predictions it lacks.
 reproduce: install
-	-$(BIN)/dlperf calibrate --frameworks torch,tensorflow,jax --no-allreduce
+	-$(BIN)/dlperf calibrate --frameworks torch,tensorflow,jax --no-allreduce --networks fcn5,alexnet,lstm32
 	$(BIN)/dlperf reproduce dlbench --brief --frameworks torch,tensorflow,jax --out results/dlbench
 	$(BIN)/dlperf advise --task image-classification --samples 1.2M --epochs 90 --hardware this
 	@echo "HTML report: $(CURDIR)/results/dlbench/report.html"

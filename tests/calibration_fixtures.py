@@ -92,11 +92,13 @@ def sample(op: str, shape: tuple[int, ...], world: int = 1, elem: int = ELEM) ->
 
 def kernel_results(frameworks: tuple[str, ...] = ("torch",), threads: tuple[int, ...] = (1,),
                    allreduce: bool = True, precision: str = "fp32",
-                   device: str = "cpu") -> list[RunResult]:
-    """One ok result per kernel run of the plan, its samples from the made-up machine."""
+                   device: str = "cpu", scope: tuple[tuple[str, int], ...] = ()
+                   ) -> list[RunResult]:
+    """One ok result per kernel run of the plan (``scope``: a calibration scoped to those
+    networks), its samples from the made-up machine."""
     out = []
     for spec in calibration.specs(list(frameworks), list(threads), allreduce=allreduce,
-                                  precision=precision, device=device):
+                                  precision=precision, device=device, scope=scope):
         o = spec.options
         elem = element_bytes(precision)
         samples = tuple(sample(part.op, tuple(shape), o.world, elem) for part in o.parts

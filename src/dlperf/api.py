@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from dlperf.core.store_import import Imported
     from dlperf.kinds.calibrate.validate import Case, MemoryCase
     from dlperf.kinds.dataflow.section import Group
+    from dlperf.perfmodel.fit import LocalFit
     from dlperf.perfmodel.result import Prediction
 
 
@@ -219,18 +220,20 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
               *, db: str | Path | None = None, device: str = "cpu", fine: bool = False,
               allreduce: bool = True, force: bool = False, timeout_s: float = 900.0,
               listener: Listener | None = None, repeat: int = 1,
-              precision: str = "fp32", slurm: SlurmSettings | None = None) -> MachineFits:
+              precision: str = "fp32", slurm: SlurmSettings | None = None,
+              scope: Sequence[tuple[str, int]] = ()) -> MachineFits:
     """Time this machine's calibration kernels (``dlperf.kinds.calibrate.plan``: every installed
     framework at 1, 2, 4, ... threads up to the physical cores unless given, at
     ``precision``) through the normal runner, ``repeat`` times each (each kernel's median
     over them counts), and return the fitted calibration. A kernel run that failed is run
-    again: a calibration is only usable whole."""
+    again: a calibration is only usable whole. ``scope``: (network, batch) pairs whose
+    layers' shapes to time instead of the whole grid (added to what is stored)."""
     from dlperf.kinds.calibrate import plan as calibration
 
     todo = calibration.specs(list(frameworks or calibration.default_frameworks()),
                              list(threads or calibration.default_threads(device)), device=device,
                              fine=fine, allreduce=allreduce, repeat=repeat,
-                             precision=precision)
+                             precision=precision, scope=scope)
     run_specs(todo, db=db, force=force, retry_failed=True, timeout_s=timeout_s,
               listener=listener, slurm=slurm)
     return local_calibration(db=db, device=device)
@@ -255,6 +258,17 @@ def loader_costs(*, db: str | Path | None = None) -> dict[tuple[str, str], Loade
 
     with Store(db) as store:
         return calibration.costs(store)
+
+
+def lacking_shapes(network: str, batch_size: int | None, *, framework: str, threads: int,
+                   device: str = "cpu", precision: str = "fp32",
+                   db: str | Path | None = None) -> LocalFit | None:
+    """The calibration of ``framework`` at ``threads`` when it was scoped to other networks
+    than ``network`` at ``batch_size`` (its default when None): the one that a scoped run
+    for it would add to; None when it covers them, or there is none to add to."""
+    fit = local_calibration(db=db, device=device).find(framework, threads, device, precision)
+    batch = batch_size or workloads.get(network).default_batch
+    return None if fit is None or fit.covers(network, batch) else fit
 
 
 def local_calibration(*, db: str | Path | None = None, device: str = "cpu") -> MachineFits:

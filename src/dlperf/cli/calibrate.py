@@ -6,6 +6,8 @@ only; the plan lives in ``dlperf.kinds.calibrate.plan``, the fits in ``dlperf.pe
     dlperf calibrate --frameworks torch --threads 1,2 --fine
     dlperf calibrate --repeat 3                    # each kernel's median over three runs
     dlperf calibrate --device gpu --precision bf16 # PyTorch's kernels under autocast
+    dlperf calibrate --networks fcn5,alexnet       # their layers' shapes and a skeleton
+                                                   # of the grid (the main job's)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import statistics
 from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out
 from dlperf.core import units
+from dlperf.core.errors import UsageError
 from dlperf.perfmodel.fit import LocalFit
 
 
@@ -29,8 +32,14 @@ def add(sub: argparse._SubParsersAction) -> None:
         "cores for torch, tensorflow and jax at 1 and 2 threads. The model is fitted on "
         "these kernels only, never on the networks it predicts.")
     args.add_run_flags(
-        p, network=args.Take(many=True, help="with --dataflow: whose data, comma-separated "
-                             "(default: the DLBench networks)"),
+        p, network=args.Take(many=True, help="time the products and convolutions at these "
+                             "networks' layer shapes (at --batch-size) and a skeleton of the "
+                             "grid instead of the whole grid: faster, exact for them, and "
+                             "added to what is stored; with --dataflow: whose data "
+                             "(default: the DLBench networks). Comma-separated"),
+        batch_size=args.Take(many=True, help="with --networks: the batches whose shapes to "
+                             "time, comma-separated (default: each network's DLBench "
+                             "default)"),
         framework=args.Take(many=True, help="comma-separated (default: every installed "
                                "one of torch, tensorflow, jax)"),
         threads=args.Take(many=True, help="comma-separated or 'auto' (default: 1, 2, 4, ... "
@@ -70,18 +79,24 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     if slurm is not None:
         api.check_slurm(slurm)
     if a.dataflow:
+        if a.batch_size:
+            raise UsageError("--batch-size: --dataflow times each loader on batches of its own")
         return _dataflow(a, frameworks)
+    scope = _scope(a)
     if a.dry_run:
         for s in calibration.specs(frameworks, threads, device=a.device, fine=a.fine,
                                    allreduce=not a.no_allreduce, repeat=a.repeat,
-                                   precision=a.precision):
+                                   precision=a.precision, scope=scope):
+            scoped = getattr(s.options, "scope", ())
             out.print(f"  {s.framework:10} x{s.threads}  {s.network}"
-                      + (f"  (repeat {s.repeat})" if a.repeat > 1 else ""))
+                      + (f" for {', '.join(scoped)}" if scoped else "")
+                      + (f"  (repeat {s.repeat})" if a.repeat > 1 else ""), markup=False)
         return 0
     with ProgressListener(to_stderr=a.json) as listener:  # --json: stdout for the document
         cal = api.calibrate(frameworks, threads, db=a.db, device=a.device, fine=a.fine,
                             allreduce=not a.no_allreduce, force=a.force, listener=listener,
-                            repeat=a.repeat, precision=a.precision, slurm=slurm)
+                            repeat=a.repeat, precision=a.precision, slurm=slurm,
+                            scope=scope)
     if slurm is not None:  # the curves are the nodes', not this machine's
         out.print("calibrated on the Slurm nodes; their kernels are in the store with their "
                   "machines ('dlperf status' lists the jobs)")
@@ -104,10 +119,29 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     return 1 if missing else 0
 
 
+def _scope(a: argparse.Namespace) -> list[tuple[str, int]]:
+    """--networks and --batch-size: the (network, batch) pairs whose shapes to time (none:
+    the whole grid)."""
+    from dlperf import workloads
+
+    if not a.networks:
+        if a.batch_size:
+            raise UsageError("--batch-size needs --networks (whose layers to time at it)")
+        return []
+    if a.fine:
+        raise UsageError("--fine times the whole grid denser; --networks times their shapes")
+    out = []
+    for name in a.networks:
+        wl = workloads.get(name)
+        sizes = (wl.batch_sweep if a.batch_size == "sweep" else
+                 [wl.default_batch] if a.batch_size in (None, "default") else a.batch_size)
+        out += [(wl.name, b) for b in sizes]
+    return out
+
+
 def _dataflow(a: argparse.Namespace, frameworks: list[str]) -> int:
     """``--dataflow``: the loaders' costs per sample, measured and printed."""
     from dlperf import api
-    from dlperf.core.errors import UsageError
     from dlperf.kinds.dataflow import calibration as loaders
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import Table

@@ -161,6 +161,32 @@ def _inputs(a: argparse.Namespace, params: dict[str, Any]):
     return opts, auto
 
 
+def _add_shapes(a: argparse.Namespace) -> None:
+    """A calibration scoped to other networks (the main job's) gets this network's layer
+    shapes at this batch added first (seconds), so that its step is predicted from its
+    own kernels. Only for one device, the network as defined (its shapes are the
+    default size's)."""
+    import sys
+
+    from dlperf import api, workloads
+    from dlperf.cli.progress import ProgressListener
+
+    if a.strategy != "single" or a.size or a.param:
+        return
+    fit = api.lacking_shapes(a.network, a.batch_size, framework=a.framework or "torch",
+                             threads=a.threads or 1, device=a.device, precision=a.precision,
+                             db=a.db)
+    if fit is None:
+        return
+    batch = a.batch_size or workloads.get(a.network).default_batch
+    print(f"adding {a.network}@{batch}'s kernel shapes to the calibration of {fit.label} "
+          f"(timed for {', '.join(fit.scope or ())})", file=sys.stderr)
+    with ProgressListener(to_stderr=True) as listener:
+        api.calibrate([fit.framework], [fit.threads], db=a.db, device=a.device,
+                      allreduce=False, listener=listener, precision=a.precision,
+                      scope=[(workloads.get(a.network).name, batch)])
+
+
 def _catalogue_input(a: argparse.Namespace, p, inputs, auto: bool):
     """A catalogue device's step on an input pipeline: this machine's loader costs, the
     device's host cores (a GPU's, from the catalogue or --host-cores)."""
@@ -218,6 +244,7 @@ def cmd_predict(a: argparse.Namespace) -> int:
         if a.host_cores or a.storage:
             raise UsageError("--host-cores and --storage apply to a catalogue device; this "
                              "machine's cores and storage are its own")
+        _add_shapes(a)
         p, row = api.predict_here_row(a.network, device=a.device, framework=a.framework,
                                       threads=a.threads or 1, db=a.db, inputs=inputs,
                                       auto_workers=auto, **kw)

@@ -412,6 +412,15 @@ class LocalFit(_Frozen):
     #: per op, the share of the workers' CPUs other processes took while its kernels were
     #: timed (``core.disturbance``; empty: not measured, a calibration of an older dlperf)
     other_cpu_share: dict[str, float] = Field(default_factory=dict)
+    #: the networks whose layers' shapes its products and convolutions were timed at
+    #: ('alexnet@16'), beside a skeleton of the grid (``network_kernels``); None: the
+    #: whole grid was timed
+    scope: tuple[str, ...] | None = None
+
+    def covers(self, network: str, batch: int) -> bool:
+        """Whether its kernels were timed at the shapes of ``network`` at ``batch`` (or
+        at the whole grid)."""
+        return self.scope is None or f"{network}@{batch}" in self.scope
 
     def bn_time(self, nbytes: float, channels: float) -> float:
         """Seconds of a batch normalisation moving ``nbytes`` over ``channels`` channels:
@@ -470,6 +479,8 @@ class LocalFit(_Frozen):
                 f"{self.memory.dram_bytes_per_s / 1e9:.3g} GB/s, "
                 f"{self.dispatch.step_op_s * 1e6:.3g} us per op, "
                 f"{self.dispatch.step_call_s * 1e6:.3g} us per step call"
+                + (f"; products and convolutions timed at the shapes of "
+                   f"{', '.join(self.scope)} and a skeleton of the grid" if self.scope else "")
                 + (f"; {self.quality()}" if self.disturbed else ""))
 
 

@@ -50,8 +50,10 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
   one core lose beyond processor sharing (``perfmodel.sharing``).
 
 The grids are generic (powers of two across the range layers use), never the shapes of
-the networks that are then predicted: a prediction for resnet50 uses kernel rates, not
-resnet50's layers measured.
+the networks that are then predicted: a prediction for resnet50 from the full grid uses
+kernel rates, not resnet50's layers measured. A calibration scoped to networks
+(``perfmodel.network_kernels``, the main job's) times their layers' products and
+convolutions as kernels alone, beside a skeleton of the grid.
 """
 
 from __future__ import annotations
@@ -117,13 +119,17 @@ class KernelOptions(BaseModel):
     versions: dict[str, str] = Field(default_factory=dict)
     #: how dlperf's kernels run (``REVISION``): kernels that changed measure again
     revision: int = 0
+    #: the networks whose layers' shapes it times, 'alexnet@16' (network@batch), beside a
+    #: skeleton of the grid (``perfmodel.network_kernels``); empty: the whole grid
+    scope: tuple[str, ...] = ()
 
     def label(self, framework: str, device: str, threads: int) -> str:
         """'kernels torch cpu x1 (gemm, conv, ...)', 'allreduce torch cpu 4 processes'."""
         ops = [p.op for p in self.parts]
         if ops[0] == "allreduce":
             return f"allreduce {framework} {device} {self.world} processes"
-        return f"kernels {framework} {device} x{threads} ({', '.join(ops)})"
+        scope = f" for {', '.join(self.scope)}" if self.scope else ""
+        return f"kernels {framework} {device} x{threads}{scope} ({', '.join(ops)})"
 
 
 class KernelSample(BaseModel):

@@ -41,13 +41,16 @@ class MachineFits:
     @classmethod
     def of(cls, samples: Sequence[tuple[str, int, str, Samples, str]], memory_gb: float,
            cores: int, baselines: dict[tuple[str, str], float] | None = None,
-           others: dict[tuple[str, int, str, str], dict[str, float]] | None = None
+           others: dict[tuple[str, int, str, str], dict[str, float]] | None = None,
+           scopes: dict[tuple[str, int, str, str], tuple[str, ...] | None] | None = None
            ) -> MachineFits:
         """Fit each (framework, threads, device, samples, precision); ``others``: per the
-        same key, what other processes took of the CPUs while each op was timed."""
-        others = others or {}
+        same key, what other processes took of the CPUs while each op was timed;
+        ``scopes``: the networks whose shapes were timed (``LocalFit.scope``)."""
+        others, scopes = others or {}, scopes or {}
         return cls(tuple(fit_local(s, fw, t, dev, prec).model_copy(
-            update={"other_cpu_share": dict(others.get((fw, t, dev, prec), {}))})
+            update={"other_cpu_share": dict(others.get((fw, t, dev, prec), {})),
+                    "scope": scopes.get((fw, t, dev, prec))})
             for fw, t, dev, s, prec in samples), memory_gb, cores, dict(baselines or {}))
 
     def find(self, framework: str, threads: int, device: str = "cpu",

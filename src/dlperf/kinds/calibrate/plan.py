@@ -25,6 +25,7 @@ from dlperf.kinds.calibrate.options import (
     KernelSample,
 )
 from dlperf.kinds.peak.rates import versions as library_versions
+from dlperf.perfmodel import network_kernels
 from dlperf.perfmodel.fit import Samples
 from dlperf.perfmodel.kernels import REVISION, grid
 from dlperf.perfmodel.machine_fits import MachineFits
@@ -78,30 +79,55 @@ def default_frameworks() -> list[str]:
 
 def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "cpu",
           fine: bool = False, allreduce: bool = True, repeat: int = 1,
-          precision: str = "fp32") -> list[RunSpec]:
+          precision: str = "fp32", scope: Sequence[tuple[str, int]] = ()) -> list[RunSpec]:
     """The kernel runs of a calibration: every op's grid per framework and thread count
     at ``precision``, and the all-reduce at 2 and 4 processes (when PyTorch is among the
     frameworks; fp32 gradients, so at fp32 only), with the cost of two processes on one
     core beside the 2-process one; ``repeat`` times each, in turns (``load`` takes each
-    kernel's median over them)."""
+    kernel's median over them). ``scope``: (network, batch) pairs whose layers' shapes
+    are timed instead of the whole grid, beside its skeleton (``scoped_parts``)."""
     once = _specs_once(frameworks, threads, device=device, fine=fine,
-                       allreduce=allreduce and precision == "fp32", precision=precision)
+                       allreduce=allreduce and precision == "fp32", precision=precision,
+                       scope=scope)
     return [s.model_copy(update={"repeat": r}) for r in range(repeat) for s in once]
 
 
+def scoped_parts(scope: Sequence[tuple[str, int]], device: str = "cpu"
+                 ) -> tuple[tuple[KernelPart, ...], tuple[str, ...]]:
+    """The parts of a calibration scoped to ``scope``'s networks at their batches
+    (``perfmodel.network_kernels``), and the scope's labels ('alexnet@16')."""
+    from dlperf import workloads
+
+    needed: dict[str, set[tuple[int, ...]]] = {}
+    has_bn = False
+    for network, batch in scope:
+        layers = workloads.get(network).layers()
+        has_bn = has_bn or any(layer.op == "bn" for layer in layers)
+        for op, shapes in network_kernels.step_shapes(layers, batch).items():
+            needed.setdefault(op, set()).update(shapes)
+    parts = tuple(KernelPart(op=op, shapes=tuple(shapes)) for op in LOCAL_OPS
+                  if (shapes := network_kernels.scoped_grid(op, needed, has_bn=has_bn,
+                                                            device=device)))
+    return parts, tuple(sorted({network_kernels.label(n, b) for n, b in scope}))
+
+
 def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: str,
-                fine: bool, allreduce: bool, precision: str) -> list[RunSpec]:
+                fine: bool, allreduce: bool, precision: str,
+                scope: Sequence[tuple[str, int]] = ()) -> list[RunSpec]:
     packages = environment.packages()
     min_time = FINE_MIN_TIME_S if fine else MIN_TIME_S
+    if scope:
+        parts, labels = scoped_parts(scope, device)
+    else:
+        parts, labels = tuple(KernelPart(op=op, shapes=tuple(grid(op, fine, device)))
+                              for op in LOCAL_OPS), ()
     out = []
     for fw in frameworks:
         framework_table.require(fw)
         versions = library_versions(fw, packages)
-        parts = tuple(KernelPart(op=op, shapes=tuple(grid(op, fine, device)))
-                      for op in LOCAL_OPS)
         for t in threads:
             o = KernelOptions(parts=parts, min_time_s=min_time, versions=versions,
-                              revision=REVISION)
+                              revision=REVISION, scope=labels)
             out.append(RunSpec(kind="kernel", network="kernels", framework=fw, device=device,
                                threads=t, batch_size=1, precision=precision, options=o))
     if allreduce and "torch" in frameworks and device == "cpu":
@@ -135,6 +161,9 @@ class Stored:
     #: per op, the share of the CPUs other processes took while it was timed (the median
     #: over its repetitions; ``KernelOutcome.other_cpu_share``)
     other_cpu_share: dict[str, float] = field(default_factory=dict)
+    #: the networks whose shapes it timed ('alexnet@16'), when only scoped runs made it;
+    #: None: the whole grid was timed
+    scope: tuple[str, ...] | None = None
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -149,16 +178,16 @@ TRAINED_CHAIN_REVISION = 5
 
 
 def _newest(rows: Sequence[RunResult]) -> list[list[RunResult]]:
-    """Per framework, thread count, device, precision and kind of kernel run (the
-    kernels, or the all-reduce among a process count): the newest run and its
-    repetitions (the same configuration, ``calibrate --repeat``). A calibration measured
-    again with another grid or revision replaces the earlier one instead of mixing with
-    it."""
+    """Per framework, thread count, device, precision, kind of kernel run (the kernels,
+    or the all-reduce among a process count) and scope (the whole grid, or the networks
+    it was scoped to): the newest run and its repetitions (the same configuration,
+    ``calibrate --repeat``). A calibration measured again with another grid or revision
+    replaces the earlier one of its scope instead of mixing with it."""
     newest: dict[tuple, RunResult] = {}
     for r in rows:
         o = r.spec.options
         key = (r.spec.framework, r.spec.threads, r.spec.device, r.spec.precision,
-               r.spec.network, getattr(o, "world", 1))
+               r.spec.network, getattr(o, "world", 1), getattr(o, "scope", ()))
         if key not in newest or (r.finished_at or 0) > (newest[key].finished_at or 0):
             newest[key] = r
     return [[r for r in rows if r.spec.config_id == n.spec.config_id]
@@ -186,40 +215,55 @@ def merge(runs: Sequence[Sequence[KernelSample]]) -> tuple[KernelSample, ...]:
 def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = None,
          any_version: bool = False) -> list[Stored]:
     """Every (framework, threads, device, precision) this machine has calibration samples
-    for (on one device, or on every one with None): per kernel run the newest and its
-    repetitions, merged (``merge``), rows of other library versions left out (unless
-    ``any_version``: another machine's calibration read for its curves). The all-reduce
-    samples (keyed by process count) are added to every entry."""
+    for (on one device, or on every one with None): per kernel run and scope the newest
+    and its repetitions, of the newest revision, merged (``merge``: the whole grid's and
+    the scoped runs' samples of a shape both count), rows of other library versions left
+    out (unless ``any_version``: another machine's calibration read for its curves). The
+    all-reduce samples (keyed by process count) are added to every entry."""
     packages = environment.packages()
     rows = store.results(kind="kernel", status="ok", device=device,
                          machine_id=machine_id or environment.machine_id())
-    by_key: dict[tuple[str, int, str, str], list] = {}
+    groups: list[tuple[tuple[str, int, str, str], list[RunResult]]] = []
+    revision: dict[tuple[str, int, str, str], int] = {}
+    for runs in _newest([r for r in rows if any_version or _current(r, packages)]):
+        runs = [r for r in runs if isinstance(r.outcome, KernelOutcome)]
+        if runs:
+            s = runs[0].spec
+            key = (s.framework, s.threads, s.device, s.precision)
+            groups.append((key, runs))
+            if s.network == "kernels":
+                revision[key] = max(revision.get(key, 0), s.options.revision)
+    by_key: dict[tuple[str, int, str, str], list[tuple[KernelSample, ...]]] = {}
+    scopes: dict[tuple[str, int, str, str], set[str] | None] = {}
     baselines: dict[tuple[str, int, str, str], list[int]] = {}
     others: dict[tuple[str, int, str, str], dict[str, list[float]]] = {}
     collective = []
-    for runs in _newest([r for r in rows if any_version or _current(r, packages)]):
-        runs = [r for r in runs if isinstance(r.outcome, KernelOutcome)]
-        if not runs:
-            continue
-        r = runs[0]
+    for key, runs in groups:
+        o = runs[0].spec.options
+        if runs[0].spec.network == "kernels":
+            if o.revision < revision[key]:  # an older revision's scoped run: not mixed in
+                continue
+            covered = scopes.get(key, set())
+            scopes[key] = None if covered is None or not o.scope else covered | set(o.scope)
         samples = merge([x.outcome.samples for x in runs])  # type: ignore[union-attr]
-        if r.spec.options.revision < TRAINED_CHAIN_REVISION:  # no optimizer in its chain:
+        if o.revision < TRAINED_CHAIN_REVISION:  # no optimizer in its chain:
             samples = tuple(s for s in samples if s.op != "dispatch_train")  # plain stands in
         # the machine's, not a framework's at a thread count: every entry gets them
         collective.extend(s for s in samples if s.op in MACHINE_OPS)
-        local = [s for s in samples if s.op not in MACHINE_OPS]
-        key = (r.spec.framework, r.spec.threads, r.spec.device, r.spec.precision)
+        local = tuple(s for s in samples if s.op not in MACHINE_OPS)
         if local:
-            by_key.setdefault(key, []).extend(local)
+            by_key.setdefault(key, []).append(local)
         baselines.setdefault(key, []).extend(
             b for x in runs if (b := x.outcome.baseline_rss_bytes))  # type: ignore[union-attr]
         for x in runs:
             for op, share in x.outcome.other_cpu_share.items():  # type: ignore[union-attr]
                 others.setdefault(key, {}).setdefault(op, []).append(share)
-    return [Stored(fw, t, dev, Samples.of([*s, *collective]), prec,
+    return [Stored(fw, t, dev, Samples.of([*merge(s), *collective]), prec,
                    statistics.median(b) if (b := baselines.get((fw, t, dev, prec))) else None,
                    {op: statistics.median(v) for op, v in others.get((fw, t, dev, prec),
-                                                                      {}).items()})
+                                                                      {}).items()},
+                   None if (sc := scopes.get((fw, t, dev, prec))) is None
+                   else tuple(sorted(sc)))
             for (fw, t, dev, prec), s in sorted(by_key.items())]
 
 
@@ -234,7 +278,9 @@ def local_calibration(store: Store, *, device: str | None = "cpu") -> MachineFit
                            for s in complete], memory, environment.physical_cores(),
                           baselines=_baselines(complete),
                           others={(s.framework, s.threads, s.device, s.precision):
-                                  s.other_cpu_share for s in complete})
+                                  s.other_cpu_share for s in complete},
+                          scopes={(s.framework, s.threads, s.device, s.precision): s.scope
+                                  for s in complete})
 
 
 def runtime_baselines(store: Store) -> dict[tuple[str, str], float]:

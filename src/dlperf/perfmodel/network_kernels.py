@@ -1,0 +1,108 @@
+"""The kernel shapes a network's training step runs, from its neutral layer definitions,
+in the form the step model times them (``local.product_times``): what ``dlperf calibrate
+--networks`` times instead of the whole grid, beside a sparse skeleton of that grid.
+
+A calibration scoped to a few networks (the main job's) times each product and
+convolution of their layers at their batch (the forward, the input's gradient, the
+weights' gradient), and of the generic grid only every ``SKELETON_STRIDE``-th shape, so
+that each curve keeps its form between and beyond those shapes. The memory passes, the
+loss, batch normalisation (for a network that has it) and the dispatch chains keep
+their whole grids: they are cheap, and interpolated over sizes rather than fitted. The
+networks' shapes are timed as kernels alone, one at a time, never as the step they are
+then compared with.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from dlperf.perfmodel.kernels import (
+    SEQ_STEPS,
+    conv_out,
+    flops,
+    grid,
+)
+from dlperf.workloads.base import Gemm, Layer
+
+#: the ops whose grid a scoped calibration thins to its skeleton, adding the networks'
+#: shapes; every other op keeps its grid (batch normalisation only where a network has it)
+SCOPED_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd")
+#: every this-many-th shape of a scoped op's generic grid is kept (the grids are ordered
+#: by their sides, so the kept ones span each side's range)
+SKELETON_STRIDE = 4
+#: a network's product or convolution beyond this many FLOPs is timed on fewer rows or
+#: samples (``_bounded``): a layer that takes seconds at one thread runs where its
+#: curve has saturated in the batch, and would cost the calibration more than it tells
+MAX_SHAPE_FLOPS = 8e9
+#: the dimension of each scoped op's shape that the batch scales
+BATCH_AXIS = {"gemm": 0, "gemm_tn": 2, "gemm_tn_seq": 3, "conv": 0, "conv_bwd": 0}
+#: the layer kinds timed as convolutions (``local.CONV_OPS``)
+CONV_LAYERS = ("conv", "deconv")
+
+
+def label(network: str, batch: int) -> str:
+    """A scope entry: 'alexnet@16'."""
+    return f"{network}@{batch}"
+
+
+def step_shapes(layers: Iterable[Layer], batch: int) -> dict[str, set[tuple[int, ...]]]:
+    """Per op, the shapes one training step of ``layers`` at ``batch`` runs."""
+    out: dict[str, set[tuple[int, ...]]] = {op: set() for op in SCOPED_OPS}
+    for layer in layers:
+        for g in layer.gemms:
+            if layer.op in CONV_LAYERS:
+                shape = conv_shape(g, batch)
+                out["conv"].add(shape)
+                out["conv_bwd"].add(shape)
+                if g.window == 1 and g.stride == 1 and batch < 16:  # PyTorch's
+                    # per-sample path at one thread (``local._unfused_conv``)
+                    out["gemm"].update({(g.n, g.m, g.k), (g.k, g.m, g.n)})
+                    out["gemm_tn"].add((g.n, g.k, g.m))
+                continue
+            rows = g.m * batch if g.batch_rows else g.m
+            out["gemm"].add((rows, g.n, g.k))
+            if layer.input_grad:
+                out["gemm"].add((rows, g.k, g.n))
+            if layer.params:
+                if g.batch_rows and g.m > 1 and g.count == 1:  # over a sequence
+                    out["gemm_tn_seq"].add((g.k, g.n, SEQ_STEPS, max(1, rows // SEQ_STEPS)))
+                else:
+                    out["gemm_tn"].add((g.k, g.n, rows))
+    return {op: {_bounded(op, s) for s in shapes} for op, shapes in out.items()}
+
+
+def conv_shape(g: Gemm, batch: int) -> tuple[int, ...]:
+    """The calibration kernel's (batch, c_in, c_out, side, window, stride) of a layer's
+    implicit GEMM: the input side whose output (padding window // 2, ``kernels.conv_out``)
+    has the layer's output pixels."""
+    out = max(1, round(math.sqrt(g.m)))
+    side = max(1, (out - 1) * g.stride + g.window - 2 * (g.window // 2))
+    while conv_out(side, g.window, g.stride) < out:
+        side += 1
+    return (batch, max(1, g.k // (g.window * g.window)), g.n, side, g.window, g.stride)
+
+
+def _bounded(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``shape`` within ``MAX_SHAPE_FLOPS``: its batch dimension (``BATCH_AXIS``: a
+    product's rows, a weight gradient's inner dimension, a convolution's samples) cut
+    to what fits, at least 1."""
+    if flops(op, shape) <= MAX_SHAPE_FLOPS:
+        return shape
+    axis = BATCH_AXIS[op]
+    per_row = flops(op, (*shape[:axis], 1, *shape[axis + 1:]))
+    return (*shape[:axis], max(1, int(MAX_SHAPE_FLOPS // per_row)), *shape[axis + 1:])
+
+
+def scoped_grid(op: str, needed: dict[str, set[tuple[int, ...]]], *, has_bn: bool,
+                device: str = "cpu") -> list[tuple[int, ...]]:
+    """The shapes a calibration scoped to networks times for ``op``: the skeleton of its
+    grid and the networks' own shapes (``needed``, from ``step_shapes``) for a product or
+    a convolution; the whole grid for any other op (none for batch normalisation where no
+    network has it)."""
+    if op == "bn" and not has_bn:
+        return []
+    full = grid(op, device=device)
+    if op not in SCOPED_OPS:
+        return full
+    return list(dict.fromkeys([*full[::SKELETON_STRIDE], *sorted(needed.get(op, ()))]))

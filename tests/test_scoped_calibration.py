@@ -1,0 +1,171 @@
+"""A calibration scoped to networks (``dlperf calibrate --networks``, the main job's): the
+kernel shapes of their layers in the form the step model times them, a skeleton of the
+grid beside them, the scoped runs merged with what is stored, and ``dlperf predict`` of
+another network adding its shapes first."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf import workloads
+from dlperf.cli import main
+from dlperf.core.store import Store
+from dlperf.kinds.calibrate import plan as calibration
+from dlperf.kinds.calibrate.options import KernelOutcome
+from dlperf.perfmodel import kernels as k
+from dlperf.perfmodel import network_kernels as nk
+from dlperf.perfmodel.kernels import conv_gemm, flops
+from dlperf.workloads.base import conv, dense
+from tests import calibration_fixtures as made_up
+
+
+def test_a_dense_layer_times_its_forward_its_inputs_gradient_and_its_weights():
+    first, second = dense("fc1", 300, 200, first=True), dense("fc2", 200, 10)
+    shapes = nk.step_shapes([first, second], 8)
+    # forward (B x in) @ (in x out); the input's gradient (B x out) @ (out x in), not for
+    # the first layer; the weights' gradient in^T @ dY, the batch inner
+    assert shapes["gemm"] == {(8, 200, 300), (8, 10, 200), (8, 200, 10)}
+    assert shapes["gemm_tn"] == {(300, 200, 8), (200, 10, 8)}
+    assert not shapes["conv"] and not shapes["gemm_tn_seq"]
+
+
+def test_a_convolutions_kernel_has_the_layers_implicit_gemm():
+    for c_in, c_out, window, out, stride in ((3, 96, 11, 55, 4), (96, 256, 5, 27, 1),
+                                              (256, 384, 3, 13, 1), (64, 64, 1, 56, 1)):
+        layer = conv("c", c_in, c_out, window, out, stride=stride)
+        (g,) = layer.gemms
+        (shape,) = nk.step_shapes([layer], 2)["conv"]  # within the bound at 2 samples
+        assert conv_gemm(shape) == (2 * g.m, g.n, g.k), shape
+        assert nk.step_shapes([layer], 2)["conv_bwd"] == {shape}
+
+
+def test_a_sequences_weight_gradient_contracts_time_and_batch():
+    (lstm,) = [x for x in workloads.get("lstm32").layers() if x.op == "lstm"][:1]
+    shapes = nk.step_shapes([lstm], 4)
+    proj, rec = lstm.gemms
+    # the input projection of all 32 steps at once: its weights' gradient over time x batch
+    assert shapes["gemm_tn_seq"] == {(proj.k, proj.n, k.SEQ_STEPS, 32 * 4 // k.SEQ_STEPS)}
+    # the recurrent product, one step at a time: the batch's rows
+    assert (4, rec.n, rec.k) in shapes["gemm"] and (rec.k, rec.n, 4) in shapes["gemm_tn"]
+
+
+def test_a_shape_beyond_the_bound_is_timed_on_fewer_rows_or_samples():
+    big = dense("wide", 26752, 8192)
+    (fwd,) = [s for s in nk.step_shapes([big], 512)["gemm"] if s[1] == 8192]
+    assert flops("gemm", fwd) <= nk.MAX_SHAPE_FLOPS < flops("gemm", (512, 8192, 26752))
+    assert fwd[1:] == (8192, 26752) and 1 <= fwd[0] < 512
+    layer = conv("c", 256, 256, 3, 56)
+    (c,) = nk.step_shapes([layer], 256)["conv"]
+    assert c[1:] == nk.conv_shape(layer.gemms[0], 256)[1:] and c[0] < 256
+    assert flops("conv", c) <= nk.MAX_SHAPE_FLOPS
+
+
+def test_the_scoped_grid_is_the_skeleton_and_the_networks_shapes():
+    needed = nk.step_shapes(workloads.get("alexnet").layers(), 16)
+    for op in nk.SCOPED_OPS:
+        got = nk.scoped_grid(op, needed, has_bn=False)
+        full = k.grid(op)
+        assert set(full[::nk.SKELETON_STRIDE]) | needed[op] == set(got)
+        assert len(got) < len(full) + len(needed[op])
+    assert nk.scoped_grid("memory", needed, has_bn=False) == k.grid("memory")
+    assert nk.scoped_grid("bn", needed, has_bn=False) == []
+    assert nk.scoped_grid("bn", needed, has_bn=True) == k.grid("bn")
+
+
+def test_a_scoped_plan_names_its_networks_and_keeps_every_required_op():
+    (spec,) = calibration.specs(["torch"], [1], allreduce=False,
+                                scope=[("fcn5", 64), ("lstm32", 128)])
+    o = spec.options
+    assert o.scope == ("fcn5@64", "lstm32@128")
+    assert "for fcn5@64, lstm32@128" in o.label("torch", "cpu", 1)
+    ops = {p.op for p in o.parts}
+    assert set(calibration.REQUIRED_OPS) <= ops and "bn" not in ops  # no batch norm in them
+    full = calibration.specs(["torch"], [1], allreduce=False)[0]
+    assert sum(len(p.shapes) for p in o.parts) < sum(len(p.shapes) for p in full.options.parts)
+    # a whole grid's identity is what it was before scopes existed
+    assert "scope" not in full.options.model_dump(exclude_defaults=True)
+
+
+def _store_scoped(store: Store, scope, t0: float, scale: float = 1.0, revision=None):
+    for r in made_up.kernel_results(allreduce=False, scope=tuple(scope)):
+        spec = r.spec
+        if revision is not None:
+            spec = spec.model_copy(update={"options": spec.options.model_copy(
+                update={"revision": revision})})
+        samples = tuple(s.model_copy(update={"median_s": s.median_s * scale})
+                        for s in r.outcome.samples)
+        store.add(r.model_copy(update={"spec": spec, "outcome": KernelOutcome(samples=samples),
+                                       "started_at": t0, "finished_at": t0 + 1}))
+
+
+def test_scoped_runs_add_to_each_other_and_to_the_whole_grid(db):
+    with Store(db) as store:
+        _store_scoped(store, [("fcn5", 64)], 1.0)
+        (one,) = calibration.load(store)
+        assert one.scope == ("fcn5@64",)
+        _store_scoped(store, [("alexnet", 16)], 2.0)
+        (two,) = calibration.load(store)
+        assert two.scope == ("alexnet@16", "fcn5@64")
+        have = {(s.op, s.shape) for s in two.samples.items}
+        assert {(s.op, s.shape) for s in one.samples.items} <= have
+        assert all(("conv", s) in have for s in nk.step_shapes(
+            workloads.get("alexnet").layers(), 16)["conv"])
+        # each shape once: where both timed it, the median of the two
+        assert len(have) == len(two.samples.items)
+        # the fitted calibration says what it covers
+        fit = calibration.local_calibration(store).find("torch", 1)
+        assert fit.covers("fcn5", 64) and fit.covers("alexnet", 16)
+        assert not fit.covers("fcn5", 128) and not fit.covers("resnet50", 16)
+        assert "timed at the shapes of alexnet@16, fcn5@64" in fit.describe()
+        # the whole grid covers every network
+        made_up.calibrated(store, allreduce=False)
+        (whole,) = calibration.load(store)
+        assert whole.scope is None
+        assert calibration.local_calibration(store).find("torch", 1).covers("resnet50", 16)
+
+
+def test_a_scoped_run_of_an_older_revision_is_not_mixed_in(db):
+    with Store(db) as store:
+        _store_scoped(store, [("fcn5", 64)], 1.0, scale=5.0, revision=k.REVISION - 1)
+        _store_scoped(store, [("alexnet", 16)], 2.0)
+        (stored,) = calibration.load(store)
+    assert stored.scope == ("alexnet@16",)
+    (mem,) = [s for s in stored.samples.of_op("memory") if s.shape == (4096,)]
+    assert mem.median_s == pytest.approx(made_up.true_s("memory", (4096,)))
+
+
+def test_calibrate_networks_dry_run_and_bad_flags(db, capsys):
+    assert main(["calibrate", "--frameworks", "torch", "--threads", "1", "--networks",
+                 "fcn5,alexnet", "--batch-size", "16,32", "--dry-run", "--db", str(db)]) == 0
+    assert "for alexnet@16, alexnet@32, fcn5@16, fcn5@32" in capsys.readouterr().out
+    for bad in (["--batch-size", "16"], ["--networks", "fcn5", "--fine"],
+                ["--networks", "nosuchnet"], ["--dataflow", "--batch-size", "8"]):
+        assert main(["calibrate", "--frameworks", "torch", "--dry-run", "--db", str(db),
+                     *bad]) == 2, bad
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_predict_of_another_network_adds_its_shapes_first(db, capsys, monkeypatch):
+    """A calibration scoped to fcn5: predicting alexnet times alexnet's shapes at its
+    batch (the calibration's runs, not asserted here: the run itself is
+    ``calibrate``'s), then predicts; a network it covers adds nothing."""
+    from dlperf import api
+
+    with Store(db) as store:
+        _store_scoped(store, [("fcn5", 64)], 1.0)
+    calls = []
+
+    def record(frameworks, threads, **kw):
+        calls.append((frameworks, threads, kw["scope"], kw["allreduce"]))
+        with Store(db) as store:
+            _store_scoped(store, kw["scope"], 5.0)
+
+    monkeypatch.setattr(api, "calibrate", record)
+    assert main(["predict", "-n", "alexnet", "--device", "cpu", "-b", "8", "--db", str(db)]) == 0
+    assert calls == [(["torch"], [1], [("alexnet", 8)], False)]
+    captured = capsys.readouterr()
+    assert "adding alexnet@8's kernel shapes" in captured.err
+    assert "timed at the shapes of alexnet@8, fcn5@64" in captured.out
+    assert main(["predict", "-n", "fcn5", "--device", "cpu", "--db", str(db), "--json"]) == 0
+    assert len(calls) == 1
