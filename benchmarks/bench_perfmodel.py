@@ -6,6 +6,10 @@ and the model's error, leave-one-network-out; then the parallel strategies on lo
     python benchmarks/bench_perfmodel.py --db bench.db                  # everything
     python benchmarks/bench_perfmodel.py --db bench.db --networks fcn5,alexnet --frameworks torch
     python benchmarks/bench_perfmodel.py --db bench.db --no-measure     # read the store only
+    python benchmarks/bench_perfmodel.py --db scoped.db --scoped        # the kernels at the
+        # networks' layer shapes and the grid's skeleton (``dlperf calibrate --networks``,
+        # the main job's), instead of the whole grid: a store of its own, since scoped and
+        # whole-grid runs in one store add up
 
 Everything goes through the store, so a second run resumes where the first stopped and
 ``--no-measure`` recomputes the figures from what is stored. A configuration whose worker
@@ -159,6 +163,9 @@ def main() -> int:
                     "configuration (default 2)")
     ap.add_argument("--calibrate-repeat", type=int, default=1, help="calibrate this many "
                     "times, each kernel's median counting (dlperf calibrate --repeat)")
+    ap.add_argument("--scoped", action="store_true", help="calibrate at the networks' layer "
+                    "shapes at both batches and a skeleton of the grid (dlperf calibrate "
+                    "--networks) instead of the whole grid")
     ap.add_argument("--no-measure", action="store_true", help="only read the store")
     ap.add_argument("--no-parallel", action="store_true", help="skip the parallel strategies")
     ap.add_argument("--no-dataflow", action="store_true", help="skip the input pipelines "
@@ -170,7 +177,8 @@ def main() -> int:
         measure(a.db, networks, frameworks, threads, a.retries)
         print("calibrating ...", flush=True)
         started = time.perf_counter()
-        api.calibrate(frameworks, threads, db=a.db, repeat=a.calibrate_repeat)
+        scope = [(n, b) for n in networks for b in BATCHES[n]] if a.scoped else []
+        api.calibrate(frameworks, threads, db=a.db, repeat=a.calibrate_repeat, scope=scope)
         print(f"calibrated in {time.perf_counter() - started:.0f} s (the kernels this store "
               "lacked)", flush=True)
         if not a.no_parallel:
