@@ -62,6 +62,12 @@ def test_kernel_flops_and_bytes_are_the_closed_forms():
 
     c = layer_cost(bn("bn", 16, 7), 16 * 7 * 7, 3, 4)
     assert k.nbytes("bn", (3, 16, 7)) == c.fwd_bytes + c.bwd_bytes
+    # the 3x3/2 max pool with one row of padding: 9 -> 5, and the bytes of a pool layer
+    from dlperf.workloads.base import Layer
+
+    c = layer_cost(Layer("pool", "pool", out_elems=16 * 5 * 5), 16 * 9 * 9, 3, 4)
+    assert k.nbytes("pool", (3, 16, 9)) == c.fwd_bytes + c.bwd_bytes == 4 * 3 * 16 * (
+        3 * 81 + 2 * 25)
     assert k.flops("dispatch", (3,)) == 3 * 2 * 8**3
 
 
@@ -309,6 +315,39 @@ def test_a_product_takes_at_least_the_memory_pass_of_its_fresh_result(db):
                                                                            + 64 * 256))
 
 
+def test_a_products_new_pages_are_counted_once_even_at_a_timed_shape():
+    """PyTorch's calibration product makes a fresh result per call, so a sample whose
+    result is beyond glibc's mmap threshold carries its new pages; the fit takes them out
+    (``fit.without_new_pages``) and the step model adds them once (``new_pages_s``): at
+    the very shape timed, the prediction is the sample, not the sample and its pages."""
+    from dlperf.perfmodel.local import MMAP_THRESHOLD_MAX, new_pages_s, one_product
+
+    shapes = {op: [tuple(s) for s in k.grid(op)] for op in calibration.LOCAL_OPS
+              if op not in ("bn", "pool")}
+    wide = (26752, 2048, 8)  # a weight gradient's 219 MB result at a small batch
+    shapes["gemm_tn"].append(wide)
+    clean = fit.Samples.of([made_up.sample(op, s) for op, ss in shapes.items() for s in ss])
+    plain = fit.fit_local(clean, "torch", 1)
+    byte_s = fit.new_page_byte_s(plain.memory, plain.update)
+    assert byte_s > 0
+
+    def faulted(s):  # what the worker measures: the arithmetic and the result's pages
+        if not s.op.startswith("gemm") or 4 * s.shape[0] * s.shape[1] <= MMAP_THRESHOLD_MAX:
+            return s
+        return s.model_copy(update={"median_s": s.median_s + 4 * s.shape[0] * s.shape[1]
+                                    * byte_s})
+
+    measured = fit.Samples.of([faulted(s) for s in clean.items])
+    f = fit.fit_local(measured, "torch", 1)
+    (sample,) = [s for s in measured.of_op("gemm_tn") if s.shape == wide]
+    assert new_pages_s(f, 26752 * 2048) > 0.1 * sample.median_s  # pages that matter
+    got = one_product(f, f.gemm_tn, *wide)
+    assert got == pytest.approx(sample.median_s - made_up.CALL_S, rel=0.03)
+    # a framework that pools its memory keeps its samples as measured
+    tf = fit.fit_local(measured, "tensorflow", 1)
+    assert tf.gemm_tn.time(*wide) == pytest.approx(sample.median_s - made_up.CALL_S, rel=0.03)
+
+
 def test_the_softmax_loss_and_batch_norm_are_timed_by_their_own_curves(db):
     """The loss layer takes the cross-entropy kernel's time for its logits (the made-up
     machine's loss runs at a seventh of its memory bandwidth), a batch normalisation the
@@ -342,6 +381,32 @@ def test_the_softmax_loss_and_batch_norm_are_timed_by_their_own_curves(db):
                                                                     rel=0.05)
     older = fitted_timing(norm, cost, 8, f.model_copy(update={"bn": None})).memory_s
     assert older == pytest.approx(f.memory.time(cost.fwd_bytes) + f.memory.time(cost.bwd_bytes))
+
+
+def test_a_max_pool_is_timed_by_the_pool_kernels_curve(db):
+    """A max pool and its gradient take the pool kernel's time for the layer's bytes (the
+    made-up machine's runs at a fifteenth of its memory bandwidth); a calibration made
+    before revision 13 has no such curve and the memory pass stands in."""
+    from dlperf.perfmodel.costs import layer_costs
+    from dlperf.perfmodel.local import fitted_timing
+
+    with Store(db) as store:
+        made_up.calibrated(store)
+        f = calibration.local_calibration(store).find("torch", 1)
+    assert f.pool is not None
+    _, _, alexnet = workloads.resolve("alexnet", None)
+    layers = alexnet.layers()
+    costs = layer_costs(layers, alexnet.input_shape(), 16, 4)
+    (pool, cost), = [(x, c) for x, c in zip(layers, costs, strict=True) if x.name == "pool1"]
+    (relu,) = [x for x in layers if x.name == "relu1"]  # the pool's input
+    inp, out = 16 * relu.out_elems, 16 * pool.out_elems
+    nbytes = cost.fwd_bytes + cost.bwd_bytes
+    assert nbytes == k.pool_bytes(inp, out)  # the kernel's rule is the layer's
+    got = fitted_timing(pool, cost, 16, f).memory_s
+    assert got == pytest.approx(nbytes / made_up.POOL_BPS, rel=0.05)
+    older = fitted_timing(pool, cost, 16, f.model_copy(update={"pool": None})).memory_s
+    assert older == pytest.approx(f.memory.time(cost.fwd_bytes) + f.memory.time(cost.bwd_bytes))
+    assert older < got / 2
 
 
 def test_batch_norm_is_timed_by_the_curves_of_the_channel_counts_around_it(db):
@@ -397,7 +462,7 @@ def _kernel_spec(framework: str, parts: dict[str, list[tuple[int, ...]]], **kw) 
 TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)], "gemm_tn_seq": [(8, 4, 3, 5)],
         "conv": [(1, 3, 4, 8, 3, 1), (1, 3, 4, 9, 5, 2)],
         "conv_bwd": [(1, 3, 4, 8, 3, 1), (2, 3, 4, 9, 5, 2)], "memory": [(1024,)], "update": [(2048,)],
-        "xent": [(4, 16), (2, 1000)], "bn": [(2, 3, 5)],
+        "xent": [(4, 16), (2, 1000)], "bn": [(2, 3, 5)], "pool": [(2, 3, 9)],
         "dispatch": [(1,), (4,)], "dispatch_train": [(1,), (3,)]}
 
 

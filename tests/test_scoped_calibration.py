@@ -63,13 +63,14 @@ def test_a_shape_beyond_the_bound_is_timed_on_fewer_rows_or_samples():
 def test_the_scoped_grid_is_the_skeleton_and_the_networks_shapes():
     needed = nk.step_shapes(workloads.get("alexnet").layers(), 16)
     for op in nk.SCOPED_OPS:
-        got = nk.scoped_grid(op, needed, has_bn=False)
+        got = nk.scoped_grid(op, needed, layer_kinds={"conv", "pool"})
         full = k.grid(op)
         assert set(full[::nk.SKELETON_STRIDE]) | needed[op] == set(got)
         assert len(got) < len(full) + len(needed[op])
-    assert nk.scoped_grid("memory", needed, has_bn=False) == k.grid("memory")
-    assert nk.scoped_grid("bn", needed, has_bn=False) == []
-    assert nk.scoped_grid("bn", needed, has_bn=True) == k.grid("bn")
+    assert nk.scoped_grid("memory", needed, layer_kinds=()) == k.grid("memory")
+    for op in ("bn", "pool"):  # only for a network with such layers
+        assert nk.scoped_grid(op, needed, layer_kinds={"conv", "dense"}) == []
+        assert nk.scoped_grid(op, needed, layer_kinds={op, "conv"}) == k.grid(op)
 
 
 def test_a_scoped_plan_names_its_networks_and_keeps_every_required_op():
@@ -79,7 +80,10 @@ def test_a_scoped_plan_names_its_networks_and_keeps_every_required_op():
     assert o.scope == ("fcn5@64", "lstm32@128")
     assert "for fcn5@64, lstm32@128" in o.label("torch", "cpu", 1)
     ops = {p.op for p in o.parts}
-    assert set(calibration.REQUIRED_OPS) <= ops and "bn" not in ops  # no batch norm in them
+    assert set(calibration.REQUIRED_OPS) <= ops  # no batch norm or pool in them
+    assert "bn" not in ops and "pool" not in ops
+    (cnn,) = calibration.specs(["torch"], [1], allreduce=False, scope=[("alexnet", 16)])
+    assert "pool" in {p.op for p in cnn.options.parts}  # AlexNet's max pools
     full = calibration.specs(["torch"], [1], allreduce=False)[0]
     assert sum(len(p.shapes) for p in o.parts) < sum(len(p.shapes) for p in full.options.parts)
     # a whole grid's identity is what it was before scopes existed

@@ -45,6 +45,7 @@ from dlperf.backends.base import (
     UnsupportedError,
 )
 from dlperf.backends.jax_layers import batch_norm as _bn
+from dlperf.backends.jax_layers import max_pool as _max_pool
 from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
 
 LEARNING_RATE = 0.01
@@ -74,11 +75,6 @@ def _conv(features: int, kernel: int, stride: int, pad: int, name: str,
     return nn.Conv(features, (kernel, kernel), (stride, stride), ((pad, pad), (pad, pad)),
                    use_bias=bias, kernel_init=uniform_fan_in,
                    bias_init=nn.initializers.zeros, name=name)
-
-
-def _max_pool(x: jax.Array) -> jax.Array:
-    # 3x3/2 with one row of -inf padding on every side: torch's MaxPool2d(3, 2, 1)
-    return nn.max_pool(x, (3, 3), (2, 2), ((1, 1), (1, 1)))
 
 
 # ----------------------------------------------------------------------------- models

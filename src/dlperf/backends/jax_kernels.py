@@ -9,7 +9,7 @@ import numpy as np
 import optax
 
 from dlperf.backends.base import Timed, UnsupportedError
-from dlperf.perfmodel.kernels import DISPATCH_SIDE, flops
+from dlperf.perfmodel.kernels import DISPATCH_SIDE, POOL_STRIDE, POOL_WINDOW, conv_out, flops
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -97,6 +97,15 @@ class Kernel(Timed):
                                        mutable=["batch_stats"])[0]
 
                 return jax.vjp(apply, x, params)[1](g)
+        elif op == "pool":  # jax_backend's max pool, and its vjp (the input's gradient)
+            from dlperf.backends.jax_layers import max_pool
+
+            batch, channels, side = shape
+            out = conv_out(side, POOL_WINDOW, POOL_STRIDE)
+            args = (operand(batch, side, side, channels), operand(batch, out, out, channels))
+
+            def fn(x, g):
+                return jax.vjp(max_pool, x)[1](g)
         elif op == "xent":  # the loss jax_backend trains with, and its gradient
             rows, classes = shape
             args = (operand(rows, classes), rng.integers(0, classes, rows).astype(np.int32))

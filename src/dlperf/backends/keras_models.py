@@ -62,11 +62,16 @@ def _conv(x: Any, c_in: int, c_out: int, k: int, stride: int, pad: int, name: st
     )(x)
 
 
+def max_pool_layers(name: str) -> tuple[Any, Any]:
+    """Max-pool 3x3, stride 2, padding 1, as two Keras layers. Zero padding is exact:
+    every pool follows a ReLU, so no window maximum is below zero."""
+    return (keras.layers.ZeroPadding2D(1, name=f"{name}_pad"),
+            keras.layers.MaxPooling2D(3, 2, padding="valid", name=name))
+
+
 def _max_pool(x: Any, name: str) -> Any:
-    """Max-pool 3x3, stride 2, padding 1. Zero padding is exact: every pool follows a
-    ReLU, so no window maximum is below zero."""
-    x = keras.layers.ZeroPadding2D(1, name=f"{name}_pad")(x)
-    return keras.layers.MaxPooling2D(3, 2, padding="valid", name=name)(x)
+    pad, pool = max_pool_layers(name)
+    return pool(pad(x))
 
 
 def _bn(x: Any, name: str) -> Any:

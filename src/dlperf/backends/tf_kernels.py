@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 
 from dlperf.backends.base import Timed, UnsupportedError
-from dlperf.perfmodel.kernels import DISPATCH_SIDE, flops
+from dlperf.perfmodel.kernels import DISPATCH_SIDE, POOL_STRIDE, POOL_WINDOW, conv_out, flops
 
 
 class Kernel(Timed):
@@ -108,6 +108,20 @@ class Kernel(Timed):
                         y = layer(x, training=True)
                     return tuple(tape.gradient(y, [x, *layer.trainable_variables],
                                                output_gradients=g))
+            elif op == "pool":  # the Keras layers keras_models builds, and the input's gradient
+                from dlperf.backends.keras_models import max_pool_layers
+
+                batch, channels, side = shape
+                out = conv_out(side, POOL_WINDOW, POOL_STRIDE)
+                pad, pool = max_pool_layers("pool")
+                args = (operand((batch, side, side, channels)),
+                        operand((batch, out, out, channels)))
+
+                def fn(x, g):
+                    with tf.GradientTape() as tape:
+                        tape.watch(x)
+                        y = pool(pad(x))
+                    return tape.gradient(y, x, output_gradients=g)
             elif op == "update":  # a variable written over, as an optimizer's apply does
                 var = tf.Variable(operand(shape))
                 args = ()

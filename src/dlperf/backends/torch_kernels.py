@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from dlperf.backends.base import Timed, UnsupportedError
 from dlperf.backends.torch_amp import autocast_context
-from dlperf.perfmodel.kernels import DISPATCH_SIDE, flops
+from dlperf.perfmodel.kernels import DISPATCH_SIDE, POOL_STRIDE, POOL_WINDOW, conv_out, flops
 
 
 def _device(device: str) -> torch.device:
@@ -122,6 +122,11 @@ class Kernel(Timed):
             self.x = operand(batch, channels, side, side).requires_grad_()
             self.bn = torch.nn.BatchNorm2d(channels).to(device).train()
             self.g = operand(batch, channels, side, side)
+        elif op == "pool":  # nn.MaxPool2d(3, 2, 1), as torch_backend's AlexNet and ResNet
+            batch, channels, side = shape
+            out = conv_out(side, POOL_WINDOW, POOL_STRIDE)
+            self.x = operand(batch, channels, side, side).requires_grad_()
+            self.g = operand(batch, channels, out, out)
         elif op == "xent":  # the loss torch_backend trains with, and its gradient
             rows, classes = shape
             self.x = operand(rows, classes).requires_grad_()
@@ -166,6 +171,9 @@ class Kernel(Timed):
         elif op == "bn":  # forward, then the input's, scale's and shift's gradients
             self.out = torch.autograd.grad(self.bn(self.x), (self.x, *self.bn.parameters()),
                                            self.g)
+        elif op == "pool":  # forward, then the input's gradient
+            y = F.max_pool2d(self.x, POOL_WINDOW, POOL_STRIDE, POOL_WINDOW // 2)
+            (self.out,) = torch.autograd.grad(y, self.x, self.g)
         elif op == "xent":
             (self.out,) = torch.autograd.grad(F.cross_entropy(self.x, self.y), self.x)
         elif op == "dispatch_train":  # a training step as TorchTrainer.step runs one

@@ -28,8 +28,8 @@ times the model adds up.
   and backward fitted apart, and its residuals.
 - ``MemoryCurve``: time against bytes moved, interpolated in log-log over the sizes
   measured (caches, then DRAM), the op's fixed cost taken off; the same form serves the
-  in-place update, the softmax cross-entropy (against its logits' bytes) and batch
-  normalisation (against its layer's bytes).
+  in-place update, the softmax cross-entropy (against its logits' bytes), batch
+  normalisation and the max pool with its gradient (against their layer's bytes).
 - ``AlphaBeta``: an all-reduce of n bytes among p processes, t = alpha + n / beta (Hockney
   1994), per p.
 """
@@ -399,6 +399,9 @@ class LocalFit(_Frozen):
     bn: MemoryCurve | None = None
     #: the same per channel count of the calibrated layers (``fit_by_channels``)
     bn_channels: dict[int, MemoryCurve] = Field(default_factory=dict)
+    #: a max pool forward and its input's gradient, against the bytes of ``costs``' rule
+    #: (None: calibrated before it was timed; ``memory`` stands in)
+    pool: MemoryCurve | None = None
     allreduce: dict[int, AlphaBeta] = Field(default_factory=dict)
     #: what two processes busy on one core lose beyond processor sharing, measured here
     #: (``fit_sharing``; None: not calibrated, ``sharing.CORE_SHARING_COST`` stands in)
@@ -484,6 +487,42 @@ class LocalFit(_Frozen):
                 + (f"; {self.quality()}" if self.disturbed else ""))
 
 
+#: Frameworks whose CPU tensors are allocated and freed one by one with glibc's malloc
+#: (PyTorch's CPU allocator: posix_memalign and free, no pool of its own)
+MALLOC_PER_TENSOR = ("torch",)
+#: glibc's largest dynamic mmap threshold on 64-bit systems (DEFAULT_MMAP_THRESHOLD_MAX,
+#: 4 * 1024 * 1024 * sizeof(long); mallopt(3)): a larger block is always mapped anew
+MMAP_THRESHOLD_MAX = 32 * 2**20
+
+
+def new_page_byte_s(memory: MemoryCurve, update: MemoryCurve | None) -> float:
+    """Seconds per byte that a new page costs: the memory pass into a fresh result less
+    the in-place update of as many bytes (both read and write each element once), at the
+    largest size both were timed, over the result's bytes (half of those moved)."""
+    if update is None:
+        return 0.0
+    moved = min(memory.nbytes[-1], update.nbytes[-1])
+    return max(memory.time(moved) - update.time(moved), 0.0) / (moved / 2)
+
+
+def without_new_pages(samples: Sequence[KernelSample], byte_s: float,
+                      elem: int) -> list[KernelSample]:
+    """The products' samples less the first touch of a result beyond ``MMAP_THRESHOLD_MAX``
+    (``byte_s`` a byte), for a framework that allocates tensor by tensor: the calibration's
+    product makes a fresh result per call, so such a sample carries its result's new
+    pages, which the step model adds on its own (``local.new_pages_s``); left in, a
+    product timed at a network's own shape would count them twice. Never below half the
+    sample (noise must not make a product free)."""
+    out = []
+    for s in samples:
+        nbytes = s.shape[0] * s.shape[1] * elem
+        if nbytes > MMAP_THRESHOLD_MAX and byte_s > 0:
+            s = s.model_copy(update={"median_s": max(s.median_s - nbytes * byte_s,
+                                                     0.5 * s.median_s)})
+        out.append(s)
+    return out
+
+
 def fit_sharing(samples: Sequence[KernelSample]) -> float | None:
     """How much less two processes on one core do together than one alone does (processor
     sharing's even split: 1), at least 1; None without both samples. Alone: the faster of
@@ -501,12 +540,19 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
     """Every curve from the samples of one framework at one thread count and precision."""
     d = fit_dispatch(samples.of_op("dispatch"), samples.of_op("dispatch_train"))
     memory = fit_memory(samples.of_op("memory"), d)
+    update = fit_memory(up, d) if (up := samples.of_op("update")) else None
     elem = element_bytes(precision)
-    gemm = fit_gemm(samples.of_op("gemm"), d)
-    tn = samples.of_op("gemm_tn")
+    byte_s = (new_page_byte_s(memory, update)
+              if framework in MALLOC_PER_TENSOR and device == "cpu" else 0.0)
+
+    def products(op: str) -> list[KernelSample]:
+        return without_new_pages(samples.of_op(op), byte_s, elem)
+
+    gemm = fit_gemm(products("gemm"), d)
+    tn = products("gemm_tn")
     # the sequence's product on (m, n, time x batch), the GEMM curve's three sides
     seq = [s.model_copy(update={"shape": (s.shape[0], s.shape[1], s.shape[2] * s.shape[3])})
-           for s in samples.of_op("gemm_tn_seq")]
+           for s in products("gemm_tn_seq")]
     return LocalFit(framework=framework, threads=threads, device=device, precision=precision,
                     dispatch=d, gemm=gemm,
                     gemm_tn=fit_gemm(tn, d) if len(tn) >= 6 else None,
@@ -514,10 +560,11 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     conv=fit_conv(samples.of_op("conv"), d, memory, elem),
                     conv_bwd=fit_conv(samples.of_op("conv_bwd"), d, memory, elem),
                     memory=memory,
-                    update=fit_memory(up, d) if (up := samples.of_op("update")) else None,
+                    update=update,
                     xent=fit_memory(xe, d) if (xe := samples.of_op("xent")) else None,
                     bn=fit_memory(bn, d) if (bn := samples.of_op("bn")) else None,
                     bn_channels=fit_by_channels(bn, d),
+                    pool=fit_memory(pool, d) if (pool := samples.of_op("pool")) else None,
                     allreduce=fit_allreduce(samples.of_op("allreduce")),
                     sharing_cost=fit_sharing(samples.of_op("share")),
                     samples=len(samples.items))

@@ -43,6 +43,11 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
   the scale's and the shift's gradients), as the backends' layers run it: several passes
   over the activation (the batch statistics, the normalisation, and as many back), so
   far slower than one memory pass of the same bytes;
+- ``pool`` (batch, channels, side): the framework's 3x3 max pool at stride 2 with one
+  row of padding (the pool of AlexNet and of ResNet's stem, as the backends build it)
+  over a (batch, channels, side, side) activation, forward and its input's gradient: the
+  gradient scatters each window's maximum back, which a library can run far slower than a
+  memory pass of the same bytes (XLA:CPU as an iota, a reduce-window and a scatter);
 - ``allreduce`` (bytes,): a gloo all-reduce of fp32 on loopback among ``world``
   processes (PyTorch only);
 - ``share`` (processes,): a small network's training step in 1 or 2 processes pinned to
@@ -66,10 +71,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from dlperf.perfmodel.catalogue import PRECISIONS
 
 Op = Literal["gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
-             "xent", "bn", "dispatch", "dispatch_train", "allreduce", "share"]
+             "xent", "bn", "pool", "dispatch", "dispatch_train", "allreduce", "share"]
 OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory",
-                        "update", "xent", "bn", "dispatch", "dispatch_train", "allreduce",
-                        "share")
+                        "update", "xent", "bn", "pool", "dispatch", "dispatch_train",
+                        "allreduce", "share")
 #: products per layer of the trained chain: the forward and the two gradients
 TRAIN_PRODUCTS = 3
 #: kernels per layer of the trained chain: its products and the optimizer's update
@@ -88,8 +93,11 @@ ELEM = 4
 #: the plain dot its training step runs; 10: convolutions also at a large map
 #: (``CONV_LARGE_ELEMS``); 11: the sequence's weight gradient also at ``SEQ_FEATURES`` rows,
 #: every convolution also at a training batch's size, operands drawn uniform; 12: the
-#: products also at a few rows (``SMALL_ROWS``), the all-reduce up to 256 MB
-REVISION = 12
+#: products also at a few rows (``SMALL_ROWS``), the all-reduce up to 256 MB; 13: the max
+#: pool and its gradient (pool)
+REVISION = 13
+#: the max pool the calibration times (``pool``): window, stride, padding
+POOL_WINDOW, POOL_STRIDE = 3, 2
 #: side of the dependent matrix products of the dispatch chain
 DISPATCH_SIDE = 8
 
@@ -227,6 +235,10 @@ def nbytes(op: str, shape: tuple[int, ...], elem: int = ELEM) -> float:
     if op == "bn":
         batch, channels, side = shape
         return bn_bytes(batch * channels * side * side, channels, elem)
+    if op == "pool":
+        batch, channels, side = shape
+        out = conv_out(side, POOL_WINDOW, POOL_STRIDE)
+        return pool_bytes(batch * channels * side * side, batch * channels * out * out, elem)
     if op == "allreduce":
         return float(shape[0])
     return 0.0
@@ -243,6 +255,13 @@ def bn_bytes(elems: float, channels: float, elem: int = ELEM) -> float:
     ``perfmodel.costs`` for a layer of 2 x ``channels`` parameters whose input and output
     have ``elems`` elements: forward P + I + O, backward O + 2 I + 2 P."""
     return float(elem * (5 * elems + 3 * 2 * channels))
+
+
+def pool_bytes(in_elems: float, out_elems: float, elem: int = ELEM) -> float:
+    """Bytes a pool must move at least in a training step, by the rule of
+    ``perfmodel.costs`` for a layer without weights whose input has ``in_elems`` and
+    output ``out_elems`` elements: forward I + O, backward O + 2 I."""
+    return float(elem * (3 * in_elems + 2 * out_elems))
 
 
 def element_bytes(precision: str) -> int:
@@ -324,6 +343,11 @@ XENT_CLASSES = (16, 1024, 16384)
 #: maps, at the batch that brings each to about each of BN_ELEMS elements.
 BN_LAYERS = ((16, 64), (64, 32), (256, 16), (1024, 8))
 BN_ELEMS = (2**16, 2**20, 2**24)
+#: Max pools: (channels, side) of a first stage's and a later stage's maps, at the batch
+#: that brings each input to about each of POOL_ELEMS elements (AlexNet's first pool at
+#: batch 16: 4.6 M)
+POOL_LAYERS = ((16, 64), (256, 14))
+POOL_ELEMS = (2**16, 2**19, 2**22)
 #: the sequence's weight gradient is timed at inner dimensions (time x batch) up to this
 SEQ_INNER_MAX = SEQ_STEPS * 256
 #: A GPU's products and convolutions are timed this many times larger (MAX_GEMM_FLOPS,
@@ -392,6 +416,9 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
     if op == "bn":
         elems = tuple(2**e for e in range(14, 26, 2)) if fine else BN_ELEMS
         return [(max(1, round(e / (c * s * s))), c, s) for e in elems for c, s in BN_LAYERS]
+    if op == "pool":
+        elems = tuple(2**e for e in range(14, 26, 2)) if fine else POOL_ELEMS
+        return [(max(1, round(e / (c * s * s))), c, s) for e in elems for c, s in POOL_LAYERS]
     if op == "xent":
         elems = tuple(2**e for e in range(10, 26, 2)) if fine else XENT_ELEMS
         return [(e // c, c) for e in elems for c in XENT_CLASSES if c <= e]

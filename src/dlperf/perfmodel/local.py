@@ -28,7 +28,14 @@ from __future__ import annotations
 from dlperf.perfmodel.catalogue import Device, Link
 from dlperf.perfmodel.compute import LayerTiming
 from dlperf.perfmodel.costs import LayerCost, activation_bytes
-from dlperf.perfmodel.fit import AlphaBeta, GemmCurve, LocalFit
+from dlperf.perfmodel.fit import (
+    MALLOC_PER_TENSOR,
+    MMAP_THRESHOLD_MAX,
+    AlphaBeta,
+    GemmCurve,
+    LocalFit,
+    new_page_byte_s,
+)
 from dlperf.perfmodel.kernels import element_bytes, xent_bytes
 from dlperf.workloads.base import Gemm, Layer
 
@@ -187,6 +194,10 @@ def fitted_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) ->
     elif layer.op == "bn" and fit.bn is not None:  # batch statistics: several passes
         compute, memory = 0.0, fit.bn_time(moved, layer.params / 2)
         forward = memory * cost.fwd_bytes / moved if moved else 0.0
+    elif layer.op == "pool" and fit.pool is not None:  # the gradient scatters the maxima
+        # back (a global average pool, whose bytes are few, is timed the same way)
+        compute, memory = 0.0, fit.pool.time(moved)
+        forward = memory * cost.fwd_bytes / moved if moved else 0.0
     else:
         compute = 0.0
         forward = fit.memory.time(cost.fwd_bytes)
@@ -216,22 +227,9 @@ def call_timing(fit: LocalFit) -> LayerTiming:
 #: result beyond that size gets new pages, as the memory pass times it); TensorFlow
 #: pools its memory (its fresh and in-place passes take the same time).
 FRESH_BLOCK = ("jax",)
-#: Frameworks whose CPU tensors are allocated and freed one by one with glibc's malloc
-#: (PyTorch's CPU allocator: posix_memalign and free, no pool of its own)
-MALLOC_PER_TENSOR = ("torch",)
-#: glibc's largest dynamic mmap threshold on 64-bit systems (DEFAULT_MMAP_THRESHOLD_MAX,
-#: 4 * 1024 * 1024 * sizeof(long); mallopt(3)): a larger block is always mapped anew
-MMAP_THRESHOLD_MAX = 32 * 2**20
-
-
 def fresh_byte_s(fit: LocalFit) -> float:
-    """Seconds per byte that a new page costs: the memory pass into a fresh result less
-    the in-place update of as many bytes (both read and write each element once), at the
-    largest size both were timed, over the result's bytes (half of those moved)."""
-    if fit.update is None:
-        return 0.0
-    moved = min(fit.memory.nbytes[-1], fit.update.nbytes[-1])
-    return max(fit.memory.time(moved) - fit.update.time(moved), 0.0) / (moved / 2)
+    """Seconds per byte that a new page costs (``fit.new_page_byte_s``)."""
+    return new_page_byte_s(fit.memory, fit.update)
 
 
 def fresh_block_s(layers: list[Layer], batch: float, fit: LocalFit) -> float:

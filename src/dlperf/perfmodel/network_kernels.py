@@ -6,8 +6,8 @@ A calibration scoped to a few networks (the main job's) times each product and
 convolution of their layers at their batch (the forward, the input's gradient, the
 weights' gradient), and of the generic grid only every ``SKELETON_STRIDE``-th shape, so
 that each curve keeps its form between and beyond those shapes. The memory passes, the
-loss, batch normalisation (for a network that has it) and the dispatch chains keep
-their whole grids: they are cheap, and interpolated over sizes rather than fitted. The
+loss, batch normalisation and the max pool (for a network that has them) and the
+dispatch chains keep their whole grids: they are cheap, and interpolated over sizes rather than fitted. The
 networks' shapes are timed as kernels alone, one at a time, never as the step they are
 then compared with.
 """
@@ -15,7 +15,7 @@ then compared with.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from dlperf.perfmodel.kernels import (
     SEQ_STEPS,
@@ -26,8 +26,10 @@ from dlperf.perfmodel.kernels import (
 from dlperf.workloads.base import Gemm, Layer
 
 #: the ops whose grid a scoped calibration thins to its skeleton, adding the networks'
-#: shapes; every other op keeps its grid (batch normalisation only where a network has it)
+#: shapes; every other op keeps its grid
 SCOPED_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd")
+#: the ops timed only for a network that has a layer of that kind
+LAYER_KIND_OPS = {"bn": "bn", "pool": "pool"}
 #: every this-many-th shape of a scoped op's generic grid is kept (the grids are ordered
 #: by their sides, so the kept ones span each side's range)
 SKELETON_STRIDE = 4
@@ -94,13 +96,14 @@ def _bounded(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     return (*shape[:axis], max(1, int(MAX_SHAPE_FLOPS // per_row)), *shape[axis + 1:])
 
 
-def scoped_grid(op: str, needed: dict[str, set[tuple[int, ...]]], *, has_bn: bool,
-                device: str = "cpu") -> list[tuple[int, ...]]:
+def scoped_grid(op: str, needed: dict[str, set[tuple[int, ...]]], *,
+                layer_kinds: Collection[str], device: str = "cpu") -> list[tuple[int, ...]]:
     """The shapes a calibration scoped to networks times for ``op``: the skeleton of its
     grid and the networks' own shapes (``needed``, from ``step_shapes``) for a product or
-    a convolution; the whole grid for any other op (none for batch normalisation where no
-    network has it)."""
-    if op == "bn" and not has_bn:
+    a convolution; the whole grid for any other op (none for batch normalisation or the
+    pool where no network has such a layer: ``layer_kinds``, the networks' layer ops)."""
+    if op in LAYER_KIND_OPS.values() and not any(
+            LAYER_KIND_OPS.get(kind) == op for kind in layer_kinds):
         return []
     full = grid(op, device=device)
     if op not in SCOPED_OPS:

@@ -32,7 +32,7 @@ from dlperf.perfmodel.machine_fits import MachineFits
 
 #: the ops timed per (framework, thread count); the all-reduce is separate
 LOCAL_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
-             "xent", "bn", "dispatch", "dispatch_train")
+             "xent", "bn", "pool", "dispatch", "dispatch_train")
 #: what a calibration needs to be used (one of a version before 'gemm_tn' and 'update'
 #: still is)
 REQUIRED_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
@@ -99,14 +99,14 @@ def scoped_parts(scope: Sequence[tuple[str, int]], device: str = "cpu"
     from dlperf import workloads
 
     needed: dict[str, set[tuple[int, ...]]] = {}
-    has_bn = False
+    kinds: set[str] = set()
     for network, batch in scope:
         layers = workloads.get(network).layers()
-        has_bn = has_bn or any(layer.op == "bn" for layer in layers)
+        kinds |= {layer.op for layer in layers}
         for op, shapes in network_kernels.step_shapes(layers, batch).items():
             needed.setdefault(op, set()).update(shapes)
     parts = tuple(KernelPart(op=op, shapes=tuple(shapes)) for op in LOCAL_OPS
-                  if (shapes := network_kernels.scoped_grid(op, needed, has_bn=has_bn,
+                  if (shapes := network_kernels.scoped_grid(op, needed, layer_kinds=kinds,
                                                             device=device)))
     return parts, tuple(sorted({network_kernels.label(n, b) for n, b in scope}))
 
