@@ -44,6 +44,11 @@ MACHINE_OPS = ("allreduce", "share")
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 #: seconds each shape is timed for (after its warm-up): short by default
 MIN_TIME_S, FINE_MIN_TIME_S = 0.05, 0.2
+#: ... in a calibration scoped to networks (the main job's, where its minutes count): a
+#: small shape's calls fill 30 ms (thousands of calls of a microsecond kernel, still at
+#: least three of any), which took about 16 s off the main job's 2.5 minutes of kernels,
+#: most of a small shape's wall time being the calls' own Python between the timed ones
+SCOPED_MIN_TIME_S = 0.03
 
 
 def default_threads(device: str = "cpu") -> list[int]:
@@ -115,7 +120,7 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
                 fine: bool, allreduce: bool, precision: str,
                 scope: Sequence[tuple[str, int]] = ()) -> list[RunSpec]:
     packages = environment.packages()
-    min_time = FINE_MIN_TIME_S if fine else MIN_TIME_S
+    min_time = FINE_MIN_TIME_S if fine else SCOPED_MIN_TIME_S if scope else MIN_TIME_S
     if scope:
         parts, labels = scoped_parts(scope, device)
     else:
