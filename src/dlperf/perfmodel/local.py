@@ -41,6 +41,9 @@ from dlperf.workloads.base import Gemm, Layer
 
 #: ops whose products run as convolutions (the others as matrix products)
 CONV_OPS = ("conv", "deconv")
+#: PyTorch runs a one-thread 1x1 convolution without oneDNN below this batch
+#: (``_unfused_conv``)
+UNFUSED_CONV_BATCH = 16
 
 
 def device_name(framework: str, threads: int, device: str = "cpu",
@@ -118,7 +121,7 @@ def _unfused_conv(fit: LocalFit, g: Gemm, batch: float) -> bool:
     when multi-threaded, but THNN is faster when single-threaded'; torch.profiler shows
     ``aten::_slow_conv2d_forward`` and ``_backward`` there."""
     return (fit.framework == "torch" and fit.device == "cpu" and fit.threads == 1
-            and g.window == 1 and g.stride == 1 and batch < 16)
+            and g.window == 1 and g.stride == 1 and batch < UNFUSED_CONV_BATCH)
 
 
 def _per_sample_conv(layer: Layer, g: Gemm, batch: float, fit: LocalFit) -> tuple[float, float]:

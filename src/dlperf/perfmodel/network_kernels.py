@@ -6,10 +6,10 @@ A calibration scoped to a few networks (the main job's) times each product and
 convolution of their layers at their batch (the forward, the input's gradient, the
 weights' gradient), and of the generic grid only every ``SKELETON_STRIDE``-th shape, so
 that each curve keeps its form between and beyond those shapes. The memory passes, the
-loss, batch normalisation and the max pool (for a network that has them) and the
-dispatch chains keep their whole grids: they are cheap, and interpolated over sizes rather than fitted. The
-networks' shapes are timed as kernels alone, one at a time, never as the step they are
-then compared with.
+loss, the dispatch chains, and batch normalisation and the max pool (for a network that
+has such layers) keep their whole grids: they are cheap, and interpolated over sizes
+rather than fitted. The networks' shapes are timed as kernels alone, one at a time,
+never as the step they are then compared with.
 """
 
 from __future__ import annotations
@@ -23,13 +23,15 @@ from dlperf.perfmodel.kernels import (
     flops,
     grid,
 )
+from dlperf.perfmodel.local import CONV_OPS, UNFUSED_CONV_BATCH
 from dlperf.workloads.base import Gemm, Layer
 
 #: the ops whose grid a scoped calibration thins to its skeleton, adding the networks'
 #: shapes; every other op keeps its grid
 SCOPED_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd")
-#: the ops timed only for a network that has a layer of that kind
-LAYER_KIND_OPS = {"bn": "bn", "pool": "pool"}
+#: the ops timed only for a network that has a layer of that kind (each op is named after
+#: the layer kind it times)
+LAYER_KIND_OPS = ("bn", "pool")
 #: every this-many-th shape of a scoped op's generic grid is kept (the grids are ordered
 #: by their sides, so the kept ones span each side's range)
 SKELETON_STRIDE = 4
@@ -39,8 +41,6 @@ SKELETON_STRIDE = 4
 MAX_SHAPE_FLOPS = 8e9
 #: the dimension of each scoped op's shape that the batch scales
 BATCH_AXIS = {"gemm": 0, "gemm_tn": 2, "gemm_tn_seq": 3, "conv": 0, "conv_bwd": 0}
-#: the layer kinds timed as convolutions (``local.CONV_OPS``)
-CONV_LAYERS = ("conv", "deconv")
 
 
 def label(network: str, batch: int) -> str:
@@ -53,12 +53,12 @@ def step_shapes(layers: Iterable[Layer], batch: int) -> dict[str, set[tuple[int,
     out: dict[str, set[tuple[int, ...]]] = {op: set() for op in SCOPED_OPS}
     for layer in layers:
         for g in layer.gemms:
-            if layer.op in CONV_LAYERS:
+            if layer.op in CONV_OPS:
                 shape = conv_shape(g, batch)
                 out["conv"].add(shape)
                 out["conv_bwd"].add(shape)
-                if g.window == 1 and g.stride == 1 and batch < 16:  # PyTorch's
-                    # per-sample path at one thread (``local._unfused_conv``)
+                if g.window == 1 and g.stride == 1 and batch < UNFUSED_CONV_BATCH:
+                    # PyTorch's per-sample path at one thread (``local._unfused_conv``)
                     out["gemm"].update({(g.n, g.m, g.k), (g.k, g.m, g.n)})
                     out["gemm_tn"].add((g.n, g.k, g.m))
                 continue
@@ -102,8 +102,7 @@ def scoped_grid(op: str, needed: dict[str, set[tuple[int, ...]]], *,
     grid and the networks' own shapes (``needed``, from ``step_shapes``) for a product or
     a convolution; the whole grid for any other op (none for batch normalisation or the
     pool where no network has such a layer: ``layer_kinds``, the networks' layer ops)."""
-    if op in LAYER_KIND_OPS.values() and not any(
-            LAYER_KIND_OPS.get(kind) == op for kind in layer_kinds):
+    if op in LAYER_KIND_OPS and op not in layer_kinds:
         return []
     full = grid(op, device=device)
     if op not in SCOPED_OPS:
