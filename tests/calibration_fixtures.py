@@ -9,7 +9,7 @@ import time
 from dlperf.core.spec import RunResult
 from dlperf.kinds.calibrate import plan as calibration
 from dlperf.kinds.calibrate.options import KernelOutcome, KernelSample
-from dlperf.perfmodel.fit import MALLOC_PER_TENSOR, MMAP_THRESHOLD_MAX, conv_traffic
+from dlperf.perfmodel.fit import conv_traffic, mapped_afresh_s
 from dlperf.perfmodel.kernels import ELEM, conv_gemm, element_bytes, flops, nbytes
 
 # the made-up machine
@@ -97,11 +97,10 @@ def _allocated(s: KernelSample, spec, elem: int) -> KernelSample:
     """A product's sample as PyTorch's calibration on a CPU measures it: a result beyond
     glibc's mmap threshold is new pages at every call, at what a fresh result costs over
     an in-place one on the made-up machine (``fit.without_new_pages`` takes them out)."""
-    nbytes = elem * s.shape[0] * s.shape[1] if s.op.startswith("gemm") else 0
-    if (spec.framework not in MALLOC_PER_TENSOR or spec.device != "cpu"
-            or nbytes <= MMAP_THRESHOLD_MAX):
+    if not s.op.startswith("gemm") or not (extra := mapped_afresh_s(
+            spec.framework, spec.device, elem * s.shape[0] * s.shape[1],
+            2 / DRAM_BPS - 2 / UPDATE_BPS)):
         return s
-    extra = nbytes * (2 / DRAM_BPS - 2 / UPDATE_BPS)
     return s.model_copy(update={"median_s": s.median_s + extra,
                                 "times_s": tuple(t + extra for t in s.times_s)})
 

@@ -320,7 +320,8 @@ def test_a_products_new_pages_are_counted_once_even_at_a_timed_shape():
     result is beyond glibc's mmap threshold carries its new pages; the fit takes them out
     (``fit.without_new_pages``) and the step model adds them once (``new_pages_s``): at
     the very shape timed, the prediction is the sample, not the sample and its pages."""
-    from dlperf.perfmodel.local import MMAP_THRESHOLD_MAX, new_pages_s, one_product
+    from dlperf.perfmodel.fit import MMAP_THRESHOLD_MAX
+    from dlperf.perfmodel.local import new_pages_s, one_product
 
     shapes = {op: [tuple(s) for s in k.grid(op)] for op in calibration.LOCAL_OPS
               if op not in ("bn", "pool")}
@@ -348,22 +349,30 @@ def test_a_products_new_pages_are_counted_once_even_at_a_timed_shape():
     assert tf.gemm_tn.time(*wide) == pytest.approx(sample.median_s - made_up.CALL_S, rel=0.03)
 
 
+def _layer_and_cost(network: str, name: str, batch: int):
+    """The layer ``name`` of ``network`` and its cost at ``batch`` (fp32), with the layers."""
+    from dlperf.perfmodel.costs import layer_costs
+
+    _, _, cfg = workloads.resolve(network, None)
+    layers = cfg.layers()
+    costs = layer_costs(layers, cfg.input_shape(), batch, 4)
+    (layer, cost), = [(x, c) for x, c in zip(layers, costs, strict=True) if x.name == name]
+    return layer, cost, layers
+
+
 def test_the_softmax_loss_and_batch_norm_are_timed_by_their_own_curves(db):
     """The loss layer takes the cross-entropy kernel's time for its logits (the made-up
     machine's loss runs at a seventh of its memory bandwidth), a batch normalisation the
     bn kernel's for its bytes; a calibration made before revision 7 (8) has no such
     curve and the memory pass stands in."""
-    from dlperf.perfmodel.costs import layer_costs
     from dlperf.perfmodel.local import fitted_timing
 
     with Store(db) as store:
         made_up.calibrated(store)
         f = calibration.local_calibration(store).find("torch", 1)
     assert f.xent is not None
-    _, _, lstm = workloads.resolve("lstm32", None)
-    layers = lstm.layers()
-    costs = layer_costs(layers, lstm.input_shape(), 128, 4)
-    (loss, cost), = [(x, c) for x, c in zip(layers, costs, strict=True) if x.op == "loss"]
+    loss, cost, _ = _layer_and_cost("lstm32", "softmax_xent", 128)
+    assert loss.op == "loss"
     logits = 128 * 32 * 10000
     got = fitted_timing(loss, cost, 128, f).memory_s
     assert got == pytest.approx(2 * 4 * logits / made_up.XENT_BPS, rel=0.05)
@@ -372,10 +381,7 @@ def test_the_softmax_loss_and_batch_norm_are_timed_by_their_own_curves(db):
     assert older < got / 2
     # batch normalisation the same way, by its own curve (before revision 8: memory)
     assert f.bn is not None
-    _, _, resnet = workloads.resolve("resnet50", None)
-    layers = resnet.layers()
-    costs = layer_costs(layers, resnet.input_shape(), 8, 4)
-    (norm, cost), = [(x, c) for x, c in zip(layers, costs, strict=True) if x.name == "stem_bn"]
+    norm, cost, _ = _layer_and_cost("resnet50", "stem_bn", 8)
     nbytes = cost.fwd_bytes + cost.bwd_bytes
     assert fitted_timing(norm, cost, 8, f).memory_s == pytest.approx(nbytes / made_up.BN_BPS,
                                                                     rel=0.05)
@@ -387,17 +393,13 @@ def test_a_max_pool_is_timed_by_the_pool_kernels_curve(db):
     """A max pool and its gradient take the pool kernel's time for the layer's bytes (the
     made-up machine's runs at a fifteenth of its memory bandwidth); a calibration made
     before revision 13 has no such curve and the memory pass stands in."""
-    from dlperf.perfmodel.costs import layer_costs
     from dlperf.perfmodel.local import fitted_timing
 
     with Store(db) as store:
         made_up.calibrated(store)
         f = calibration.local_calibration(store).find("torch", 1)
     assert f.pool is not None
-    _, _, alexnet = workloads.resolve("alexnet", None)
-    layers = alexnet.layers()
-    costs = layer_costs(layers, alexnet.input_shape(), 16, 4)
-    (pool, cost), = [(x, c) for x, c in zip(layers, costs, strict=True) if x.name == "pool1"]
+    pool, cost, layers = _layer_and_cost("alexnet", "pool1", 16)
     (relu,) = [x for x in layers if x.name == "relu1"]  # the pool's input
     inp, out = 16 * relu.out_elems, 16 * pool.out_elems
     nbytes = cost.fwd_bytes + cost.bwd_bytes

@@ -334,7 +334,8 @@ def test_advise_predicts_the_pipeline_a_measured_step_would_want(calibrated_db,
 def test_new_pages_are_paid_by_pytorch_results_beyond_the_mmap_threshold(calibrated_db):
     from dlperf.core.store import Store
     from dlperf.kinds.calibrate.plan import local_calibration
-    from dlperf.perfmodel.local import MMAP_THRESHOLD_MAX, fresh_byte_s, new_pages_s
+    from dlperf.perfmodel.fit import MMAP_THRESHOLD_MAX
+    from dlperf.perfmodel.local import fresh_byte_s, new_pages_s
 
     with Store(calibrated_db) as store:
         f = local_calibration(store).find("torch", 1)

@@ -505,20 +505,26 @@ def new_page_byte_s(memory: MemoryCurve, update: MemoryCurve | None) -> float:
     return max(memory.time(moved) - update.time(moved), 0.0) / (moved / 2)
 
 
-def without_new_pages(samples: Sequence[KernelSample], byte_s: float,
-                      elem: int) -> list[KernelSample]:
-    """The products' samples less the first touch of a result beyond ``MMAP_THRESHOLD_MAX``
-    (``byte_s`` a byte), for a framework that allocates tensor by tensor: the calibration's
-    product makes a fresh result per call, so such a sample carries its result's new
-    pages, which the step model adds on its own (``local.new_pages_s``); left in, a
-    product timed at a network's own shape would count them twice. Never below half the
-    sample (noise must not make a product free)."""
+def mapped_afresh_s(framework: str, device: str, nbytes: float, byte_s: float) -> float:
+    """Seconds of the new pages of an ``nbytes`` result at ``byte_s`` a byte: only where
+    the framework allocates tensor by tensor on a CPU (``MALLOC_PER_TENSOR``) and the
+    block is beyond ``MMAP_THRESHOLD_MAX`` (``local.new_pages_s`` says why)."""
+    if framework not in MALLOC_PER_TENSOR or device != "cpu" or nbytes <= MMAP_THRESHOLD_MAX:
+        return 0.0
+    return nbytes * byte_s
+
+
+def without_new_pages(samples: Sequence[KernelSample], framework: str, device: str,
+                      byte_s: float, elem: int) -> list[KernelSample]:
+    """The products' samples less their results' new pages (``mapped_afresh_s``): the
+    calibration's product makes a fresh result per call, so such a sample carries them,
+    and the step model adds them on its own (``local.new_pages_s``); left in, a product
+    timed at a network's own shape would count them twice. Never below half the sample
+    (noise must not make a product free)."""
     out = []
     for s in samples:
-        nbytes = s.shape[0] * s.shape[1] * elem
-        if nbytes > MMAP_THRESHOLD_MAX and byte_s > 0:
-            s = s.model_copy(update={"median_s": max(s.median_s - nbytes * byte_s,
-                                                     0.5 * s.median_s)})
+        if pages := mapped_afresh_s(framework, device, s.shape[0] * s.shape[1] * elem, byte_s):
+            s = s.model_copy(update={"median_s": max(s.median_s - pages, 0.5 * s.median_s)})
         out.append(s)
     return out
 
@@ -542,11 +548,10 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
     memory = fit_memory(samples.of_op("memory"), d)
     update = fit_memory(up, d) if (up := samples.of_op("update")) else None
     elem = element_bytes(precision)
-    byte_s = (new_page_byte_s(memory, update)
-              if framework in MALLOC_PER_TENSOR and device == "cpu" else 0.0)
+    byte_s = new_page_byte_s(memory, update)
 
     def products(op: str) -> list[KernelSample]:
-        return without_new_pages(samples.of_op(op), byte_s, elem)
+        return without_new_pages(samples.of_op(op), framework, device, byte_s, elem)
 
     gemm = fit_gemm(products("gemm"), d)
     tn = products("gemm_tn")

@@ -29,11 +29,10 @@ from dlperf.perfmodel.catalogue import Device, Link
 from dlperf.perfmodel.compute import LayerTiming
 from dlperf.perfmodel.costs import LayerCost, activation_bytes
 from dlperf.perfmodel.fit import (
-    MALLOC_PER_TENSOR,
-    MMAP_THRESHOLD_MAX,
     AlphaBeta,
     GemmCurve,
     LocalFit,
+    mapped_afresh_s,
     new_page_byte_s,
 )
 from dlperf.perfmodel.kernels import element_bytes, xent_bytes
@@ -157,11 +156,8 @@ def new_pages_s(fit: LocalFit, elems: float) -> float:
     and not under its arithmetic; a weight gradient is such a result at every step
     (``zero_grad(set_to_none=True)``, PyTorch's default, frees it). Priced at what a
     fresh result costs over an in-place one (``fresh_byte_s``)."""
-    nbytes = elems * element_bytes(fit.precision)
-    if fit.framework not in MALLOC_PER_TENSOR or fit.device != "cpu" \
-            or nbytes <= MMAP_THRESHOLD_MAX:
-        return 0.0
-    return nbytes * fresh_byte_s(fit) * fit.slowdown
+    return mapped_afresh_s(fit.framework, fit.device, elems * element_bytes(fit.precision),
+                           fresh_byte_s(fit)) * fit.slowdown
 
 
 def _fresh(fit: LocalFit, elems: float) -> float:
