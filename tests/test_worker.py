@@ -66,6 +66,29 @@ def test_memory_limit_is_enforced():
     assert "memory-limit" in r.failure.message
 
 
+def test_a_peak_between_the_watchs_reads_counts_against_the_limit():
+    """The watch reads each process's high-water mark, not only its memory now; and a run
+    that ended over the limit before the watch read it is out of memory, its steps kept."""
+    import os
+
+    from dlperf.engine.launch.isolated import over_limit
+    from dlperf.engine.launch.watch import tree_resident
+
+    import psutil
+
+    before = psutil.Process().memory_info().rss
+    big = bytearray(256 * 2**20)  # touched: resident, then freed (the process's peak stays)
+    del big
+    assert psutil.Process().memory_info().rss < before + 128 * 2**20  # given back...
+    assert tree_resident({os.getpid()}) >= before + 240 * 2**20  # ...yet it counts
+    r = execute(RunSpec(network="fcn5", size="tiny", batch_size=8, measurement=FAST))
+    peak = r.metrics.peak_rss_bytes
+    assert over_limit(r, peak) is r and over_limit(r, None) is r
+    over = over_limit(r, peak - 1)
+    assert not over.ok and over.failure.reason == "oom" and "memory-limit" in over.failure.message
+    assert over.step_times_s == r.step_times_s and over.spec == r.spec
+
+
 def test_unsupported_device_is_recorded(db):
     import torch
 

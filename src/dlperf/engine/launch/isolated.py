@@ -23,11 +23,12 @@ from pydantic import BaseModel
 from dlperf.core import framework_table, separate_envs
 from dlperf.core.orphans import child_env
 from dlperf.core.payload import Diagnostics
-from dlperf.core.spec import RunResult, RunSpec
+from dlperf.core.spec import Failure, RunResult, RunSpec
 from dlperf.engine.launch.watch import (
     Outcome,
     ProgressReader,
     describe_exit,
+    gib,
     last_meaningful_line,
     oom_kills,
     watch,
@@ -82,6 +83,19 @@ def kill_reason(out: Outcome, oom_before: int | None, tail: str) -> tuple[str, s
     if "out of memory" in tail.lower() or "bad_alloc" in tail:
         return "oom", message
     return "crash", message
+
+
+def over_limit(result: RunResult, limit: int | None) -> RunResult:
+    """A run that finished, but whose own peak resident memory passed ``limit`` before the
+    watch read it (a short run, a brief peak): out of memory, its step times kept."""
+    peak = result.metrics.peak_rss_bytes if result.ok and result.metrics else None
+    if not limit or not peak or peak <= limit:
+        return result
+    return result.model_copy(update={
+        "status": "failed", "metrics": None,
+        "failure": Failure(reason="oom", message=(
+            f"exceeded --memory-limit {gib(limit)} (its peak resident {gib(peak)}, reached "
+            "between two of the watch's reads)"))})
 
 
 def run_isolated(
@@ -144,7 +158,8 @@ def run_isolated(
         forward(notify=False)  # the last lines, kept but not announced
         if out.failure is None and result_path.exists():
             result = RunResult.model_validate_json(result_path.read_text())
-            return result.model_copy(update={"launcher_cpu_s": out.cpu_s})
+            return over_limit(result, memory_limit_bytes).model_copy(
+                update={"launcher_cpu_s": out.cpu_s})
         warm, steps = partial_steps(events)
         failure = out.failure or kill_reason(out, oom_before, tail)
         result = RunResult.failed(

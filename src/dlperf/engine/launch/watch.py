@@ -7,15 +7,16 @@ the driver itself is interrupted.
 
 The watch shares the CPUs with the measurement, so it is kept cheap: it sleeps in
 ``waitpid`` (an exiting child wakes it at once), walks the process table for new
-descendants only once a second, reads resident memory from ``/proc/PID/statm`` of the
-pids it knows, and reads progress files from where it stopped, never from the start.
+descendants only once a second, reads resident memory from ``/proc/PID/status`` of the
+pids it knows (now and each process's high-water mark, so a peak between two reads still
+counts against the limit), and reads progress files from where it stopped, never from the
+start.
 ``Outcome.cpu_s`` reports what the watching cost (``benchmarks/bench_harness.py``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -30,7 +31,6 @@ from dlperf.core.orphans import kill_tree
 FIRST_POLL_S = 0.02  # short steps start fast: poll often at first...
 MAX_POLL_S = 0.25  # ...then back off to this
 TREE_EVERY_S = 1.0  # how often to look for new descendants
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 #: (reason, message) of a failure the watch decided on
 Failure = tuple[str, str]
@@ -40,12 +40,27 @@ def gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def _rss(pid: int) -> int:
+def _rss(pid: int) -> tuple[int, int]:
+    """(resident now, the process's resident high-water mark) in bytes; (0, 0) when gone."""
+    now = hwm = 0
     try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmRSS:"):
+                    now = int(line.split()[1]) * 1024
+                elif line.startswith(b"VmHWM:"):
+                    hwm = int(line.split()[1]) * 1024
     except (OSError, IndexError, ValueError):
-        return 0
+        pass
+    return now, hwm
+
+
+def tree_resident(pids: set[int]) -> int:
+    """The tree's resident memory as a limit sees it: the sum over its processes now, or
+    one process's own peak when that was higher (a step's transient peak that came and
+    went between two reads; the sum of peaks would overstate processes that peaked apart)."""
+    reads = [_rss(p) for p in pids]
+    return max(sum(now for now, _ in reads), max((hwm for _, hwm in reads), default=0))
 
 
 def _descendants(pid: int) -> set[int]:
@@ -123,7 +138,7 @@ def watch(
             if now >= next_tree:
                 pids |= _descendants(popen.pid)
                 next_tree = now + TREE_EVERY_S
-            rss = sum(_rss(p) for p in pids)
+            rss = tree_resident(pids)
             peak = max(peak, rss)
             failure = check() if check else None
             if failure is None and memory_limit_bytes and rss > memory_limit_bytes:
