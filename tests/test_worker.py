@@ -71,10 +71,10 @@ def test_a_peak_between_the_watchs_reads_counts_against_the_limit():
     that ended over the limit before the watch read it is out of memory, its steps kept."""
     import os
 
+    import psutil
+
     from dlperf.engine.launch.isolated import over_limit
     from dlperf.engine.launch.watch import tree_resident
-
-    import psutil
 
     before = psutil.Process().memory_info().rss
     big = bytearray(256 * 2**20)  # touched: resident, then freed (the process's peak stays)
