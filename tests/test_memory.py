@@ -76,8 +76,10 @@ def test_predict_gives_the_breakdown_whether_it_fits_and_the_largest_batch():
 def test_data_parallel_memory_is_per_device_at_its_share_of_the_batch():
     one = predict("alexnet", device="a100-40gb", batch_size=64)
     four = predict("alexnet", device="a100-40gb", batch_size=256, strategy="sync", devices=4)
-    assert four.memory == one.memory  # each device: the whole model, a quarter of the batch
-    assert four.max_batch == 4 * one.max_batch
+    # each device: the whole model, DDP's bucket copy of its gradients, a quarter of the batch
+    assert four.memory == memory.with_ddp_buckets(one.memory)
+    assert four.memory.gradients == 2 * one.memory.gradients
+    assert four.max_batch < 4 * one.max_batch and four.max_batch % 4 == 0
 
 
 def test_a_gpu_name_maps_to_its_catalogue_entry():

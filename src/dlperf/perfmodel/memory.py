@@ -108,6 +108,34 @@ def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
         transient=transient_bytes(layers, batch, elem), baseline=baseline)
 
 
+def with_ddp_buckets(m: MemoryBreakdown) -> MemoryBreakdown:
+    """A DDP worker's peak: its all-reduce buckets hold a copy of every gradient beside the
+    gradients themselves (PyTorch's DistributedDataParallel with its default
+    ``gradient_as_bucket_view=False``, whose documentation puts the saving of the view at
+    "the total gradients size")."""
+    return m.model_copy(update={"gradients": 2 * m.gradients})
+
+
+def sharded_step_memory(layers: Sequence[Layer], batch: float, precision: str,
+                        workers: int, *, optimizer: str = "sgd",
+                        baseline: float = 0.0) -> MemoryBreakdown:
+    """One worker's peak under fully sharded data parallelism (ZeRO stage 3: Rajbhandari
+    et al., "ZeRO", 2020, section 5.3; PyTorch's FSDP: Zhao et al., "PyTorch FSDP", 2023,
+    section 3), ``batch`` its own samples: a 1/``workers`` shard of the weights, gradients
+    and optimizer state; beyond one worker's transient, a unit's whole weights gathered
+    for its pass and the next unit's prefetched beside them (section 3.3's backward
+    prefetch), and a unit's whole gradient until it is reduce-scattered. A unit is a layer
+    with weights (``dlperf parallel -s fsdp`` shards each top-level module); the largest
+    sets the peak."""
+    one = step_memory(layers, batch, precision, optimizer=optimizer, baseline=baseline)
+    if workers <= 1:
+        return one
+    unit = max((layer.params for layer in layers), default=0) * FP32
+    return one.model_copy(update={
+        "weights": one.weights / workers, "gradients": one.gradients / workers,
+        "optimizer": one.optimizer / workers, "transient": one.transient + 3 * unit})
+
+
 def largest_batch(total: Callable[[int], float], capacity: float,
                   limit: int = 1 << 24) -> int | None:
     """The largest batch whose ``total(batch)`` bytes fit in ``capacity`` (``total``

@@ -20,11 +20,17 @@ from dlperf.perfmodel.catalogue import PRECISIONS, Device, Link
 from dlperf.perfmodel.compute import LayerTiming, roofline_timing
 from dlperf.perfmodel.costs import WEIGHT_BYTES, layer_costs
 from dlperf.perfmodel.efficiency import Efficiencies
-from dlperf.perfmodel.memory import MemoryBreakdown, largest_batch, step_memory
+from dlperf.perfmodel.memory import (
+    MemoryBreakdown,
+    largest_batch,
+    sharded_step_memory,
+    step_memory,
+    with_ddp_buckets,
+)
 from dlperf.perfmodel.result import Breakdown, LayerTime, Prediction
 from dlperf.workloads.base import Layer
 
-STRATEGIES = ("single", "sync", "async", "mixed", "pipeline")
+STRATEGIES = ("single", "sync", "async", "mixed", "pipeline", "fsdp")
 COLLECTIVES = ("ring", "tree")
 #: names that mean "this machine": its rates must come from calibration, not a datasheet
 LOCAL_NAMES = ("local", "this-machine")
@@ -350,19 +356,25 @@ class _Context:
         return (self.dev.cores is not None and self.threads is not None
                 and self.threads < self.dev.cores)
 
-    def memory_at(self, parts: list[list[Layer]], batch: float) -> MemoryBreakdown:
+    def memory_at(self, parts: list[list[Layer]], batch: float, shards: int = 1,
+                  buckets: bool = False) -> MemoryBreakdown:
         """The peak of one step on the device that holds the most: ``parts`` the layers
-        of each device's share (one part: the whole network), ``batch`` its samples."""
-        return max((step_memory(layers, batch, self.precision, baseline=self.baseline)
-                    for layers in parts), key=lambda m: m.total)
+        of each device's share (one part: the whole network), ``batch`` its samples,
+        ``shards`` the devices its state is sharded over (fsdp), ``buckets`` whether DDP
+        all-reduces its gradients (its buckets hold a copy)."""
+        mems = (sharded_step_memory(layers, batch, self.precision, shards,
+                                    baseline=self.baseline) for layers in parts)
+        top = max(mems, key=lambda m: m.total)
+        return with_ddp_buckets(top) if buckets else top
 
-    def memory_fields(self, parts: list[list[Layer]], batch: int, scale: int
-                      ) -> dict[str, Any]:
+    def memory_fields(self, parts: list[list[Layer]], batch: int, scale: int,
+                      shards: int = 1, buckets: bool = False) -> dict[str, Any]:
         """The breakdown at ``batch`` samples per device, whether it fits the device, and
         the largest global batch that does (``scale`` x the per-device batch)."""
-        mem = self.memory_at(parts, batch)
+        mem = self.memory_at(parts, batch, shards, buckets)
         capacity = self.dev.memory_gb * 1e9
-        top = largest_batch(lambda b: self.memory_at(parts, b).total, capacity)
+        top = largest_batch(lambda b: self.memory_at(parts, b, shards, buckets).total,
+                            capacity)
         if mem.total > capacity:
             self.notes.append(
                 f"needs about {mem.total / 1e9:.3g} GB per device, more than the "
@@ -444,9 +456,14 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     step = compute + memory + overhead
     g_bytes = ctx.grad_bytes
     extra: dict[str, Any] = {}
-    if strategy in ("single", "sync"):
-        comm = _ddp_allreduce(ctx, timings, ctx.allreduce_all) if p > 1 else 0.0
-        if p > 1:
+    if strategy in ("single", "sync", "fsdp"):
+        comm = 0.0
+        if p > 1 and strategy == "fsdp":
+            comm, copies = _fsdp_collectives(ctx, compute + memory)
+            memory += copies
+            step += copies
+        elif p > 1:
+            comm = _ddp_allreduce(ctx, timings, ctx.allreduce_all)
             copies = ctx.bucket_copies_s(g_bytes)
             ctx.notes.append(f"DDP copies the gradients into its all-reduce buckets and "
                              f"back: {copies * 1e3:.3g} ms of memory passes")
@@ -462,7 +479,8 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
         return ctx.result(strategy, time, Breakdown(
             compute_s=compute, memory_s=memory, overhead_s=overhead, communication_s=comm,
             bubble_s=0.0, straggler_s=waits), _layer_times(timings),
-            ctx.memory_fields([ctx.layers], local, p))
+            ctx.memory_fields([ctx.layers], local, p, p if strategy == "fsdp" else 1,
+                              buckets=strategy == "sync" and p > 1))
     # async: every device is its own group; mixed: groups synchronous inside
     g = p if strategy == "async" else (groups if groups is not None else _default_groups(p))
     if g < 1 or p % g:
@@ -492,7 +510,8 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     return ctx.result(strategy, time, Breakdown(
         compute_s=compute * scale, memory_s=memory * scale, overhead_s=overhead * scale,
         communication_s=time - step * scale - lost, bubble_s=0.0, straggler_s=lost),
-        _layer_times(timings), ctx.memory_fields([ctx.layers], local, p), **extra)
+        _layer_times(timings), ctx.memory_fields([ctx.layers], local, p, buckets=k > 1),
+        **extra)
 
 
 def _through_a_server(ctx: _Context, timings: list[LayerTiming], step: float, g: int,
@@ -617,6 +636,38 @@ def _ddp_allreduce(ctx: _Context, timings: list[LayerTiming],
         f"then 25 MiB), each once the backward pass has made it: {exposed * 1e3:.3g} ms of "
         f"the {sum(comm) * 1e3:.3g} ms run after the backward pass")
     return exposed
+
+
+def _fsdp_collectives(ctx: _Context, compute_s: float) -> tuple[float, float]:
+    """(the communication a fully sharded step waits for, its buffer copies). Each unit
+    (a layer with weights) all-gathers its weights for the forward and again for the
+    backward, and reduce-scatters its gradients: three collectives of half an
+    all-reduce's traffic each, 1.5 x DDP's volume (Rajbhandari et al., "ZeRO", 2020,
+    section 7.2.2). Where communication runs beside the compute (``comm_overlaps``), the
+    next unit's gather is prefetched during this one's compute (Zhao et al., "PyTorch
+    FSDP", 2023, section 3.3): only what the compute cannot hide, and the first gather,
+    count; else all of it. Each collective copies its unit's bytes into a flat buffer and
+    out again (FSDP2's copy-in and copy-out)."""
+    units = [layer.params * WEIGHT_BYTES for layer in ctx.layers if layer.params]
+    half = [ctx.allreduce_all(n) / 2 for n in units]
+    total = 3 * sum(half)
+    copies = 3 * sum(ctx.copy_s(n) for n in units) * 2
+    if ctx.comm_overlaps():
+        exposed = half[0] + max(0.0, total - half[0] - compute_s)
+        how = f"{exposed * 1e3:.3g} ms of them past the compute that hides the rest"
+    else:
+        exposed = total
+        how = "none overlaps: gloo works on the cores the compute uses"
+    if ctx.dev.kind == "cpu":
+        ctx.notes.append("fsdp on CPUs: each collective is priced as half the calibrated "
+                         "all-reduce, a bandwidth-optimal ring as NCCL runs them; gloo's "
+                         "all-gather and reduce-scatter are slower (docs/parallel.md), so "
+                         "this time is a lower bound")
+    ctx.notes.append(
+        f"fsdp: {len(units)} units each all-gather their weights twice and reduce-scatter "
+        f"their gradients, {total * 1e3:.3g} ms of collectives ({how}); their buffer "
+        f"copies {copies * 1e3:.3g} ms of memory passes")
+    return exposed, copies
 
 
 def _default_groups(devices: int) -> int:

@@ -40,6 +40,9 @@ def why_not(spec: RunSpec, calibration: MachineFits) -> str | None:
         return "the kernels know no input pipeline (a run on synthetic data only)"
     if isinstance(spec.options, ParallelOptions):
         o = spec.options
+        if o.strategy == "fsdp":  # its formula takes NCCL's rings; gloo's are slower
+            return ("the calibration does not time gloo's all-gather and reduce-scatter, "
+                    "which fsdp's time rests on")
         if o.strategy not in STRATEGIES:
             return f"strategy '{o.strategy}' has no formula in the model"
         if o.push_every != 1 or o.servers or o.target_accuracy is not None:

@@ -18,9 +18,9 @@ from pydantic import model_validator
 from dlperf.core.payload import Frozen, Payload
 from dlperf.kinds.peak.options import Peak
 
-STRATEGIES = ("sync", "async", "mixed", "pipeline", "hybrid")
+STRATEGIES = ("sync", "async", "mixed", "pipeline", "hybrid", "fsdp")
 #: strategies whose workers move in lockstep (every rank runs every step)
-LOCKSTEP = ("sync", "pipeline", "hybrid")
+LOCKSTEP = ("sync", "pipeline", "hybrid", "fsdp")
 #: hybrid layouts: what the ranks of one group share (consecutive ranks: one machine)
 HYBRID_WITHIN = ("model", "data")
 DEFAULT_LR = 0.01  # torch_backend.LEARNING_RATE; repeated here to stay framework-free

@@ -26,7 +26,7 @@ from dlperf.kinds.parallel.analysis import (
 from dlperf.kinds.parallel.options import STRATEGIES  # noqa: E402
 from dlperf.report.plots import grid, save  # noqa: E402
 
-_MARK = {"sync": "o", "async": "s", "mixed": "^", "pipeline": "D", "hybrid": "v"}
+_MARK = {"sync": "o", "async": "s", "mixed": "^", "pipeline": "D", "hybrid": "v", "fsdp": "P"}
 
 
 def scaling_plot(rows: list[ConfigResult], path: Path) -> Path | None:

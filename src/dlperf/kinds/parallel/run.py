@@ -267,6 +267,10 @@ def _strategy(name: str) -> type:
         from dlperf.kinds.parallel.sync import SyncDataParallel
 
         return SyncDataParallel
+    if name == "fsdp":
+        from dlperf.kinds.parallel.fsdp import ShardedDataParallel
+
+        return ShardedDataParallel
     if name == "async":
         from dlperf.kinds.parallel.param_server import AsyncParameterServer
 

@@ -1,0 +1,95 @@
+"""Sharded data parallelism (the fsdp strategy): what it computes, what it saves in
+memory, and what the model says of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf import workloads
+from dlperf.perfmodel import memory
+from dlperf.perfmodel.predict import predict
+from dlperf.workloads.base import Layer, dense
+from tests.test_parallel import TIMEOUTS, launch, load, reference, spec_for
+
+
+def test_sharding_divides_the_state_and_gathers_the_largest_unit():
+    layers = [dense("a", 8, 16, first=True), Layer("r", "act", out_elems=16),
+              dense("b", 16, 4), Layer("loss", "loss", out_elems=4)]
+    one = memory.step_memory(layers, 2, "fp32", optimizer="adam", baseline=100.0)
+    four = memory.sharded_step_memory(layers, 2, "fp32", 4, optimizer="adam",
+                                      baseline=100.0)
+    params = 8 * 16 + 16 + 16 * 4 + 4
+    assert four.weights == one.weights / 4 == params * 4 / 4
+    assert four.gradients == one.gradients / 4 and four.optimizer == one.optimizer / 4
+    assert four.activations == one.activations and four.baseline == 100.0
+    # the largest unit (a: 144 weights) gathered for itself and the prefetched next, and
+    # its whole gradient before the reduce-scatter
+    assert four.transient == one.transient + 3 * 144 * 4
+    assert memory.sharded_step_memory(layers, 2, "fp32", 1) == \
+        memory.step_memory(layers, 2, "fp32")
+
+
+def test_fsdp_predicts_less_memory_and_more_communication_than_sync():
+    sync = predict("fcn5", device="a100-40gb", devices=4, strategy="sync", batch_size=256)
+    fsdp = predict("fcn5", device="a100-40gb", devices=4, strategy="fsdp", batch_size=256)
+    assert fsdp.memory.weights == pytest.approx(sync.memory.weights / 4)
+    assert fsdp.memory_bytes < sync.memory_bytes
+    assert fsdp.max_batch > sync.max_batch
+    assert fsdp.breakdown.compute_s == pytest.approx(sync.breakdown.compute_s)
+    assert any("all-gather" in n for n in fsdp.notes)
+    one = predict("fcn5", device="a100-40gb", devices=1, strategy="fsdp", batch_size=64)
+    assert one.breakdown.communication_s == 0
+
+
+@pytest.mark.slow
+def test_fsdp_two_workers_equal_one_worker_on_the_global_batch(tmp_path):
+    import torch
+
+    r = launch(spec_for("fsdp", 2), tmp_path)
+    assert r.ok, r.failure
+    tr = reference(16)
+    first = load(tmp_path, "grads", 0)
+    tr.opt.zero_grad()
+    tr._loss(tr.model).backward()
+    grads = {n: p.grad.clone() for n, p in tr.model.named_parameters()}
+    assert set(first["grads"]) == set(grads)
+    for n, g in grads.items():
+        torch.testing.assert_close(first["grads"][n], g, atol=1e-6, rtol=1e-5)
+    w0, w1 = load(tmp_path, "weights", 0), load(tmp_path, "weights", 1)
+    assert w0["updates"] == w1["updates"] == 4  # 1 warm-up + 3 timed
+    tr.opt.step()
+    for _ in range(w0["updates"] - 1):
+        tr.step()
+    for n, p in tr.model.named_parameters():
+        torch.testing.assert_close(w0["weights"][n], p.detach(), atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(w1["weights"][n], p.detach(), atol=1e-6, rtol=1e-5)
+    assert r.metrics.steps == len(r.step_times_s) == 3
+
+
+@pytest.mark.slow
+def test_sharding_lowers_each_workers_measured_peak_as_predicted(tmp_path):
+    """Full-size FCN-5 (448 MiB of weights) on two workers: each holds half the weights
+    and gradients under fsdp (and gathers its largest layers whole), the whole of both
+    and DDP's bucket copy of the gradients under sync; the model predicts the saving, and
+    the workers' measured peaks show it."""
+    from dlperf.engine.launch.torchrun import run_parallel
+    from dlperf.kinds.parallel.make import make_spec
+
+    peaks = {}
+    for s in ("sync", "fsdp"):
+        spec = make_spec("fcn5", strategy=s, workers=2, batch_size=32, steps=2,
+                         warmup_steps=1)
+        r = run_parallel(spec, **TIMEOUTS)  # no dumps: the weights are 448 MiB
+        assert r.ok, r.failure
+        peaks[s] = r.metrics.peak_rss_bytes
+    layers = workloads.get("fcn5").layers()
+    saved = (memory.with_ddp_buckets(memory.step_memory(layers, 16, "fp32")).total
+             - memory.sharded_step_memory(layers, 16, "fp32", 2).total)
+    assert saved > 100 * 2**20
+    assert peaks["sync"] - peaks["fsdp"] > 0.5 * saved
+
+
+def test_fsdp_runs_are_left_out_of_the_time_validation_with_the_reason():
+    from dlperf.kinds.calibrate.prediction import why_not
+
+    assert "all-gather" in why_not(spec_for("fsdp", 2), None)
