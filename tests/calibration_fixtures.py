@@ -34,6 +34,11 @@ def alpha_beta(world: int) -> tuple[float, float]:
     return 1e-4 * world, 1e9 / world
 
 
+#: the made-up gloo's all-gather and reduce-scatter, against its all-reduce of the same
+#: whole tensor (gloo's are no bandwidth-optimal rings: slower than an all-reduce)
+COLLECTIVE_FACTOR = {"allreduce": 1.0, "allgather": 1.3, "reducescatter": 1.7}
+
+
 def _phi(x: float, h: float) -> float:
     return x / (x + h)
 
@@ -77,9 +82,9 @@ def true_s(op: str, shape: tuple[int, ...], world: int = 1, elem: int = ELEM) ->
         return CALL_S + OP_S + nbytes(op, shape, elem) / BN_BPS
     if op == "pool":
         return CALL_S + OP_S + nbytes(op, shape, elem) / POOL_BPS
-    if op == "allreduce":
+    if op in COLLECTIVE_FACTOR:
         a, b = alpha_beta(world)
-        return a + shape[0] / b
+        return COLLECTIVE_FACTOR[op] * (a + shape[0] / b)
     if op == "share":  # a step alone, or each of shape[0] on one core
         return SHARE_STEP_S * shape[0] * (SHARE_COST if shape[0] > 1 else 1.0)
     raise ValueError(op)

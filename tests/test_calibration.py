@@ -1646,8 +1646,9 @@ def test_the_cost_of_sharing_a_core_is_calibrated_with_the_all_reduce(db):
 
     specs = calibration.specs(["torch"], [1])
     (two,) = [s for s in specs if s.network == "allreduce" and s.options.world == 2]
-    assert [p.op for p in two.options.parts] == ["allreduce", "share"]
-    assert all(len(s.options.parts) == 1 for s in specs
+    collectives = ["allreduce", "allgather", "reducescatter"]
+    assert [p.op for p in two.options.parts] == [*collectives, "share"]
+    assert all([p.op for p in s.options.parts] == collectives for s in specs
                if s.network == "allreduce" and s.options.world != 2)
     with Store(db) as store:
         made_up.calibrated(store)

@@ -89,7 +89,29 @@ def test_sharding_lowers_each_workers_measured_peak_as_predicted(tmp_path):
     assert peaks["sync"] - peaks["fsdp"] > 0.5 * saved
 
 
-def test_fsdp_runs_are_left_out_of_the_time_validation_with_the_reason():
-    from dlperf.kinds.calibrate.prediction import why_not
+def test_fsdp_on_this_machine_takes_gloos_calibrated_gather_and_scatter(db):
+    """The calibration times gloo's all-gather and reduce-scatter; fsdp's predicted
+    communication is each unit's two gathers and one scatter by those curves, and its runs
+    enter the validation only with them."""
+    from dlperf.core.store import Store
+    from dlperf.kinds.calibrate import plan as calibration
+    from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
+    from dlperf.perfmodel.machine_fits import MachineFits
+    from tests import calibration_fixtures as made_up
 
-    assert "all-gather" in why_not(spec_for("fsdp", 2), None)
+    with Store(db) as store:
+        made_up.calibrated(store)
+        cal = calibration.local_calibration(store)
+    fit = cal.find("torch", 1)
+    a, b = made_up.alpha_beta(2)
+    assert fit.allgather[2].time(1e8) == pytest.approx(1.3 * (a + 1e8 / b), rel=1e-3)
+    assert fit.reducescatter[2].time(1e8) == pytest.approx(1.7 * (a + 1e8 / b), rel=1e-3)
+    spec = spec_for("fsdp", 2)
+    p = predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 2))
+    assert p is not None and why_not(spec, cal) is None
+    units = [layer.params * 4 for layer in workloads.get("fcn5").layers("tiny") if layer.params]
+    want = sum(2 * fit.allgather[2].time(n) + fit.reducescatter[2].time(n) for n in units)
+    assert p.breakdown.communication_s == pytest.approx(want, rel=1e-6)
+    older = MachineFits(tuple(f.model_copy(update={"allgather": {}, "reducescatter": {}})
+                              for f in cal.fits), cal.memory_gb, 2)
+    assert "all-gather" in why_not(spec, older)

@@ -282,10 +282,11 @@ class AllReduce(Capability):
     missing = "{name} has no all-reduce kernel (torch's gloo has)"
 
     @abstractmethod
-    def allreduce(self, sizes: list[int], world: int, repeats: int,
-                  warmup: int) -> list[list[float]]:
+    def allreduce(self, sizes: list[int], world: int, repeats: int, warmup: int,
+                  op: str = "allreduce") -> list[list[float]]:
         """Per size in bytes, the seconds of each of ``repeats`` all-reduces among
-        ``world`` processes on this machine (after ``warmup`` untimed ones)."""
+        ``world`` processes on this machine (after ``warmup`` untimed ones); ``op``
+        'allgather' or 'reducescatter': that collective, the size its whole tensor's."""
 
     @abstractmethod
     def core_sharing(self, seconds: float) -> tuple[list[float], list[float]]:

@@ -559,11 +559,11 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
 
         return profile(trainer, steps, device)
 
-    def allreduce(self, sizes: list[int], world: int, repeats: int,
-                  warmup: int) -> list[list[float]]:
+    def allreduce(self, sizes: list[int], world: int, repeats: int, warmup: int,
+                  op: str = "allreduce") -> list[list[float]]:
         from dlperf.backends.torch_kernels import allreduce
 
-        return allreduce(sizes, world, repeats, warmup)
+        return allreduce(sizes, world, repeats, warmup, op)
 
     def core_sharing(self, seconds: float) -> tuple[list[float], list[float]]:
         from dlperf.backends.torch_kernels import core_sharing

@@ -234,11 +234,29 @@ def _loopback_interface() -> str | None:
     return None
 
 
+def _collective_call(op: str, nbytes: int, world: int) -> Callable[[], object]:
+    """One ``op`` over a whole tensor of ``nbytes`` of fp32: its all-reduce, its
+    all-gather from a 1/``world`` shard of each rank, or its reduce-scatter into such
+    shards (as fully sharded data parallelism gathers weights and scatters gradients)."""
+    import torch.distributed as dist
+
+    n = max(world, nbytes // 4 // world * world)
+    whole, shard = torch.ones(n), torch.ones(n // world)
+    # the names PyTorch 2.13 keeps (its *_tensor spellings warn that they are deprecated)
+    if op == "allgather":
+        gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+        return lambda: gather(whole, shard)
+    if op == "reducescatter":
+        scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+        return lambda: scatter(shard, whole)
+    return lambda: dist.all_reduce(whole)
+
+
 def _allreduce_rank(rank: int, world: int, path: str, sizes: list[int], repeats: int,
-                    warmup: int, parent: int) -> list[list[float]]:
-    """Every rank: ``warmup`` then ``repeats`` all-reduces of each size, each after a
-    barrier; the time of a repetition is the slowest rank's (when the collective was over
-    for everyone)."""
+                    warmup: int, parent: int, op: str = "allreduce") -> list[list[float]]:
+    """Every rank: ``warmup`` then ``repeats`` collectives (``op``) of each size, each
+    after a barrier; the time of a repetition is the slowest rank's (when the collective
+    was over for everyone)."""
     if rank:
         from dlperf.core.orphans import die_with_parent
 
@@ -253,12 +271,12 @@ def _allreduce_rank(rank: int, world: int, path: str, sizes: list[int], repeats:
     out = []
     try:
         for nbytes in sizes:
-            buf = torch.ones(max(1, nbytes // 4))
+            call = _collective_call(op, nbytes, world)
             times = []
             for k in range(warmup + repeats):
                 dist.barrier()
                 t = time.perf_counter()
-                dist.all_reduce(buf)
+                call()
                 if k >= warmup:
                     times.append(time.perf_counter() - t)
             slowest = torch.tensor(times, dtype=torch.float64)
@@ -270,14 +288,16 @@ def _allreduce_rank(rank: int, world: int, path: str, sizes: list[int], repeats:
 
 
 def _helper(rank: int, world: int, path: str, sizes: list[int], repeats: int, warmup: int,
-            parent: int) -> None:
-    _allreduce_rank(rank, world, path, sizes, repeats, warmup, parent)
+            parent: int, op: str) -> None:
+    _allreduce_rank(rank, world, path, sizes, repeats, warmup, parent, op)
     os._exit(0)  # no interpreter teardown: nothing to flush, and it takes seconds
 
 
-def allreduce(sizes: list[int], world: int, repeats: int, warmup: int) -> list[list[float]]:
-    """Per size, the time of each timed all-reduce among ``world`` processes on loopback
-    (this one is rank 0; the others are spawned and die with it)."""
+def allreduce(sizes: list[int], world: int, repeats: int, warmup: int,
+              op: str = "allreduce") -> list[list[float]]:
+    """Per size, the time of each timed collective (``op``: 'allreduce', 'allgather' or
+    'reducescatter') among ``world`` processes on loopback (this one is rank 0; the others
+    are spawned and die with it)."""
     if world < 2:
         raise UnsupportedError("an all-reduce needs at least 2 processes (world >= 2)")
     if "GLOO_SOCKET_IFNAME" not in os.environ:
@@ -288,12 +308,12 @@ def allreduce(sizes: list[int], world: int, repeats: int, warmup: int) -> list[l
     with tempfile.TemporaryDirectory(prefix="dlperf-allreduce-") as tmp:
         path = os.path.join(tmp, "store")
         procs = [ctx.Process(target=_helper, args=(r, world, path, sizes, repeats, warmup,
-                                                   os.getpid()), daemon=True)
+                                                   os.getpid(), op), daemon=True)
                  for r in range(1, world)]
         for p in procs:
             p.start()
         try:
-            return _allreduce_rank(0, world, path, sizes, repeats, warmup, os.getpid())
+            return _allreduce_rank(0, world, path, sizes, repeats, warmup, os.getpid(), op)
         finally:
             for p in procs:
                 p.join(timeout=30)

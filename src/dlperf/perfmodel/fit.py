@@ -353,7 +353,8 @@ def fit_by_channels(samples: Sequence[KernelSample], d: Dispatch) -> dict[int, M
 
 
 def fit_allreduce(samples: Sequence[KernelSample]) -> dict[int, AlphaBeta]:
-    """Per process count: alpha and beta by least squares on relative error."""
+    """A collective's time per process count (all-reduce, all-gather or reduce-scatter):
+    alpha and beta by least squares on relative error."""
     out = {}
     for world in sorted({s.world for s in samples}):
         pts = [s for s in samples if s.world == world]
@@ -403,6 +404,10 @@ class LocalFit(_Frozen):
     #: (None: calibrated before it was timed; ``memory`` stands in)
     pool: MemoryCurve | None = None
     allreduce: dict[int, AlphaBeta] = Field(default_factory=dict)
+    #: gloo's all-gather and reduce-scatter per process count, the bytes their whole
+    #: tensor's (empty: calibrated before they were timed)
+    allgather: dict[int, AlphaBeta] = Field(default_factory=dict)
+    reducescatter: dict[int, AlphaBeta] = Field(default_factory=dict)
     #: what two processes busy on one core lose beyond processor sharing, measured here
     #: (``fit_sharing``; None: not calibrated, ``sharing.CORE_SHARING_COST`` stands in)
     sharing_cost: float | None = None
@@ -571,5 +576,7 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     bn_channels=fit_by_channels(bn, d),
                     pool=fit_memory(pool, d) if (pool := samples.of_op("pool")) else None,
                     allreduce=fit_allreduce(samples.of_op("allreduce")),
+                    allgather=fit_allreduce(samples.of_op("allgather")),
+                    reducescatter=fit_allreduce(samples.of_op("reducescatter")),
                     sharing_cost=fit_sharing(samples.of_op("share")),
                     samples=len(samples.items))

@@ -50,6 +50,9 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
   memory pass of the same bytes (XLA:CPU as an iota, a reduce-window and a scatter);
 - ``allreduce`` (bytes,): a gloo all-reduce of fp32 on loopback among ``world``
   processes (PyTorch only);
+- ``allgather``, ``reducescatter`` (bytes,): gloo's all-gather into a tensor of those
+  bytes from a 1/``world`` shard of each process, and its reduce-scatter of a tensor of
+  those bytes into such shards (PyTorch only; what fully sharded data parallelism runs);
 - ``share`` (processes,): a small network's training step in 1 or 2 processes pinned to
   one CPU at once, the seconds of a step in each (PyTorch only): what two processes on
   one core lose beyond processor sharing (``perfmodel.sharing``).
@@ -71,10 +74,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from dlperf.perfmodel.catalogue import PRECISIONS
 
 Op = Literal["gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
-             "xent", "bn", "pool", "dispatch", "dispatch_train", "allreduce", "share"]
+             "xent", "bn", "pool", "dispatch", "dispatch_train", "allreduce", "allgather",
+             "reducescatter", "share"]
 OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory",
                         "update", "xent", "bn", "pool", "dispatch", "dispatch_train",
-                        "allreduce", "share")
+                        "allreduce", "allgather", "reducescatter", "share")
+#: the collectives among processes the calibration times (gloo, on loopback)
+COLLECTIVES = ("allreduce", "allgather", "reducescatter")
 #: products per layer of the trained chain: the forward and the two gradients
 TRAIN_PRODUCTS = 3
 #: kernels per layer of the trained chain: its products and the optimizer's update
@@ -239,7 +245,7 @@ def nbytes(op: str, shape: tuple[int, ...], elem: int = ELEM) -> float:
         batch, channels, side = shape
         out = conv_out(side, POOL_WINDOW, POOL_STRIDE)
         return pool_bytes(batch * channels * side * side, batch * channels * out * out, elem)
-    if op == "allreduce":
+    if op in COLLECTIVES:
         return float(shape[0])
     return 0.0
 
@@ -428,7 +434,7 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
         return [(n,) for n in (tuple(2**e for e in range(10, 28)) if fine else MEMORY_ELEMS)]
     if op in ("dispatch", "dispatch_train"):
         return [(n,) for n in ((1, 4, 16, 64, 256) if fine else DISPATCH_OPS)]
-    if op == "allreduce":
+    if op in COLLECTIVES:
         return [(n,) for n in (tuple(4 * 2**e for e in range(8, 27)) if fine else ALLREDUCE_BYTES)]
     if op == "share":
         return [(1,), (2,)]

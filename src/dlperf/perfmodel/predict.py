@@ -647,27 +647,52 @@ def _fsdp_collectives(ctx: _Context, compute_s: float) -> tuple[float, float]:
     next unit's gather is prefetched during this one's compute (Zhao et al., "PyTorch
     FSDP", 2023, section 3.3): only what the compute cannot hide, and the first gather,
     count; else all of it. Each collective copies its unit's bytes into a flat buffer and
-    out again (FSDP2's copy-in and copy-out)."""
+    out again (FSDP2's copy-in and copy-out), buffers it allocates per call (the gathered
+    weights' storage is freed at each reshard): copies into fresh memory."""
     units = [layer.params * WEIGHT_BYTES for layer in ctx.layers if layer.params]
-    half = [ctx.allreduce_all(n) / 2 for n in units]
-    total = 3 * sum(half)
-    copies = 3 * sum(ctx.copy_s(n) for n in units) * 2
+    gather, scatter = _gather_and_scatter(ctx)
+    total = sum(2 * gather(n) + scatter(n) for n in units)
+    copies = 3 * sum(ctx.copy_s(n, fresh=True) for n in units) * 2
     if ctx.comm_overlaps():
-        exposed = half[0] + max(0.0, total - half[0] - compute_s)
+        first = gather(units[0])
+        exposed = first + max(0.0, total - first - compute_s)
         how = f"{exposed * 1e3:.3g} ms of them past the compute that hides the rest"
     else:
         exposed = total
         how = "none overlaps: gloo works on the cores the compute uses"
-    if ctx.dev.kind == "cpu":
-        ctx.notes.append("fsdp on CPUs: each collective is priced as half the calibrated "
-                         "all-reduce, a bandwidth-optimal ring as NCCL runs them; gloo's "
-                         "all-gather and reduce-scatter are slower (docs/parallel.md), so "
-                         "this time is a lower bound")
     ctx.notes.append(
         f"fsdp: {len(units)} units each all-gather their weights twice and reduce-scatter "
         f"their gradients, {total * 1e3:.3g} ms of collectives ({how}); their buffer "
         f"copies {copies * 1e3:.3g} ms of memory passes")
     return exposed, copies
+
+
+def _gather_and_scatter(ctx: _Context) -> tuple[Callable[[float], float],
+                                                Callable[[float], float]]:
+    """The seconds of an all-gather and of a reduce-scatter of a whole tensor of so many
+    bytes over every device: on this machine, gloo's as the calibration timed them at
+    the nearest process count (gloo's are not bandwidth-optimal rings: here each took
+    longer than a whole all-reduce of the same bytes); elsewhere half an all-reduce
+    each, the rings NCCL runs (a reduce-scatter and an all-gather make an all-reduce:
+    Patarasuk and Yuan, 2009)."""
+    fit = ctx.cal.fitted(ctx.dev)
+    if fit is not None and fit.allgather and fit.reducescatter and ctx.nodes == 1:
+        world = min(fit.allgather, key=lambda w: (abs(w - ctx.devices), -w))
+        ag, rs = fit.allgather[world], fit.reducescatter.get(world)
+        if rs is not None:
+            if world != ctx.devices:
+                ctx.notes.append(f"fsdp: gloo's all-gather and reduce-scatter as calibrated "
+                                 f"among {world} processes (the nearest to {ctx.devices})")
+            return ag.time, rs.time
+    if ctx.dev.kind == "cpu":
+        ctx.notes.append("fsdp: each collective is priced as half an all-reduce (a ring, as "
+                         "NCCL runs them); gloo's all-gather and reduce-scatter are slower "
+                         "and this calibration has not timed them ('dlperf calibrate "
+                         "--frameworks torch' does): this time is a lower bound")
+
+    def half(nbytes: float) -> float:
+        return ctx.allreduce_all(nbytes) / 2
+    return half, half
 
 
 def _default_groups(devices: int) -> int:

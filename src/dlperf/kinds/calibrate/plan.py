@@ -27,7 +27,7 @@ from dlperf.kinds.calibrate.options import (
 from dlperf.kinds.peak.rates import versions as library_versions
 from dlperf.perfmodel import network_kernels
 from dlperf.perfmodel.fit import Samples
-from dlperf.perfmodel.kernels import REVISION, grid
+from dlperf.perfmodel.kernels import COLLECTIVES, REVISION, grid
 from dlperf.perfmodel.machine_fits import MachineFits
 
 #: the ops timed per (framework, thread count); the all-reduce is separate
@@ -39,7 +39,7 @@ REQUIRED_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
 #: processes of the all-reduce calibration (the worker counts of the loopback runs)
 WORLDS = (2, 4)
 #: ops timed among processes, of the machine rather than of one framework's threads
-MACHINE_OPS = ("allreduce", "share")
+MACHINE_OPS = (*COLLECTIVES, "share")
 #: the frameworks calibrated by default: those with kernels, when installed
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 #: seconds each shape is timed for (after its warm-up): short by default
@@ -139,7 +139,7 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
         versions = library_versions("torch", packages)
         cpus = len(environment.usable_cpus())
         for world in WORLDS:
-            parts = (KernelPart(op="allreduce", shapes=tuple(grid("allreduce", fine))),)
+            parts = tuple(KernelPart(op=op, shapes=tuple(grid(op, fine))) for op in COLLECTIVES)
             if world == 2:  # two processes sharing one core (perfmodel.sharing), once
                 parts += (KernelPart(op="share", shapes=tuple(grid("share"))),)
             o = KernelOptions(parts=parts, world=world, versions=versions,

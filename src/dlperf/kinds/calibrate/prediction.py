@@ -27,7 +27,7 @@ from dlperf.perfmodel.result import Prediction
 #: the kinds of run the model predicts
 PREDICTED_KINDS = ("step", "parallel")
 #: the strategies the model has a formula for (``dlperf.perfmodel.predict``)
-STRATEGIES = ("sync", "async", "mixed", "pipeline")
+STRATEGIES = ("sync", "async", "mixed", "pipeline", "fsdp")
 
 
 def why_not(spec: RunSpec, calibration: MachineFits) -> str | None:
@@ -40,17 +40,19 @@ def why_not(spec: RunSpec, calibration: MachineFits) -> str | None:
         return "the kernels know no input pipeline (a run on synthetic data only)"
     if isinstance(spec.options, ParallelOptions):
         o = spec.options
-        if o.strategy == "fsdp":  # its formula takes NCCL's rings; gloo's are slower
-            return ("the calibration does not time gloo's all-gather and reduce-scatter, "
-                    "which fsdp's time rests on")
         if o.strategy not in STRATEGIES:
             return f"strategy '{o.strategy}' has no formula in the model"
         if o.push_every != 1 or o.servers or o.target_accuracy is not None:
             return "the model times steps of the plain strategies only"
     framework = "torch" if spec.kind == "parallel" else spec.framework
-    if calibration.find(framework, spec.threads, spec.device, spec.precision) is None:
+    fit = calibration.find(framework, spec.threads, spec.device, spec.precision)
+    if fit is None:
         at = "" if spec.precision == "fp32" else f" at {spec.precision}"
         return f"{framework} at {spec.threads} thread(s){at} is not calibrated"
+    if isinstance(spec.options, ParallelOptions) and spec.options.strategy == "fsdp" \
+            and not (fit.allgather and fit.reducescatter):
+        return ("gloo's all-gather and reduce-scatter, which fsdp's time rests on, are not "
+                "calibrated ('dlperf calibrate --frameworks torch' times them)")
     return None
 
 

@@ -44,6 +44,7 @@ from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.timing import Timing, measure, measure_window
 from dlperf.perfmodel.kernels import (
+    COLLECTIVES,
     KernelOptions,
     KernelOutcome,
     KernelPart,
@@ -146,11 +147,11 @@ def _alike(a: Timing, b: Timing) -> bool:
     return abs(a.cpu_util - b.cpu_util) <= ALIKE and abs(ta - tb) <= ALIKE * min(ta, tb)
 
 
-def _allreduce(o: KernelOptions, part: KernelPart, backend: Backend,
-               emit: Callable[[dict], None]) -> list[KernelSample]:
+def _collective(o: KernelOptions, part: KernelPart, backend: Backend,
+                emit: Callable[[dict], None]) -> list[KernelSample]:
     sizes = [s[0] for s in part.shapes]
     series = capability(backend, AllReduce).allreduce(sizes, o.world, max(o.min_steps, 5),
-                                                      max(o.warmup, 2))
+                                                      max(o.warmup, 2), op=part.op)
     samples = [_sample(part.op, (n,), times, o.world) for n, times in zip(sizes, series, strict=True)]
     for s in samples:
         _emit(emit, s)
@@ -242,16 +243,16 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     failures: dict[str, str] = {}
     others: dict[str, float] = {}
     done = {(s.op, s.shape): s for s in (resume.samples if resume else ())
-            if s.op not in ("allreduce", "share")}
+            if s.op not in (*COLLECTIVES, "share")}
     kernels, missing = None, ""
     try:
         kernels = capability(backend, CalibrationKernels)
     except UnsupportedError as e:  # a backend without kernels: every shape fails with why
         missing = f"unsupported: {e}"
     for part in o.parts:
-        if part.op in ("allreduce", "share"):
+        if part.op in (*COLLECTIVES, "share"):
             try:
-                samples += (_allreduce if part.op == "allreduce" else _share)(
+                samples += (_collective if part.op in COLLECTIVES else _share)(
                     o, part, backend, emit)
             except Exception as e:
                 failures[part.op] = f"{type(e).__name__}: {e}"[:300]
