@@ -90,7 +90,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                           "(default 1), or on a catalogue CPU (default all its cores)"),
         precision=args.Take(help="fp32 (default), tf32, fp16, bf16"), param=True)
     p.add_argument("--strategy", "-s", default="single",
-                   help="single (default), sync, async, mixed, pipeline")
+                   help="single (default), sync, async, mixed, pipeline, fsdp")
     p.add_argument("--devices", "--gpus", "--workers", dest="devices", type=int, default=1,
                    help="devices in all (workers, on this machine)")
     p.add_argument("--nodes", type=int, default=1)
