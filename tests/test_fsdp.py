@@ -115,3 +115,15 @@ def test_fsdp_on_this_machine_takes_gloos_calibrated_gather_and_scatter(db):
     older = MachineFits(tuple(f.model_copy(update={"allgather": {}, "reducescatter": {}})
                               for f in cal.fits), cal.memory_gb, 2)
     assert "all-gather" in why_not(spec, older)
+
+
+def test_advice_takes_the_fastest_strategy_that_fits():
+    from dlperf.advice.predicted import fastest_that_fits, strategies
+
+    assert "fsdp" in strategies(8) and strategies(1) == ["single"]
+    sync = predict("fcn5", device="a100-40gb", devices=4, strategy="sync", batch_size=256)
+    fsdp = predict("fcn5", device="a100-40gb", devices=4, strategy="fsdp", batch_size=256)
+    assert sync.samples_per_s > fsdp.samples_per_s  # sync is faster where both fit...
+    assert fastest_that_fits([fsdp, sync]) is sync
+    too_big = sync.model_copy(update={"fits": False})
+    assert fastest_that_fits([fsdp, too_big]) is fsdp  # ...and loses where it does not

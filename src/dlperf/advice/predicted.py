@@ -38,15 +38,17 @@ def basis(p: Prediction) -> str:
 
 def strategies(devices: int) -> list[str]:
     """What the model can run on this many devices: one device alone, or the data-parallel
-    strategies (mixed needs groups of two) and the pipeline."""
+    strategies (mixed needs groups of two), the pipeline and fully sharded data
+    parallelism."""
     if devices == 1:
         return ["single"]
     return ["sync", "async", *(["mixed"] if devices > 2 and devices % 2 == 0 else []),
-            "pipeline"]
+            "pipeline", "fsdp"]
 
 
 def best_prediction(net: str, size: str, hw: Hardware) -> tuple[Prediction | None, str]:
-    """The fastest strategy (most samples per second) for ``hw``, or None and why not."""
+    """The fastest strategy (most samples per second) that fits the devices' memory for
+    ``hw`` (the fastest of all when none fits), or None and why not."""
     wl = workloads.get(net)
     batch = wl.default_batch * hw.count
     found, why = [], ""
@@ -58,7 +60,13 @@ def best_prediction(net: str, size: str, hw: Hardware) -> tuple[Prediction | Non
             why = str(e)
     if not found:
         return None, why
-    return max(found, key=lambda p: p.samples_per_s), ""
+    return fastest_that_fits(found), ""
+
+
+def fastest_that_fits(found: list[Prediction]) -> Prediction:
+    """The most samples per second among the predictions that fit their devices' memory
+    (a prediction without a memory verdict counts as fitting), else among all."""
+    return max(found, key=lambda p: (p.fits is not False, p.samples_per_s))
 
 
 def _source(p: Prediction, errors: ErrorLookup | None) -> Predicted:
@@ -143,7 +151,9 @@ def _devices(net: str, size: str, hw: Hardware, samples: int, epochs: float,
         out.append((h, Recommendation(
             "devices", common.name(net, size), f"{hw.count} devices, {s}: "
             f"{common.duration(h)} to train, efficiency {units.percent(eff)} against one "
-            f"device, communication {units.percent(comm)} of the step", h, "h",
+            f"device, communication {units.percent(comm)} of the step"
+            + (f"; needs {units.nbytes(p.memory_bytes)} per device: does not fit"
+               if p.fits is False else ""), h, "h",
             _source(p, errors))))
     out.sort(key=lambda x: x[0])
     return [r for _, r in out]
