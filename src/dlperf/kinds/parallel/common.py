@@ -391,5 +391,9 @@ class Strategy:
                 if p.grad is not None}})
 
     def dump_weights(self, model: nn.Module) -> None:
+        """Tests: the weights after the last update (nothing copied in a normal run: a
+        copy of every weight would count in the worker's peak memory)."""
+        if self.ctx.dump_dir is None:
+            return
         self.ctx.dump("weights", {"updates": self.updates, "weights": {
             n: p.detach().clone() for n, p in model.named_parameters()}})
