@@ -72,16 +72,27 @@ def test_sharding_lowers_each_workers_measured_peak_as_predicted(tmp_path):
     and gradients under fsdp (and gathers its largest layers whole), the whole of both
     and DDP's bucket copy of the gradients under sync; the model predicts the saving, and
     the workers' measured peaks show it (at least a third of it)."""
+    from dlperf.core.store import Store
     from dlperf.engine.launch.torchrun import run_parallel
+    from dlperf.kinds.calibrate import validate
     from dlperf.kinds.parallel.make import make_spec
 
     peaks = {}
-    for s in ("sync", "fsdp"):
-        spec = make_spec("fcn5", strategy=s, workers=2, batch_size=32, steps=2,
-                         warmup_steps=1)
-        r = run_parallel(spec, **TIMEOUTS)  # no dumps: the weights are 448 MiB
-        assert r.ok, r.failure
-        peaks[s] = r.metrics.peak_rss_bytes
+    with Store(tmp_path / "r.db") as store:
+        for s in ("sync", "fsdp"):
+            spec = make_spec("fcn5", strategy=s, workers=2, batch_size=32, steps=2,
+                             warmup_steps=1)
+            r = run_parallel(spec, **TIMEOUTS)  # no dumps: the weights are 448 MiB
+            assert r.ok, r.failure
+            peaks[s] = r.metrics.peak_rss_bytes
+            store.add(r)
+        # validate --memory sets each worker's measured peak beside the model's
+        cases, _ = validate.memory_cases(store, {("torch", "cpu"): 2e8})
+    by = {c.row.spec.options.strategy: c for c in cases}
+    assert {s: c.measured_bytes for s, c in by.items()} == peaks
+    for c in cases:
+        assert c.predicted == validate.worker_memory(c.row.spec, 2e8)
+    assert by["sync"].predicted.gradients == 2 * by["fsdp"].predicted.gradients * 2
     layers = workloads.get("fcn5").layers()
     saved = (memory.with_ddp_buckets(memory.step_memory(layers, 16, "fp32")).total
              - memory.sharded_step_memory(layers, 16, "fp32", 2).total)
@@ -128,3 +139,15 @@ def test_advice_takes_the_fastest_strategy_that_fits():
     assert fastest_that_fits([fsdp, sync]) is sync
     too_big = sync.model_copy(update={"fits": False})
     assert fastest_that_fits([fsdp, too_big]) is fsdp  # ...and loses where it does not
+
+
+def test_only_sync_and_fsdp_workers_have_their_memory_validated():
+    from dlperf.kinds.calibrate.validate import worker_memory
+    from dlperf.kinds.parallel.make import make_spec
+
+    assert "not validated" in worker_memory(make_spec("fcn5", strategy="async", workers=2,
+                                                      batch_size=16), 0.0)
+    sync = worker_memory(make_spec("fcn5", size="tiny", strategy="sync", workers=2,
+                                   batch_size=16), 5.0)
+    one = memory.step_memory(workloads.get("fcn5").layers("tiny"), 8, "fp32", baseline=5.0)
+    assert sync == memory.with_ddp_buckets(one)

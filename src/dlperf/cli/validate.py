@@ -184,7 +184,7 @@ def _memory(a: argparse.Namespace) -> int:
                                  units.percent(s.p90_abs), f"{s.median_signed:+.1%}"]
                                 for s in validate.summarize(cases, group)]), out)
     (total,) = validate.summarize(cases)
-    out.print(f"[bold]all {total.n} steps[/] (memory): median |error| "
+    out.print(f"[bold]all {total.n} runs[/] (memory): median |error| "
               f"{units.percent(total.median_abs)}, p90 {units.percent(total.p90_abs)}")
     if skipped:
         why = Counter(reason for _, reason in skipped)

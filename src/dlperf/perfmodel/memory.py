@@ -136,6 +136,20 @@ def sharded_step_memory(layers: Sequence[Layer], batch: float, precision: str,
         "optimizer": one.optimizer / workers, "transient": one.transient + 3 * unit})
 
 
+def worker_step_memory(layers: Sequence[Layer], batch: float, precision: str,
+                       strategy: str, workers: int, group: int | None = None, *,
+                       baseline: float = 0.0) -> MemoryBreakdown:
+    """One data-parallel worker's peak at ``batch`` samples of its own under ``strategy``
+    over ``workers`` (``group``: the workers that all-reduce together, all by default):
+    fsdp shards the state over all (``sharded_step_memory``); DDP's all-reduce, in sync
+    and in a mixed strategy's groups, adds its buckets (``with_ddp_buckets``)."""
+    shards = workers if strategy == "fsdp" else 1
+    mem = sharded_step_memory(layers, batch, precision, shards, baseline=baseline)
+    ring = workers if group is None else group
+    ddp = strategy in ("sync", "mixed") and ring > 1
+    return with_ddp_buckets(mem) if ddp else mem
+
+
 def largest_batch(total: Callable[[int], float], capacity: float,
                   limit: int = 1 << 24) -> int | None:
     """The largest batch whose ``total(batch)`` bytes fit in ``capacity`` (``total``

@@ -23,9 +23,8 @@ from dlperf.perfmodel.efficiency import Efficiencies
 from dlperf.perfmodel.memory import (
     MemoryBreakdown,
     largest_batch,
-    sharded_step_memory,
     step_memory,
-    with_ddp_buckets,
+    worker_step_memory,
 )
 from dlperf.perfmodel.result import Breakdown, LayerTime, Prediction
 from dlperf.workloads.base import Layer
@@ -356,24 +355,23 @@ class _Context:
         return (self.dev.cores is not None and self.threads is not None
                 and self.threads < self.dev.cores)
 
-    def memory_at(self, parts: list[list[Layer]], batch: float, shards: int = 1,
-                  buckets: bool = False) -> MemoryBreakdown:
+    def memory_at(self, parts: list[list[Layer]], batch: float, strategy: str = "single",
+                  group: int | None = None) -> MemoryBreakdown:
         """The peak of one step on the device that holds the most: ``parts`` the layers
-        of each device's share (one part: the whole network), ``batch`` its samples,
-        ``shards`` the devices its state is sharded over (fsdp), ``buckets`` whether DDP
-        all-reduces its gradients (its buckets hold a copy)."""
-        mems = (sharded_step_memory(layers, batch, self.precision, shards,
-                                    baseline=self.baseline) for layers in parts)
-        top = max(mems, key=lambda m: m.total)
-        return with_ddp_buckets(top) if buckets else top
+        of each device's share (one part: the whole network), ``batch`` its samples;
+        a data-parallel ``strategy`` over the devices (``group``: those that all-reduce
+        together) adds its own (``memory.worker_step_memory``)."""
+        return max((worker_step_memory(layers, batch, self.precision, strategy,
+                                       self.devices, group, baseline=self.baseline)
+                    for layers in parts), key=lambda m: m.total)
 
     def memory_fields(self, parts: list[list[Layer]], batch: int, scale: int,
-                      shards: int = 1, buckets: bool = False) -> dict[str, Any]:
+                      strategy: str = "single", group: int | None = None) -> dict[str, Any]:
         """The breakdown at ``batch`` samples per device, whether it fits the device, and
         the largest global batch that does (``scale`` x the per-device batch)."""
-        mem = self.memory_at(parts, batch, shards, buckets)
+        mem = self.memory_at(parts, batch, strategy, group)
         capacity = self.dev.memory_gb * 1e9
-        top = largest_batch(lambda b: self.memory_at(parts, b, shards, buckets).total,
+        top = largest_batch(lambda b: self.memory_at(parts, b, strategy, group).total,
                             capacity)
         if mem.total > capacity:
             self.notes.append(
@@ -479,8 +477,7 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
         return ctx.result(strategy, time, Breakdown(
             compute_s=compute, memory_s=memory, overhead_s=overhead, communication_s=comm,
             bubble_s=0.0, straggler_s=waits), _layer_times(timings),
-            ctx.memory_fields([ctx.layers], local, p, p if strategy == "fsdp" else 1,
-                              buckets=strategy == "sync" and p > 1))
+            ctx.memory_fields([ctx.layers], local, p, strategy))
     # async: every device is its own group; mixed: groups synchronous inside
     g = p if strategy == "async" else (groups if groups is not None else _default_groups(p))
     if g < 1 or p % g:
@@ -510,7 +507,7 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
     return ctx.result(strategy, time, Breakdown(
         compute_s=compute * scale, memory_s=memory * scale, overhead_s=overhead * scale,
         communication_s=time - step * scale - lost, bubble_s=0.0, straggler_s=lost),
-        _layer_times(timings), ctx.memory_fields([ctx.layers], local, p, buckets=k > 1),
+        _layer_times(timings), ctx.memory_fields([ctx.layers], local, p, strategy, k),
         **extra)
 
 

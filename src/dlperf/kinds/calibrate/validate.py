@@ -203,15 +203,18 @@ class MemoryCase:
 def memory_cases(store: Store, baselines: dict[tuple[str, str], float], *,
                  networks: Sequence[str] = (), frameworks: Sequence[str] = ()
                  ) -> tuple[list[MemoryCase], list[tuple[ConfigResult, str]]]:
-    """Every step measured on this machine (of ``networks`` and ``frameworks``, all when
-    empty) with its predicted peak memory (``perfmodel.memory.step_memory``, the
-    framework's runtime baseline from the calibration, ``plan.runtime_baselines``: never
-    from the step itself), and the steps left out with why."""
+    """Every step and data-parallel run measured on this machine (of ``networks`` and
+    ``frameworks``, all when empty) with its predicted peak memory per process
+    (``perfmodel.memory``; the framework's runtime baseline from the calibration,
+    ``plan.runtime_baselines``: never from the run itself), and the runs left out with
+    why."""
     from dlperf.kinds.dataflow.plan import has_pipeline
     from dlperf.perfmodel.memory import step_memory
 
     rows = aggregate(store.results(kind="step", status="ok",
                                    machine_id=environment.machine_id()))
+    parallel = aggregate(store.results(kind="parallel", status="ok",
+                                       machine_id=environment.machine_id()))
     out, skipped = [], []
     for row in rows:
         s = row.spec
@@ -232,7 +235,40 @@ def memory_cases(store: Store, baselines: dict[tuple[str, str], float], *,
         _, _, cfg = workloads.resolve(s.network, s.size, dict(s.params))
         out.append(MemoryCase(row, float(measured), step_memory(
             cfg.layers(), s.batch_size, s.precision, baseline=baseline)))
+    for row in parallel:
+        s = row.spec
+        if (networks and s.network not in networks) or \
+                (frameworks and "torch" not in frameworks) or not row.peak_rss_bytes:
+            continue
+        baseline = 0.0 if s.device == "gpu" else baselines.get(("torch", s.device))
+        if baseline is None:
+            skipped.append((row, "torch's runtime baseline is not calibrated here "
+                                 "(dlperf calibrate --frameworks torch)"))
+            continue
+        got = worker_memory(s, baseline)
+        if isinstance(got, str):
+            skipped.append((row, got))
+        else:
+            out.append(MemoryCase(row, float(row.peak_rss_bytes), got))
     return out, skipped
+
+
+def worker_memory(spec: RunSpec, baseline: float) -> MemoryBreakdown | str:
+    """The predicted peak of a data-parallel run's worker (``perfmodel.memory``: DDP's
+    buckets for sync and a group's all-reduce, the shards of fsdp), or why it is not
+    predicted."""
+    from dlperf.kinds.parallel.options import ParallelOptions
+    from dlperf.perfmodel.memory import worker_step_memory
+
+    o = spec.options
+    assert isinstance(o, ParallelOptions)
+    if o.strategy not in ("sync", "fsdp") or o.data:
+        return (f"strategy '{o.strategy}': its memory is not validated yet (a server's or a "
+                "stage's share)" if o.strategy not in ("sync", "fsdp")
+                else "a training run on real data (its data set's memory is not modelled)")
+    _, _, cfg = workloads.resolve(spec.network, spec.size, dict(spec.params))
+    return worker_step_memory(cfg.layers(), spec.batch_size // o.workers, spec.precision,
+                              o.strategy, o.workers, baseline=baseline)
 
 
 def case_label(spec: RunSpec) -> str:
