@@ -61,7 +61,8 @@ TORCH_WING = ("dlperf.kinds.parallel.common", "dlperf.kinds.parallel.sync",
               "dlperf.kinds.parallel.mixed", "dlperf.kinds.parallel.hybrid",
               "dlperf.kinds.parallel.pipeline", "dlperf.kinds.parallel.param_server",
               "dlperf.kinds.parallel.ps_client", "dlperf.kinds.parallel.ps_server",
-              "dlperf.kinds.parallel.probe", "dlperf.kinds.parallel.run")
+              "dlperf.kinds.parallel.probe", "dlperf.kinds.parallel.run",
+              "dlperf.kinds.parallel.fsdp")
 
 
 def _modules() -> dict[str, Path]:

@@ -568,14 +568,15 @@ def test_a_failing_shape_is_recorded_and_the_others_go_on():
 
 
 def test_kernel_runs_go_through_the_runner_and_the_calibration_reads_them(db):
-    """One real kernel run (a tiny grid) and one all-reduce among 2 gloo processes with
-    the cost of two processes on one core, launched, stored and read back as samples of
-    torch at 1 thread."""
+    """One real kernel run (a tiny grid) and one collectives run among 2 gloo processes
+    (all-reduce, all-gather, reduce-scatter) with the cost of two processes on one core,
+    launched, stored and read back as samples of torch at 1 thread."""
     from dlperf import api
 
     versions = calibration.specs(["torch"], [1], allreduce=False)[0].options.versions
     todo = [_kernel_spec("torch", TINY, versions=versions),
-            _kernel_spec("torch", {"allreduce": [(4096,), (65536,)], "share": [(1,), (2,)]},
+            _kernel_spec("torch", {"allreduce": [(4096,), (65536,)], "allgather": [(4096,)],
+                                   "reducescatter": [(4096,)], "share": [(1,), (2,)]},
                          world=2, versions=versions).model_copy(
                              update={"network": "allreduce"})]
     results = api.run_specs(todo, db=db, timeout_s=300)
@@ -584,9 +585,13 @@ def test_kernel_runs_go_through_the_runner_and_the_calibration_reads_them(db):
         (stored,) = calibration.load(store)
         assert again_same(store, results)
     assert (stored.framework, stored.threads) == ("torch", 1)
-    assert {s.op for s in stored.samples.items} == {*TINY, "allreduce", "share"}
+    assert {s.op for s in stored.samples.items} == {*TINY, "allreduce", "allgather",
+                                                    "reducescatter", "share"}
     ar = stored.samples.of_op("allreduce", world=2)
     assert len(ar) == 2 and all(s.median_s > 0 for s in ar)
+    for op in ("allgather", "reducescatter"):  # gloo's own, timed like the all-reduce
+        (got,) = stored.samples.of_op(op, world=2)
+        assert got.shape == (4096,) and got.median_s > 0
     # a step alone, and each of two on one core: two times in each (rounds before and
     # after; two processes), every one a real step's seconds (how they compare is the
     # machine's, timed, and not asserted here)

@@ -9,7 +9,7 @@ from dlperf import workloads
 from dlperf.perfmodel import memory
 from dlperf.perfmodel.predict import predict
 from dlperf.workloads.base import Layer, dense
-from tests.test_parallel import TIMEOUTS, launch, load, reference, spec_for
+from tests.test_parallel import TIMEOUTS, assert_trains_as_one_worker, launch, spec_for
 
 
 def test_sharding_divides_the_state_and_gathers_the_largest_unit():
@@ -43,26 +43,9 @@ def test_fsdp_predicts_less_memory_and_more_communication_than_sync():
 
 @pytest.mark.slow
 def test_fsdp_two_workers_equal_one_worker_on_the_global_batch(tmp_path):
-    import torch
-
     r = launch(spec_for("fsdp", 2), tmp_path)
     assert r.ok, r.failure
-    tr = reference(16)
-    first = load(tmp_path, "grads", 0)
-    tr.opt.zero_grad()
-    tr._loss(tr.model).backward()
-    grads = {n: p.grad.clone() for n, p in tr.model.named_parameters()}
-    assert set(first["grads"]) == set(grads)
-    for n, g in grads.items():
-        torch.testing.assert_close(first["grads"][n], g, atol=1e-6, rtol=1e-5)
-    w0, w1 = load(tmp_path, "weights", 0), load(tmp_path, "weights", 1)
-    assert w0["updates"] == w1["updates"] == 4  # 1 warm-up + 3 timed
-    tr.opt.step()
-    for _ in range(w0["updates"] - 1):
-        tr.step()
-    for n, p in tr.model.named_parameters():
-        torch.testing.assert_close(w0["weights"][n], p.detach(), atol=1e-6, rtol=1e-5)
-        torch.testing.assert_close(w1["weights"][n], p.detach(), atol=1e-6, rtol=1e-5)
+    assert_trains_as_one_worker(tmp_path)
     assert r.metrics.steps == len(r.step_times_s) == 3
 
 

@@ -78,24 +78,20 @@ def reference(batch: int):
     return tb.build_trainer(cfg, batch, "eager", torch.device("cpu"), seed=0)
 
 
-# ----------------------------------------------------------------------------- strategies
-@pytest.mark.slow
-def test_sync_two_workers_equal_one_worker_on_the_global_batch(tmp_path, db):
+def assert_trains_as_one_worker(tmp_path, batch: int = 16) -> None:
+    """The dumps of a two-worker run of ``spec_for``: its first step's gradient is the
+    global batch's on one process, and after every update both workers hold the weights
+    one process training on the global batch holds."""
     import torch
 
-    r = launch(spec_for("sync", 2), tmp_path)
-    assert r.ok, r.failure
-    tr = reference(16)
-    # first step: the all-reduced gradient is the global batch's gradient
+    tr = reference(batch)
     first = load(tmp_path, "grads", 0)
     tr.opt.zero_grad()
-    loss = tr._loss(tr.model)
-    loss.backward()
+    tr._loss(tr.model).backward()
     grads = {n: p.grad.clone() for n, p in tr.model.named_parameters()}
     assert set(first["grads"]) == set(grads)
     for n, g in grads.items():
         torch.testing.assert_close(first["grads"][n], g, atol=1e-6, rtol=1e-5)
-    # after every update: the same weights on both workers as on one
     w0, w1 = load(tmp_path, "weights", 0), load(tmp_path, "weights", 1)
     assert w0["updates"] == w1["updates"] == 4  # 1 warm-up + 3 timed
     tr.opt.step()
@@ -104,6 +100,14 @@ def test_sync_two_workers_equal_one_worker_on_the_global_batch(tmp_path, db):
     for n, p in tr.model.named_parameters():
         torch.testing.assert_close(w0["weights"][n], p.detach(), atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(w1["weights"][n], p.detach(), atol=1e-6, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- strategies
+@pytest.mark.slow
+def test_sync_two_workers_equal_one_worker_on_the_global_batch(tmp_path, db):
+    r = launch(spec_for("sync", 2), tmp_path)
+    assert r.ok, r.failure
+    assert_trains_as_one_worker(tmp_path)
     # what is measured and recorded
     e = as_dict(r)
     assert r.metrics.steps == len(r.step_times_s) == 3

@@ -383,11 +383,12 @@ class Strategy:
         return {}
 
     def dump_grads(self, model: nn.Module, loss: float) -> None:
-        """Tests: the gradients of the first step, by parameter name, and its loss."""
+        """Tests: the gradients of the first step, by parameter name, and its loss (a
+        sharded gradient gathered whole: every worker calls this)."""
         if self.ctx.dump_dir is not None and not self._dumped_grads:
             self._dumped_grads = True
             self.ctx.dump("grads", {"loss": loss, "grads": {
-                n: p.grad.detach().clone() for n, p in model.named_parameters()
+                n: whole(p.grad.detach()).clone() for n, p in model.named_parameters()
                 if p.grad is not None}})
 
     def dump_weights(self, model: nn.Module) -> None:
@@ -396,4 +397,10 @@ class Strategy:
         if self.ctx.dump_dir is None:
             return
         self.ctx.dump("weights", {"updates": self.updates, "weights": {
-            n: p.detach().clone() for n, p in model.named_parameters()}})
+            n: whole(p.detach()).clone() for n, p in model.named_parameters()}})
+
+
+def whole(t: torch.Tensor) -> torch.Tensor:
+    """A sharded tensor (fsdp's DTensor) gathered whole, a collective every worker must
+    call; a plain one as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t

@@ -19,21 +19,13 @@ breakdown counts them inside the step.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from torch import nn
 
 from dlperf.backends.base import UnsupportedError
-from dlperf.kinds.parallel.common import (
-    SGD,
-    Batches,
-    Strategy,
-    build_net,
-    compute_step,
-    evaluate,
-    trainable,
-)
+from dlperf.kinds.parallel.common import evaluate
+from dlperf.kinds.parallel.sync import SyncDataParallel
 
 
 def shard(model: nn.Module, group: Any = None) -> nn.Module:
@@ -49,56 +41,21 @@ def shard(model: nn.Module, group: Any = None) -> nn.Module:
     return fully_shard(model, mesh=mesh)
 
 
-def full(t: Any) -> Any:
-    """A sharded tensor gathered whole (a collective: every worker calls it), a plain one
-    as it is."""
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
+class ShardedDataParallel(SyncDataParallel):
+    """Sync's step on a sharded network: its backward returns once every unit's
+    gradients are reduce-scattered; the update applies to each worker's shards."""
 
-
-class ShardedDataParallel(Strategy):
     name = "fsdp"
-    lockstep = True
-    evaluator = 0
 
     def setup(self) -> None:
-        ctx = self.ctx
-        if ctx.device.type != "cpu":
+        if self.ctx.device.type != "cpu":
             raise UnsupportedError("the fsdp strategy runs on CPU workers (gloo) here")
-        self.net = build_net(ctx)
-        self.model = shard(self.net.model, ctx.group)
-        self.opt = SGD(trainable(self.model), ctx.opts.lr)
-        self.batches = Batches(ctx, self.net, ctx.rank, ctx.world, stream=ctx.rank)
+        super().setup()
 
-    def step(self, i: int, phase: str, deadline: float | None = None) -> dict[str, Any]:
-        ctx = self.ctx
-        x, y = self.batches.next()
-        t0 = time.time()
-        # the backward returns once every unit's gradients are reduce-scattered
-        delay, loss, _, _ = compute_step(ctx, self.model, self.opt.params, (x, y),
-                                         f"{phase} step {i}")
-        ctx.status.set("compute", f"update, {phase} step {i}")
-        self._dump_first_grads(float(loss.detach()))
-        self.opt.step()
-        self.updates += 1
-        return {"phase": phase, "i": i, "t0": t0, "t1": time.time(), "delay": delay,
-                "n": len(x), "loss": float(loss.detach())}
+    def wrap(self, model: nn.Module) -> tuple[nn.Module, None]:
+        return shard(model, self.ctx.group), None  # its collectives: not timed one by one
 
     def evaluate(self) -> tuple[float, float] | None:
         # every worker runs the forward: each unit's weights are gathered from all shards
         out = evaluate(self.model, self.net, self.ctx.device)
         return out if self.ctx.rank == self.evaluator else None
-
-    def finish(self) -> dict[str, Any]:
-        if self.ctx.dump_dir is not None:  # tests: the whole weights, gathered by all
-            self.ctx.dump("weights", {"updates": self.updates, "weights": {
-                n: full(p.detach()).clone() for n, p in self.model.named_parameters()}})
-        return {"role": "worker"}
-
-    def _dump_first_grads(self, loss: float) -> None:
-        """Tests: the first step's whole gradients (gathered by every worker)."""
-        if self.ctx.dump_dir is None or self._dumped_grads:
-            return
-        self._dumped_grads = True
-        self.ctx.dump("grads", {"loss": loss, "grads": {
-            n: full(p.grad.detach()).clone() for n, p in self.model.named_parameters()
-            if p.grad is not None}})

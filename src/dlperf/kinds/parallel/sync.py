@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from torch import nn
+
 from dlperf.kinds.parallel.common import (
     SGD,
     AllreduceTimer,
@@ -34,10 +36,14 @@ class SyncDataParallel(Strategy):
         ctx = self.ctx
         self.net = build_net(ctx)
         self.model = self.net.model
-        self.ddp = wrap_ddp(self.model, ctx)
-        self.timer = AllreduceTimer(self.ddp, None, ctx.world, ctx)
+        self.ddp, self.timer = self.wrap(self.model)
         self.opt = SGD(trainable(self.model), ctx.opts.lr)
         self.batches = Batches(ctx, self.net, ctx.rank, ctx.world, stream=ctx.rank)
+
+    def wrap(self, model: nn.Module) -> tuple[nn.Module, AllreduceTimer | None]:
+        """The network as a step runs it (DDP), and what times its communication."""
+        ddp = wrap_ddp(model, self.ctx)
+        return ddp, AllreduceTimer(ddp, None, self.ctx.world, self.ctx)
 
     def step(self, i: int, phase: str, deadline: float | None = None) -> dict[str, Any]:
         ctx = self.ctx
@@ -50,9 +56,11 @@ class SyncDataParallel(Strategy):
         self.dump_grads(self.model, float(loss.detach()))
         self.opt.step()
         self.updates += 1
-        t1 = time.time()
-        return {"phase": phase, "i": i, "t0": t0, "t1": t1, "delay": delay, "n": len(x),
-                "loss": float(loss.detach()), "ddp": self.timer.record(f"w:{phase}:{i}", bw0, bw1)}
+        rec = {"phase": phase, "i": i, "t0": t0, "t1": time.time(), "delay": delay,
+               "n": len(x), "loss": float(loss.detach())}
+        if self.timer is not None:
+            rec["ddp"] = self.timer.record(f"w:{phase}:{i}", bw0, bw1)
+        return rec
 
     def evaluate(self) -> tuple[float, float] | None:
         if self.ctx.rank != self.evaluator:
