@@ -46,7 +46,7 @@ def trace(network: str, framework: str, batch: int) -> dict[str, float]:
     for _ in range(2):
         trainer.step()
         trainer.sync()
-    tensors = {"torch": _torch, "tensorflow": _tensorflow, "jax": _jax}[framework](trainer)
+    tensors = TRACERS[framework](trainer)
     return {"resident": environment.peak_resident_bytes() - runtime, "tensors": tensors}
 
 
@@ -78,6 +78,10 @@ def _jax(trainer) -> float:
     return plan.argument_size_in_bytes + plan.temp_size_in_bytes
 
 
+#: each framework's own account of the tensors at the step's peak
+TRACERS = {"torch": _torch, "tensorflow": _tensorflow, "jax": _jax}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--networks", default="fcn5,alexnet,resnet50,lstm32")
@@ -92,12 +96,11 @@ def main() -> int:
     from dlperf import workloads
     from dlperf.perfmodel.memory import step_memory
 
-    known = ("torch", "tensorflow", "jax")
     bad = ([n for n in a.networks.split(",") if n not in workloads.WORKLOADS]
-           + [f for f in a.frameworks.split(",") if f not in known])
+           + [f for f in a.frameworks.split(",") if f not in TRACERS])
     if bad or not (a.batch == "default" or a.batch.isdigit() and int(a.batch) > 0):
         print(f"trace_memory: unknown {', '.join(bad) or 'batch ' + a.batch} (networks: "
-              f"the DLBench ones; frameworks: {', '.join(known)}; --batch default or N)",
+              f"the DLBench ones; frameworks: {', '.join(TRACERS)}; --batch default or N)",
               file=sys.stderr)
         return 2
     print(f"{'configuration':22s} {'resident':>9s} {'tensors':>8s} {'rest':>6s} "

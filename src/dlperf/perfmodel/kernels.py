@@ -81,6 +81,8 @@ OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "m
                         "allreduce", "allgather", "reducescatter", "share")
 #: the collectives among processes the calibration times (gloo, on loopback)
 COLLECTIVES = ("allreduce", "allgather", "reducescatter")
+#: ops timed among processes, of the machine rather than of one framework's threads
+MACHINE_OPS = (*COLLECTIVES, "share")
 #: products per layer of the trained chain: the forward and the two gradients
 TRAIN_PRODUCTS = 3
 #: kernels per layer of the trained chain: its products and the optimizer's update

@@ -45,11 +45,12 @@ def _rss(pid: int) -> tuple[int, int]:
     now = hwm = 0
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmRSS:"):
-                    now = int(line.split()[1]) * 1024
-                elif line.startswith(b"VmHWM:"):
+            for line in f:  # VmHWM comes just before VmRSS: read no further
+                if line.startswith(b"VmHWM:"):
                     hwm = int(line.split()[1]) * 1024
+                elif line.startswith(b"VmRSS:"):
+                    now = int(line.split()[1]) * 1024
+                    break
     except (OSError, IndexError, ValueError):
         pass
     return now, hwm

@@ -27,7 +27,7 @@ from dlperf.kinds.calibrate.options import (
 from dlperf.kinds.peak.rates import versions as library_versions
 from dlperf.perfmodel import network_kernels
 from dlperf.perfmodel.fit import Samples
-from dlperf.perfmodel.kernels import COLLECTIVES, REVISION, grid
+from dlperf.perfmodel.kernels import COLLECTIVES, MACHINE_OPS, REVISION, grid
 from dlperf.perfmodel.machine_fits import MachineFits
 
 #: the ops timed per (framework, thread count); the all-reduce is separate
@@ -38,8 +38,6 @@ LOCAL_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "up
 REQUIRED_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
 #: processes of the all-reduce calibration (the worker counts of the loopback runs)
 WORLDS = (2, 4)
-#: ops timed among processes, of the machine rather than of one framework's threads
-MACHINE_OPS = (*COLLECTIVES, "share")
 #: the frameworks calibrated by default: those with kernels, when installed
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 #: seconds each shape is timed for (after its warm-up): short by default

@@ -45,6 +45,7 @@ from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.timing import Timing, measure, measure_window
 from dlperf.perfmodel.kernels import (
     COLLECTIVES,
+    MACHINE_OPS,
     KernelOptions,
     KernelOutcome,
     KernelPart,
@@ -243,14 +244,14 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     failures: dict[str, str] = {}
     others: dict[str, float] = {}
     done = {(s.op, s.shape): s for s in (resume.samples if resume else ())
-            if s.op not in (*COLLECTIVES, "share")}
+            if s.op not in MACHINE_OPS}
     kernels, missing = None, ""
     try:
         kernels = capability(backend, CalibrationKernels)
     except UnsupportedError as e:  # a backend without kernels: every shape fails with why
         missing = f"unsupported: {e}"
     for part in o.parts:
-        if part.op in (*COLLECTIVES, "share"):
+        if part.op in MACHINE_OPS:
             try:
                 samples += (_collective if part.op in COLLECTIVES else _share)(
                     o, part, backend, emit)

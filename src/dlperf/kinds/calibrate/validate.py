@@ -262,10 +262,11 @@ def worker_memory(spec: RunSpec, baseline: float) -> MemoryBreakdown | str:
 
     o = spec.options
     assert isinstance(o, ParallelOptions)
-    if o.strategy not in ("sync", "fsdp") or o.data:
+    if o.strategy not in ("sync", "fsdp"):
         return (f"strategy '{o.strategy}': its memory is not validated yet (a server's or a "
-                "stage's share)" if o.strategy not in ("sync", "fsdp")
-                else "a training run on real data (its data set's memory is not modelled)")
+                "stage's share)")
+    if o.data:
+        return "a training run on real data (its data set's memory is not modelled)"
     _, _, cfg = workloads.resolve(spec.network, spec.size, dict(spec.params))
     return worker_step_memory(cfg.layers(), spec.batch_size // o.workers, spec.precision,
                               o.strategy, o.workers, baseline=baseline)
