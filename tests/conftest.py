@@ -13,9 +13,19 @@ FAST = Measurement(min_time_s=0.05, min_steps=3, warmup_min_steps=2, warmup_max_
                    warmup_max_time_s=2.0)
 
 
+@pytest.fixture(scope="session")
+def _session_peaks(tmp_path_factory):
+    """The machine's peak store for the whole session, never the user's: each test's new
+    store takes the peak kernel rates an earlier test measured (dlperf's rule for every
+    store on a machine, ``engine.machine_peaks``) instead of measuring them again. Tests
+    of that rule give themselves a store of their own."""
+    return tmp_path_factory.mktemp("machine") / "peaks.db"
+
+
 @pytest.fixture(autouse=True)
-def _isolated_dirs(tmp_path, monkeypatch):
+def _isolated_dirs(tmp_path, monkeypatch, _session_peaks):
     monkeypatch.setenv("DLPERF_DB", str(tmp_path / "default.db"))
+    monkeypatch.setenv("DLPERF_PEAKS", str(_session_peaks))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("DLPERF_REFERENCE_FITS", raising=False)  # the shipped GPU curves
     # never the developer's own device file ($DLPERF_DEVICES, ~/.config/dlperf/devices.toml)

@@ -9,7 +9,7 @@ import pytest
 
 from dlperf.core import cpu_peak
 from dlperf.core.aggregate import aggregate, other_framework_rates
-from dlperf.core.spec import Metrics, RunResult, RunSpec
+from dlperf.core.spec import Failure, Metrics, RunResult, RunSpec
 from dlperf.core.store import Store
 from dlperf.engine.runner import Runner
 from dlperf.kinds.peak import rates as peak
@@ -30,6 +30,12 @@ def _metrics(flops_per_s: float, flops: float = 1e9) -> Metrics:
 
 def _ok(spec: RunSpec, flops_per_s: float) -> RunResult:
     return RunResult(spec=spec, status="ok", metrics=_metrics(flops_per_s), finished_at=1.0)
+
+
+@pytest.fixture(autouse=True)
+def _own_machine_peaks(tmp_path, monkeypatch):
+    # these tests count what is measured: no rate from the session's other tests
+    monkeypatch.setenv("DLPERF_PEAKS", str(tmp_path / "machine-peaks.db"))
 
 
 def _specs(size=256, packages=PACKAGES, threads=1, kernels=TORCH):
@@ -324,3 +330,50 @@ def test_ensure_peak_measures_each_kernel_once_then_reuses_it(db):
         assert len(st.results(kind="peak")) == n and again.flops == first.flops
         runner.ensure_peak(1, remeasure=True)
         assert len(st.results(kind="peak", latest=False)) == 2 * n
+
+
+@pytest.mark.slow
+def test_a_new_store_takes_the_rates_another_store_measured_and_measures_nothing(tmp_path):
+    # the machine's peak store (engine.machine_peaks): measured once, copied into the next
+    # store as measured; a remeasure there is kept for the stores after it
+    kernels = dict(timeout_s=120, peak_size=64, peak_measurement=FAST,
+                   peak_kernels=(("torch", "conv"),))
+    with Store(tmp_path / "a.db") as a:
+        [measured] = Runner(a, **kernels).ensure_peak(1).rates
+    with Store(tmp_path / "b.db") as b:
+        runner = Runner(b, **kernels)
+        runner._run_and_store = None  # nothing may be measured: a call would fail
+        [taken] = runner.ensure_peak(1).rates
+        [row] = b.results(kind="peak")
+    assert taken == measured and row.machine_id and row.finished_at == measured.measured_at
+    with Store(tmp_path / "c.db") as c:
+        [again] = Runner(c, **kernels).ensure_peak(1, remeasure=True).rates
+    assert again.measured_at > measured.measured_at
+    with Store(tmp_path / "d.db") as d:
+        runner = Runner(d, **kernels)
+        runner._run_and_store = None
+        assert runner.ensure_peak(1).rates == (again,)
+
+
+def test_a_raised_peak_and_a_failed_kernel_stay_with_their_own_store(tmp_path):
+    from dlperf.engine import machine_peaks
+
+    matmul, conv = _specs()
+    raised = peak.raised_result(_ok(RunSpec(network="fcn5", threads=1), 9e9),
+                                peak.peak_of([_ok(matmul, 1e9)], 1, "cpu"), PACKAGES)
+    crashed = RunResult(spec=conv, status="failed", failure=Failure(reason="crash", message="x"))
+    with Store(tmp_path / "a.db") as a:
+        machine_peaks.keep(a, [a.add(_ok(matmul, 1e9)), a.add(raised), a.add(crashed)])
+    with Store(machine_peaks.path()) as shared:
+        assert [r.spec.network for r in shared.results(kind="peak")] == ["matmul"]
+
+
+def test_runs_go_on_where_the_machines_peak_store_cannot_be_opened(tmp_path, monkeypatch):
+    from dlperf.engine import machine_peaks
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("DLPERF_PEAKS", str(tmp_path / "file" / "peaks.db"))  # under a file
+    spec = _specs(kernels=(("torch", "matmul"),))[0]
+    with Store(tmp_path / "a.db") as a:
+        machine_peaks.keep(a, [a.add(_ok(spec, 1e9))])
+        assert machine_peaks.borrow(a, [spec], 1, "cpu", PACKAGES) == []

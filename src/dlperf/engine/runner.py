@@ -11,7 +11,8 @@ commands from timing workers on the same cores at once.
 The peak a step's share is taken of: the machine's fp32 peak at its thread count, the
 best of several kernels across the installed frameworks (``dlperf.kinds.peak.rates``),
 kept in the store and reused while the machine, the settings and the libraries' versions
-are the same. A run faster than every kernel raises the peak to its own rate.
+are the same; a store that lacks a rate takes it from the machine's peak store, where every
+store's measured rates are kept too (``machine_peaks``). A run faster than every kernel raises the peak to its own rate.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dlperf.core import environment
 from dlperf.core.environment import usable_cpus
 from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.store import Store
+from dlperf.engine import machine_peaks
 from dlperf.engine.cpulock import cpus_held
 from dlperf.engine.launch import run_isolated
 from dlperf.engine.launch.isolated import LaunchInterrupted
@@ -95,7 +97,13 @@ class Runner:
         if remeasure:
             found = [r for r in found if r.spec.network == peak.RAISED]
             missing = self.peak_specs(threads, device)
-        found += [self._run_and_store(s) for s in missing]
+        else:  # what another store on this machine measured (``machine_peaks``)
+            borrowed = machine_peaks.borrow(self.store, missing, threads, device, packages)
+            found += borrowed
+            missing = [s for s in missing if s.run_id not in {r.spec.run_id for r in borrowed}]
+        measured = [self._run_and_store(s) for s in missing]
+        machine_peaks.keep(self.store, measured)
+        found += measured
         theory = environment.theoretical_peak(threads) if device == "cpu" else None
         return peak.peak_of(found, threads, device, theory.flops if theory else None,
                             theory.describe() if theory else "")
