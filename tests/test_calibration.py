@@ -411,6 +411,30 @@ def test_a_max_pool_is_timed_by_the_pool_kernels_curve(db):
     assert older < got / 2
 
 
+def test_a_bias_is_a_pass_over_the_output_each_way_and_only_where_there_is_one(db):
+    """A dense or convolution layer with a bias adds it over its output (read and written
+    once) and sums the output's gradient into it (read once), at the in-place pass's
+    bandwidth; a convolution without one (ResNet's, before its batch norm) and an LSTM
+    (its bias inside the cell) pay nothing for it."""
+    from dlperf.perfmodel.local import bias_elems, fitted_timing, product_times
+
+    with Store(db) as store:
+        made_up.calibrated(store)
+        f = calibration.local_calibration(store).find("torch", 1)
+    proj, cost, _ = _layer_and_cost("lstm32", "softmax_proj", 128)
+    assert bias_elems(proj) == 10000
+    out = 4 * 128 * proj.out_elems
+    t = fitted_timing(proj, cost, 128, f)
+    assert t.memory_s == pytest.approx(f.in_place.time(2 * out) + f.in_place.time(out + 4e4))
+    fwd, _ = product_times(proj, 128, f)  # the add is forward, the sum backward
+    assert t.forward_s == pytest.approx((fwd + f.in_place.time(2 * out)) * f.slowdown)
+    conv, cost, _ = _layer_and_cost("alexnet", "conv1", 16)
+    assert bias_elems(conv) == 96 and fitted_timing(conv, cost, 16, f).memory_s > 0
+    for net, name in (("resnet50", "s1b1_c1"), ("lstm32", "lstm1")):
+        layer, cost, _ = _layer_and_cost(net, name, 16)
+        assert fitted_timing(layer, cost, 16, f).memory_s == 0.0, name
+
+
 def test_batch_norm_is_timed_by_the_curves_of_the_channel_counts_around_it(db):
     """Few channels over many elements run slower (fewer reductions to spread): each
     calibrated channel count has its curve, a layer between two is interpolated in log

@@ -10,6 +10,9 @@ A layer's time per step (batch B):
   product's, and by the sequence's where the layer runs on every step of a sequence:
   m > 1 rows per sample); a convolution by the convolution
   curves (forward; both gradients together), on its implicit GEMM;
+- a dense or convolution layer with a bias adds it to its output (one pass that writes
+  over what it reads) and sums the output's gradient into the bias's (a pass that reads
+  it), at the in-place update's bandwidth (``bias_times``);
 - a layer without products (activation, normalisation, pooling, embedding) moves its
   bytes (``costs``) at the bandwidth the memory curve gives for that many bytes; the
   softmax cross-entropy loss and batch normalisation take the times their own
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 from dlperf.perfmodel.catalogue import Device, Link
 from dlperf.perfmodel.compute import LayerTiming
-from dlperf.perfmodel.costs import LayerCost, activation_bytes
+from dlperf.perfmodel.costs import WEIGHT_BYTES, LayerCost, activation_bytes
 from dlperf.perfmodel.fit import (
     AlphaBeta,
     GemmCurve,
@@ -113,6 +116,34 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
     return fwd, bwd
 
 
+#: layers whose bias is its own pass over the output: a recurrent layer adds its bias
+#: inside its cell, with the gates' other elementwise work
+BIASED_OPS = ("dense", *CONV_OPS)
+
+
+def bias_elems(layer: Layer) -> int:
+    """The elements of a layer's bias: its parameters beyond the weights of its products
+    (n x k each; a product without weights, as attention's, does not count)."""
+    weights = sum(g.n * g.k for g in layer.gemms if g.batch_rows)
+    return max(0, layer.params - weights) if layer.gemms else 0
+
+
+def bias_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, float]:
+    """(forward, backward) seconds of a dense or convolution layer's bias: forward, the
+    output read and written over once, the bias added (PyTorch's ``add_`` after a batched
+    product, ``addmm``'s copy of the bias into the output before the product; Keras'
+    ``BiasAdd``; a fusion of XLA's after its dot); backward, the output's gradient read once
+    and summed into the bias's (``sum``, ``BiasAddGrad``, a reduce). Both at the in-place
+    update's bandwidth: neither writes a new result of the output's size. Seen in
+    ``dlperf explain -n lstm32 -f torch``: the projection's ``add_`` and ``sum`` over its
+    4096 x 10000 output, 23 and 29 ms of a 1.15 s step (a strided reduction runs slower
+    than a pass), both missing from the model."""
+    if layer.op not in BIASED_OPS or not (n := bias_elems(layer)):
+        return 0.0, 0.0
+    out = layer.out_elems * batch * element_bytes(fit.precision)
+    return fit.in_place.time(2 * out), fit.in_place.time(out + n * WEIGHT_BYTES)
+
+
 def _unfused_conv(fit: LocalFit, g: Gemm, batch: float) -> bool:
     """Whether PyTorch runs this convolution without oneDNN: a 1x1 window, stride 1, a
     batch below 16, one thread, on a CPU. ATen's ``ConvParams::use_mkldnn``
@@ -186,7 +217,8 @@ def fitted_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) ->
     fwd, bwd = product_times(layer, batch, fit)
     moved = cost.fwd_bytes + cost.bwd_bytes
     if layer.fwd_flops:
-        compute, memory, forward = fwd + bwd, 0.0, fwd
+        add, grad = bias_times(layer, batch, fit)
+        compute, memory, forward = fwd + bwd, add + grad, fwd + add
     elif layer.op == "loss" and fit.xent is not None:  # the loss and its gradient
         compute, memory = 0.0, fit.xent.time(xent_bytes(layer.out_elems * batch))
         forward = memory * cost.fwd_bytes / moved if moved else 0.0
