@@ -25,6 +25,7 @@ UPDATE_BPS = 25e9
 XENT_BPS = 2e9  # the loss: exponentials make it slower than a memory pass
 BN_BPS = 2e9  # batch normalisation: several passes over its activation
 POOL_BPS = 1e9  # the max pool's gradient scatters its maxima back
+LSTM_RATE = 20e9  # FLOP/s of an LSTM layer whole: small products in a loop, and the gates
 TN_SLOWER = 1.5
 SHARE_STEP_S, SHARE_COST = 8e-3, 1.25  # two processes on one core: x1.25 beyond sharing
 SEQ_SLOWER = 3.0
@@ -82,6 +83,8 @@ def true_s(op: str, shape: tuple[int, ...], world: int = 1, elem: int = ELEM) ->
         return CALL_S + OP_S + nbytes(op, shape, elem) / BN_BPS
     if op == "pool":
         return CALL_S + OP_S + nbytes(op, shape, elem) / POOL_BPS
+    if op == "lstm":
+        return CALL_S + OP_S + flops(op, shape) / LSTM_RATE
     if op in COLLECTIVE_FACTOR:
         a, b = alpha_beta(world)
         return COLLECTIVE_FACTOR[op] * (a + shape[0] / b)

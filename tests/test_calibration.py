@@ -324,7 +324,7 @@ def test_a_products_new_pages_are_counted_once_even_at_a_timed_shape():
     from dlperf.perfmodel.local import new_pages_s, one_product
 
     shapes = {op: [tuple(s) for s in k.grid(op)] for op in calibration.LOCAL_OPS
-              if op not in ("bn", "pool")}
+              if op not in ("bn", "pool", "lstm")}
     wide = (26752, 2048, 8)  # a weight gradient's 219 MB result at a small batch
     shapes["gemm_tn"].append(wide)
     clean = fit.Samples.of([made_up.sample(op, s) for op, ss in shapes.items() for s in ss])
@@ -411,6 +411,34 @@ def test_a_max_pool_is_timed_by_the_pool_kernels_curve(db):
     assert older < got / 2
 
 
+def test_an_lstm_layer_is_timed_whole_by_the_lstm_kernels_curve_at_its_hidden_size(db):
+    """An LSTM layer takes the LSTM kernel's time (the library's own layer timed whole)
+    for its bytes at its hidden size: at a calibrated shape, that sample's time (the
+    made-up machine runs the layer at a third of its products' rate); between two hidden
+    sizes, interpolated; a calibration made before revision 14 has none and the layer's
+    products stand in."""
+    from dlperf.perfmodel.local import fitted_timing
+
+    with Store(db) as store:
+        made_up.calibrated(store)
+        f = calibration.local_calibration(store).find("torch", 1)
+    assert sorted(f.lstm) == list(k.LSTM_HIDDEN)
+    layer, cost, _ = _layer_and_cost("lstm32", "lstm2", 128)
+    shape = (128, 32, 256, 256)  # lstm32's second layer at batch 128
+    assert cost.fwd_bytes + cost.bwd_bytes == k.nbytes("lstm", shape)  # the kernel's rule
+    own = f.model_copy(update={"lstm": fit.fit_by_side(
+        [made_up.sample("lstm", shape), made_up.sample("lstm", (16, 32, 256, 256))],
+        f.dispatch, axis=3)})
+    t = fitted_timing(layer, cost, 128, own)
+    assert t.compute_s == pytest.approx(k.flops("lstm", shape) / made_up.LSTM_RATE
+                                        + made_up.CALL_S, rel=1e-3)
+    assert t.forward_s == pytest.approx(t.compute_s * layer.fwd_flops / layer.train_flops())
+    between = fitted_timing(layer, cost, 128, f).compute_s  # hidden 128 and 512 around it
+    assert between == pytest.approx(t.compute_s, rel=0.5)
+    older = fitted_timing(layer, cost, 128, f.model_copy(update={"lstm": {}})).compute_s
+    assert older < 0.7 * t.compute_s  # its products, at the GEMM curves' rates
+
+
 def test_a_bias_is_a_pass_over_the_output_each_way_and_only_where_there_is_one(db):
     """A dense or convolution layer with a bias adds it over its output (read and written
     once) and sums the output's gradient into it (read once), at the in-place pass's
@@ -489,7 +517,7 @@ TINY = {"gemm": [(8, 8, 8), (16, 8, 4)], "gemm_tn": [(8, 4, 16)], "gemm_tn_seq":
         "conv": [(1, 3, 4, 8, 3, 1), (1, 3, 4, 9, 5, 2)],
         "conv_bwd": [(1, 3, 4, 8, 3, 1), (2, 3, 4, 9, 5, 2)], "memory": [(1024,)], "update": [(2048,)],
         "xent": [(4, 16), (2, 1000)], "bn": [(2, 3, 5)], "pool": [(2, 3, 9)],
-        "dispatch": [(1,), (4,)], "dispatch_train": [(1,), (3,)]}
+        "lstm": [(2, 3, 4, 5)], "dispatch": [(1,), (4,)], "dispatch_train": [(1,), (3,)]}
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow", "jax"])

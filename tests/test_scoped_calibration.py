@@ -63,7 +63,7 @@ def test_a_shape_beyond_the_bound_is_timed_on_fewer_rows_or_samples():
 def test_the_scoped_grid_is_the_skeleton_and_the_networks_shapes():
     needed = nk.step_shapes(workloads.get("alexnet").layers(), 16)
     for op in nk.SCOPED_OPS:
-        got = nk.scoped_grid(op, needed, layer_kinds={"conv", "pool"})
+        got = nk.scoped_grid(op, needed, layer_kinds={"conv", "pool", "lstm"})
         full = k.grid(op)
         assert set(full[::nk.SKELETON_STRIDE]) | needed[op] == set(got)
         assert len(got) < len(full) + len(needed[op])
@@ -71,6 +71,16 @@ def test_the_scoped_grid_is_the_skeleton_and_the_networks_shapes():
     for op in ("bn", "pool"):  # only for a network with such layers
         assert nk.scoped_grid(op, needed, layer_kinds={"conv", "dense"}) == []
         assert nk.scoped_grid(op, needed, layer_kinds={op, "conv"}) == k.grid(op)
+    # an LSTM: only for a network that has one, whole at its own shape beside the skeleton
+    assert nk.scoped_grid("lstm", needed, layer_kinds={"conv", "pool"}) == []
+    lstm32 = workloads.get("lstm32")
+    needed = nk.step_shapes(lstm32.layers(), 128)
+    cfg = lstm32.sizes["full"]
+    assert needed["lstm"] == {(128, cfg.seq_len, cfg.embed, cfg.hidden)}  # embed == hidden
+    assert set(nk.scoped_grid("lstm", needed, layer_kinds={"lstm"})) == {
+        *k.grid("lstm")[::nk.SKELETON_STRIDE], (128, 32, 256, 256)}
+    assert k.flops("lstm", (128, 32, 256, 256)) == 3 * 128 * sum(
+        x.fwd_flops for x in lstm32.layers() if x.op == "lstm") / 2
 
 
 def test_a_scoped_plan_names_its_networks_and_keeps_every_required_op():

@@ -106,6 +106,18 @@ class Kernel(Timed):
 
             def fn(x, g):
                 return jax.vjp(max_pool, x)[1](g)
+        elif op == "lstm":  # jax_backend's LSTM layer (time-major), and its vjp
+            from dlperf.backends.jax_backend import LSTM
+
+            batch, steps, inputs, hidden = shape
+            layer = LSTM(hidden)
+            xs = operand(steps, batch, inputs)
+            params = jax.tree.map(lambda v: operand(*v.shape) / np.sqrt(hidden),
+                                  jax.eval_shape(layer.init, jax.random.PRNGKey(0), xs))
+            args = (xs, params, operand(steps, batch, hidden))
+
+            def fn(xs, params, g):
+                return jax.vjp(lambda x, p: layer.apply(p, x), xs, params)[1](g)
         elif op == "xent":  # the loss jax_backend trains with, and its gradient
             rows, classes = shape
             args = (operand(rows, classes), rng.integers(0, classes, rows).astype(np.int32))

@@ -122,6 +122,19 @@ class Kernel(Timed):
                         tape.watch(x)
                         y = pool(pad(x))
                     return tape.gradient(y, x, output_gradients=g)
+            elif op == "lstm":  # one layer as keras_models' language model builds it
+                batch, steps, inputs, hidden = shape
+                layer = keras.layers.LSTM(hidden, return_sequences=True, bias_initializer="zeros",
+                                          unit_forget_bias=False)
+                layer.build((batch, steps, inputs))
+                args = (operand((batch, steps, inputs)), operand((batch, steps, hidden)))
+
+                def fn(x, g):
+                    with tf.GradientTape() as tape:
+                        tape.watch(x)
+                        y = layer(x)
+                    return tuple(tape.gradient(y, [x, *layer.trainable_variables],
+                                               output_gradients=g))
             elif op == "update":  # a variable written over, as an optimizer's apply does
                 var = tf.Variable(operand(shape))
                 args = ()

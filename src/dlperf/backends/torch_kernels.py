@@ -127,6 +127,13 @@ class Kernel(Timed):
             out = conv_out(side, POOL_WINDOW, POOL_STRIDE)
             self.x = operand(batch, channels, side, side).requires_grad_()
             self.g = operand(batch, channels, out, out)
+        elif op == "lstm":  # one layer of torch_backend's nn.LSTM, its hidden bias frozen
+            batch, steps, inputs, hidden = shape
+            self.lstm = torch.nn.LSTM(inputs, hidden, 1, batch_first=True).to(device)
+            torch.nn.init.zeros_(self.lstm.bias_hh_l0)
+            self.lstm.bias_hh_l0.requires_grad_(False)
+            self.x = operand(batch, steps, inputs).requires_grad_()
+            self.g = operand(batch, steps, hidden)
         elif op == "xent":  # the loss torch_backend trains with, and its gradient
             rows, classes = shape
             self.x = operand(rows, classes).requires_grad_()
@@ -174,6 +181,10 @@ class Kernel(Timed):
         elif op == "pool":  # forward, then the input's gradient
             y = F.max_pool2d(self.x, POOL_WINDOW, POOL_STRIDE, POOL_WINDOW // 2)
             (self.out,) = torch.autograd.grad(y, self.x, self.g)
+        elif op == "lstm":  # forward, then the input's and the trained weights' gradients
+            y, _ = self.lstm(self.x)
+            self.out = torch.autograd.grad(
+                y, (self.x, *(p for p in self.lstm.parameters() if p.requires_grad)), self.g)
         elif op == "xent":
             (self.out,) = torch.autograd.grad(F.cross_entropy(self.x, self.y), self.x)
         elif op == "dispatch_train":  # a training step as TorchTrainer.step runs one

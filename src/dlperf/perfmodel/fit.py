@@ -29,7 +29,9 @@ times the model adds up.
 - ``MemoryCurve``: time against bytes moved, interpolated in log-log over the sizes
   measured (caches, then DRAM), the op's fixed cost taken off; the same form serves the
   in-place update, the softmax cross-entropy (against its logits' bytes), batch
-  normalisation and the max pool with its gradient (against their layer's bytes).
+  normalisation, the max pool with its gradient and an LSTM layer's training step
+  (against their layer's bytes; batch normalisation per channel count, the LSTM per
+  hidden size).
 - ``AlphaBeta``: an all-reduce of n bytes among p processes, t = alpha + n / beta (Hockney
   1994), per p.
 """
@@ -340,16 +342,38 @@ def fit_memory(samples: Sequence[KernelSample], d: Dispatch) -> MemoryCurve:
     return MemoryCurve(nbytes=tuple(xs), seconds=tuple(ys))
 
 
+def _between(curves: dict[int, MemoryCurve], side: float, nbytes: float) -> float:
+    """The time of ``nbytes`` between the two calibrated sides around ``side`` (channels,
+    hidden units), interpolated in log time and log side; outside them, the nearest
+    one's curve."""
+    keys = sorted(curves)
+    lo = max((k for k in keys if k <= side), default=keys[0])
+    hi = min((k for k in keys if k >= side), default=keys[-1])
+    t_lo, t_hi = curves[lo].time(nbytes), curves[hi].time(nbytes)
+    if lo == hi or t_lo <= 0 or t_hi <= 0:
+        return t_lo
+    w = math.log(side / lo) / math.log(hi / lo)
+    return math.exp((1 - w) * math.log(t_lo) + w * math.log(t_hi))
+
+
+def fit_by_side(samples: Sequence[KernelSample], d: Dispatch, axis: int,
+                least: int = 1) -> dict[int, MemoryCurve]:
+    """One memory curve per value of the shape's ``axis`` that has at least ``least``
+    samples. An LSTM's (per hidden size) may have one: a layer's own shape, timed by a
+    calibration scoped to its network, is its curve's one point."""
+    by: dict[int, list[KernelSample]] = {}
+    for s in samples:
+        by.setdefault(s.shape[axis], []).append(s)
+    return {k: fit_memory(v, d) for k, v in sorted(by.items()) if len(v) >= least}
+
+
 def fit_by_channels(samples: Sequence[KernelSample], d: Dispatch) -> dict[int, MemoryCurve]:
     """One memory curve per channel count of the batch-norm samples (shape (batch,
     channels, side)). A batch normalisation reduces each channel over batch x height x
     width, and its kernels spread the channels over the cores or thread blocks, so at
     equal bytes a layer of few channels runs slower: on an H200 the calibration's 16
     channels over 16 M elements ran at 165 GB/s, 1024 channels at 1934."""
-    by: dict[int, list[KernelSample]] = {}
-    for s in samples:
-        by.setdefault(s.shape[1], []).append(s)
-    return {c: fit_memory(v, d) for c, v in sorted(by.items()) if len(v) >= 2}
+    return fit_by_side(samples, d, axis=1, least=2)
 
 
 def fit_allreduce(samples: Sequence[KernelSample]) -> dict[int, AlphaBeta]:
@@ -403,6 +427,10 @@ class LocalFit(_Frozen):
     #: a max pool forward and its input's gradient, against the bytes of ``costs``' rule
     #: (None: calibrated before it was timed; ``memory`` stands in)
     pool: MemoryCurve | None = None
+    #: an LSTM layer forward and both its gradients, against the bytes of ``costs``'
+    #: rule, per hidden size (``fit_by_side``; empty: calibrated before it was timed, the
+    #: layer's products stand in)
+    lstm: dict[int, MemoryCurve] = Field(default_factory=dict)
     allreduce: dict[int, AlphaBeta] = Field(default_factory=dict)
     #: gloo's all-gather and reduce-scatter per process count, the bytes their whole
     #: tensor's (empty: calibrated before they were timed)
@@ -436,14 +464,12 @@ class LocalFit(_Frozen):
         and log channels; outside them, the nearest one's curve."""
         if not self.bn_channels:
             return (self.bn or self.memory).time(nbytes)
-        keys = sorted(self.bn_channels)
-        lo = max((k for k in keys if k <= channels), default=keys[0])
-        hi = min((k for k in keys if k >= channels), default=keys[-1])
-        t_lo, t_hi = self.bn_channels[lo].time(nbytes), self.bn_channels[hi].time(nbytes)
-        if lo == hi or t_lo <= 0 or t_hi <= 0:
-            return t_lo
-        w = math.log(channels / lo) / math.log(hi / lo)
-        return math.exp((1 - w) * math.log(t_lo) + w * math.log(t_hi))
+        return _between(self.bn_channels, channels, nbytes)
+
+    def lstm_time(self, nbytes: float, hidden: float) -> float | None:
+        """Seconds of an LSTM layer's training step moving ``nbytes`` at ``hidden`` units,
+        as ``bn_time`` interpolates between channel counts; None where it was not timed."""
+        return _between(self.lstm, hidden, nbytes) if self.lstm else None
 
     @property
     def in_place(self) -> MemoryCurve:
@@ -575,6 +601,7 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     bn=fit_memory(bn, d) if (bn := samples.of_op("bn")) else None,
                     bn_channels=fit_by_channels(bn, d),
                     pool=fit_memory(pool, d) if (pool := samples.of_op("pool")) else None,
+                    lstm=fit_by_side(samples.of_op("lstm"), d, axis=3),
                     allreduce=fit_allreduce(samples.of_op("allreduce")),
                     allgather=fit_allreduce(samples.of_op("allgather")),
                     reducescatter=fit_allreduce(samples.of_op("reducescatter")),

@@ -48,6 +48,12 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
   over a (batch, channels, side, side) activation, forward and its input's gradient: the
   gradient scatters each window's maximum back, which a library can run far slower than a
   memory pass of the same bytes (XLA:CPU as an iota, a reduce-window and a scatter);
+- ``lstm`` (batch, steps, inputs, hidden): one LSTM layer as the backends build it over a
+  sequence (PyTorch's ``nn.LSTM``, run by oneDNN's fused RNN primitive; Keras' ``LSTM``;
+  the Flax layer of ``jax_backend``, a ``lax.scan``), forward and the gradients of its
+  input and weights: the recurrence's small products and the gates' elementwise work in
+  the library's own loop, which its products timed one by one do not show (PyTorch's
+  oneDNN LSTM at DLBench's shape took 262 ms a step against 187 ms from the GEMM curve);
 - ``allreduce`` (bytes,): a gloo all-reduce of fp32 on loopback among ``world``
   processes (PyTorch only);
 - ``allgather``, ``reducescatter`` (bytes,): gloo's all-gather into a tensor of those
@@ -74,11 +80,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from dlperf.perfmodel.catalogue import PRECISIONS
 
 Op = Literal["gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
-             "xent", "bn", "pool", "dispatch", "dispatch_train", "allreduce", "allgather",
-             "reducescatter", "share"]
+             "xent", "bn", "pool", "lstm", "dispatch", "dispatch_train", "allreduce",
+             "allgather", "reducescatter", "share"]
 OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory",
-                        "update", "xent", "bn", "pool", "dispatch", "dispatch_train",
-                        "allreduce", "allgather", "reducescatter", "share")
+                        "update", "xent", "bn", "pool", "lstm", "dispatch",
+                        "dispatch_train", "allreduce", "allgather", "reducescatter", "share")
 #: the collectives among processes the calibration times (gloo, on loopback)
 COLLECTIVES = ("allreduce", "allgather", "reducescatter")
 #: ops timed among processes, of the machine rather than of one framework's threads
@@ -102,8 +108,8 @@ ELEM = 4
 #: (``CONV_LARGE_ELEMS``); 11: the sequence's weight gradient also at ``SEQ_FEATURES`` rows,
 #: every convolution also at a training batch's size, operands drawn uniform; 12: the
 #: products also at a few rows (``SMALL_ROWS``), the all-reduce up to 256 MB; 13: the max
-#: pool and its gradient (pool)
-REVISION = 13
+#: pool and its gradient (pool); 14: an LSTM layer whole (lstm)
+REVISION = 14
 #: the max pool the calibration times (``pool``): window, stride, padding
 POOL_WINDOW, POOL_STRIDE = 3, 2
 #: side of the dependent matrix products of the dispatch chain
@@ -218,6 +224,9 @@ def flops(op: str, shape: tuple[int, ...]) -> float:
         return 2.0 * shape[0] * DISPATCH_SIDE**3
     if op == "dispatch_train":
         return TRAIN_PRODUCTS * 2.0 * shape[0] * DISPATCH_SIDE**3
+    if op == "lstm":  # the products of every step, forward and both gradients
+        batch, steps, inputs, hidden = shape
+        return TRAIN_PRODUCTS * 2.0 * batch * steps * 4 * hidden * (inputs + hidden)
     return 0.0
 
 
@@ -247,6 +256,10 @@ def nbytes(op: str, shape: tuple[int, ...], elem: int = ELEM) -> float:
         batch, channels, side = shape
         out = conv_out(side, POOL_WINDOW, POOL_STRIDE)
         return pool_bytes(batch * channels * side * side, batch * channels * out * out, elem)
+    if op == "lstm":
+        batch, steps, inputs, hidden = shape
+        return lstm_bytes(lstm_params(inputs, hidden), batch * steps * inputs,
+                          batch * steps * hidden, elem)
     if op in COLLECTIVES:
         return float(shape[0])
     return 0.0
@@ -270,6 +283,19 @@ def pool_bytes(in_elems: float, out_elems: float, elem: int = ELEM) -> float:
     ``perfmodel.costs`` for a layer without weights whose input has ``in_elems`` and
     output ``out_elems`` elements: forward I + O, backward O + 2 I."""
     return float(elem * (3 * in_elems + 2 * out_elems))
+
+
+def lstm_params(inputs: int, hidden: int) -> int:
+    """An LSTM layer's parameters as the neutral definition counts them: the input's and
+    the state's weights of its four gates and one bias (``workloads.dlbench``)."""
+    return 4 * hidden * (inputs + hidden) + 4 * hidden
+
+
+def lstm_bytes(params: float, in_elems: float, out_elems: float, elem: int = ELEM) -> float:
+    """Bytes an LSTM layer must move at least in a training step, by the rule of
+    ``perfmodel.costs`` for a layer with weights and an input gradient: forward P + I + O,
+    backward O + I + P + I + P."""
+    return float(elem * (3 * params + 3 * in_elems + 2 * out_elems))
 
 
 def element_bytes(precision: str) -> int:
@@ -356,6 +382,10 @@ BN_ELEMS = (2**16, 2**20, 2**24)
 #: batch 16: 4.6 M)
 POOL_LAYERS = ((16, 64), (256, 14))
 POOL_ELEMS = (2**16, 2**19, 2**22)
+#: LSTM layers: hidden sizes (the input as wide) around DLBench's 256, over SEQ_STEPS
+#: steps at each batch
+LSTM_HIDDEN = (128, 512)
+LSTM_BATCHES = (16, 128)
 #: the sequence's weight gradient is timed at inner dimensions (time x batch) up to this
 SEQ_INNER_MAX = SEQ_STEPS * 256
 #: A GPU's products and convolutions are timed this many times larger (MAX_GEMM_FLOPS,
@@ -427,6 +457,9 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
     if op == "pool":
         elems = tuple(2**e for e in range(14, 26, 2)) if fine else POOL_ELEMS
         return [(max(1, round(e / (c * s * s))), c, s) for e in elems for c, s in POOL_LAYERS]
+    if op == "lstm":
+        batches = (8, 16, 32, 64, 128, 256) if fine else LSTM_BATCHES
+        return [(b, SEQ_STEPS, h, h) for h in LSTM_HIDDEN for b in batches]
     if op == "xent":
         elems = tuple(2**e for e in range(10, 26, 2)) if fine else XENT_ELEMS
         return [(e // c, c) for e in elems for c in XENT_CLASSES if c <= e]

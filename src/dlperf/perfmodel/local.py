@@ -10,6 +10,9 @@ A layer's time per step (batch B):
   product's, and by the sequence's where the layer runs on every step of a sequence:
   m > 1 rows per sample); a convolution by the convolution
   curves (forward; both gradients together), on its implicit GEMM;
+- an LSTM layer takes the calibrated LSTM kernel's time for its bytes at its hidden size
+  (the library's recurrence, gates and products together: ``lstm_time``), where the
+  calibration timed one;
 - a dense or convolution layer with a bias adds it to its output (one pass that writes
   over what it reads) and sums the output's gradient into the bias's (a pass that reads
   it), at the in-place update's bandwidth (``bias_times``);
@@ -144,6 +147,15 @@ def bias_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, float]
     return fit.in_place.time(2 * out), fit.in_place.time(out + n * WEIGHT_BYTES)
 
 
+def lstm_time(layer: Layer, moved: float, fit: LocalFit) -> float | None:
+    """An LSTM layer's training step from the calibrated LSTM kernel (``kernels``' op
+    'lstm': the framework's own layer, timed whole) for the layer's bytes (``moved``, by
+    ``costs``' rule) at its hidden size; None where no LSTM was calibrated (its products
+    then stand in)."""
+    hidden = layer.gemms[0].n // 4 if layer.gemms else 0
+    return fit.lstm_time(moved, hidden) if hidden else None
+
+
 def _unfused_conv(fit: LocalFit, g: Gemm, batch: float) -> bool:
     """Whether PyTorch runs this convolution without oneDNN: a 1x1 window, stride 1, a
     batch below 16, one thread, on a CPU. ATen's ``ConvParams::use_mkldnn``
@@ -216,7 +228,11 @@ def fitted_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) ->
     """One layer's step on this machine from the fitted curves (module docstring)."""
     fwd, bwd = product_times(layer, batch, fit)
     moved = cost.fwd_bytes + cost.bwd_bytes
-    if layer.fwd_flops:
+    if layer.op == "lstm" and (whole := lstm_time(layer, moved, fit)) is not None:
+        # the layer's own kernel: its recurrence and gates as the library loops over them
+        compute, memory = whole, 0.0
+        forward = whole * layer.fwd_flops / layer.train_flops() if layer.train_flops() else 0.0
+    elif layer.fwd_flops:
         add, grad = bias_times(layer, batch, fit)
         compute, memory, forward = fwd + bwd, add + grad, fwd + add
     elif layer.op == "loss" and fit.xent is not None:  # the loss and its gradient

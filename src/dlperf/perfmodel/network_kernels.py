@@ -7,7 +7,8 @@ convolution of their layers at their batch (the forward, the input's gradient, t
 weights' gradient), and of the generic grid only every ``SKELETON_STRIDE``-th shape, so
 that each curve keeps its form between and beyond those shapes. The memory passes, the
 loss, the dispatch chains, and batch normalisation and the max pool (for a network that
-has such layers) keep their whole grids: they are cheap, and interpolated over sizes
+has such layers) keep their whole grids; an LSTM layer (for a network that has one) is
+timed whole at its own shape beside its grid's skeleton: they are cheap, and interpolated over sizes
 rather than fitted. The networks' shapes are timed as kernels alone, one at a time,
 never as the step they are then compared with.
 """
@@ -18,6 +19,7 @@ import math
 from collections.abc import Collection, Iterable
 
 from dlperf.perfmodel.kernels import (
+    SEQ_FEATURES_FLOPS,
     SEQ_STEPS,
     conv_out,
     flops,
@@ -28,10 +30,10 @@ from dlperf.workloads.base import Gemm, Layer
 
 #: the ops whose grid a scoped calibration thins to its skeleton, adding the networks'
 #: shapes; every other op keeps its grid
-SCOPED_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd")
+SCOPED_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "lstm")
 #: the ops timed only for a network that has a layer of that kind (each op is named after
 #: the layer kind it times)
-LAYER_KIND_OPS = ("bn", "pool")
+LAYER_KIND_OPS = ("bn", "pool", "lstm")
 #: every this-many-th shape of a scoped op's generic grid is kept (the grids are ordered
 #: by their sides, so the kept ones span each side's range)
 SKELETON_STRIDE = 4
@@ -39,8 +41,12 @@ SKELETON_STRIDE = 4
 #: samples (``_bounded``): a layer that takes seconds at one thread runs where its
 #: curve has saturated in the batch, and would cost the calibration more than it tells
 MAX_SHAPE_FLOPS = 8e9
+#: ... except an LSTM layer, whose time at a smaller batch would be stretched to the
+#: layer's by its bytes: timed whole up to the sequence's bound (DLBench's LSTM-32 at
+#: batch 256 is 26 GFLOP)
+MAX_LSTM_FLOPS = SEQ_FEATURES_FLOPS
 #: the dimension of each scoped op's shape that the batch scales
-BATCH_AXIS = {"gemm": 0, "gemm_tn": 2, "gemm_tn_seq": 3, "conv": 0, "conv_bwd": 0}
+BATCH_AXIS = {"gemm": 0, "gemm_tn": 2, "gemm_tn_seq": 3, "conv": 0, "conv_bwd": 0, "lstm": 0}
 
 
 def label(network: str, batch: int) -> str:
@@ -52,6 +58,9 @@ def step_shapes(layers: Iterable[Layer], batch: int) -> dict[str, set[tuple[int,
     """Per op, the shapes one training step of ``layers`` at ``batch`` runs."""
     out: dict[str, set[tuple[int, ...]]] = {op: set() for op in SCOPED_OPS}
     for layer in layers:
+        if layer.op == "lstm" and layer.gemms:  # the layer whole (``local.lstm_time``)
+            into = layer.gemms[0]  # the input projection of every step: (steps, 4H, in)
+            out["lstm"].add((batch, into.m, into.k, into.n // 4))
         for g in layer.gemms:
             if layer.op in CONV_OPS:
                 shape = conv_shape(g, batch)
@@ -89,11 +98,12 @@ def _bounded(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     """``shape`` within ``MAX_SHAPE_FLOPS``: its batch dimension (``BATCH_AXIS``: a
     product's rows, a weight gradient's inner dimension, a convolution's samples) cut
     to what fits, at least 1."""
-    if flops(op, shape) <= MAX_SHAPE_FLOPS:
+    bound = MAX_LSTM_FLOPS if op == "lstm" else MAX_SHAPE_FLOPS
+    if flops(op, shape) <= bound:
         return shape
     axis = BATCH_AXIS[op]
     per_row = flops(op, (*shape[:axis], 1, *shape[axis + 1:]))
-    return (*shape[:axis], max(1, int(MAX_SHAPE_FLOPS // per_row)), *shape[axis + 1:])
+    return (*shape[:axis], max(1, int(bound // per_row)), *shape[axis + 1:])
 
 
 def scoped_grid(op: str, needed: dict[str, set[tuple[int, ...]]], *,
