@@ -11,8 +11,9 @@ commands from timing workers on the same cores at once.
 The peak a step's share is taken of: the machine's fp32 peak at its thread count, the
 best of several kernels across the installed frameworks (``dlperf.kinds.peak.rates``),
 kept in the store and reused while the machine, the settings and the libraries' versions
-are the same; a store that lacks a rate takes it from the machine's peak store, where every
-store's measured rates are kept too (``machine_peaks``). A run faster than every kernel raises the peak to its own rate.
+are the same; a store that lacks a rate takes it from the machine's peak store, where
+every store's measured rates are kept too (``machine_peaks``). A run faster than every
+kernel raises the peak to its own rate.
 """
 
 from __future__ import annotations

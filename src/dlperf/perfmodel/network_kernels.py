@@ -7,10 +7,10 @@ convolution of their layers at their batch (the forward, the input's gradient, t
 weights' gradient), and of the generic grid only every ``SKELETON_STRIDE``-th shape, so
 that each curve keeps its form between and beyond those shapes. The memory passes, the
 loss, the dispatch chains, and batch normalisation and the max pool (for a network that
-has such layers) keep their whole grids; an LSTM layer (for a network that has one) is
-timed whole at its own shape beside its grid's skeleton: they are cheap, and interpolated over sizes
-rather than fitted. The networks' shapes are timed as kernels alone, one at a time,
-never as the step they are then compared with.
+has such layers) keep their whole grids: they are cheap, and interpolated over sizes
+rather than fitted. An LSTM layer (for a network that has one) is timed whole at its own
+shape, beside its grid's skeleton. The networks' shapes are timed as kernels alone, one
+at a time, never as the step they are then compared with.
 """
 
 from __future__ import annotations
