@@ -44,6 +44,7 @@ from dlperf.backends.base import (
     Trainer,
     UnsupportedError,
 )
+from dlperf.backends.jax_layers import LSTM, uniform
 from dlperf.backends.jax_layers import batch_norm as _bn
 from dlperf.backends.jax_layers import max_pool as _max_pool
 from dlperf.workloads.dlbench import AlexNetConfig, FCNConfig, LSTMLMConfig, ResNetConfig
@@ -56,13 +57,6 @@ def uniform_fan_in(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.floa
     """U(-1/sqrt(fan_in), +1/sqrt(fan_in)); fan_in is every axis but the last (HWIO, IO)."""
     bound = 1.0 / math.sqrt(math.prod(shape[:-1]))
     return jax.random.uniform(key, shape, dtype, -bound, bound)
-
-
-def uniform(bound: float) -> Callable[..., jax.Array]:
-    def init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
-        return jax.random.uniform(key, shape, dtype, -bound, bound)
-
-    return init
 
 
 def _dense(features: int, name: str, bias: bool = True) -> nn.Dense:
@@ -150,41 +144,6 @@ class ResNet(nn.Module):
                                self.train, name=f"s{s}b{b}")(x)
         x = jnp.mean(x, axis=(1, 2))
         return _dense(cfg.classes, "fc")(x)
-
-
-class LSTM(nn.Module):
-    """One LSTM layer over a time-major sequence, with the neutral parameters: ``wx``
-    (in, 4H), ``wh`` (H, 4H), one bias ``b`` (4H,), gates in the order i, f, g, o.
-
-    The input projection of every time step is one matrix product hoisted out of the
-    recurrence; ``lax.scan`` then carries (h, c) with only ``h @ wh`` inside the loop. The
-    first step is peeled off the scan: its state is the constant zero, so autodiff computes
-    no gradient into the initial state (as PyTorch's autograd does not), which it would
-    inside the loop, and XLA folds the products with zero away.
-    """
-
-    hidden: int
-
-    @nn.compact
-    def __call__(self, xs: jax.Array) -> jax.Array:  # xs: (T, B, in) -> (T, B, H)
-        h_dim = self.hidden
-        init = uniform(1.0 / math.sqrt(h_dim))
-        wx = self.param("wx", init, (xs.shape[-1], 4 * h_dim))
-        wh = self.param("wh", init, (h_dim, 4 * h_dim))
-        b = self.param("b", nn.initializers.zeros, (4 * h_dim,))
-        gates_x = xs @ wx + b  # (T, B, 4H) in one product
-
-        def cell(carry: tuple[jax.Array, jax.Array], gx: jax.Array):
-            h, c = carry
-            i, f, g, o = jnp.split(gx + h @ wh, 4, axis=-1)
-            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-            h = jax.nn.sigmoid(o) * jnp.tanh(c)
-            return (h, c), h
-
-        zeros = jnp.zeros((xs.shape[1], h_dim), xs.dtype)
-        carry, h0 = cell((zeros, zeros), gates_x[0])
-        _, hs = jax.lax.scan(cell, carry, gates_x[1:])
-        return jnp.concatenate([h0[None], hs])
 
 
 class LSTMLanguageModel(nn.Module):

@@ -107,7 +107,7 @@ class Kernel(Timed):
             def fn(x, g):
                 return jax.vjp(max_pool, x)[1](g)
         elif op == "lstm":  # jax_backend's LSTM layer (time-major), and its vjp
-            from dlperf.backends.jax_backend import LSTM
+            from dlperf.backends.jax_layers import LSTM
 
             batch, steps, inputs, hidden = shape
             layer = LSTM(hidden)
