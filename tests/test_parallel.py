@@ -302,6 +302,26 @@ def test_killed_worker_is_recorded_with_the_steps_before_it(tmp_path, db):
 
 
 @pytest.mark.slow
+def test_a_rank_over_the_memory_limit_between_the_watchs_reads_is_out_of_memory(
+        tmp_path, monkeypatch):
+    """The watch limits the workers' resident sum and may read it too late for a brief
+    peak; a rank whose own peak passed the limit is stored as out of memory all the same,
+    its steps kept (a watch that misses every peak stands in for one that reads late)."""
+    from dlperf.engine.launch import torchrun
+
+    seen = launch(spec_for("pipeline", 2), tmp_path)
+    assert seen.ok, seen.failure
+    peak = seen.metrics.peak_rss_bytes
+    blind = torchrun.watch
+    monkeypatch.setattr(torchrun, "watch", lambda popen, memory_limit_bytes, **kw: blind(
+        popen, memory_limit_bytes=None, **kw))
+    r = launch(spec_for("pipeline", 2), tmp_path, memory_limit_bytes=peak // 2)
+    assert not r.ok and r.failure.reason == "oom", r.failure
+    assert "memory-limit" in r.failure.message and len(r.step_times_s) == 3
+    assert launch(spec_for("pipeline", 2), tmp_path, memory_limit_bytes=4 * peak).ok
+
+
+@pytest.mark.slow
 def test_hung_worker_is_named_and_the_run_ends(tmp_path):
     r = launch(spec_for("pipeline", 2, steps=6), tmp_path,
                env={"DLPERF_PARALLEL_FAULT": "1:hang:2"}, stall_timeout_s=5)

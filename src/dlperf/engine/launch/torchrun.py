@@ -39,7 +39,7 @@ import psutil
 
 from dlperf.core.orphans import child_env
 from dlperf.core.spec import RunResult, RunSpec
-from dlperf.engine.launch.isolated import LaunchInterrupted, worker_env
+from dlperf.engine.launch.isolated import LaunchInterrupted, over_limit, worker_env
 from dlperf.engine.launch.torchrun_failure import (
     diagnose,
     failed_result,
@@ -267,7 +267,10 @@ def _watch(spec: RunSpec, o: ParallelOptions, cmd: list[str], env: dict[str, str
     if out.failure is None and out.returncode == 0:
         if gathered.exists():
             reports = json.loads(gathered.read_text())["reports"]
-            return results.assemble(spec, reports, launcher=meta)
+            # a rank whose own peak passed the limit between the watch's reads (the watch
+            # limits the workers' sum; one rank's peak is a lower bound of it)
+            return over_limit(results.assemble(spec, reports, launcher=meta),
+                              memory_limit_bytes)
         if any(outdir.glob("result_rank*.json")):
             return None  # this node's workers finished; rank 0 (elsewhere) has the result
     failure = out.failure or diagnose(outdir, text, out.returncode or 0,
