@@ -110,6 +110,33 @@ def test_a_worker_dies_with_its_sweep(db, sig):
 
 
 @pytest.mark.slow
+def test_a_sweep_killed_outright_leaves_its_workers_folder_for_the_next_launch_to_remove(db):
+    """SIGKILL gives the driver no chance to remove its worker's scratch folder; the next
+    launch removes it (its launcher is gone), and leaves a live launcher's alone."""
+    import tempfile
+    from pathlib import Path
+
+    from dlperf.engine.launch.scratch import OWNER, remove_orphans
+
+    driver = _driver("sweep", "--networks", "fcn5", "--size", "tiny", "--min-time", "600",
+                     db=db)
+    workers = _children_running(driver, "dlperf.engine.worker")
+    driver.send_signal(signal.SIGKILL)
+    driver.communicate(timeout=30)
+    assert _gone_within(workers, 3.0) == []
+    left = [d for d in Path(tempfile.gettempdir()).glob("dlperf-*")
+            if (d / OWNER).is_file() and (d / OWNER).read_text() == str(driver.pid)]
+    assert len(left) == 1 and (left[0] / "spec.json").exists()
+    with tempfile.TemporaryDirectory(prefix="dlperf-") as live:
+        (Path(live) / OWNER).write_text(str(os.getpid()))
+        r = run_isolated(RunSpec(network="fcn5", size="tiny", batch_size=4, measurement=FAST),
+                         timeout_s=120)
+        assert r.ok, r.failure
+        assert not left[0].exists() and Path(live).exists()
+        assert remove_orphans("dlperf-") == []
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_torchrun_and_its_workers_die_with_the_driver(db, sig):
     driver = _driver("parallel", "--network", "fcn5", "--size", "tiny", "--strategy", "sync",

@@ -24,6 +24,7 @@ from typing import Any
 
 from dlperf.core import environment, migrate
 from dlperf.core.errors import StoreWriteError, UsageError
+from dlperf.core.orphans import alive
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.core.store_jobs import SCHEMA as JOBS_SCHEMA
 from dlperf.core.store_jobs import JobsTable
@@ -171,7 +172,7 @@ class Store(JobsTable):
             row = db.execute("SELECT host, pid, label FROM claims WHERE run_id=?",
                              (spec.run_id,)).fetchone()
             if row and (row[0], row[1]) != (host, pid) and not (
-                    row[0] == host and not _alive(row[1])):
+                    row[0] == host and not alive(row[1])):
                 return f"pid {row[1]} on {row[0]}"
             db.execute("INSERT OR REPLACE INTO claims(run_id, host, pid, label, claimed_at) "
                        "VALUES (?,?,?,?,?)", (spec.run_id, host, pid, spec.label(), time.time()))
@@ -366,14 +367,6 @@ class Store(JobsTable):
         return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _same_run(stored: dict[str, Any], result: RunResult, text: str) -> bool:

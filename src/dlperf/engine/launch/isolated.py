@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ from dlperf.core import framework_table, separate_envs
 from dlperf.core.orphans import child_env
 from dlperf.core.payload import Diagnostics
 from dlperf.core.spec import Failure, RunResult, RunSpec
+from dlperf.engine.launch.scratch import scratch_dir
 from dlperf.engine.launch.watch import (
     Outcome,
     ProgressReader,
@@ -117,8 +117,7 @@ def run_isolated(
     # a versioned environment (dlperf setup torch==2.12.0) runs the framework of its own
     python = (separate_envs.python(spec.env) if spec.env
               else framework_table.info(spec.framework).python or sys.executable)
-    with tempfile.TemporaryDirectory(prefix="dlperf-") as tmp:
-        d = Path(tmp)
+    with scratch_dir("dlperf-") as d:
         spec_path, result_path, progress = d / "spec.json", d / "result.json", d / "progress.jsonl"
         spec_path.write_text(spec.model_dump_json())
         progress.touch()

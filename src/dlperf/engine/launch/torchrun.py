@@ -40,6 +40,7 @@ import psutil
 from dlperf.core.orphans import child_env
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.engine.launch.isolated import LaunchInterrupted, over_limit, worker_env
+from dlperf.engine.launch.scratch import scratch_dir
 from dlperf.engine.launch.torchrun_failure import (
     diagnose,
     failed_result,
@@ -202,8 +203,8 @@ def run_parallel(
         wenv.setdefault("GLOO_SOCKET_IFNAME", lo)
         wenv.setdefault("TP_SOCKET_IFNAME", lo)
     wenv.update(env or {})
-    with tempfile.TemporaryDirectory(prefix="dlperf-par-") as tmp:
-        outdir = Path(workdir) if workdir else Path(tmp)
+    with scratch_dir("dlperf-par-") as tmp:
+        outdir = Path(workdir) if workdir else tmp
         outdir.mkdir(parents=True, exist_ok=True)
         spec_path = outdir / "spec.json"
         spec_path.write_text(spec.model_dump_json())

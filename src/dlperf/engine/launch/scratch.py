@@ -1,0 +1,47 @@
+"""A launcher's scratch folder, and the ones a killed launcher left behind.
+
+A worker's files (its spec, its progress, its result) live in a temporary folder that
+the launcher removes when the run ends; a launcher killed with SIGKILL cannot, and its
+workers die with it (``core.orphans``), so the folder is all that outlives it. Each
+folder names its launcher's process (``OWNER``); the next launch removes the folders whose
+launcher is gone. A folder without that file (made by an older dlperf), or whose launcher
+still runs (or whose number another process now has), is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from dlperf.core.orphans import alive
+
+#: the file in a scratch folder that holds its launcher's process id
+OWNER = "launcher.pid"
+
+
+def remove_orphans(prefix: str) -> list[Path]:
+    """Remove the scratch folders named ``prefix``* whose launcher is gone; the removed."""
+    removed = []
+    for d in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        try:
+            pid = int((d / OWNER).read_text())
+        except (OSError, ValueError):
+            continue  # not a folder, not ours, or not yet written
+        if pid != os.getpid() and not alive(pid):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+@contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """A temporary folder named by ``prefix`` that records this process as its launcher,
+    removed on the way out; the orphans of earlier launchers go first."""
+    remove_orphans(prefix)
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        (Path(tmp) / OWNER).write_text(str(os.getpid()))
+        yield Path(tmp)
