@@ -209,19 +209,20 @@ def memory_cases(store: Store, baselines: dict[tuple[str, str], float], *,
     ``plan.runtime_baselines``: never from the run itself), and the runs left out with
     why."""
     from dlperf.kinds.dataflow.plan import has_pipeline
-    from dlperf.perfmodel.memory import step_memory
 
-    rows = aggregate(store.results(kind="step", status="ok",
-                                   machine_id=environment.machine_id()))
-    parallel = aggregate(store.results(kind="parallel", status="ok",
-                                       machine_id=environment.machine_id()))
+    rows = [*aggregate(store.results(kind="step", status="ok",
+                                     machine_id=environment.machine_id())),
+            *aggregate(store.results(kind="parallel", status="ok",
+                                     machine_id=environment.machine_id()))]
     out, skipped = [], []
     for row in rows:
         s = row.spec
         if (networks and s.network not in networks) or \
                 (frameworks and framework(s) not in frameworks):
             continue
-        measured = row.device_peak_bytes if s.device == "gpu" else row.peak_rss_bytes
+        # a step on a GPU: its allocator's peak; else (and a parallel run's worker): resident
+        gpu_step = s.kind == "step" and s.device == "gpu"
+        measured = row.device_peak_bytes if gpu_step else row.peak_rss_bytes
         if not measured:
             continue
         if has_pipeline(s):
@@ -232,25 +233,23 @@ def memory_cases(store: Store, baselines: dict[tuple[str, str], float], *,
             skipped.append((row, f"{framework(s)}'s runtime baseline is not calibrated here "
                                  f"(dlperf calibrate --frameworks {framework(s)})"))
             continue
-        _, _, cfg = workloads.resolve(s.network, s.size, dict(s.params))
-        out.append(MemoryCase(row, float(measured), step_memory(
-            cfg.layers(), s.batch_size, s.precision, baseline=baseline)))
-    for row in parallel:
-        s = row.spec
-        if (networks and s.network not in networks) or \
-                (frameworks and "torch" not in frameworks) or not row.peak_rss_bytes:
-            continue
-        baseline = 0.0 if s.device == "gpu" else baselines.get(("torch", s.device))
-        if baseline is None:
-            skipped.append((row, "torch's runtime baseline is not calibrated here "
-                                 "(dlperf calibrate --frameworks torch)"))
-            continue
-        got = worker_memory(s, baseline)
+        got = predicted_memory(s, baseline)
         if isinstance(got, str):
             skipped.append((row, got))
         else:
-            out.append(MemoryCase(row, float(row.peak_rss_bytes), got))
+            out.append(MemoryCase(row, float(measured), got))
     return out, skipped
+
+
+def predicted_memory(spec: RunSpec, baseline: float) -> MemoryBreakdown | str:
+    """The predicted peak of a step (``perfmodel.memory.step_memory``) or of a data-parallel
+    run's worker (``worker_memory``), or why it is not predicted."""
+    from dlperf.perfmodel.memory import step_memory
+
+    if spec.kind == "parallel":
+        return worker_memory(spec, baseline)
+    _, _, cfg = workloads.resolve(spec.network, spec.size, dict(spec.params))
+    return step_memory(cfg.layers(), spec.batch_size, spec.precision, baseline=baseline)
 
 
 def worker_memory(spec: RunSpec, baseline: float) -> MemoryBreakdown | str:
