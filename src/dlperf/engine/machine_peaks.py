@@ -35,7 +35,16 @@ def path() -> Path:
     return default_path().with_name("peaks.db")
 
 
-def _open() -> Store | None:
+def _shareable(row: RunResult) -> bool:
+    """A kernel's rate: not a failure, not a raised peak (those stay with their store)."""
+    return row.ok and row.spec.network != peak.RAISED
+
+
+def _shared(store: Store) -> Store | None:
+    """The machine's peak store, opened; None where it is ``store`` itself or cannot be
+    opened."""
+    if path().resolve() == store.path.resolve():
+        return None
     try:
         return Store(path())
     except (UsageError, OSError, sqlite3.Error):
@@ -46,9 +55,7 @@ def borrow(store: Store, wanted: Sequence[RunSpec], threads: int, device: str,
            packages: Mapping[str, str]) -> list[RunResult]:
     """The fresh kernel rates of ``wanted`` that the machine's peak store has, copied into
     ``store`` (empty when it has none, or is ``store`` itself, or cannot be read)."""
-    if not wanted or path().resolve() == store.path.resolve():
-        return []
-    shared = _open()
+    shared = _shared(store) if wanted else None
     if shared is None:
         return []
     try:
@@ -59,15 +66,13 @@ def borrow(store: Store, wanted: Sequence[RunSpec], threads: int, device: str,
     # the environment id is the shared store's: the copy records its own from the row's
     # software
     return [store.add(r.model_copy(update={"env_id": None}))
-            for r in found if r.ok and r.spec.network != peak.RAISED]
+            for r in found if _shareable(r)]
 
 
 def keep(store: Store, measured: Sequence[RunResult]) -> None:
     """Keep newly measured kernel rates in the machine's peak store too."""
-    rows = [r for r in measured if r.ok and r.spec.network != peak.RAISED]
-    if not rows or path().resolve() == store.path.resolve():
-        return
-    shared = _open()
+    rows = [r for r in measured if _shareable(r)]
+    shared = _shared(store) if rows else None
     if shared is None:
         return
     try:

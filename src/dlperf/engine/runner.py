@@ -101,7 +101,8 @@ class Runner:
         else:  # what another store on this machine measured (``machine_peaks``)
             borrowed = machine_peaks.borrow(self.store, missing, threads, device, packages)
             found += borrowed
-            missing = [s for s in missing if s.run_id not in {r.spec.run_id for r in borrowed}]
+            taken = {r.spec.run_id for r in borrowed}
+            missing = [s for s in missing if s.run_id not in taken]
         measured = [self._run_and_store(s) for s in missing]
         machine_peaks.keep(self.store, measured)
         found += measured
