@@ -147,13 +147,23 @@ def bias_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, float]
     return fit.in_place.time(2 * out), fit.in_place.time(out + n * WEIGHT_BYTES)
 
 
+def lstm_shape(layer: Layer, batch: int) -> tuple[int, int, int, int] | None:
+    """The LSTM kernel's (batch, steps, inputs, hidden) of an LSTM layer, from its input
+    projection of every step, (steps x 4 hidden x inputs) per sample
+    (``workloads.dlbench``); None for a layer without products."""
+    if not layer.gemms:
+        return None
+    into = layer.gemms[0]
+    return batch, into.m, into.k, into.n // 4
+
+
 def lstm_time(layer: Layer, moved: float, fit: LocalFit) -> float | None:
     """An LSTM layer's training step from the calibrated LSTM kernel (``kernels``' op
     'lstm': the framework's own layer, timed whole) for the layer's bytes (``moved``, by
     ``costs``' rule) at its hidden size; None where no LSTM was calibrated (its products
     then stand in)."""
-    hidden = layer.gemms[0].n // 4 if layer.gemms else 0
-    return fit.lstm_time(moved, hidden) if hidden else None
+    shape = lstm_shape(layer, 1)
+    return fit.lstm_time(moved, shape[3]) if shape else None
 
 
 def _unfused_conv(fit: LocalFit, g: Gemm, batch: float) -> bool:
@@ -230,8 +240,8 @@ def fitted_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) ->
     moved = cost.fwd_bytes + cost.bwd_bytes
     if layer.op == "lstm" and (whole := lstm_time(layer, moved, fit)) is not None:
         # the layer's own kernel: its recurrence and gates as the library loops over them
-        compute, memory = whole, 0.0
-        forward = whole * layer.fwd_flops / layer.train_flops() if layer.train_flops() else 0.0
+        compute, memory, trained = whole, 0.0, layer.train_flops()
+        forward = whole * layer.fwd_flops / trained if trained else 0.0
     elif layer.fwd_flops:
         add, grad = bias_times(layer, batch, fit)
         compute, memory, forward = fwd + bwd, add + grad, fwd + add

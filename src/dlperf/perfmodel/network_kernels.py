@@ -25,7 +25,7 @@ from dlperf.perfmodel.kernels import (
     flops,
     grid,
 )
-from dlperf.perfmodel.local import CONV_OPS, UNFUSED_CONV_BATCH
+from dlperf.perfmodel.local import CONV_OPS, UNFUSED_CONV_BATCH, lstm_shape
 from dlperf.workloads.base import Gemm, Layer
 
 #: the ops whose grid a scoped calibration thins to its skeleton, adding the networks'
@@ -58,9 +58,8 @@ def step_shapes(layers: Iterable[Layer], batch: int) -> dict[str, set[tuple[int,
     """Per op, the shapes one training step of ``layers`` at ``batch`` runs."""
     out: dict[str, set[tuple[int, ...]]] = {op: set() for op in SCOPED_OPS}
     for layer in layers:
-        if layer.op == "lstm" and layer.gemms:  # the layer whole (``local.lstm_time``)
-            into = layer.gemms[0]  # the input projection of every step: (steps, 4H, in)
-            out["lstm"].add((batch, into.m, into.k, into.n // 4))
+        if layer.op == "lstm" and (shape := lstm_shape(layer, batch)):  # the layer whole
+            out["lstm"].add(shape)
         for g in layer.gemms:
             if layer.op in CONV_OPS:
                 shape = conv_shape(g, batch)
