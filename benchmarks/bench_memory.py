@@ -5,11 +5,16 @@ memory limit just above and just below each predicted peak.
 
     python benchmarks/bench_memory.py [--networks fcn5,alexnet,resnet50,lstm32]
         [--frameworks torch,tensorflow,jax] [--boundary 10] [--margin 0.1] [--db PATH]
+    python benchmarks/bench_memory.py --device gpu [--frameworks torch,jax] ...
 
 Targets (issue 33): median |error| at most 5%, p90 at most 10%; the fits-or-not call
 right in at least 19 of 20 boundary cases. The runs' own memory is never used to predict
 them: the framework's runtime baseline comes from ``dlperf calibrate`` (run here first
-when the store has none).
+when the store has none). On a GPU (``--device gpu``) the measured peak is the
+allocator's, the baseline none, and the configurations are issue 33's: GPT-2 small and
+medium at bf16, ResNet-50 at fp32 and bf16, two batches each (a framework runs those of
+its precisions); each is timed as well (``dlperf validate`` sets its time beside the
+model's), and the limits cap the device memory.
 """
 
 from __future__ import annotations
@@ -28,6 +33,14 @@ from dlperf.kinds.calibrate.validate import p90  # noqa: E402
 
 #: memory needs a step or two, not a timing
 QUICK = Measurement(min_time_s=0.05, min_steps=1, warmup_max_steps=1)
+#: a GPU's steps are timed too, briefly: milliseconds each
+GPU_TIMED = Measurement(min_time_s=0.3, min_steps=5)
+#: (network, size, precision, batches) on a GPU (issue 33)
+GPU_SET = (("gpt2", "small", "bf16", (4, 8)), ("gpt2", "medium", "bf16", (4, 8)),
+           ("resnet50", "full", "fp32", (64, 128)), ("resnet50", "full", "bf16", (64, 128)))
+#: the precisions each framework's networks are built for (``set_precision``)
+PRECISIONS = {"torch": ("fp32", "tf32", "bf16", "fp16"), "tensorflow": ("fp32",),
+              "jax": ("fp32",)}
 
 
 def main() -> int:
@@ -39,15 +52,23 @@ def main() -> int:
     ap.add_argument("--margin", type=float, default=0.1,
                     help="the limits: predicted x (1 + margin) and x (1 - margin)")
     ap.add_argument("--db", default=str(Path(tempfile.mkdtemp()) / "memory.db"))
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     a = ap.parse_args()
     nets, fws = a.networks.split(","), a.frameworks.split(",")
-    if not api.local_calibration(db=a.db).baselines:
-        api.calibrate(frameworks=fws, threads=[1], db=a.db, allreduce=False)
-    specs = [RunSpec(network=n, framework=f, threads=1, batch_size=b, measurement=QUICK)
-             for n in nets for f in fws
-             for b in (workloads.get(n).default_batch, 2 * workloads.get(n).default_batch)]
+    if a.device == "gpu":
+        specs = gpu_specs(fws)
+    else:
+        if not api.local_calibration(db=a.db).baselines:
+            api.calibrate(frameworks=fws, threads=[1], db=a.db, allreduce=False)
+        specs = [RunSpec(network=n, framework=f, threads=1, batch_size=b, measurement=QUICK)
+                 for n in nets for f in fws
+                 for b in (workloads.get(n).default_batch, 2 * workloads.get(n).default_batch)]
     api.run_specs(specs, db=a.db, timeout_s=900)
     cases, skipped = api.memory_validation(db=a.db)
+    cases = [c for c in cases if c.row.spec.device == a.device]
+    if not cases:
+        print(f"no {a.device} step measured whose memory the model predicts", file=sys.stderr)
+        return 1
     errors = [abs(c.error) for c in cases]
     print(f"{'configuration':48s} {'measured':>10s} {'predicted':>10s} {'error':>7s}")
     for c in sorted(cases, key=lambda c: (c.row.spec.network, c.key("framework"),
@@ -69,13 +90,22 @@ def main() -> int:
     return 0
 
 
+def gpu_specs(frameworks: list[str]) -> list[RunSpec]:
+    """``GPU_SET``'s steps that each framework builds, timed briefly."""
+    return [RunSpec(network=n, size=size, framework=f, device="gpu", precision=p,
+                    batch_size=b, measurement=GPU_TIMED)
+            for n, size, p, batches in GPU_SET for f in frameworks
+            if p in PRECISIONS.get(f, ()) and (n != "gpt2" or f == "torch")
+            for b in batches]
+
+
 def _boundary(cases, margin: float, db: str) -> tuple[int, int]:
     """Each configuration under a limit above its predicted peak (it should run) and one
     below (it should run out of memory): how many calls were right."""
     right = tried = 0
     for c in cases:
         for factor, should_fit in ((1 + margin, True), (1 - margin, False)):
-            spec = c.row.spec.model_copy(update={"repeat": 0})
+            spec = c.row.spec.model_copy(update={"repeat": 0, "measurement": QUICK})
             [r] = api.run_specs([spec], db=db, force=True, timeout_s=900,
                                 memory_limit=int(c.predicted.total * factor))
             fitted = r.ok

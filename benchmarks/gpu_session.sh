@@ -1,20 +1,23 @@
 #!/bin/bash
-# The prepared script for a lent GPU (issue 34; its budget is minutes): on the device
-# machine, from dlperf's source tree, with the wheels benchmarks/gpu_wheels.sh fetched
-# carried along (carry=[".gpu-wheels"]), everything written under $OUT:
-#   1. the GPU tests (tests/test_gpu.py, tests/test_dataflow_gpu.py);
-#   2. the GPU calibration of PyTorch and JAX at fp32 (store: $OUT/gpu.db; resumable:
-#      an interrupted kernel run keeps the shapes it timed);
-#   3. DLBench cells per framework at two batch sizes (fcn5, alexnet, lstm32; 64, 256);
-#   4. the reference curves of every framework calibrated ($OUT/reference_fits.json, for
-#      src/dlperf/perfmodel/data/) and the report ($OUT/report/).
+# The prepared script for a lent GPU (its budget is minutes): on the device machine, from
+# dlperf's source tree, with the wheels benchmarks/gpu_wheels.sh fetched carried along
+# (carry=[".gpu-wheels"]), everything written under $OUT (store: $OUT/gpu.db):
+#   1. the memory model on the GPU (benchmarks/bench_memory.py --device gpu: GPT-2 small
+#      and medium at bf16, ResNet-50 at fp32 and bf16, two batches each, timed too; the
+#      fits-or-not call under device-memory limits);
+#   2. the DLBench cells of PyTorch and JAX on the GPU (fcn5, alexnet, lstm32; 64, 256);
+#   3. dlperf validate --memory, and the step times against the catalogue's entry of the
+#      GPU (the reference curves scaled to it);
+#   4. the GPU tests (tests/test_gpu.py, tests/test_dataflow_gpu.py);
+#   5. with CALIBRATE=1: the GPU calibration of PyTorch and JAX at fp32 and the reference
+#      curves of every framework calibrated ($OUT/reference_fits.json).
 # Each step has a time limit of its own so that one slow step leaves the others their
-# time; a step that fails is reported and the next goes on. Not yet run on a GPU.
-#   bash benchmarks/gpu_session.sh [budget-seconds, default 540]
+# time; a step that fails is reported and the next goes on.
+#   bash benchmarks/gpu_session.sh [budget-seconds, default 480]
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
-BUDGET=${1:-540}
+BUDGET=${1:-480}
 START=$(date +%s)
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 PY=${PYTHON:-python3}
@@ -39,20 +42,27 @@ fi
 cat "$OUT/gpu.txt"
 "$PY" -c "import sys, torch, jax; print(sys.version.split()[0], 'torch', torch.__version__, \
 'jax', jax.__version__, jax.devices())" 2>&1 | tee "$OUT/software.txt"
-if [ -d .gpu-wheels ]; then
-    "$PY" -m pip install --quiet --no-index --find-links .gpu-wheels pydantic rich psutil \
-        mnist1d pytest pytest-timeout 2>&1 | tail -n 2
+if [ -d .gpu-wheels ] && ! "$PY" -c "import pydantic, mnist1d" 2>/dev/null; then
+    # only what the image lacks, beside it (its own pytest and plugins stay in force)
+    "$PY" -m pip install --quiet --no-index --no-deps --no-compile --target /tmp/site \
+        .gpu-wheels/pydantic*.whl .gpu-wheels/annotated_types*.whl \
+        .gpu-wheels/typing_inspection*.whl .gpu-wheels/typing_extensions*.whl \
+        .gpu-wheels/mnist1d*.whl 2>&1 | tail -n 2
+    export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
-step 120 tests "$PY" -m pytest -q -x -p no:cacheprovider tests/test_gpu.py tests/test_dataflow_gpu.py
-step 240 calibrate "$PY" -m dlperf calibrate --device gpu --frameworks torch,jax --db "$DB"
-step 150 dlbench "$PY" -m dlperf sweep --networks fcn5,alexnet,lstm32 --frameworks torch,jax \
-    --devices gpu --batch-size 64,256 --min-time 0.5 --db "$DB"
+step 280 memory "$PY" benchmarks/bench_memory.py --device gpu --frameworks torch,jax \
+    --boundary 10 --db "$DB"
+step 100 dlbench "$PY" -m dlperf sweep --networks fcn5,alexnet,lstm32 --frameworks torch,jax \
+    --devices gpu --batch-size 64,256 --min-time 0.3 --db "$DB"
 ENTRY=$("$PY" -c "from dlperf.perfmodel.catalogue import gpu_entry; import subprocess; \
 print(gpu_entry(subprocess.run(['nvidia-smi', '--query-gpu=name', '--format=csv,noheader'], \
 capture_output=True, text=True).stdout.splitlines()[0]) or '')")
-if [ -n "$ENTRY" ]; then
-    step 30 reference "$PY" -m dlperf.kinds.calibrate.shipped_fits --db "$DB" --entry "$ENTRY" \
-        --out "$OUT/reference_fits.json"
+step 30 validate-memory "$PY" -m dlperf validate --memory --db "$DB"
+[ -n "$ENTRY" ] && step 30 validate-time "$PY" -m dlperf validate --catalogue "$ENTRY" --db "$DB"
+step 80 tests "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_dataflow_gpu.py
+if [ "${CALIBRATE:-0}" = 1 ]; then
+    step 240 calibrate "$PY" -m dlperf calibrate --device gpu --frameworks torch,jax --db "$DB"
+    [ -n "$ENTRY" ] && step 30 reference "$PY" -m dlperf.kinds.calibrate.shipped_fits \
+        --db "$DB" --entry "$ENTRY" --out "$OUT/reference_fits.json"
 fi
-step 60 report "$PY" -m dlperf report --db "$DB" --out "$OUT/report"
 echo "done in $(( $(date +%s) - START )) s; results in $OUT"

@@ -53,3 +53,22 @@ def test_device_clock_times_the_device_not_the_host():
     torch.cuda.synchronize()
     assert 0.004 < clock.elapsed() < 0.008
     assert Queued(kernel("dispatch", (4,), "gpu"), GPU_CALLS).elapsed() is None
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_a_gpu_run_over_its_memory_limit_is_out_of_memory(framework):
+    """--memory-limit on a GPU is the device's: a limit under a run's device peak is
+    recorded as out of memory (PyTorch's allocator capped, JAX's judged by its peak), and
+    one over it runs."""
+    if framework == "jax":
+        pytest.importorskip("flax")
+    spec = RunSpec(network="fcn5", device="gpu", framework=framework, batch_size=64,
+                   measurement=FAST)
+    free = run_isolated(spec, timeout_s=300)
+    assert free.ok, free.failure
+    peak = free.metrics.device_peak_bytes
+    assert peak > 400 * 2**20  # fcn5's weights and gradients alone
+    over = run_isolated(spec, timeout_s=300, memory_limit_bytes=int(peak * 0.8))
+    assert not over.ok and over.failure.reason == "oom", over.failure
+    under = run_isolated(spec, timeout_s=300, memory_limit_bytes=int(peak * 1.5))
+    assert under.ok, under.failure

@@ -89,6 +89,28 @@ def test_a_peak_between_the_watchs_reads_counts_against_the_limit():
     assert over.step_times_s == r.step_times_s and over.spec == r.spec
 
 
+def test_a_gpu_runs_limit_is_its_devices_not_the_hosts():
+    """On a GPU, --memory-limit caps the device memory: the worker is handed the limit
+    (its allocator takes it), and the finished run is judged by its device peak, never by
+    its host memory."""
+    from dlperf.backends import device_memory
+    from dlperf.engine.launch.isolated import over_limit, worker_env
+
+    cpu = RunSpec(network="fcn5", size="tiny", batch_size=8, measurement=FAST)
+    gpu = cpu.model_copy(update={"device": "gpu"})
+    assert worker_env(gpu, 2**30)[device_memory.ENV] == str(2**30)
+    assert device_memory.ENV not in worker_env(cpu, 2**30)
+    assert device_memory.ENV not in worker_env(gpu)
+    r = execute(cpu)
+    m = r.metrics.model_copy(update={"device_peak_bytes": 3 * 2**20})
+    on_gpu = r.model_copy(update={"spec": gpu, "metrics": m})
+    host = m.peak_rss_bytes
+    assert host > 3 * 2**20
+    assert over_limit(on_gpu, 3 * 2**20) is on_gpu  # the host's memory is over; not counted
+    over = over_limit(on_gpu, 3 * 2**20 - 1)
+    assert not over.ok and over.failure.reason == "oom" and "device peak" in over.failure.message
+
+
 def test_unsupported_device_is_recorded(db):
     import torch
 

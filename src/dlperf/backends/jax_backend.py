@@ -401,6 +401,14 @@ class JaxTrainer(PipelineTrainer):
     def loss(self) -> float:
         return float(self._last_loss) if self._last_loss is not None else float("nan")
 
+    def device_peak_bytes(self) -> int | None:
+        """The GPU allocator's peak (XLA's ``peak_bytes_in_use``; what it preallocated
+        beyond that is not counted), or None on the CPU."""
+        if self.device.platform != "gpu":
+            return None
+        stats = self.device.memory_stats() or {}
+        return int(stats["peak_bytes_in_use"]) if "peak_bytes_in_use" in stats else None
+
     def flops_per_step(self) -> float | None:
         """Matmul/conv FLOPs of the jitted step, counted on the jaxpr JAX hands to XLA.
 

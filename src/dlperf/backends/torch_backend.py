@@ -341,6 +341,17 @@ class TorchTrainer(PipelineTrainer):
         return self.step()
 
 
+def cap_device_memory(device: torch.device) -> None:
+    """Cap the caching allocator at the run's ``--memory-limit`` (``device_memory``): an
+    allocation past it raises CUDA's out-of-memory error, as on a card of that size (the
+    allocator's reserve counts, so fragmentation does too)."""
+    from dlperf.backends import device_memory
+
+    if (cap := device_memory.limit()) is not None:
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), device)
+
+
 def build_trainer(config: Any, batch_size: int, variant: str, device: torch.device,
                   seed: int = 0, precision: str = "fp32") -> Trainer:
     if type(config) not in BUILDERS:
@@ -522,6 +533,8 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
     def build(self, workload, config, batch_size, variant, device, seed) -> Trainer:
         if device == "gpu" and not torch.cuda.is_available():
             raise UnsupportedError("no CUDA GPU visible to torch")
+        if device == "gpu":
+            cap_device_memory(torch.device("cuda"))
         return build_trainer(config, batch_size, variant,
                              torch.device("cuda" if device == "gpu" else "cpu"), seed,
                              self.precision)

@@ -322,8 +322,8 @@ def add_timeout(p: argparse._ActionsContainer, help: str = "seconds (above 0) pe
 
 
 def add_memory_limit(p: argparse._ActionsContainer, help: str = "resident memory per worker, "
-                     "e.g. 8GiB; over it the worker is killed and recorded as out of memory"
-                     ) -> None:
+                     "e.g. 8GiB; over it the worker is killed and recorded as out of memory "
+                     "(on a GPU: the device memory its framework may take)") -> None:
     p.add_argument("--memory-limit", help=help)
 
 

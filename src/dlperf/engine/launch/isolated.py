@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from dlperf.backends import device_memory
 from dlperf.core import framework_table, separate_envs
 from dlperf.core.orphans import child_env
 from dlperf.core.payload import Diagnostics
@@ -55,9 +56,14 @@ def with_src_path(env: dict[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": SRC_DIR + (os.pathsep + rest if rest else "")}
 
 
-def worker_env(spec: RunSpec) -> dict[str, str]:
+def worker_env(spec: RunSpec, memory_limit_bytes: int | None = None) -> dict[str, str]:
+    """The worker's environment: its framework's thread settings, this dlperf first on
+    its path and, for a GPU run under a memory limit, the limit its allocator takes."""
     env = dict(os.environ)
     env.update(framework_table.info(spec.framework).thread_env(spec.threads, spec.variant))
+    env.pop(device_memory.ENV, None)
+    if memory_limit_bytes and spec.device == "gpu":
+        env[device_memory.ENV] = str(memory_limit_bytes)
     env = with_src_path(env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return child_env(env)
@@ -86,16 +92,21 @@ def kill_reason(out: Outcome, oom_before: int | None, tail: str) -> tuple[str, s
 
 
 def over_limit(result: RunResult, limit: int | None) -> RunResult:
-    """A run that finished, but whose own peak resident memory passed ``limit`` before the
-    watch read it (a short run, a brief peak): out of memory, its step times kept."""
-    peak = result.metrics.peak_rss_bytes if result.ok and result.metrics else None
+    """A run that finished, but whose own peak passed ``limit``: on a CPU its resident
+    memory before the watch read it (a short run, a brief peak), on a GPU its device
+    memory where the framework's allocator was not capped (JAX's). Out of memory, its
+    step times kept."""
+    gpu = result.spec.device == "gpu"
+    m = result.metrics if result.ok else None
+    peak = (getattr(m, "device_peak_bytes", None) if gpu else m.peak_rss_bytes) if m else None
     if not limit or not peak or peak <= limit:
         return result
+    what = ("its device peak" if gpu else "its peak resident") + f" {gib(peak)}"
     return result.model_copy(update={
         "status": "failed", "metrics": None,
         "failure": Failure(reason="oom", message=(
-            f"exceeded --memory-limit {gib(limit)} (its peak resident {gib(peak)}, reached "
-            "between two of the watch's reads)"))})
+            f"exceeded --memory-limit {gib(limit)} ({what}" + (
+                ")" if gpu else ", reached between two of the watch's reads)")))})
 
 
 def run_isolated(
@@ -139,13 +150,14 @@ def run_isolated(
         popen = subprocess.Popen(
             [python, "-m", "dlperf.engine.worker", str(spec_path), str(result_path), str(progress),
              *extra],
-            env=worker_env(spec), stdout=log, stderr=subprocess.STDOUT,
+            env=worker_env(spec, memory_limit_bytes), stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: a kill takes its children too
         )
         interrupted = False
         try:
-            out = watch(popen, timeout_s=timeout_s, memory_limit_bytes=memory_limit_bytes,
-                        check=lambda: forward())
+            # a GPU run's limit is its device's (``worker_env``), not the host's
+            out = watch(popen, timeout_s=timeout_s, check=lambda: forward(),
+                        memory_limit_bytes=None if spec.device == "gpu" else memory_limit_bytes)
         except KeyboardInterrupt:
             interrupted = True
             out = Outcome(("interrupted", "interrupted by the user (Ctrl-C or SIGTERM) "
