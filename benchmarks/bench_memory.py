@@ -110,6 +110,8 @@ def _boundary(cases, margin: float, db: str) -> tuple[int, int]:
                                 memory_limit=int(c.predicted.total * factor))
             fitted = r.ok
             ran_out = not r.ok and r.failure.reason == "oom"
+            print(f"  {c.row.spec.label():46s} limit x {factor:g}: "
+                  + ("ran" if fitted else f"{r.failure.reason}: {r.failure.message[:80]}"))
             right += (fitted if should_fit else ran_out)
             tried += 1
     return right, tried
