@@ -38,6 +38,27 @@ def test_mixed_precision_keeps_fp32_masters_and_half_copies():
     assert m.activations == 46 * 8 * 2
 
 
+def test_a_devices_allocator_holds_what_the_backward_saves():
+    """On a GPU the activations are the tensors the backward reads: fc1's output feeds a
+    ReLU, which saves its own output, so fc1's is freed; fc2's output feeds the loss,
+    which saves its own result; the ReLU's output is saved by itself and by fc2, once."""
+    m = memory.step_memory(LAYERS, batch=8, precision="fp32", on_device=True)
+    assert m.activations == (20 + 1) * 8 * 4
+    assert m.weights == PARAMS * 4 and m.transient == (20 + 20) * 8 * 4
+    # under bf16 the loss keeps its result in fp32
+    assert memory.saved_activation_bytes(LAYERS, 8, "bf16") == (20 * 2 + 1 * 4) * 8
+    # a softmax saves its fp32 result and the product after it a bf16 copy: both
+    attn = [Layer("softmax", "softmax", out_elems=10), Layer("values", "attention", out_elems=3)]
+    assert memory.saved_activation_bytes(attn, 2, "bf16") == 10 * 2 * (4 + 2)
+    assert memory.saved_activation_bytes(attn, 2, "fp32") == 10 * 2 * 4
+    # a GELU's derivative reads its input, a ReLU's its output
+    fc, fc2 = Layer("fc", "dense", out_elems=6), Layer("fc2", "dense", out_elems=2)
+    gelu = [fc, Layer("b1_gelu", "act", out_elems=6), fc2]
+    relu = [fc, Layer("relu", "act", out_elems=6), fc2]
+    assert memory.saved_activation_bytes(gelu, 1, "fp32") == (6 + 6) * 4
+    assert memory.saved_activation_bytes(relu, 1, "fp32") == 6 * 4
+
+
 def test_optimizer_state_per_parameter():
     assert memory.optimizer_bytes(LAYERS, "momentum") == PARAMS * 4
     assert memory.optimizer_bytes(LAYERS, "adam") == PARAMS * 8
@@ -201,6 +222,13 @@ def test_checkpointing_keeps_only_each_blocks_input():
     assert m_ck.activations == (outside + 2 * last) * 4 * 4
     assert m_ck.transient == m_plain.transient + block * 4 * 4
     assert m_ck.activations < m_plain.activations
+    # on a GPU too: a recomputed block saves nothing but its last output
+    d_plain, d_ck = (memory.step_memory(x, 4, "fp32", on_device=True) for x in (a, b))
+    assert d_ck.activations < d_plain.activations
+    # kept: what the layers outside the blocks save (the blocks' input, the final norm's
+    # input and output, the loss's result) and each block's last output
+    kept = ("embed_add", "b1_residual2", "b2_residual2", "ln_f", "softmax_xent")
+    assert d_ck.activations == sum(x.out_elems for x in b if x.name in kept) * 4 * 4
 
 
 @pytest.mark.slow

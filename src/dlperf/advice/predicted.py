@@ -122,7 +122,8 @@ def _framework(net: str, here: list[ConfigResult]) -> Recommendation:
 def _batch(net: str, size: str, dev: catalogue.Device,
            errors: ErrorLookup | None) -> Recommendation:
     limit = dev.memory_gb * 1e9
-    b = common.largest_fitting(lambda b: training_memory(net, size=size, batch_size=b), limit)
+    b = common.largest_fitting(lambda b: training_memory(
+        net, size=size, batch_size=b, on_device=dev.kind == "gpu"), limit)
     name = common.name(net, size)
     more = " or more" if b == common.MAX_BATCH else ""
     return Recommendation("batch", name, f"{name}: about {b}{more} per device fit in "

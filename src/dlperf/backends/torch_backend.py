@@ -348,8 +348,9 @@ def cap_device_memory(device: torch.device) -> None:
     from dlperf.backends import device_memory
 
     if (cap := device_memory.limit()) is not None:
-        total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), device)
+        index = torch.cuda.current_device() if device.index is None else device.index
+        total = torch.cuda.get_device_properties(index).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), index)
 
 
 def build_trainer(config: Any, batch_size: int, variant: str, device: torch.device,

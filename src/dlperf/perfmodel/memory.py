@@ -7,6 +7,11 @@ Each term is a short function of the network's neutral layers (``dlperf.workload
 batch and the precision; the baseline (the framework's libraries and allocator, resident
 before anything is built) is measured per framework by ``dlperf calibrate``, and is 0 for
 a catalogue GPU (its device memory; the CUDA context is not counted). Framework-free.
+
+The activations are counted two ways, by where the peak is read. A device's allocator (a
+GPU's) holds the tensors the backward pass saves (``saved_activation_bytes``). A process's
+resident memory on a CPU also holds what the C library's malloc keeps of the outputs the
+step freed (``activation_bytes``: every output).
 """
 
 from __future__ import annotations
@@ -78,6 +83,61 @@ def activation_bytes(layers: Sequence[Layer], batch: float, elem: int) -> float:
                if not layer.segment or _ends_segment(layers, i)) * batch * elem
 
 
+#: what a layer's backward pass reads of its forward: its input, its output (or both):
+#: the operands autograd saves for it (PyTorch's tools/autograd/derivatives.yaml: ``mm``
+#: and ``convolution`` save their input, ``native_batch_norm`` and ``native_layer_norm``
+#: their input, ``threshold_backward`` (ReLU), ``sigmoid_backward``, ``_softmax`` and
+#: ``_log_softmax`` their result, ``max_pool2d`` its input and indices; an addition, a
+#: scaling by a constant or a mask saves nothing). TensorFlow's registered gradients and
+#: JAX's VJPs read the same operands. An op not listed keeps both.
+SAVES_INPUT, SAVES_OUTPUT = 1, 2
+SAVES = {"dense": SAVES_INPUT, "conv": SAVES_INPUT, "deconv": SAVES_INPUT,
+         "attention": SAVES_INPUT, "bn": SAVES_INPUT, "ln": SAVES_INPUT,
+         "pool": SAVES_INPUT | SAVES_OUTPUT, "softmax": SAVES_OUTPUT, "loss": SAVES_OUTPUT,
+         "add": 0, "scale": 0, "mask": 0, "embedding": 0, "flatten": 0}
+#: activations whose derivative is written with their input (GELU's, leaky ReLU's); the
+#: others (ReLU, sigmoid, tanh) are written with their output
+ON_INPUT = ("gelu", "lrelu")
+#: ops that run in fp32 under mixed precision (autocast's fp32 list: softmax, log-softmax,
+#: layer norm; the embedding looks up fp32 weights), and keep their tensors at 4 bytes
+FP32_UNDER_AUTOCAST = ("softmax", "ln", "loss", "embedding")
+
+
+def saves(layer: Layer) -> int:
+    """What ``layer``'s backward reads of its forward (``SAVES``)."""
+    if layer.op == "act":
+        return SAVES_INPUT if any(a in layer.name for a in ON_INPUT) else SAVES_OUTPUT
+    return SAVES.get(layer.op, SAVES_INPUT | SAVES_OUTPUT)
+
+
+def saved_elem(layer: Layer, precision: str) -> int:
+    """Bytes per element of the tensors ``layer`` saves (under mixed precision a half op
+    saves a half copy of an fp32 input, and an fp32 op an fp32 copy of a half one)."""
+    if precision in HALF:
+        return FP32 if layer.op in FP32_UNDER_AUTOCAST else 2
+    return FP32
+
+
+def saved_activation_bytes(layers: Sequence[Layer], batch: float, precision: str) -> float:
+    """The outputs the backward pass reads, kept from the forward (each layer's input is
+    its predecessor's output): one a layer saves of its own, or its successor saves as
+    input, counted once, or twice where the two keep it at different precisions (a cast
+    copy). Under activation checkpointing a recomputed segment keeps its last output
+    alone, whoever reads it (the next segment's input). A branch's input (a residual
+    block's) is taken as its predecessor's output."""
+    total = 0.0
+    for i, layer in enumerate(layers):
+        if layer.segment and not _ends_segment(layers, i):
+            continue
+        nxt = layers[i + 1] if i + 1 < len(layers) else None
+        own = saved_elem(layer, precision) if saves(layer) & SAVES_OUTPUT or layer.segment \
+            else 0
+        by_next = saved_elem(nxt, precision) if nxt and saves(nxt) & SAVES_INPUT else 0
+        per = own + by_next if own and by_next and own != by_next else max(own, by_next)
+        total += layer.out_elems * batch * per
+    return total
+
+
 def transient_bytes(layers: Sequence[Layer], batch: float, elem: int) -> float:
     """The largest working set beyond what is kept: the backward of a layer holds the
     gradient of its output and the gradient of its input (its predecessor's output) at
@@ -97,14 +157,18 @@ def _ends_segment(layers: Sequence[Layer], i: int) -> bool:
 
 
 def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
-                optimizer: str = "sgd", baseline: float = 0.0) -> MemoryBreakdown:
+                optimizer: str = "sgd", baseline: float = 0.0,
+                on_device: bool = False) -> MemoryBreakdown:
     """The breakdown of one step's peak for ``layers`` at ``batch`` samples per process
-    or device; ``baseline``: the framework's runtime (``dlperf calibrate`` measures it)."""
+    or device; ``baseline``: the framework's runtime (``dlperf calibrate`` measures it);
+    ``on_device``: the peak of a device's allocator (a GPU's), else a CPU process's
+    resident memory (see the module's docstring)."""
     elem = 2 if precision in HALF else FP32
     return MemoryBreakdown(
         weights=weight_bytes(layers, precision), gradients=gradient_bytes(layers),
         optimizer=optimizer_bytes(layers, optimizer),
-        activations=activation_bytes(layers, batch, elem),
+        activations=(saved_activation_bytes(layers, batch, precision) if on_device
+                     else activation_bytes(layers, batch, elem)),
         transient=transient_bytes(layers, batch, elem), baseline=baseline)
 
 
@@ -118,7 +182,7 @@ def with_ddp_buckets(m: MemoryBreakdown) -> MemoryBreakdown:
 
 def sharded_step_memory(layers: Sequence[Layer], batch: float, precision: str,
                         workers: int, *, optimizer: str = "sgd",
-                        baseline: float = 0.0) -> MemoryBreakdown:
+                        baseline: float = 0.0, on_device: bool = False) -> MemoryBreakdown:
     """One worker's peak under fully sharded data parallelism (ZeRO stage 3: Rajbhandari
     et al., "ZeRO", 2020, section 5.3; PyTorch's FSDP: Zhao et al., "PyTorch FSDP", 2023,
     section 3), ``batch`` its own samples: a 1/``workers`` shard of the weights, gradients
@@ -127,7 +191,8 @@ def sharded_step_memory(layers: Sequence[Layer], batch: float, precision: str,
     prefetch), and a unit's whole gradient until it is reduce-scattered. A unit is a layer
     with weights (``dlperf parallel -s fsdp`` shards each top-level module); the largest
     sets the peak."""
-    one = step_memory(layers, batch, precision, optimizer=optimizer, baseline=baseline)
+    one = step_memory(layers, batch, precision, optimizer=optimizer, baseline=baseline,
+                      on_device=on_device)
     if workers <= 1:
         return one
     unit = max((layer.params for layer in layers), default=0) * FP32
@@ -138,13 +203,14 @@ def sharded_step_memory(layers: Sequence[Layer], batch: float, precision: str,
 
 def worker_step_memory(layers: Sequence[Layer], batch: float, precision: str,
                        strategy: str, workers: int, group: int | None = None, *,
-                       baseline: float = 0.0) -> MemoryBreakdown:
+                       baseline: float = 0.0, on_device: bool = False) -> MemoryBreakdown:
     """One data-parallel worker's peak at ``batch`` samples of its own under ``strategy``
     over ``workers`` (``group``: the workers that all-reduce together, all by default):
     fsdp shards the state over all (``sharded_step_memory``); DDP's all-reduce, in sync
     and in a mixed strategy's groups, adds its buckets (``with_ddp_buckets``)."""
     shards = workers if strategy == "fsdp" else 1
-    mem = sharded_step_memory(layers, batch, precision, shards, baseline=baseline)
+    mem = sharded_step_memory(layers, batch, precision, shards, baseline=baseline,
+                              on_device=on_device)
     ring = workers if group is None else group
     ddp = strategy in ("sync", "mixed") and ring > 1
     return with_ddp_buckets(mem) if ddp else mem

@@ -362,7 +362,8 @@ class _Context:
         a data-parallel ``strategy`` over the devices (``group``: those that all-reduce
         together) adds its own (``memory.worker_step_memory``)."""
         return max((worker_step_memory(layers, batch, self.precision, strategy,
-                                       self.devices, group, baseline=self.baseline)
+                                       self.devices, group, baseline=self.baseline,
+                                       on_device=self.dev.kind == "gpu")
                     for layers in parts), key=lambda m: m.total)
 
     def memory_fields(self, parts: list[list[Layer]], batch: int, scale: int,
@@ -433,15 +434,16 @@ def _layer_times(timings: list[LayerTiming], repeat: float = 1.0) -> list[LayerT
 
 
 def training_memory(network: str, *, size: str | None = None, batch_size: int | None = None,
-                    precision: str = "fp32", params: dict[str, Any] | None = None) -> float:
-    """Bytes one process or device holds to train ``network`` at ``batch_size``
-    (``perfmodel.memory.step_memory`` without the framework's baseline), for a memory limit
-    that is no catalogue device's."""
+                    precision: str = "fp32", params: dict[str, Any] | None = None,
+                    on_device: bool = False) -> float:
+    """Bytes one process (``on_device``: a GPU) holds to train ``network`` at
+    ``batch_size`` (``perfmodel.memory.step_memory`` without the framework's baseline), for
+    a memory limit that is no catalogue device's."""
     wl, _, cfg = workloads.resolve(network, size, params)
     if precision not in PRECISIONS:
         raise UsageError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
     batch = wl.default_batch if batch_size is None else batch_size
-    return step_memory(cfg.layers(), batch, precision).total
+    return step_memory(cfg.layers(), batch, precision, on_device=on_device).total
 
 
 def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Prediction:

@@ -249,7 +249,8 @@ def predicted_memory(spec: RunSpec, baseline: float) -> MemoryBreakdown | str:
     if spec.kind == "parallel":
         return worker_memory(spec, baseline)
     _, _, cfg = workloads.resolve(spec.network, spec.size, dict(spec.params))
-    return step_memory(cfg.layers(), spec.batch_size, spec.precision, baseline=baseline)
+    return step_memory(cfg.layers(), spec.batch_size, spec.precision, baseline=baseline,
+                       on_device=spec.device == "gpu")
 
 
 def worker_memory(spec: RunSpec, baseline: float) -> MemoryBreakdown | str:
