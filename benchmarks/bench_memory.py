@@ -53,10 +53,12 @@ def main() -> int:
                     help="the limits: predicted x (1 + margin) and x (1 - margin)")
     ap.add_argument("--db", default=str(Path(tempfile.mkdtemp()) / "memory.db"))
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    ap.add_argument("--configs", help="with --device gpu: NETWORK:SIZE:PRECISION:BATCH,BATCH "
+                    "separated by ';' (default: issue 33's)")
     a = ap.parse_args()
     nets, fws = a.networks.split(","), a.frameworks.split(",")
     if a.device == "gpu":
-        specs = gpu_specs(fws)
+        specs = gpu_specs(fws, parse_configs(a.configs) if a.configs else GPU_SET)
     else:
         if not api.local_calibration(db=a.db).baselines:
             api.calibrate(frameworks=fws, threads=[1], db=a.db, allreduce=False)
@@ -90,11 +92,20 @@ def main() -> int:
     return 0
 
 
-def gpu_specs(frameworks: list[str]) -> list[RunSpec]:
-    """``GPU_SET``'s steps that each framework builds, timed briefly."""
+def parse_configs(text: str) -> tuple:
+    """'gpt2:small:bf16:2,16;resnet50:full:fp32:32' as ``GPU_SET`` holds it."""
+    out = []
+    for item in text.split(";"):
+        n, size, p, batches = item.split(":")
+        out.append((n, size, p, tuple(int(b) for b in batches.split(","))))
+    return tuple(out)
+
+
+def gpu_specs(frameworks: list[str], configs: tuple = GPU_SET) -> list[RunSpec]:
+    """The ``configs``' steps that each framework builds, timed briefly."""
     return [RunSpec(network=n, size=size, framework=f, device="gpu", precision=p,
                     batch_size=b, measurement=GPU_TIMED)
-            for n, size, p, batches in GPU_SET for f in frameworks
+            for n, size, p, batches in configs for f in frameworks
             if p in PRECISIONS.get(f, ()) and (n != "gpt2" or f == "torch")
             for b in batches]
 
