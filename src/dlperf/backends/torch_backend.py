@@ -549,6 +549,8 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
     def build_inference(self, workload, config, batch_size, variant, device, seed) -> ForwardOnly:
         if device == "gpu" and not torch.cuda.is_available():
             raise UnsupportedError("no CUDA GPU visible to torch")
+        if device == "gpu":
+            cap_device_memory(torch.device("cuda"))
         return build_inference(config, batch_size, variant,
                                torch.device("cuda" if device == "gpu" else "cpu"), seed,
                                self.precision)

@@ -101,12 +101,11 @@ def over_limit(result: RunResult, limit: int | None) -> RunResult:
     peak = (getattr(m, "device_peak_bytes", None) if gpu else m.peak_rss_bytes) if m else None
     if not limit or not peak or peak <= limit:
         return result
-    what = ("its device peak" if gpu else "its peak resident") + f" {gib(peak)}"
+    where = "its device peak" if gpu else "its peak resident"
+    when = "" if gpu else ", reached between two of the watch's reads"
     return result.model_copy(update={
-        "status": "failed", "metrics": None,
-        "failure": Failure(reason="oom", message=(
-            f"exceeded --memory-limit {gib(limit)} ({what}" + (
-                ")" if gpu else ", reached between two of the watch's reads)")))})
+        "status": "failed", "metrics": None, "failure": Failure(reason="oom", message=(
+            f"exceeded --memory-limit {gib(limit)} ({where} {gib(peak)}{when})"))})
 
 
 def run_isolated(
