@@ -4,20 +4,20 @@
 # (carry=[".gpu-wheels"]), everything written under $OUT (store: $OUT/gpu.db):
 #   1. the memory model on the GPU (benchmarks/bench_memory.py --device gpu: GPT-2 small
 #      and medium at bf16, ResNet-50 at fp32 and bf16, two batches each, timed too; the
-#      fits-or-not call under device-memory limits);
-#   2. the DLBench cells of PyTorch and JAX on the GPU (fcn5, alexnet, lstm32; 64, 256);
-#   3. dlperf validate --memory, and the step times against the catalogue's entry of the
+#      fits-or-not call under device-memory limits), about 8 s a PyTorch run;
+#   2. dlperf validate --memory, and the step times against the catalogue's entry of the
 #      GPU (the reference curves scaled to it);
-#   4. the GPU tests (tests/test_gpu.py, tests/test_dataflow_gpu.py);
+#   3. the GPU tests (tests/test_gpu.py, tests/test_dataflow_gpu.py);
+#   4. the DLBench cells of PyTorch and JAX on the GPU (fcn5, alexnet, lstm32; 64, 256);
 #   5. with CALIBRATE=1: the GPU calibration of PyTorch and JAX at fp32 and the reference
 #      curves of every framework calibrated ($OUT/reference_fits.json).
 # Each step has a time limit of its own so that one slow step leaves the others their
 # time; a step that fails is reported and the next goes on.
-#   bash benchmarks/gpu_session.sh [budget-seconds, default 480]
+#   bash benchmarks/gpu_session.sh [budget-seconds, default 540]
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
-BUDGET=${1:-480}
+BUDGET=${1:-540}
 START=$(date +%s)
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 PY=${PYTHON:-python3}
@@ -50,16 +50,18 @@ if [ -d .gpu-wheels ] && ! "$PY" -c "import pydantic, mnist1d" 2>/dev/null; then
         .gpu-wheels/mnist1d*.whl 2>&1 | tail -n 2
     export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
-step 280 memory "$PY" benchmarks/bench_memory.py --device gpu --frameworks torch,jax \
+step 240 memory "$PY" benchmarks/bench_memory.py --device gpu --frameworks torch \
     --boundary 10 --db "$DB"
-step 100 dlbench "$PY" -m dlperf sweep --networks fcn5,alexnet,lstm32 --frameworks torch,jax \
-    --devices gpu --batch-size 64,256 --min-time 0.3 --db "$DB"
 ENTRY=$("$PY" -c "from dlperf.perfmodel.catalogue import gpu_entry; import subprocess; \
 print(gpu_entry(subprocess.run(['nvidia-smi', '--query-gpu=name', '--format=csv,noheader'], \
 capture_output=True, text=True).stdout.splitlines()[0]) or '')")
 step 30 validate-memory "$PY" -m dlperf validate --memory --db "$DB"
 [ -n "$ENTRY" ] && step 30 validate-time "$PY" -m dlperf validate --catalogue "$ENTRY" --db "$DB"
-step 80 tests "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_dataflow_gpu.py
+step 90 tests "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_gpu.py tests/test_dataflow_gpu.py
+# last: a JAX run on a GPU took 85-90 s each (its compile on the one core it is pinned to)
+step 200 dlbench "$PY" -m dlperf sweep --networks fcn5,alexnet,lstm32 --frameworks torch,jax \
+    --devices gpu --batch-size 64,256 --min-time 0.3 --db "$DB"
+step 20 validate-cells "$PY" -m dlperf validate --memory --networks fcn5,alexnet,lstm32 --db "$DB"
 if [ "${CALIBRATE:-0}" = 1 ]; then
     step 240 calibrate "$PY" -m dlperf calibrate --device gpu --frameworks torch,jax --db "$DB"
     [ -n "$ENTRY" ] && step 30 reference "$PY" -m dlperf.kinds.calibrate.shipped_fits \
