@@ -170,3 +170,41 @@ def test_validate_published_predicts_every_row_from_the_catalogue_beside_a_roofl
     assert "plain roofline: median |error|" in text and "lambdal" in text
     assert "(19 steps measured there)" in text and "gpt2[medium]" in text
     assert "reference curves: h200" in text
+
+
+def test_measured_gpu_peaks_name_their_machine_and_which_were_held_out(capsys):
+    """The allocator peaks dlperf measured on a lent H200: the machine, software and
+    command in the file, each row's session; ``validate --published`` sets the memory model
+    beside every row, and ``advise`` quotes its error for a catalogue GPU's largest batch."""
+    import json
+
+    from dlperf.cli import main
+    from dlperf.perfmodel import memory
+    from dlperf.reference import measured_gpu_memory
+    from dlperf.report.published_memory import gpu_memory_error
+
+    cite, rows = measured_gpu_memory()
+    text = " ".join(cite)
+    assert "H200" in text and "bench_memory.py --device gpu" in text and "held-out" in text
+    assert len(rows) == 20 and {r.session for r in rows} == {"first", "held-out"}
+    assert {(r.network, r.precision) for r in rows} >= {("gpt2", "bf16"),
+                                                       ("resnet50", "fp32"),
+                                                       ("resnet50", "bf16")}
+    assert main(["validate", "--published", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["memory"]
+    assert len(doc["cases"]) == 20
+    small = next(c for c in doc["cases"] if c["network"] == "gpt2" and c["batch_size"] == 2)
+    from dlperf import workloads
+
+    _, _, cfg = workloads.resolve("gpt2", "small", {})
+    assert small["predicted_bytes"] == memory.step_memory(cfg.layers(), 2, "bf16",
+                                                          on_device=True).total
+    assert small["error"] == pytest.approx(
+        small["predicted_bytes"] / small["measured_bytes"] - 1)
+    err = gpu_memory_error()
+    assert doc["summary"]["median_abs"] == err.median and err.n == 20
+    # advise quotes it for a GPU's largest batch, and not for a CPU's
+    assert main(["advise", "--task", "image-classification", "--samples", "1.2M",
+                 "--hardware", "a100-40gb"]) == 0
+    out = capsys.readouterr().out
+    assert f"validated error +-{err.median:.0%}; median over 20 steps' allocator" in out

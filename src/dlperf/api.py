@@ -522,8 +522,11 @@ def advise(task: str, *, samples: int | str, epochs: float = 1.0, hardware: str 
     cases, _ = memory_validation(db=db)
     memory_error = (statistics.median(abs(c.error) for c in cases), len(cases)) if cases \
         else None
+    from dlperf.report.published_memory import gpu_memory_error
+
     return advice_for(task, samples=samples, epochs=epochs, hardware=hardware, rows=rows,
-                      memory_error=memory_error, model=model, loader=_loader_model(db))
+                      memory_error=memory_error, gpu_memory_error=gpu_memory_error(),
+                      model=model, loader=_loader_model(db))
 
 
 def _loader_model(db: str | Path | None):

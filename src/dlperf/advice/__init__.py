@@ -26,18 +26,21 @@ from dlperf.advice.records import (
 from dlperf.advice.tasks import TASKS, task
 from dlperf.core.aggregate import ConfigResult
 from dlperf.core.errors import UsageError
+from dlperf.report.published_memory import GpuMemoryError
 
 
 def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str = "this",
            rows: list[ConfigResult] | None = None, errors: ErrorLookup | None = None,
            memory_error: tuple[float, int] | None = None,
+           gpu_memory_error: GpuMemoryError | None = None,
            model: LocalModel | None = None, loader: LoaderModel | None = None) -> Advice:
     """Advice for ``task_name`` on each piece of ``hardware`` ('this', a catalogue device
     with a count, or several, comma-separated). ``rows``: this machine's aggregated step
     and parallel rows, failures included. ``errors``: the model's validated error for a
     prediction's kind of configuration (None: every prediction says "error not validated
     yet"). ``memory_error``: the memory model's median |error| over the steps measured
-    here and their number, for this machine's largest batch. ``model``: this machine's
+    here and their number, for this machine's largest batch; ``gpu_memory_error``: its
+    error over the GPU peaks dlperf measured, for a catalogue GPU's largest batch. ``model``: this machine's
     calibrated model, for what it did not measure; ``loader``: its input-pipeline model,
     for a pipeline it did not measure. Bad input raises UsageError (one line)."""
     t = task(task_name)
@@ -53,7 +56,7 @@ def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str =
             out.append(advise_here(t, rows, n, epochs, memory_error, model, loader))
         else:
             steps = [r for r in rows if r.spec.kind == "step"]
-            out.append(advise_catalogue(t, hw, steps, n, epochs, errors))
+            out.append(advise_catalogue(t, hw, steps, n, epochs, errors, gpu_memory_error))
     return Advice(t.name, n, epochs, tuple(out))
 
 

@@ -24,6 +24,7 @@ from dlperf.perfmodel import catalogue, predict
 from dlperf.perfmodel.predict import training_memory
 from dlperf.perfmodel.result import Prediction
 from dlperf.perfmodel.scaled import NOTE as SCALED_NOTE
+from dlperf.report.published_memory import GpuMemoryError
 
 BASIS = "datasheet rates x public efficiency factors (dlperf predict --json shows them)"
 #: a catalogue GPU's basis (``perfmodel.scaled``): its prediction carries a note saying so
@@ -76,7 +77,8 @@ def _source(p: Prediction, errors: ErrorLookup | None) -> Predicted:
 
 
 def advise_catalogue(task: Task, hw: Hardware, here: list[ConfigResult], samples: int, epochs: float,
-                     errors: ErrorLookup | None = None) -> HardwareAdvice:
+                     errors: ErrorLookup | None = None,
+                     gpu_memory_error: GpuMemoryError | None = None) -> HardwareAdvice:
     """``here``: this machine's step rows, for the framework advice only."""
     dev = catalogue.device(hw.device)
     recs: list[Recommendation] = []
@@ -95,7 +97,7 @@ def advise_catalogue(task: Task, hw: Hardware, here: list[ConfigResult], samples
             recs.append(Recommendation("network", name, f"{name}: {common.duration(h)} for "
                                        f"{epochs:g} epochs at {p.samples_per_s:.4g} samples/s "
                                        f"({p.strategy})", h, "h", _source(p, errors)))
-            recs.append(_batch(cand.network, size, dev, errors))
+            recs.append(_batch(cand.network, size, dev, gpu_memory_error))
             best.append((h, cand.network, size, p))
         recs.append(_framework(cand.network, here))
     if best:  # devices and data for the task's first candidate the model predicts
@@ -120,16 +122,22 @@ def _framework(net: str, here: list[ConfigResult]) -> Recommendation:
 
 
 def _batch(net: str, size: str, dev: catalogue.Device,
-           errors: ErrorLookup | None) -> Recommendation:
+           gpu_error: GpuMemoryError | None) -> Recommendation:
+    """The largest batch that fits the device; on a GPU with the memory model's error
+    over the GPU peaks dlperf measured (``report.published_memory``)."""
+    gpu = dev.kind == "gpu"
     limit = dev.memory_gb * 1e9
     b = common.largest_fitting(lambda b: training_memory(
-        net, size=size, batch_size=b, on_device=dev.kind == "gpu"), limit)
+        net, size=size, batch_size=b, on_device=gpu), limit)
     name = common.name(net, size)
     more = " or more" if b == common.MAX_BATCH else ""
+    error, basis = None, ""
+    if gpu and gpu_error is not None:
+        error, basis = gpu_error.median, gpu_error.describe()
     return Recommendation("batch", name, f"{name}: about {b}{more} per device fit in "
                           f"{dev.memory_gb:g} GB (weights, gradients, kept activations)",
                           float(b), "samples",
-                          Predicted(f"memory estimate of {name} at batch {b}", None, ""))
+                          Predicted(f"memory estimate of {name} at batch {b}", error, basis))
 
 
 def _devices(net: str, size: str, hw: Hardware, samples: int, epochs: float,

@@ -47,8 +47,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     how.add_argument("--published", action="store_true", help="predict the published GPU "
                      "measurements shipped with dlperf, and the steps dlperf measured on a "
                      "lent GPU that is not the reference, from their catalogue entries alone, "
-                     "beside the efficiency-factor roofline and a plain roofline (no store "
-                     "needed)")
+                     "beside the efficiency-factor roofline and a plain roofline, and the "
+                     "memory model against the GPU peaks dlperf measured (no store needed)")
     p.add_argument("--machine", help="with --catalogue: whose measurements (a machine id as "
                    "the report shows it, or 'all'; default this machine)")
     args.add_run_flags(p, network=args.Take(many=True, help="comma-separated (default: all "
@@ -211,12 +211,56 @@ def _published(as_json: bool) -> int:
                 " (not the reference curves' GPU)"), "measured", "steps measured there",
              measured))
     docs = [_published_set(*s, as_json) for s in sets]
+    memory = _published_memory(as_json)
     if as_json:
-        print(json.dumps({**docs[0], "measured": docs[1]}, indent=1))
+        print(json.dumps({**docs[0], "measured": docs[1], "memory": memory}, indent=1))
         return 0
     if ref is not None:
         out.print(f"reference curves: {ref.device}, {ref.source}", markup=False)
     return 0
+
+
+def _published_memory(as_json: bool) -> dict:
+    """The memory model against the allocator peaks dlperf measured on a lent GPU: its
+    table (none with ``as_json``) and JSON document."""
+    import statistics
+
+    from dlperf.kinds.calibrate.validate import p90
+    from dlperf.reference import measured_gpu_memory
+    from dlperf.report.exporters import print_table
+    from dlperf.report.published_memory import peak_cases
+    from dlperf.report.tables import Table
+
+    cases = peak_cases()
+    mags = [abs(c.error) for c in cases]
+    held = [abs(c.error) for c in cases if c.row.session == "held-out"]
+    summary = {"median_abs": statistics.median(mags), "p90_abs": p90(mags), "n": len(mags),
+               "held_out_median_abs": statistics.median(held) if held else None}
+    doc = {"citation": list(measured_gpu_memory()[0]), "summary": summary, "cases": [
+        {"gpu": c.row.gpu, "framework": c.row.framework, "network": c.row.network,
+         "size": c.row.size, "precision": c.row.precision, "batch_size": c.row.batch_size,
+         "measured_bytes": c.row.device_peak_bytes, "predicted_bytes": c.predicted.total,
+         "error": c.error, "session": c.row.session, "memory": c.predicted.model_dump()}
+        for c in cases]}
+    if as_json:
+        return doc
+    rows = [[c.row.gpu, c.row.framework,
+             c.row.network + (f"[{c.row.size}]" if c.row.size != "full" else ""),
+             c.row.precision, str(c.row.batch_size), units.nbytes(c.row.device_peak_bytes),
+             units.nbytes(c.predicted.total), f"{c.error:+.0%}", c.row.session]
+            for c in cases]
+    print_table(Table(title="The memory model against the allocator peaks dlperf measured "
+                            "on a lent GPU", headers=["measured on", "framework", "network",
+                                                      "precision", "batch", "measured",
+                                                      "predicted", "error", "session"],
+                      rows=rows, caption="one step's peak of the framework's allocator; "
+                      "predicted: dlperf.perfmodel.memory on the device, never fitted on "
+                      "these rows ('first': seen before its GPU rule was written)"), out)
+    out.print(f"memory: median |error| {units.percent(summary['median_abs'])}, p90 "
+              f"{units.percent(summary['p90_abs'])} over {len(mags)} steps"
+              + (f"; the {len(held)} held out: {units.percent(summary['held_out_median_abs'])}"
+                 if held else ""), markup=False)
+    return doc
 
 
 def _published_set(title: str, column: str, noun: str, data, as_json: bool) -> dict:

@@ -22,6 +22,10 @@ measured on a GPU lent to its developers that is not the reference curves' GPU, 
 networks (GPT-2 among them) at four precisions, the machine, software and command in its
 comment lines;
 ``dlperf validate --published`` predicts them the same way, in a table of their own.
+
+``measured_gpu_memory.csv``: likewise dlperf's own, the allocator's peak of single
+training steps on a lent H200, which ``dlperf validate --published`` sets the memory model
+beside and ``dlperf advise`` quotes as its error on a catalogue GPU.
 """
 
 from __future__ import annotations
@@ -140,6 +144,34 @@ def published_gpu() -> Published:
 def measured_gpu() -> Published:
     """Steps dlperf measured on a lent catalogue GPU, not the reference's (``measured_gpu.csv``)."""
     return _steps("measured_gpu.csv")
+
+
+@dataclass(frozen=True)
+class MeasuredPeak:
+    """One training step's allocator peak that dlperf measured on a lent GPU."""
+
+    gpu: str
+    device: str  # the catalogue entry
+    framework: str
+    network: str
+    size: str
+    precision: str
+    batch_size: int
+    device_peak_bytes: int
+    session: str  # 'first': seen before the model's GPU rule was written; 'held-out': after
+
+
+@cache
+def measured_gpu_memory() -> tuple[tuple[str, ...], tuple[MeasuredPeak, ...]]:
+    """The shipped GPU peaks (``measured_gpu_memory.csv``): its comment lines and rows."""
+    comments, body = _read("measured_gpu_memory.csv")
+    rows = tuple(MeasuredPeak(gpu=r["gpu"], device=r["device"], framework=r["framework"],
+                              network=r["network"], size=r["size"], precision=r["precision"],
+                              batch_size=int(r["batch"]),
+                              device_peak_bytes=int(r["device_peak_bytes"]),
+                              session=r["session"])
+                 for r in csv.DictReader(body))
+    return comments, rows
 
 
 def _steps(name: str) -> Published:

@@ -1,0 +1,58 @@
+"""The memory model against the allocator peaks dlperf measured on a lent GPU
+(``reference.measured_gpu_memory``): what ``dlperf validate --published`` shows and the
+error ``dlperf advise`` quotes for a catalogue GPU's largest batch. Nothing is fitted on
+these rows; the prediction is ``perfmodel.memory.step_memory`` on the device."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from dlperf import workloads
+from dlperf.perfmodel.memory import MemoryBreakdown, step_memory
+from dlperf.reference import MeasuredPeak, measured_gpu_memory
+
+
+@dataclass(frozen=True)
+class PeakCase:
+    row: MeasuredPeak
+    predicted: MemoryBreakdown
+
+    @property
+    def error(self) -> float:
+        """Predicted over measured, less 1."""
+        return self.predicted.total / self.row.device_peak_bytes - 1
+
+
+def peak_cases() -> list[PeakCase]:
+    """Each shipped GPU peak beside the model's."""
+    out = []
+    for row in measured_gpu_memory()[1]:
+        _, _, cfg = workloads.resolve(row.network, row.size, {})
+        out.append(PeakCase(row, step_memory(cfg.layers(), row.batch_size, row.precision,
+                                             on_device=True)))
+    return out
+
+
+class GpuMemoryError(NamedTuple):
+    """The model's error over the shipped GPU peaks."""
+
+    median: float  # |error|
+    p90: float
+    n: int
+    gpu: str  # where they were measured
+
+    def describe(self) -> str:
+        return (f"median over {self.n} steps' allocator peaks measured on {self.gpu}, "
+                f"{self.p90:.0%} at the 90th percentile")
+
+
+def gpu_memory_error() -> GpuMemoryError:
+    """The model's |error| over the shipped GPU peaks (``peak_cases``)."""
+    from dlperf.kinds.calibrate.validate import p90
+
+    cases = peak_cases()
+    mags = [abs(c.error) for c in cases]
+    return GpuMemoryError(statistics.median(mags), p90(mags), len(cases),
+                          ", ".join(sorted({c.row.gpu for c in cases})))
