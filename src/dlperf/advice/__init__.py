@@ -40,9 +40,10 @@ def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str =
     prediction's kind of configuration (None: every prediction says "error not validated
     yet"). ``memory_error``: the memory model's median |error| over the steps measured
     here and their number, for this machine's largest batch; ``gpu_memory_error``: its
-    error over the GPU peaks dlperf measured, for a catalogue GPU's largest batch. ``model``: this machine's
-    calibrated model, for what it did not measure; ``loader``: its input-pipeline model,
-    for a pipeline it did not measure. Bad input raises UsageError (one line)."""
+    error over the GPU peaks dlperf measured, for a catalogue GPU's largest batch.
+    ``model``: this machine's calibrated model, for what it did not measure; ``loader``:
+    its input-pipeline model, for a pipeline it did not measure. Bad input raises
+    UsageError (one line)."""
     t = task(task_name)
     n = parse_samples(samples) if isinstance(samples, str) else int(samples)
     if n < 1:

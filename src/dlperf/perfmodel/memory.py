@@ -87,16 +87,18 @@ def activation_bytes(layers: Sequence[Layer], batch: float, elem: int) -> float:
 #: the operands autograd saves for it (PyTorch's tools/autograd/derivatives.yaml: ``mm``
 #: and ``convolution`` save their input, ``native_batch_norm`` and ``native_layer_norm``
 #: their input, ``threshold_backward`` (ReLU), ``sigmoid_backward``, ``_softmax`` and
-#: ``_log_softmax`` their result, ``max_pool2d`` its input and indices; an addition, a
-#: scaling by a constant or a mask saves nothing). TensorFlow's registered gradients and
-#: JAX's VJPs read the same operands. An op not listed keeps both.
+#: ``_log_softmax`` their result, ``max_pool2d`` its input and indices (counted here as
+#: its output, as TensorFlow's max-pool gradient reads it); an addition, a scaling by a
+#: constant or a mask saves nothing). TensorFlow's registered gradients and JAX's VJPs
+#: read the same operands. An op not listed keeps both.
 SAVES_INPUT, SAVES_OUTPUT = 1, 2
 SAVES = {"dense": SAVES_INPUT, "conv": SAVES_INPUT, "deconv": SAVES_INPUT,
          "attention": SAVES_INPUT, "bn": SAVES_INPUT, "ln": SAVES_INPUT,
          "pool": SAVES_INPUT | SAVES_OUTPUT, "softmax": SAVES_OUTPUT, "loss": SAVES_OUTPUT,
          "add": 0, "scale": 0, "mask": 0, "embedding": 0, "flatten": 0}
-#: activations whose derivative is written with their input (GELU's, leaky ReLU's); the
-#: others (ReLU, sigmoid, tanh) are written with their output
+#: activations whose derivative is written with their input (GELU's, leaky ReLU's), read
+#: from the layer's name as the networks name their activations; the others (ReLU,
+#: sigmoid, tanh) are written with their output
 ON_INPUT = ("gelu", "lrelu")
 #: ops that run in fp32 under mixed precision (autocast's fp32 list: softmax, log-softmax,
 #: layer norm; the embedding looks up fp32 weights), and keep their tensors at 4 bytes
