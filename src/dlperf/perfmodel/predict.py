@@ -380,8 +380,10 @@ class _Context:
                 f"{self.dev.memory_gb:g} GB of {self.dev.name}: it would not fit"
                 + (f" (at most {top * scale} fit)" if top else ""))
         if self.catalogued and self.dev.kind == "gpu":
-            self.notes.append("memory: the device's own (weights, gradients, activations, "
-                              "the largest transient); the CUDA context is not counted")
+            self.notes.append("memory: the device's own (weights, gradients, the activations "
+                              "the backward saves, the largest transient); the CUDA context "
+                              "and cuDNN's workspace are not counted (dlperf validate "
+                              "--published: its error on a lent GPU)")
         return dict(memory=mem, memory_bytes=mem.total, fits=mem.total <= capacity,
                     max_batch=top * scale if top else None)
 
