@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from dlperf import workloads
+from dlperf.core.stats import quantile
 from dlperf.perfmodel.memory import MemoryBreakdown, step_memory
 from dlperf.reference import MeasuredPeak, measured_gpu_memory
 
@@ -50,9 +51,7 @@ class GpuMemoryError(NamedTuple):
 
 def gpu_memory_error() -> GpuMemoryError:
     """The model's |error| over the shipped GPU peaks (``peak_cases``)."""
-    from dlperf.kinds.calibrate.validate import p90
-
     cases = peak_cases()
-    mags = [abs(c.error) for c in cases]
-    return GpuMemoryError(statistics.median(mags), p90(mags), len(cases),
+    mags = sorted(abs(c.error) for c in cases)
+    return GpuMemoryError(statistics.median(mags), quantile(mags, 0.9), len(cases),
                           ", ".join(sorted({c.row.gpu for c in cases})))
