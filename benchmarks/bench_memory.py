@@ -96,8 +96,13 @@ def parse_configs(text: str) -> tuple:
     """'gpt2:small:bf16:2,16;resnet50:full:fp32:32' as ``GPU_SET`` holds it."""
     out = []
     for item in text.split(";"):
-        n, size, p, batches = item.split(":")
-        out.append((n, size, p, tuple(int(b) for b in batches.split(","))))
+        try:
+            n, size, p, batches = item.strip().split(":")
+            out.append((n, size, p, tuple(int(b) for b in batches.split(","))))
+        except ValueError:
+            print(f"bench_memory: --configs: '{item}' is not NETWORK:SIZE:PRECISION:"
+                  "BATCH,BATCH", file=sys.stderr)
+            raise SystemExit(2) from None
     return tuple(out)
 
 
