@@ -273,3 +273,33 @@ def test_a_worker_reports_its_own_peak_not_its_launchers():
     assert environment.peak_resident_bytes() > 300 * 2**20
     assert child < 250 * 2**20  # a Python importing dlperf's core, without the ballast
     del ballast
+
+
+def test_validate_memory_sets_a_gpu_step_beside_the_saved_tensors(tmp_path, capsys):
+    """A step measured on a GPU (its allocator's peak) is predicted by the saved-tensor
+    rule with no runtime baseline, and summarised by device apart from the CPU's."""
+    import json
+
+    from dlperf import workloads
+    from dlperf.cli import main
+    from dlperf.core.spec import Measurement, RunSpec
+    from dlperf.core.store import Store
+    from dlperf.engine.worker import execute
+
+    spec = RunSpec(network="gpt2", size="tiny", batch_size=4,
+                   measurement=Measurement(min_time_s=0.01, min_steps=1, warmup_max_steps=1))
+    r = execute(spec)
+    assert r.ok, r.failure
+    on_gpu = spec.model_copy(update={"device": "gpu", "precision": "bf16"})
+    m = r.metrics.model_copy(update={"device_peak_bytes": 10 * 2**20})
+    db = tmp_path / "gpu.db"
+    with Store(db) as store:
+        store.add(r.model_copy(update={"spec": on_gpu, "metrics": m}))
+    assert main(["validate", "--memory", "--json", "--db", str(db)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    [case] = doc["cases"]
+    _, _, cfg = workloads.resolve("gpt2", "tiny", {})
+    expected = memory.step_memory(cfg.layers(), 4, "bf16", on_device=True)
+    assert case["predicted_bytes"] == expected.total and case["memory"]["baseline"] == 0
+    assert case["error"] == pytest.approx(expected.total / (10 * 2**20) - 1)
+    assert [s["value"] for s in doc["summary"]["device"]] == ["gpu"]

@@ -519,7 +519,8 @@ def advise(task: str, *, samples: int | str, epochs: float = 1.0, hardware: str 
     with Store(db) as store:
         rows = rows_here(store)
         model = validate.predictor(store)  # None: this machine was never calibrated
-    cases, _ = memory_validation(db=db)
+    # this machine's memory: its CPU steps' resident peaks (a GPU's steps are its own)
+    cases = [c for c in memory_validation(db=db)[0] if c.row.spec.device == "cpu"]
     memory_error = (statistics.median(abs(c.error) for c in cases), len(cases)) if cases \
         else None
     from dlperf.report.published_memory import gpu_memory_error

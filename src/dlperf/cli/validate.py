@@ -162,7 +162,7 @@ def _memory(a: argparse.Namespace) -> int:
              "predicted_bytes": c.predicted.total, "error": c.error,
              "memory": c.predicted.model_dump()} for c in cases],
             "summary": {g or "all": [s.__dict__ for s in validate.summarize(cases, g)]
-                        for g in (None, "network", "framework")}}, indent=1))
+                        for g in (None, "network", "framework", "device")}}, indent=1))
         return 0
     rows = [[validate.case_label(c.row.spec), units.nbytes(c.measured_bytes),
              units.nbytes(c.predicted.total), f"{c.error:+.0%}",
@@ -177,7 +177,9 @@ def _memory(a: argparse.Namespace) -> int:
                       caption="measured: the worker's peak resident memory (CPU) or the "
                               "allocator's peak (GPU); predicted: dlperf.perfmodel.memory, "
                               "its baseline from the calibration (never from the step)"), out)
-    for group in ("network", "framework"):
+    # a CPU's resident peak and a GPU's allocator peak are apart where a store has both
+    devices = ("device",) if len({c.row.spec.device for c in cases}) > 1 else ()
+    for group in ("network", "framework", *devices):
         print_table(Table(title=f"Error by {group}", headers=[group, "n", "median |error|",
                                                               "p90 |error|", "median error"],
                           rows=[[s.value, str(s.n), units.percent(s.median_abs),

@@ -95,12 +95,12 @@ def kept_its_cores(row: ConfigResult, busy: float) -> bool:
 
 
 def group_key(spec: RunSpec, group: str, strategy: str = "single") -> str:
-    """The value of ``group`` (network, framework, threads, batch, strategy, precision)
-    a case is summarised under."""
+    """The value of ``group`` (network, framework, threads, batch, strategy, precision,
+    device) a case is summarised under."""
     return {"network": spec.network if spec.size in ("full", "") else
             f"{spec.network}[{spec.size}]", "framework": framework(spec),
             "threads": str(spec.threads), "batch": str(spec.batch_size),
-            "strategy": strategy, "precision": spec.precision}[group]
+            "strategy": strategy, "precision": spec.precision, "device": spec.device}[group]
 
 
 @dataclass(frozen=True)
