@@ -121,9 +121,10 @@ def _boundary(cases, margin: float, db: str) -> tuple[int, int]:
     right = tried = 0
     for c in cases:
         for factor, should_fit in ((1 + margin, True), (1 - margin, False)):
-            spec = c.row.spec.model_copy(update={"repeat": 0, "measurement": QUICK})
-            [r] = api.run_specs([spec], db=db, force=True, timeout_s=900,
-                                memory_limit=int(c.predicted.total * factor))
+            limit = int(c.predicted.total * factor)
+            spec = c.row.spec.model_copy(update={"repeat": 0, "measurement": QUICK,
+                                                 "memory_limit": limit})
+            [r] = api.run_specs([spec], db=db, force=True, timeout_s=900, memory_limit=limit)
             fitted = r.ok
             ran_out = not r.ok and r.failure.reason == "oom"
             print(f"  {c.row.spec.label():46s} limit x {factor:g}: "

@@ -160,3 +160,24 @@ def test_resume_runs_only_what_is_missing(db):
     with Store(db) as st:
         assert len(plan.pending(specs, st, force=True)) == 3
         assert len(st.results(kind="step", latest=False)) == 3
+
+
+def test_a_run_under_a_memory_limit_is_a_configuration_of_its_own(db):
+    """'Does it fit in 10 MiB?' is another question than the step's time: its out-of-memory
+    row never hides the measurement without a limit, and that measurement never answers
+    for the limited run (RunSpec.memory_limit is part of the identity)."""
+    kw = dict(size="tiny", batch_size=4, measurement=FAST, db=db)
+    free = api.run("fcn5", **kw)
+    limited = api.run("fcn5", memory_limit=10 * 2**20, **kw)
+    assert free.measured and not limited.measured and limited.failure_reason == "oom"
+    assert "(limit 10 MiB)" in limited.spec.label()
+    for limit, reason in ((None, None), ("10MiB", "oom")):
+        cfg = config.build(networks=["fcn5"], size="tiny", batch_sizes=[4], memory_limit=limit,
+                           measurement=FAST)
+        specs = plan.expand(cfg)
+        with Store(db) as store:
+            assert plan.pending(specs, store) == []  # each found its own
+        [row] = api.stored_results(specs, db=db)
+        assert (row.failure.reason if row.failure else None) == reason and row.ok == (not reason)
+    # an unlimited spec keeps the id it had before the field existed
+    assert "memory_limit" not in RunSpec(network="fcn5").identity()

@@ -145,11 +145,12 @@ def cmd_parallel(a: argparse.Namespace) -> int:
     from dlperf.engine.config import parse_bytes
 
     slurm = _slurm(a)
-    specs = build_specs(a)
+    memory = (parse_bytes(a.memory_limit) if a.memory_limit else None) or None
+    # a run under a limit is a configuration of its own (``RunSpec.memory_limit``)
+    specs = [s.model_copy(update={"memory_limit": memory}) for s in build_specs(a)]
     if a.nnodes > 1 and not a.rdzv_endpoint and slurm is None:
         raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT, the same on every "
                          "machine")
-    memory = parse_bytes(a.memory_limit) if a.memory_limit else None
     planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed,
                             slurm=slurm)
     print_plan("parallel", planned, describe=(

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, model_seriali
 
 from dlperf.core import kind_table
 from dlperf.core.payload import Diagnostics
+from dlperf.core.units import nbytes
 
 # 2: RunSpec.precision; measurement settings and precision in the ids
 # 3: typed options (identity: the options that differ from their defaults) and outcomes
@@ -106,6 +107,12 @@ class RunSpec(_Frozen):
     #: the environment the framework runs in: '' dlperf's own, else one made by ``dlperf
     #: setup FRAMEWORK==VERSION`` ('torch-2.12.0'; ``dlperf.core.separate_envs``)
     env: str = Field("", pattern=r"^([a-z][a-z0-9_]*-[0-9][0-9a-z.+!-]*)?$")
+    #: the memory limit the run was asked to fit in (``--memory-limit``: the worker's
+    #: resident memory, a GPU's device memory), None: none asked. A run under a limit
+    #: answers another question than the same configuration without one ("does it fit?"),
+    #: so it is a configuration of its own: its failure never hides the unlimited
+    #: measurement, and a measurement without a limit never stands for it
+    memory_limit: int | None = Field(None, gt=0)
     # the kind's own settings (``dlperf.kinds``: e.g. a training target, a strategy); part
     # of the identity
     options: SerializeAsAny[BaseModel] = Field(default_factory=lambda: _options_of("step", {}))
@@ -145,11 +152,13 @@ class RunSpec(_Frozen):
 
     @model_serializer(mode="wrap")
     def _without_default_env(self, handler: Any) -> Any:
-        """A run in dlperf's own environment is written as before environments existed,
-        so that a dlperf of that time still reads the store."""
+        """A run in dlperf's own environment, and one under no memory limit, is written as
+        before either field existed, so that a dlperf of that time still reads the store."""
         data = handler(self)
         if isinstance(data, dict) and not self.env:
             data.pop("env", None)
+        if isinstance(data, dict) and self.memory_limit is None:
+            data.pop("memory_limit", None)
         return data
 
     def identity(self, *, env: bool = True) -> dict[str, Any]:
@@ -163,6 +172,8 @@ class RunSpec(_Frozen):
             ident["options"] = options
         if env and self.env:
             ident["env"] = self.env
+        if self.memory_limit is not None:
+            ident["memory_limit"] = self.memory_limit
         return ident
 
     @property
@@ -191,8 +202,9 @@ class RunSpec(_Frozen):
         dev = f"cpu x{self.threads}" if self.device == "cpu" else self.device
         prec = "" if self.precision == "fp32" else f" {self.precision}"
         env = f" [{self.env}]" if self.env else ""
+        limit = f" (limit {nbytes(self.memory_limit)})" if self.memory_limit else ""
         label = (f"{self.network}{size} {self.framework}/{self.variant}{env} {dev} "
-                 f"b{self.batch_size}{prec}")
+                 f"b{self.batch_size}{prec}{limit}")
         info = kind_table.lookup(self.kind)
         return info.label(self, label) if info and info.label else label
 

@@ -12,7 +12,8 @@ from dlperf.engine.config import SweepConfig
 
 def expand(cfg: SweepConfig) -> list[RunSpec]:
     """Every (network, framework, variant, device, precision, threads, batch, repeat) of
-    the sweep: training steps, or inference queries with ``mode = "inference"``.
+    the sweep: training steps, or inference queries with ``mode = "inference"``; under the
+    sweep's memory limit, which is part of each one's identity (``RunSpec.memory_limit``).
 
     The order runs all repetition 0s first, so an interrupted sweep already has one number
     for every configuration before it spends time on the second.
@@ -42,6 +43,7 @@ def expand(cfg: SweepConfig) -> list[RunSpec]:
                             repeat=repeat,
                             measurement=cfg.measurement,
                             env=cfg.env_for(framework),
+                            memory_limit=cfg.memory_limit,
                         )
                     )
     return specs
