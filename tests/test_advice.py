@@ -33,6 +33,10 @@ def test_every_recommendation_has_a_number_and_its_source(db):
             st.add(result("ffn", t, s, size="small"))
         st.add(result("fcn5", 2, 0.3, batch=1024))
         st.add(result("fcn5", 2, batch=4096, fail="oom"))
+        # out of memory under a limit of its own: another memory's answer, not this one's
+        small = result("fcn5", 2, batch=2048, fail="oom")
+        st.add(small.model_copy(update={"spec": small.spec.model_copy(
+            update={"memory_limit": 2**30})}))
     a = advise("simple-tabular", samples=1_000_000, epochs=10, hardware="this", rows=_here(db))
     h = a.hardware[0]
     for r in h.recommendations:  # a number with its source, or a command to get one

@@ -182,8 +182,11 @@ def _threads(net: str, size: str, mine: list[ConfigResult], best: ConfigResult, 
 def _batch(net: str, size: str, mine: list[ConfigResult],
            memory_error: tuple[float, int] | None = None) -> Recommendation:
     """The largest batch that fits: from runs that ran out of memory where there are any,
-    else the model's memory estimate against this machine's memory."""
+    else the model's memory estimate against this machine's memory. Only runs on this
+    machine's CPU and under no memory limit of their own say what its memory holds (an
+    out-of-memory run under ``--memory-limit`` answered a smaller memory's question)."""
     name = common.name(net, size)
+    mine = [r for r in mine if r.spec.device == "cpu" and r.spec.memory_limit is None]
     oom = [r.spec.batch_size for r in mine if r.failure_reason == "oom"]
     ok = [r for r in mine if r.measured]
     if oom:
