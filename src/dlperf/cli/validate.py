@@ -227,16 +227,14 @@ def _published_memory(as_json: bool) -> dict:
     table (none with ``as_json``) and JSON document."""
     import statistics
 
-    from dlperf.kinds.calibrate.validate import p90
     from dlperf.reference import measured_gpu_memory
     from dlperf.report.exporters import print_table
-    from dlperf.report.published_memory import peak_cases
+    from dlperf.report.published_memory import gpu_memory_error, peak_cases
     from dlperf.report.tables import Table
 
-    cases = peak_cases()
-    mags = [abs(c.error) for c in cases]
+    cases, err = peak_cases(), gpu_memory_error()
     held = [abs(c.error) for c in cases if c.row.session == "held-out"]
-    summary = {"median_abs": statistics.median(mags), "p90_abs": p90(mags), "n": len(mags),
+    summary = {"median_abs": err.median, "p90_abs": err.p90, "n": err.n,
                "held_out_median_abs": statistics.median(held) if held else None}
     doc = {"citation": list(measured_gpu_memory()[0]), "summary": summary, "cases": [
         {"gpu": c.row.gpu, "framework": c.row.framework, "network": c.row.network,
@@ -258,8 +256,8 @@ def _published_memory(as_json: bool) -> dict:
                       rows=rows, caption="one step's peak of the framework's allocator; "
                       "predicted: dlperf.perfmodel.memory on the device, never fitted on "
                       "these rows ('first': seen before its GPU rule was written)"), out)
-    out.print(f"memory: median |error| {units.percent(summary['median_abs'])}, p90 "
-              f"{units.percent(summary['p90_abs'])} over {len(mags)} steps"
+    out.print(f"memory: median |error| {units.percent(err.median)}, p90 "
+              f"{units.percent(err.p90)} over {err.n} steps"
               + (f"; the {len(held)} held out: {units.percent(summary['held_out_median_abs'])}"
                  if held else ""), markup=False)
     return doc
