@@ -9,7 +9,9 @@
 #      GPU (the reference curves scaled to it);
 #   3. the GPU tests (tests/test_gpu.py, tests/test_dataflow_gpu.py);
 #   4. the DLBench cells of PyTorch and JAX on the GPU (fcn5, alexnet, lstm32; 64, 256);
-#   5. with CALIBRATE=1: the GPU calibration of PyTorch and JAX at fp32 and the reference
+#   5. with JAX_STARTUP=1: a JAX step's start at 1 thread, at every core, and without
+#      XLA's autotuning (each run's time in its step log);
+#   6. with CALIBRATE=1: the GPU calibration of PyTorch and JAX at fp32 and the reference
 #      curves of every framework calibrated ($OUT/reference_fits.json).
 # Each step has a time limit of its own so that one slow step leaves the others their
 # time; a step that fails is reported and the next goes on.
@@ -62,6 +64,14 @@ step 90 tests "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_gpu.py test
 step 200 dlbench "$PY" -m dlperf sweep --networks fcn5,alexnet,lstm32 --frameworks torch,jax \
     --devices gpu --batch-size 64,256 --min-time 0.3 --db "$DB"
 step 20 validate-cells "$PY" -m dlperf validate --memory --networks fcn5,alexnet,lstm32 --db "$DB"
+if [ "${JAX_STARTUP:-0}" = 1 ]; then  # why a JAX run took 85-90 s to start on an H200
+    for how in "--threads 1" "--threads $(nproc)"; do
+        step 150 "jax-start-${how##* }" "$PY" -m dlperf run -n fcn5 -f jax -d gpu -b 64 \
+            $how --min-time 0.3 --db "$OUT/jax-start.db"
+    done
+    XLA_FLAGS=--xla_gpu_autotune_level=0 step 150 jax-start-noautotune "$PY" -m dlperf run \
+        -n fcn5 -f jax -d gpu -b 64 --threads 1 --min-time 0.3 --db "$OUT/jax-start.db"
+fi
 if [ "${CALIBRATE:-0}" = 1 ]; then
     step 240 calibrate "$PY" -m dlperf calibrate --device gpu --frameworks torch,jax --db "$DB"
     [ -n "$ENTRY" ] && step 30 reference "$PY" -m dlperf.kinds.calibrate.shipped_fits \
