@@ -341,6 +341,22 @@ class TorchTrainer(PipelineTrainer):
         return self.step()
 
 
+def _torch_device(device: str) -> torch.device:
+    """The torch device of dlperf's 'cpu' or 'gpu'; UnsupportedError where no GPU is seen."""
+    if device == "gpu" and not torch.cuda.is_available():
+        raise UnsupportedError("no CUDA GPU visible to torch")
+    return torch.device("cuda" if device == "gpu" else "cpu")
+
+
+def _model_device(device: str) -> torch.device:
+    """The device a network is built on: a GPU's allocator capped at the run's memory
+    limit first (``cap_device_memory``)."""
+    dev = _torch_device(device)
+    if dev.type == "cuda":
+        cap_device_memory(dev)
+    return dev
+
+
 def cap_device_memory(device: torch.device) -> None:
     """Cap the caching allocator at the run's ``--memory-limit`` (``device_memory``): an
     allocation past it raises CUDA's out-of-memory error, as on a card of that size (the
@@ -532,12 +548,7 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
         }
 
     def build(self, workload, config, batch_size, variant, device, seed) -> Trainer:
-        if device == "gpu" and not torch.cuda.is_available():
-            raise UnsupportedError("no CUDA GPU visible to torch")
-        if device == "gpu":
-            cap_device_memory(torch.device("cuda"))
-        return build_trainer(config, batch_size, variant,
-                             torch.device("cuda" if device == "gpu" else "cpu"), seed,
+        return build_trainer(config, batch_size, variant, _model_device(device), seed,
                              self.precision)
 
     def input_pipeline(self, source, batch_size: int, seed: int, device: str):
@@ -547,23 +558,14 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
                               torch.device("cuda" if device == "gpu" else "cpu"))
 
     def build_inference(self, workload, config, batch_size, variant, device, seed) -> ForwardOnly:
-        if device == "gpu" and not torch.cuda.is_available():
-            raise UnsupportedError("no CUDA GPU visible to torch")
-        if device == "gpu":
-            cap_device_memory(torch.device("cuda"))
-        return build_inference(config, batch_size, variant,
-                               torch.device("cuda" if device == "gpu" else "cpu"), seed,
+        return build_inference(config, batch_size, variant, _model_device(device), seed,
                                self.precision)
 
     def matmul(self, n: int, device: str) -> Timed:
-        if device == "gpu" and not torch.cuda.is_available():
-            raise UnsupportedError("no CUDA GPU visible to torch")
-        return MatmulProbe(n, torch.device("cuda" if device == "gpu" else "cpu"))
+        return MatmulProbe(n, _torch_device(device))
 
     def conv(self, n: int, device: str) -> Timed:
-        if device == "gpu" and not torch.cuda.is_available():
-            raise UnsupportedError("no CUDA GPU visible to torch")
-        return ConvProbe(n, torch.device("cuda" if device == "gpu" else "cpu"))
+        return ConvProbe(n, _torch_device(device))
 
     def kernel(self, op: str, shape: tuple[int, ...], device: str) -> Timed:
         from dlperf.backends.torch_kernels import kernel
