@@ -155,10 +155,11 @@ class RunSpec(_Frozen):
         """A run in dlperf's own environment, and one under no memory limit, is written as
         before either field existed, so that a dlperf of that time still reads the store."""
         data = handler(self)
-        if isinstance(data, dict) and not self.env:
-            data.pop("env", None)
-        if isinstance(data, dict) and self.memory_limit is None:
-            data.pop("memory_limit", None)
+        if isinstance(data, dict):
+            if not self.env:
+                data.pop("env", None)
+            if self.memory_limit is None:
+                data.pop("memory_limit", None)
         return data
 
     def identity(self, *, env: bool = True) -> dict[str, Any]:

@@ -367,8 +367,6 @@ class Store(JobsTable):
         return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
 
 
-
-
 def _same_run(stored: dict[str, Any], result: RunResult, text: str) -> bool:
     """Whether a stored row (its JSON) is this result: the same start time, or, for a
     result that never started, the same JSON."""

@@ -98,7 +98,7 @@ def over_limit(result: RunResult, limit: int | None) -> RunResult:
     step times kept."""
     gpu = result.spec.device == "gpu"
     m = result.metrics if result.ok else None
-    peak = (getattr(m, "device_peak_bytes", None) if gpu else m.peak_rss_bytes) if m else None
+    peak = (m.device_peak_bytes if gpu else m.peak_rss_bytes) if m else None
     if not limit or not peak or peak <= limit:
         return result
     where = "its device peak" if gpu else "its peak resident"
