@@ -183,3 +183,22 @@ def test_predict_of_another_network_adds_its_shapes_first(db, capsys, monkeypatc
     assert "timed at the shapes of alexnet@8, fcn5@64" in captured.out
     assert main(["predict", "-n", "fcn5", "--device", "cpu", "--db", str(db), "--json"]) == 0
     assert len(calls) == 1
+
+
+def test_a_strided_convolution_is_timed_on_the_input_side_the_network_gives_it():
+    # ResNet-50's stride-2 convolutions read a 56x56 (or 28, 14) map and its stem a 224x224
+    # image; the smallest input with the same output is odd (55), which oneDNN runs
+    # through a slower path, so the calibration must time the network's own side
+    needed = nk.step_shapes(workloads.get("resnet50").layers(), 16)["conv"]
+    strided = {(s[3], s[4], s[5]) for s in needed if s[5] > 1}
+    assert (224, 7, 2) in strided and (56, 1, 2) in strided and (56, 3, 2) in strided
+    assert all(side % 2 == 0 for side, _, _ in strided)
+    (alex,) = [s for s in nk.step_shapes(workloads.get("alexnet").layers(), 16)["conv"]
+               if s[5] == 4]
+    assert alex[3] == 224
+    # each timed shape has the layer's output pixels
+    for layer in workloads.get("resnet50").layers():
+        for g in layer.gemms:
+            if layer.op == "conv":
+                b, _, _, side, window, stride = nk.conv_shape(g, 1)
+                assert k.conv_out(side, window, stride) ** 2 == g.m

@@ -108,8 +108,9 @@ ELEM = 4
 #: (``CONV_LARGE_ELEMS``); 11: the sequence's weight gradient also at ``SEQ_FEATURES`` rows,
 #: every convolution also at a training batch's size, operands drawn uniform; 12: the
 #: products also at a few rows (``SMALL_ROWS``), the all-reduce up to 256 MB; 13: the max
-#: pool and its gradient (pool); 14: an LSTM layer whole (lstm)
-REVISION = 14
+#: pool and its gradient (pool); 14: an LSTM layer whole (lstm); 15: a network's strided
+#: convolutions at the input side the network gives them (``network_kernels.conv_shape``)
+REVISION = 15
 #: the max pool the calibration times (``pool``): window, stride, padding
 POOL_WINDOW, POOL_STRIDE = 3, 2
 #: side of the dependent matrix products of the dispatch chain

@@ -85,11 +85,18 @@ def step_shapes(layers: Iterable[Layer], batch: int) -> dict[str, set[tuple[int,
 def conv_shape(g: Gemm, batch: int) -> tuple[int, ...]:
     """The calibration kernel's (batch, c_in, c_out, side, window, stride) of a layer's
     implicit GEMM: the input side whose output (padding window // 2, ``kernels.conv_out``)
-    has the layer's output pixels."""
+    has the layer's output pixels, as the networks make it: the output side times the
+    stride (224 into ResNet's and AlexNet's strided stems, 56 into a stage's stride-2
+    convolutions), else the smallest such side. The smallest is odd at a stride of 2 (55
+    for 56), and oneDNN runs an odd map through another path: at one thread on a Xeon, a
+    1x1 stride-2 convolution's gradients took 294 ms over 16x256x55x55 and 125 ms over
+    the step's own 16x256x56x56 (``dlperf explain -n resnet50``)."""
     out = max(1, round(math.sqrt(g.m)))
-    side = max(1, (out - 1) * g.stride + g.window - 2 * (g.window // 2))
-    while conv_out(side, g.window, g.stride) < out:
-        side += 1
+    side = out * g.stride
+    if conv_out(side, g.window, g.stride) != out:
+        side = max(1, (out - 1) * g.stride + g.window - 2 * (g.window // 2))
+        while conv_out(side, g.window, g.stride) < out:
+            side += 1
     return (batch, max(1, g.k // (g.window * g.window)), g.n, side, g.window, g.stride)
 
 
