@@ -24,7 +24,7 @@ from dlperf.kinds import ParallelOutcome
 from dlperf.kinds.parallel.make import make_spec
 from dlperf.kinds.parallel.results import breakdown, server_series, union_length
 from dlperf.kinds.parallel.status import Status, culprits
-from dlperf.perfmodel.partition import child_costs, layer_cost, split_by_cost
+from dlperf.perfmodel.partition import child_costs, layer_cost, owner, split_by_cost
 from tests.conftest import FAST
 
 TIMEOUTS = dict(timeout_s=240, stall_timeout_s=90)
@@ -426,6 +426,45 @@ def test_neutral_layer_costs_map_onto_the_torch_modules():
         for n, c in zip(children, costs, strict=True):
             if any(True for _ in getattr(model, n).parameters()):
                 assert c > 0, (name, n)
+
+
+@pytest.mark.parametrize("name", ["fcn5", "alexnet", "resnet50"])
+def test_the_model_cuts_the_pipeline_where_dlperf_parallel_cuts_it(name):
+    # the runtime splits the torch nn.Sequential's top-level modules; the model splits the
+    # neutral layers between their units (a residual block is one): the same stages
+    import torch
+
+    from dlperf import workloads
+    from dlperf.backends import torch_backend as tb
+    from dlperf.perfmodel.partition import split_layers
+
+    _, _, cfg = workloads.resolve(name, "full")
+    with torch.device("meta"):
+        model = tb.build_model(cfg)
+    children = [n for n, _ in model.named_children()]
+    body = [x for x in cfg.layers() if x.op != "loss"]
+    for stages in (2, 3, 4):
+        runtime = split_by_cost(child_costs(children, body), stages)
+        modules = [[children[j] for j in part] for part in runtime]
+        model_parts = split_layers(body, stages)
+        owners = [sorted({owner(body[i].name, children) for i in part}, key=children.index)
+                  for part in model_parts]
+        # a module without a neutral layer of its own (flatten) joins whichever stage
+        assert [[m for m in part if m in sum(owners, [])] for part in modules] == owners
+
+
+def test_a_residual_blocks_layers_are_one_unit_of_the_pipeline():
+    from dlperf import workloads
+    from dlperf.perfmodel.partition import units
+
+    layers = workloads.get("resnet50").layers()
+    groups = [[layers[i].name for i in g] for g in units(layers)]
+    assert groups[:4] == [["stem"], ["stem_bn"], ["stem_relu"], ["stem_pool"]]
+    assert groups[4][0] == "s1b1_c1" and groups[4][-1] == "s1b1_relu3"
+    assert "s1b1_proj" in groups[4] and groups[5][0] == "s1b2_c1"
+    assert len(groups) == 4 + 16 + 3  # the stem's four, 16 blocks, avgpool, fc, loss
+    gpt = workloads.get("gpt2").layers("tiny")
+    assert [gpt[i].name for i in units(gpt)[0]] == ["wte", "wpe", "embed_add"]
 
 
 def test_breakdown_splits_blocked_time_into_waiting_and_transfer():

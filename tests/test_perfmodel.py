@@ -548,7 +548,7 @@ def test_bad_input_is_one_usage_error(kw, message):
 
 
 @pytest.mark.parametrize("network, size, stages, message", [
-    ("ffn", "tiny", 4, "more pipeline stages \\(4\\) than layers \\(3\\)"),
+    ("ffn", "tiny", 4, "more pipeline stages \\(4\\) than layers and blocks \\(3\\)"),
     ("gan", "tiny", 2, "cannot be pipelined: a GAN"),
     ("rbm", "tiny", 2, "cannot be pipelined: an RBM"),
     ("dbn", "tiny", 2, None),  # fine-tuning is a chain of layers

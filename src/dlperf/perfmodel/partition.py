@@ -22,6 +22,28 @@ def layer_cost(layer: Layer) -> float:
     return float(flops) if flops else ELEMENTWISE_COST * layer.out_elems
 
 
+def units(layers: Sequence[Layer]) -> list[list[int]]:
+    """The positions of ``layers`` in the units a pipeline cuts between: the consecutive
+    layers of one block (``Layer.block``: a residual block, whose skip connection a cut
+    would have to carry across) together, every other layer alone. These are the
+    top-level modules ``dlperf parallel`` splits a network's ``nn.Sequential`` into."""
+    out: list[list[int]] = []
+    for i, layer in enumerate(layers):
+        if out and layer.block and layers[out[-1][-1]].block == layer.block:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def split_layers(layers: Sequence[Layer], stages: int) -> list[list[int]]:
+    """``layers`` cut into ``stages`` contiguous stages (positions in ``layers``) between
+    their units (``units``), by cost (``split_by_cost``)."""
+    groups = units(layers)
+    parts = split_by_cost([sum(layer_cost(layers[i]) for i in g) for g in groups], stages)
+    return [[i for k in part for i in groups[k]] for part in parts]
+
+
 def owner(layer_name: str, children: Sequence[str]) -> str | None:
     """The top-level module that holds a neutral layer: the same name, or the longest
     child name that prefixes it followed by '_' (ResNet's 's1b1_c2' is in block 's1b1')."""

@@ -708,7 +708,7 @@ def _default_groups(devices: int) -> int:
 def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> Prediction:
     # framework-free, shared with dlperf parallel: the model cuts the stages where the
     # pipeline it predicts cuts them
-    from dlperf.perfmodel.partition import layer_cost, split_by_cost
+    from dlperf.perfmodel.partition import split_layers, units
 
     p, batch = ctx.devices, ctx.batch
     if groups not in (None, 1):
@@ -718,16 +718,17 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     if why:
         raise UsageError(f"network '{ctx.wl.name}' cannot be pipelined: {why}")
     body = [i for i, layer in enumerate(ctx.layers) if layer.op != "loss"]
-    if len(body) < p:
-        raise UsageError(f"more pipeline stages ({p}) than layers ({len(body)}) "
-                         f"in '{ctx.wl.name}'")
+    if len(cuttable := units([ctx.layers[i] for i in body])) < p:
+        raise UsageError(f"more pipeline stages ({p}) than layers and blocks "
+                         f"({len(cuttable)}) in '{ctx.wl.name}'")
     m = micro_batches if micro_batches is not None else min(batch, 4 * p)
     if m < 1 or batch % m:
         raise UsageError(f"micro_batches {m} does not divide the batch size {batch}")
     mb = batch / m
     timings = ctx.timings(mb)
+    # cut between blocks, where dlperf parallel cuts its nn.Sequential
     stages = [[body[j] for j in part] for part in
-              split_by_cost([layer_cost(ctx.layers[i]) for i in body], p)]
+              split_layers([ctx.layers[i] for i in body], p)]
     stages[-1] += [i for i, layer in enumerate(ctx.layers) if layer.op == "loss"]
     # the timings are slowed as if every stage computed at once (``machine.model``'s
     # share of the cores); the schedule takes them at full speed and shares the cores

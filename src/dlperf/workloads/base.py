@@ -62,6 +62,10 @@ class Layer:
     #: the segment this layer is recomputed in under activation checkpointing ('' when
     #: its output is kept): only a segment's last output is kept through the step
     segment: str = ""
+    #: the block whose skip connection joins its input to its output ('' for a layer of
+    #: its own): a pipeline cuts between blocks, never inside one, where the skip would
+    #: have to cross the cut beside the layer's output
+    block: str = ""
 
     def train_flops(self) -> int:
         """Forward + weight gradient + (input gradient) matmul FLOPs for one sample."""

@@ -14,7 +14,7 @@ and for a quick check that a framework is set up (``--size tiny``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlperf.workloads.base import Gemm, Layer, Workload, conv, conv_out, dense
 
@@ -123,6 +123,7 @@ class ResNetConfig:
                 st = stride if b == 0 else 1
                 name = f"s{s + 1}b{b + 1}"
                 c_out = width * self.expansion
+                first = len(out)
                 out.append(conv(f"{name}_c1", c_in, width, 1, side, bias=False))
                 out.append(bn(f"{name}_bn1", width, side))
                 out.append(Layer(f"{name}_relu1", "act", out_elems=width * side * side))
@@ -140,6 +141,7 @@ class ResNetConfig:
                 # the shortcut's sum and the block's last ReLU (no FLOPs, but two passes)
                 out.append(Layer(f"{name}_add", "add", out_elems=c_out * pixels))
                 out.append(Layer(f"{name}_relu3", "act", out_elems=c_out * pixels))
+                out[first:] = [replace(x, block=name) for x in out[first:]]
                 side, c_in = new_side, c_out
         out.append(Layer("avgpool", "pool", out_elems=c_in))
         out.append(dense("fc", c_in, self.classes))

@@ -64,7 +64,7 @@ class TransformerConfig:
     def block(self, i: int) -> list[Layer]:
         t, d, h = self.seq_len, self.width, self.heads
         attn = 2 * t * t * d  # QK^T (or AV) over all heads: h x (T x d/h) x (d/h x T)
-        return [
+        layers = [
             Layer(f"b{i}_ln1", "ln", params=2 * d, out_elems=t * d),
             _per_token(dense(f"b{i}_qkv", d, 3 * d), t),
             # two activation inputs (Q and K, or P and V), no weights: the backward is
@@ -86,6 +86,7 @@ class TransformerConfig:
             _per_token(dense(f"b{i}_fc_proj", 4 * d, d), t),
             Layer(f"b{i}_residual2", "add", out_elems=t * d),
         ]
+        return [replace(x, block=f"b{i}") for x in layers]
 
     def layers(self) -> list[Layer]:
         self._check()
@@ -95,9 +96,10 @@ class TransformerConfig:
             # tied: the embedding matrix is counted once, on the head, where its gradient
             # is a matmul (the embedding's own is a scatter of the gathered rows)
             Layer("wte", "embedding", params=0 if self.tied else v * d, out_elems=t * d,
-                  input_grad=False),
-            Layer("wpe", "embedding", params=t * d, out_elems=t * d, input_grad=False),
-            Layer("embed_add", "add", out_elems=t * d),
+                  input_grad=False, block="embed"),
+            Layer("wpe", "embedding", params=t * d, out_elems=t * d, input_grad=False,
+                  block="embed"),
+            Layer("embed_add", "add", out_elems=t * d, block="embed"),
         ]
         for i in range(self.depth):
             block = self.block(i + 1)
