@@ -1725,3 +1725,51 @@ def test_the_cost_of_sharing_a_core_is_calibrated_with_the_all_reduce(db):
     p = predict("fcn5", efficiencies=stale, **kw)
     assert any(f"x{sharing.CORE_SHARING_COST:g} beyond processor sharing" in n
                and "dlperf calibrate" in n for n in p.notes)
+
+
+def test_the_collectives_processes_measure_a_parallel_workers_runtime():
+    """A parallel worker holds more than the framework alone: gloo's process group, and a
+    DistributedDataParallel's reducer and what its first step loads. The calibration's
+    collectives measure both in their own processes, once their tensors are freed."""
+    from dlperf.backends.torch_backend import TorchBackend
+
+    times, runtime = TorchBackend().collective([4096, 65536], 2, 2, 1)
+    assert len(times) == 2 and all(len(t) == 2 and min(t) > 0 for t in times)
+    assert runtime is not None
+    # torch itself is over 100 MB resident; the DDP step loads more, never less
+    assert 100e6 < runtime.gloo_bytes <= runtime.ddp_bytes < 2e9
+
+
+def test_a_parallel_worker_is_predicted_with_the_runtime_of_its_strategy(db):
+    """Stored with the collectives' run, the workers' runtimes become the baseline of a
+    parallel prediction: DDP's for sync, mixed and fsdp, gloo's alone for async and the
+    pipeline; a step keeps its framework's, and a calibration without them falls back."""
+    from dlperf.kinds.calibrate.prediction import predict_for_spec
+    from dlperf.kinds.parallel.make import make_spec
+    from dlperf.perfmodel.machine_fits import worker_baseline
+
+    gloo, ddp = 250e6, 330e6
+    with Store(db) as store:
+        made_up.calibrated(store)
+        before = calibration.local_calibration(store)
+        (row,) = [r for r in store.results(kind="kernel")
+                  if r.spec.network == "allreduce" and r.spec.options.world == 2][-1:]
+        store.add(row.model_copy(update={
+            "outcome": row.outcome.model_copy(update={"gloo_runtime_bytes": int(gloo),
+                                                      "ddp_runtime_bytes": int(ddp)}),
+            "finished_at": (row.finished_at or 0) + 1}))
+        assert calibration.worker_runtimes(store) == {("torch", "cpu", "gloo"): gloo,
+                                                      ("torch", "cpu", "ddp"): ddp}
+        cal = calibration.local_calibration(store)
+    base = cal.baselines.get(("torch", "cpu"))  # the made-up kernels' (none recorded)
+    assert base not in (gloo, ddp)
+    for strategy, want in (("sync", ddp), ("mixed", ddp), ("fsdp", ddp), ("async", gloo),
+                           ("pipeline", gloo), (None, base), ("single", base)):
+        assert worker_baseline("torch", "cpu", strategy, cal.baselines, cal.workers) == want
+        if strategy not in (None, "single"):
+            spec = make_spec("fcn5", size="tiny", strategy=strategy, workers=2,
+                             batch_size=8)
+            got = predict_for_spec(spec, cal).memory.baseline
+            assert got == want, strategy
+            assert predict_for_spec(spec, before).memory.baseline == (base or 0.0), strategy
+    assert worker_baseline("torch", "cpu", "sync", cal.baselines, {}) == base

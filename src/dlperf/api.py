@@ -651,11 +651,11 @@ def memory_validation(db: str | Path | None = None, *, networks: Sequence[str] =
     empty) with the memory model's peak beside its measured one
     (``kinds.calibrate.validate.memory_cases``), and the steps left out."""
     from dlperf.kinds.calibrate import validate
-    from dlperf.kinds.calibrate.plan import runtime_baselines
+    from dlperf.kinds.calibrate.plan import runtime_baselines, worker_runtimes
 
     with Store(db) as store:
         return validate.memory_cases(store, runtime_baselines(store), networks=networks,
-                                     frameworks=frameworks)
+                                     frameworks=frameworks, workers=worker_runtimes(store))
 
 
 def check_slurm(settings: SlurmSettings) -> None:

@@ -25,6 +25,7 @@ nothing is imported until a worker needs it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 
@@ -275,6 +276,15 @@ class Profiling(Capability):
         step)."""
 
 
+@dataclass(frozen=True)
+class WorkerRuntime:
+    """A parallel worker's resident memory before its network: with its process group up
+    (gloo), and after a DistributedDataParallel step of a tiny layer (ddp)."""
+
+    gloo_bytes: int
+    ddp_bytes: int
+
+
 class AllReduce(Capability):
     """All-reduces among processes on this machine (the calibration's 'allreduce' op)."""
 
@@ -287,6 +297,12 @@ class AllReduce(Capability):
         """Per size in bytes, the seconds of each of ``repeats`` all-reduces among
         ``world`` processes on this machine (after ``warmup`` untimed ones); ``op``
         'allgather' or 'reducescatter': that collective, the size its whole tensor's."""
+
+    def collective(self, sizes: list[int], world: int, repeats: int, warmup: int,
+                   op: str = "allreduce") -> tuple[list[list[float]], WorkerRuntime | None]:
+        """``allreduce``'s times, and the resident memory of a parallel worker's runtime
+        measured in its processes (None where not measured)."""
+        return self.allreduce(sizes, world, repeats, warmup, op), None
 
     @abstractmethod
     def core_sharing(self, seconds: float) -> tuple[list[float], list[float]]:

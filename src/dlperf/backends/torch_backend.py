@@ -34,6 +34,7 @@ from dlperf.backends.base import (
     Timed,
     Trainer,
     UnsupportedError,
+    WorkerRuntime,
     conv_probe_flops,
     conv_probe_shape,
 )
@@ -579,9 +580,14 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
 
     def allreduce(self, sizes: list[int], world: int, repeats: int, warmup: int,
                   op: str = "allreduce") -> list[list[float]]:
+        return self.collective(sizes, world, repeats, warmup, op)[0]
+
+    def collective(self, sizes: list[int], world: int, repeats: int, warmup: int,
+                   op: str = "allreduce") -> tuple[list[list[float]], WorkerRuntime | None]:
         from dlperf.backends.torch_kernels import allreduce
 
-        return allreduce(sizes, world, repeats, warmup, op)
+        times, (gloo, ddp) = allreduce(sizes, world, repeats, warmup, op)
+        return times, WorkerRuntime(gloo_bytes=int(gloo), ddp_bytes=int(ddp))
 
     def core_sharing(self, seconds: float) -> tuple[list[float], list[float]]:
         from dlperf.backends.torch_kernels import core_sharing

@@ -263,11 +263,28 @@ def _collective_call(op: str, nbytes: int, world: int) -> Callable[[], object]:
     return lambda: dist.all_reduce(whole)
 
 
+def _runtimes() -> list[float]:
+    """This rank's resident bytes as a parallel worker's runtime: with gloo's process
+    group up (what an asynchronous or pipelined worker holds before its network), then
+    after a DistributedDataParallel step of a tiny layer (DDP's reducer and what its
+    first step loads, as a synchronous worker holds)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from dlperf.core.environment import resident_bytes
+
+    gloo = resident_bytes()
+    ddp = DistributedDataParallel(torch.nn.Linear(8, 8))
+    ddp(torch.ones(2, 8)).sum().backward()
+    return [float(gloo), float(resident_bytes())]
+
+
 def _allreduce_rank(rank: int, world: int, path: str, sizes: list[int], repeats: int,
-                    warmup: int, parent: int, op: str = "allreduce") -> list[list[float]]:
+                    warmup: int, parent: int, op: str = "allreduce"
+                    ) -> tuple[list[list[float]], list[float]]:
     """Every rank: ``warmup`` then ``repeats`` collectives (``op``) of each size, each
     after a barrier; the time of a repetition is the slowest rank's (when the collective
-    was over for everyone)."""
+    was over for everyone). Also the leanest rank's runtimes (``_runtimes``), measured
+    once the collectives' tensors are freed."""
     if rank:
         from dlperf.core.orphans import die_with_parent
 
@@ -293,9 +310,14 @@ def _allreduce_rank(rank: int, world: int, path: str, sizes: list[int], repeats:
             slowest = torch.tensor(times, dtype=torch.float64)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
             out.append(slowest.tolist())
+        call = None  # noqa: F841 (its tensors freed: blocks this large go back to the system)
+        runtimes = torch.tensor(_runtimes(), dtype=torch.float64)
+        # the leanest rank's: a spawned one, as a parallel worker is (rank 0 is the
+        # calibration's worker, which holds what its other kernels left)
+        dist.all_reduce(runtimes, op=dist.ReduceOp.MIN)
     finally:
         dist.destroy_process_group()
-    return out
+    return out, runtimes.tolist()
 
 
 def _helper(rank: int, world: int, path: str, sizes: list[int], repeats: int, warmup: int,
@@ -305,10 +327,10 @@ def _helper(rank: int, world: int, path: str, sizes: list[int], repeats: int, wa
 
 
 def allreduce(sizes: list[int], world: int, repeats: int, warmup: int,
-              op: str = "allreduce") -> list[list[float]]:
+              op: str = "allreduce") -> tuple[list[list[float]], list[float]]:
     """Per size, the time of each timed collective (``op``: 'allreduce', 'allgather' or
     'reducescatter') among ``world`` processes on loopback (this one is rank 0; the others
-    are spawned and die with it)."""
+    are spawned and die with it); and a parallel worker's runtimes (``_runtimes``)."""
     if world < 2:
         raise UnsupportedError("an all-reduce needs at least 2 processes (world >= 2)")
     if "GLOO_SOCKET_IFNAME" not in os.environ:

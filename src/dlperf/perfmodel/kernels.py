@@ -198,6 +198,12 @@ class KernelOutcome(BaseModel):
     #: per op, the share of its CPUs' time other processes took while its shapes were
     #: timed (``core.disturbance``); an op missing: not measurable
     other_cpu_share: dict[str, float] = Field(default_factory=dict)
+    #: a parallel worker's runtime, measured in the collectives' processes: its resident
+    #: memory with gloo's process group up, and after a DistributedDataParallel step of a
+    #: tiny layer (the leanest rank's, a spawned process as a parallel worker is; None
+    #: where no collective ran)
+    gloo_runtime_bytes: int | None = None
+    ddp_runtime_bytes: int | None = None
 
 
 def conv_out(side: int, window: int, stride: int) -> int:

@@ -14,6 +14,26 @@ from dlperf.perfmodel.efficiency import Efficiencies
 from dlperf.perfmodel.fit import LocalFit, Samples, fit_local
 from dlperf.perfmodel.local import local_device, loopback_link
 
+#: the runtime a parallel worker of each strategy holds: a DistributedDataParallel's
+#: (sync and mixed all-reduce through DDP; fsdp's and hybrid's workers wrap their network
+#: too), else gloo's process group alone (async's pushes and pulls, the pipeline's sends)
+WORKER_RUNTIME = {"sync": "ddp", "mixed": "ddp", "fsdp": "ddp", "hybrid": "ddp",
+                  "async": "gloo", "pipeline": "gloo"}
+
+
+def worker_baseline(framework: str, device: str, strategy: str | None,
+                    baselines: dict[tuple[str, str], float],
+                    workers: dict[tuple[str, str, str], float]) -> float | None:
+    """The runtime baseline of a process of ``framework`` on ``device``: under a parallel
+    ``strategy`` its worker's (``workers``: (framework, device, 'gloo' or 'ddp'), measured
+    in the collectives' processes), where measured; else the framework's (``baselines``:
+    its kernel workers' before any kernel)."""
+    if strategy not in (None, "single"):
+        got = workers.get((framework, device, WORKER_RUNTIME.get(strategy, "gloo")))
+        if got is not None:
+            return got
+    return baselines.get((framework, device))
+
 
 @dataclass(frozen=True)
 class LocalModel:
@@ -37,13 +57,15 @@ class MachineFits:
     cores: int
     #: (framework, device) -> the framework's runtime memory per process, as calibrated
     baselines: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: (framework, device, 'gloo' or 'ddp') -> a parallel worker's (``worker_baseline``)
+    workers: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, samples: Sequence[tuple[str, int, str, Samples, str]], memory_gb: float,
            cores: int, baselines: dict[tuple[str, str], float] | None = None,
            others: dict[tuple[str, int, str, str], dict[str, float]] | None = None,
-           scopes: dict[tuple[str, int, str, str], tuple[str, ...] | None] | None = None
-           ) -> MachineFits:
+           scopes: dict[tuple[str, int, str, str], tuple[str, ...] | None] | None = None,
+           workers: dict[tuple[str, str, str], float] | None = None) -> MachineFits:
         """Fit each (framework, threads, device, samples, precision); ``others``: per the
         same key, what other processes took of the CPUs while each op was timed;
         ``scopes``: the networks whose shapes were timed (``LocalFit.scope``)."""
@@ -51,7 +73,8 @@ class MachineFits:
         return cls(tuple(fit_local(s, fw, t, dev, prec).model_copy(
             update={"other_cpu_share": dict(others.get((fw, t, dev, prec), {})),
                     "scope": scopes.get((fw, t, dev, prec))})
-            for fw, t, dev, s, prec in samples), memory_gb, cores, dict(baselines or {}))
+            for fw, t, dev, s, prec in samples), memory_gb, cores, dict(baselines or {}),
+            dict(workers or {}))
 
     def find(self, framework: str, threads: int, device: str = "cpu",
              precision: str = "fp32") -> LocalFit | None:
@@ -71,11 +94,13 @@ class MachineFits:
         return fit
 
     def model(self, framework: str, threads: int, device: str = "cpu", *,
-              workers: int = 1, precision: str = "fp32") -> LocalModel:
+              workers: int = 1, precision: str = "fp32",
+              strategy: str | None = None) -> LocalModel:
         """The model of ``workers`` processes of ``framework`` at ``threads`` each on this
         machine: compute slowed by max(1, workers x threads / cores) when they share
         cores, and the all-reduce link measured among that many processes (else the
-        nearest count measured). One-line UsageError when not calibrated."""
+        nearest count measured); the runtime baseline a worker of ``strategy`` holds
+        (``worker_baseline``). One-line UsageError when not calibrated."""
         fit = self.find(framework, threads, device, precision)
         if not self.fits:
             how = ("calibrate --device gpu' first (minutes on the GPU; --dry-run lists its "
@@ -99,5 +124,6 @@ class MachineFits:
         if fit.allreduce:
             world = min(fit.allreduce, key=lambda w: (abs(w - workers), -w))
             link = loopback_link(fit.allreduce[world])
-        baseline = 0.0 if device == "gpu" else self.baselines.get((framework, device))
+        baseline = 0.0 if device == "gpu" else worker_baseline(
+            framework, device, strategy, self.baselines, self.workers)
         return LocalModel(dev, Efficiencies(kernels={dev.name: fit}), link, fit, baseline)

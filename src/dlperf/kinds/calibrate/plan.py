@@ -283,13 +283,30 @@ def local_calibration(store: Store, *, device: str | None = "cpu") -> MachineFit
                           others={(s.framework, s.threads, s.device, s.precision):
                                   s.other_cpu_share for s in complete},
                           scopes={(s.framework, s.threads, s.device, s.precision): s.scope
-                                  for s in complete})
+                                  for s in complete},
+                          workers=worker_runtimes(store))
 
 
 def runtime_baselines(store: Store) -> dict[tuple[str, str], float]:
     """(framework, device) -> the runtime memory its calibration measured here, read
     without fitting any curve (the memory model needs no more)."""
     return _baselines(load(store, device=None))
+
+
+def worker_runtimes(store: Store) -> dict[tuple[str, str, str], float]:
+    """(framework, device, 'gloo' or 'ddp') -> a parallel worker's runtime memory, as the
+    newest calibration of the collectives measured it in their processes
+    (``KernelOutcome.ddp_runtime_bytes``), of this machine and the installed versions."""
+    packages = environment.packages()
+    rows = store.results(kind="kernel", status="ok", machine_id=environment.machine_id())
+    out: dict[tuple[str, str, str], float] = {}
+    for r in sorted((r for r in rows if _current(r, packages)),
+                    key=lambda r: r.finished_at or 0):
+        o = r.outcome
+        for what in ("gloo", "ddp"):
+            if (got := getattr(o, f"{what}_runtime_bytes", None)) is not None:
+                out[(r.spec.framework, r.spec.device, what)] = float(got)
+    return out
 
 
 def _baselines(stored: list[Stored]) -> dict[tuple[str, str], float]:

@@ -37,6 +37,7 @@ from dlperf.backends.base import (
     CalibrationKernels,
     Timed,
     UnsupportedError,
+    WorkerRuntime,
     capability,
 )
 from dlperf.core import disturbance, environment
@@ -149,14 +150,16 @@ def _alike(a: Timing, b: Timing) -> bool:
 
 
 def _collective(o: KernelOptions, part: KernelPart, backend: Backend,
-                emit: Callable[[dict], None]) -> list[KernelSample]:
+                emit: Callable[[dict], None]) -> tuple[list[KernelSample], WorkerRuntime | None]:
+    """The collective's samples, and the runtime its processes measured (a parallel
+    worker's resident memory before its network)."""
     sizes = [s[0] for s in part.shapes]
-    series = capability(backend, AllReduce).allreduce(sizes, o.world, max(o.min_steps, 5),
-                                                      max(o.warmup, 2), op=part.op)
+    series, runtime = capability(backend, AllReduce).collective(
+        sizes, o.world, max(o.min_steps, 5), max(o.warmup, 2), op=part.op)
     samples = [_sample(part.op, (n,), times, o.world) for n, times in zip(sizes, series, strict=True)]
     for s in samples:
         _emit(emit, s)
-    return samples
+    return samples, runtime
 
 
 def _share(o: KernelOptions, part: KernelPart, backend: Backend,
@@ -245,6 +248,7 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     others: dict[str, float] = {}
     done = {(s.op, s.shape): s for s in (resume.samples if resume else ())
             if s.op not in MACHINE_OPS}
+    runtimes: list[WorkerRuntime] = []
     kernels, missing = None, ""
     try:
         kernels = capability(backend, CalibrationKernels)
@@ -253,8 +257,12 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     for part in o.parts:
         if part.op in MACHINE_OPS:
             try:
-                samples += (_collective if part.op in COLLECTIVES else _share)(
-                    o, part, backend, emit)
+                if part.op in COLLECTIVES:
+                    got, runtime = _collective(o, part, backend, emit)
+                    samples += got
+                    runtimes += [runtime] if runtime else []
+                else:
+                    samples += _share(o, part, backend, emit)
             except Exception as e:
                 failures[part.op] = f"{type(e).__name__}: {e}"[:300]
         elif kernels is None:
@@ -266,7 +274,11 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
                 others[part.op] = round(share, 4)
     resumed = sum(1 for s in samples if done.get((s.op, s.shape)) is s)
     outcome = KernelOutcome(samples=tuple(samples), failures=failures, resumed=resumed,
-                            baseline_rss_bytes=baseline, other_cpu_share=others)
+                            baseline_rss_bytes=baseline, other_cpu_share=others,
+                            gloo_runtime_bytes=max((r.gloo_bytes for r in runtimes),
+                                                   default=None),
+                            ddp_runtime_bytes=max((r.ddp_bytes for r in runtimes),
+                                                  default=None))
     if not samples:
         why = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:3]) or "no shapes"
         unsupported = all(v.startswith("unsupported") or "Unsupported" in v

@@ -27,7 +27,7 @@ from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
 from dlperf.perfmodel import catalogue
 from dlperf.perfmodel.correct import Factors, fit_factors
-from dlperf.perfmodel.machine_fits import MachineFits
+from dlperf.perfmodel.machine_fits import MachineFits, worker_baseline
 from dlperf.perfmodel.memory import MemoryBreakdown
 from dlperf.perfmodel.result import Prediction
 
@@ -201,13 +201,14 @@ class MemoryCase:
 
 
 def memory_cases(store: Store, baselines: dict[tuple[str, str], float], *,
-                 networks: Sequence[str] = (), frameworks: Sequence[str] = ()
+                 networks: Sequence[str] = (), frameworks: Sequence[str] = (),
+                 workers: dict[tuple[str, str, str], float] | None = None
                  ) -> tuple[list[MemoryCase], list[tuple[ConfigResult, str]]]:
     """Every step and data-parallel run measured on this machine (of ``networks`` and
     ``frameworks``, all when empty) with its predicted peak memory per process
     (``perfmodel.memory``; the framework's runtime baseline from the calibration,
-    ``plan.runtime_baselines``: never from the run itself), and the runs left out with
-    why."""
+    ``plan.runtime_baselines``, and a parallel worker's, ``plan.worker_runtimes``, where
+    given: never from the run itself), and the runs left out with why."""
     from dlperf.kinds.dataflow.plan import has_pipeline
 
     rows = [*aggregate(store.results(kind="step", status="ok",
@@ -228,7 +229,9 @@ def memory_cases(store: Store, baselines: dict[tuple[str, str], float], *,
         if has_pipeline(s):
             skipped.append((row, "on an input pipeline (its loader's memory is not modelled)"))
             continue
-        baseline = 0.0 if s.device == "gpu" else baselines.get((framework(s), s.device))
+        strategy = getattr(s.options, "strategy", None) if s.kind == "parallel" else None
+        baseline = 0.0 if s.device == "gpu" else worker_baseline(
+            framework(s), s.device, strategy, baselines, workers or {})
         if baseline is None:
             skipped.append((row, f"{framework(s)}'s runtime baseline is not calibrated here "
                                  f"(dlperf calibrate --frameworks {framework(s)})"))
@@ -463,7 +466,7 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
         if precision != "fp32":
             raise UsageError("parallel strategies run at fp32 here (dlperf parallel); "
                              "--precision applies to one device here, or to catalogue devices")
-        m = cal.model(fw, threads, device, workers=devices)
+        m = cal.model(fw, threads, device, workers=devices, strategy=strategy)
         spec = make_spec(network, strategy=strategy, workers=devices, size=size,
                          batch_size=batch_size, threads=threads, groups=groups,
                          micro_batches=micro_batches, straggler_delay_s=straggler_s,
