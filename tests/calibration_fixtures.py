@@ -28,6 +28,7 @@ POOL_BPS = 1e9  # the max pool's gradient scatters its maxima back
 LSTM_RATE = 20e9  # FLOP/s of an LSTM layer whole: small products in a loop, and the gates
 TN_SLOWER = 1.5
 SHARE_STEP_S, SHARE_COST = 8e-3, 1.25  # two processes on one core: x1.25 beyond sharing
+SHARE_LONG_S = 12 * SHARE_STEP_S
 SEQ_SLOWER = 3.0
 
 
@@ -88,7 +89,10 @@ def true_s(op: str, shape: tuple[int, ...], world: int = 1, elem: int = ELEM) ->
     if op in COLLECTIVE_FACTOR:
         a, b = alpha_beta(world)
         return COLLECTIVE_FACTOR[op] * (a + shape[0] / b)
-    if op == "share":  # a step alone, or each of shape[0] on one core
+    if op == "share":  # a step alone, or each of shape[0] on one core; the long step
+        # (shape (procs, batch)) 12 times as long, at no cost beyond processor sharing
+        if len(shape) > 1:
+            return SHARE_LONG_S * shape[0]
         return SHARE_STEP_S * shape[0] * (SHARE_COST if shape[0] > 1 else 1.0)
     raise ValueError(op)
 

@@ -1720,7 +1720,7 @@ def test_the_cost_of_sharing_a_core_is_calibrated_with_the_all_reduce(db):
     assert f"x{made_up.SHARE_COST:.3g} slower" in " ".join(p.notes)
     # a calibration from before the op: the constant, and a note naming the command
     stale = m.efficiencies.model_copy(update={"kernels": {
-        k: v.model_copy(update={"sharing_cost": None})
+        k: v.model_copy(update={"sharing_cost": None, "sharing": ()})
         for k, v in m.efficiencies.kernels.items()}})
     p = predict("fcn5", efficiencies=stale, **kw)
     assert any(f"x{sharing.CORE_SHARING_COST:g} beyond processor sharing" in n

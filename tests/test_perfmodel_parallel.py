@@ -133,7 +133,17 @@ def test_sync_overlaps_the_all_reduce_only_where_a_core_is_spare(db):
     two = predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 2))
     four = predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 4))
     assert two is not None and four is not None
-    assert any("none of the" in n and "the cost of sharing a core" in n for n in two.notes)
+    # gloo's thread beside a backward pass far longer than the calibration's long step:
+    # nothing lost beyond processor sharing; beside a tiny network's short one, its cost
+    assert any("none of the" in n and "cost of sharing" not in n for n in two.notes)
+    # four workers on two cores in lockstep: a tiny network's short step pays the cost of
+    # sharing a core, the full network's long one does not
+    def lockstep(size: str) -> list[str]:
+        spec = make_spec("fcn5", size=size, strategy="sync", workers=4, batch_size=64)
+        return predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 2)).notes
+
+    assert any("the cost of sharing a core" in n for n in lockstep("tiny"))
+    assert not any("the cost of sharing a core" in n for n in lockstep("full"))
     assert any("run after the backward pass" in n for n in four.notes)
     assert four.breakdown.communication_s < two.breakdown.communication_s
     assert not any("upper bound" in n for n in two.notes + four.notes)
@@ -200,3 +210,24 @@ def test_the_harness_servers_drift_is_its_own_work_only_when_asked(db):
     assert drift.time_s > plain.time_s
     assert any("the drift measured too" in n for n in drift.notes)
     assert not any("drift" in n for n in plain.notes)
+
+
+def test_the_cost_of_sharing_a_core_falls_with_the_length_of_the_step():
+    """Calibrated at a short and a long step, the cost is interpolated in log time between
+    them and held beyond; the calibration's made-up machine pays x1.25 at 8 ms and
+    nothing at 96 ms."""
+    from dlperf.perfmodel.fit import fit_sharing, fit_sharing_by_step
+    from dlperf.perfmodel.kernels import grid
+    from dlperf.perfmodel.sharing import cost_at
+    from tests import calibration_fixtures as made_up
+
+    samples = [made_up.sample("share", s) for s in grid("share")]
+    points = fit_sharing_by_step(samples)
+    assert [p for pair in points for p in pair] == pytest.approx([8e-3, 1.25, 96e-3, 1.0])
+    assert fit_sharing(samples) == pytest.approx(1.25)  # the short step's, as before
+    assert cost_at(points, 1e-3) == pytest.approx(1.25)
+    assert cost_at(points, 1.0) == pytest.approx(1.0)
+    mid = (8e-3 * 96e-3) ** 0.5  # halfway in log time
+    assert cost_at(points, mid) == pytest.approx(1.125)
+    # one step length only (a calibration before the long step): no curve
+    assert fit_sharing_by_step([s for s in samples if len(s.shape) == 1]) == ()

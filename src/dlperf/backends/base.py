@@ -305,10 +305,12 @@ class AllReduce(Capability):
         return self.allreduce(sizes, world, repeats, warmup, op), None
 
     @abstractmethod
-    def core_sharing(self, seconds: float) -> tuple[list[float], list[float]]:
-        """Seconds of a small training step in one process alone on a CPU, and in each of
-        two processes on that CPU at once, each timed for ``seconds`` (the calibration's
-        'share' op: what workers sharing a core lose beyond processor sharing)."""
+    def core_sharing(self, seconds: float, batch: int | None = None
+                     ) -> tuple[list[float], list[float]]:
+        """Seconds of a small training step (at ``batch``, else its own) in one process
+        alone on a CPU, and in each of two processes on that CPU at once, each timed for
+        ``seconds`` (the calibration's 'share' op: what workers sharing a core lose beyond
+        processor sharing)."""
 
 
 #: every capability a backend can declare

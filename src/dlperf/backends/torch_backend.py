@@ -589,10 +589,11 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
         times, (gloo, ddp) = allreduce(sizes, world, repeats, warmup, op)
         return times, WorkerRuntime(gloo_bytes=int(gloo), ddp_bytes=int(ddp))
 
-    def core_sharing(self, seconds: float) -> tuple[list[float], list[float]]:
-        from dlperf.backends.torch_kernels import core_sharing
+    def core_sharing(self, seconds: float, batch: int | None = None
+                     ) -> tuple[list[float], list[float]]:
+        from dlperf.backends.torch_kernels import SHARE_BATCH, core_sharing
 
-        return core_sharing(seconds)
+        return core_sharing(seconds, batch or SHARE_BATCH)
 
 
 class MatmulProbe(Timed):

@@ -360,10 +360,10 @@ def allreduce(sizes: list[int], world: int, repeats: int, warmup: int,
 SHARE_LAYERS, SHARE_BATCH = (1024, 2048, 2048, 10), 16
 
 
-def _share_step():
+def _share_step(batch: int = SHARE_BATCH):
     net = torch.nn.Sequential(*[m for a, b in zip(SHARE_LAYERS, SHARE_LAYERS[1:], strict=False)
                                 for m in (torch.nn.Linear(a, b), torch.nn.ReLU())][:-1])
-    x = torch.randn(SHARE_BATCH, SHARE_LAYERS[0])
+    x = torch.randn(batch, SHARE_LAYERS[0])
 
     def step() -> None:
         net.zero_grad(set_to_none=True)
@@ -424,10 +424,12 @@ def share_round(procs: int, seconds: float,
                 p.kill()
 
 
-def core_sharing(seconds: float) -> tuple[list[float], list[float]]:
-    """Seconds of a step of one process alone on a CPU (before and after), and of each of
-    two processes on that CPU at once (``perfmodel.sharing``; ``share_round``)."""
-    before = share_round(1, seconds)
-    two = share_round(2, seconds)
-    after = share_round(1, seconds)
+def core_sharing(seconds: float, batch: int = SHARE_BATCH) -> tuple[list[float], list[float]]:
+    """Seconds of a step (``_share_step`` at ``batch``) of one process alone on a CPU
+    (before and after), and of each of two processes on that CPU at once
+    (``perfmodel.sharing``; ``share_round``)."""
+    make = functools.partial(_share_step, batch)
+    before = share_round(1, seconds, make)
+    two = share_round(2, seconds, make)
+    after = share_round(1, seconds, make)
     return before + after, two

@@ -439,6 +439,10 @@ class LocalFit(_Frozen):
     #: what two processes busy on one core lose beyond processor sharing, measured here
     #: (``fit_sharing``; None: not calibrated, ``sharing.CORE_SHARING_COST`` stands in)
     sharing_cost: float | None = None
+    #: the same per step length: (a step's seconds alone, its cost), shortest first, for
+    #: the short and the long core-sharing step (``fit_sharing_by_step``; empty: only the
+    #: short one was timed)
+    sharing: tuple[tuple[float, float], ...] = ()
     samples: int = 0
     #: compute slows by this factor when workers share cores (parallel runs)
     slowdown: float = Field(1.0, ge=1.0)
@@ -562,14 +566,32 @@ def without_new_pages(samples: Sequence[KernelSample], framework: str, device: s
 
 def fit_sharing(samples: Sequence[KernelSample]) -> float | None:
     """How much less two processes on one core do together than one alone does (processor
-    sharing's even split: 1), at least 1; None without both samples. Alone: the faster of
-    its rounds (other work only ever slows one); together: the two processes' steps per
-    second summed (the scheduler need not split the core evenly)."""
+    sharing's even split: 1), at least 1, for the short step (shapes (1,) and (2,)); None
+    without both samples (``_sharing_of``)."""
+    got = _sharing_of([s for s in samples if len(s.shape) == 1])
+    return got[1] if got else None
+
+
+def fit_sharing_by_step(samples: Sequence[KernelSample]) -> tuple[tuple[float, float], ...]:
+    """(a step's seconds alone, its cost of sharing a core) for each step timed, shortest
+    first: empty unless two steps of different lengths were (a calibration before the
+    long step)."""
+    by: dict[tuple[int, ...], list[KernelSample]] = {}
+    for s in samples:
+        by.setdefault(tuple(s.shape[1:]), []).append(s)
+    out = sorted(got for same in by.values() if (got := _sharing_of(same)))
+    return tuple(out) if len(out) > 1 else ()
+
+
+def _sharing_of(samples: Sequence[KernelSample]) -> tuple[float, float] | None:
+    """(the step's seconds alone, its cost) of one step's samples, shape[0] the processes:
+    alone, the faster of its rounds (other work only ever slows one); together, the two
+    processes' steps per second summed (the scheduler need not split the core evenly)."""
     by = {s.shape[0]: s.times_s or (s.median_s,) for s in samples}
     if 1 not in by or 2 not in by or min(by[1]) <= 0 or min(by[2]) <= 0:
         return None
     together = sum(1 / t for t in by[2])
-    return max(1.0, (1 / min(by[1])) / together)
+    return min(by[1]), max(1.0, (1 / min(by[1])) / together)
 
 
 def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu",
@@ -606,4 +628,5 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     allgather=fit_allreduce(samples.of_op("allgather")),
                     reducescatter=fit_allreduce(samples.of_op("reducescatter")),
                     sharing_cost=fit_sharing(samples.of_op("share")),
+                    sharing=fit_sharing_by_step(samples.of_op("share")),
                     samples=len(samples.items))

@@ -59,9 +59,10 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
 - ``allgather``, ``reducescatter`` (bytes,): gloo's all-gather into a tensor of those
   bytes from a 1/``world`` shard of each process, and its reduce-scatter of a tensor of
   those bytes into such shards (PyTorch only; what fully sharded data parallelism runs);
-- ``share`` (processes,): a small network's training step in 1 or 2 processes pinned to
-  one CPU at once, the seconds of a step in each (PyTorch only): what two processes on
-  one core lose beyond processor sharing (``perfmodel.sharing``).
+- ``share`` (processes,) or (processes, batch): a small network's training step, at batch
+  ``SHARE_BATCH`` or ``batch``, in 1 or 2 processes pinned to one CPU at once, the
+  seconds of a step in each (PyTorch only): what two processes on one core lose beyond
+  processor sharing (``perfmodel.sharing``), for a short step and a long one.
 
 The grids are generic (powers of two across the range layers use), never the shapes of
 the networks that are then predicted: a prediction for resnet50 from the full grid uses
@@ -111,6 +112,9 @@ ELEM = 4
 #: pool and its gradient (pool); 14: an LSTM layer whole (lstm); 15: a network's strided
 #: convolutions at the input side the network gives them (``network_kernels.conv_shape``)
 REVISION = 15
+#: the core-sharing step's batch beside ``torch_kernels.SHARE_BATCH``'s: a step of about
+#: 0.1 s on one core, longer than the scheduler's time slices, as a network's step is
+SHARE_LONG_BATCH = 512
 #: the max pool the calibration times (``pool``): window, stride, padding
 POOL_WINDOW, POOL_STRIDE = 3, 2
 #: side of the dependent matrix products of the dispatch chain
@@ -478,8 +482,8 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
         return [(n,) for n in ((1, 4, 16, 64, 256) if fine else DISPATCH_OPS)]
     if op in COLLECTIVES:
         return [(n,) for n in (tuple(4 * 2**e for e in range(8, 27)) if fine else ALLREDUCE_BYTES)]
-    if op == "share":
-        return [(1,), (2,)]
+    if op == "share":  # the short step (batch SHARE_BATCH), then the long one
+        return [(1,), (2,), (1, SHARE_LONG_BATCH), (2, SHARE_LONG_BATCH)]
     raise ValueError(f"unknown kernel op '{op}' (known: {', '.join(OPS)})")
 
 

@@ -9,6 +9,7 @@ is fitted to a measured time: rates come from the catalogue, efficiencies from
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -324,13 +325,17 @@ class _Context:
         that), each its own where they do not share."""
         return max(1, int(ranks / self.share() + 1e-9))
 
-    def sharing_cost(self) -> float:
+    def sharing_cost(self, step_s: float | None = None) -> float:
         """What two busy processes on one of this machine's cores lose beyond processor
-        sharing: its calibration's (``LocalFit.sharing_cost``), else
+        sharing: its calibration's, for a worker that computes ``step_s`` at a stretch at
+        full speed where the calibration timed a short and a long step
+        (``sharing.cost_at``), else its one step's (``LocalFit.sharing_cost``), else
         ``sharing.CORE_SHARING_COST`` with a note; 1 on any other device."""
         fit = self.cal.fitted(self.dev)
         if self.dev.kind != "cpu" or fit is None:
             return 1.0
+        if fit.sharing and step_s:
+            return sharing.cost_at(fit.sharing, step_s)
         if fit.sharing_cost is not None:
             return fit.sharing_cost
         note = (f"two processes on one core: x{sharing.CORE_SHARING_COST:g} beyond "
@@ -471,7 +476,8 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
                              f"back: {copies * 1e3:.3g} ms of memory passes")
             memory += copies
             step += copies
-        if ctx.share() > 1 and (cost := ctx.sharing_cost()) > 1:  # lockstep: all busy at once
+        # lockstep: all busy at once, each for its step at full speed
+        if ctx.share() > 1 and (cost := ctx.sharing_cost(step / ctx.share())) > 1:
             compute, memory, overhead, step = (x * cost for x in (compute, memory, overhead,
                                                                    step))
             ctx.notes.append(f"{ctx.share():g} workers to a core: each computes x{cost:.3g} "
@@ -564,7 +570,7 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
     link = _pair_link(ctx)
     push = 2 * f.p2p_time(g_bytes, ctx.bw(link), link.latency_s)
     serve = ctx.server_work_s(g_bytes) / share
-    cost = ctx.sharing_cost()
+    cost = ctx.sharing_cost(step / share)
     group = 0.0 if k == 1 else (  # the group's all-reduce, then the broadcast
         f.ring_allreduce_time(g_bytes, k, ctx.bw(link), link.latency_s)
         + f.p2p_time(g_bytes, ctx.bw(link), link.latency_s))
@@ -623,7 +629,7 @@ def _ddp_allreduce(ctx: _Context, timings: list[LayerTiming],
         # gloo's thread and the backward's compute side by side on one core from the first
         # bucket's launch: what they do together pays the cost of sharing it
         together = 2 * min(done - ready[buckets[0][1]], sum(comm))
-        extra = (ctx.sharing_cost() - 1) * together
+        extra = (ctx.sharing_cost(done / ctx.share()) - 1) * together
         ctx.notes.append(
             f"DDP all-reduces the gradients in {len(buckets)} buckets as the backward pass "
             f"makes them, but gloo sums and copies them on the cores the backward uses (no "
@@ -764,8 +770,10 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     # dlperf parallel pins rank r to the r-th block of a stage's threads, wrapping round
     # the cores (``parallel.worker.rank_cpus``): the stages of one block share it
     blocks = max(1, int(p / share + 1e-9))
+    # a stage computes one micro-batch's pass at a stretch, then waits for the next
+    cost = ctx.sharing_cost(statistics.median([*fwd, *bwd]))
     run = schedule.gpipe_step_time(fwd, bwd, sends, updates, m, [s % blocks for s in range(p)],
-                                   cost=ctx.sharing_cost())
+                                   cost=cost)
     time = run + ctx.straggler + ctx.call_s()
     slow = max(range(p), key=work.__getitem__)
     stage = [timings[i] for i in stages[slow]]
@@ -782,9 +790,9 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
                          f"stage s on block s mod {blocks} as dlperf parallel pins them: "
                          "those computing at one moment split their block, and a stage "
                          "that waits (bubble) leaves its share to the busy ones"
-                         + (f"; together they run x{ctx.sharing_cost():.3g} slower than "
+                         + (f"; together they run x{cost:.3g} slower than "
                             "that sharing gives (the cost of sharing a core)"
-                            if ctx.sharing_cost() > 1 else ""))
+                            if cost > 1 else ""))
     # GPipe keeps every micro-batch's activations of a stage until its backward: the
     # stage's share at the whole batch
     mem = ctx.memory_fields([[ctx.layers[i] for i in idx] for idx in stages], batch, 1)

@@ -20,12 +20,14 @@ state). A unit's cycle is its members' compute (the slowest member, the group wa
 it), its messages (the link's time and no core, as ``schedule`` takes them) and the
 server's work for its push and pull, done on the server's block at that block's speed;
 the server does one push at a time (its lock), so the pushes of all units together can
-keep it busy at most all the time. Two processes busy on one core together also lose
-``CORE_SHARING_COST`` beyond processor sharing (below).
+keep it busy at most all the time. Two processes busy on one core together also lose a
+calibrated cost beyond processor sharing, which falls as their steps grow longer
+(``cost_at``; ``CORE_SHARING_COST`` below stands in without a calibration).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -43,6 +45,25 @@ from dataclasses import dataclass
 #: product in cache 1.03; a first probe of the same step, one round, an hour earlier:
 #: 1.14). Only this machine's calibrated CPUs pay it.
 CORE_SHARING_COST = 1.33
+
+
+def cost_at(points: Sequence[tuple[float, float]], step_s: float) -> float:
+    """The cost of sharing a core for a worker that computes ``step_s`` at a stretch, from
+    the calibration's (step seconds alone, cost) of a short and a long step (``points``,
+    shortest first): interpolated in log time between them, held beyond either end. The
+    cost falls as a step outlasts the scheduler's time slices: on the 2-core Xeon dlperf
+    was validated on, its small MLP's step cost x1.28-1.33 at 9 ms (batch 16) and
+    x1.01-1.03 at 110 ms (batch 512); steps of the DLBench networks at 0.25-1.2 s,
+    x0.95-1.09 (``benchmarks/bench_core_sharing.py``)."""
+    (t0, c0), (t1, c1) = points[0], points[-1]
+    if step_s <= t0 or t1 <= t0:
+        return c0
+    if step_s >= t1:
+        return c1
+    w = math.log(step_s / t0) / math.log(t1 / t0)
+    return c0 + w * (c1 - c0)
+
+
 #: the fixed point's tolerance on every busy share, and the most iterations
 _TOL, _MAX_ITER = 1e-10, 10_000
 

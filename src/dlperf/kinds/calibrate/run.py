@@ -164,12 +164,18 @@ def _collective(o: KernelOptions, part: KernelPart, backend: Backend,
 
 def _share(o: KernelOptions, part: KernelPart, backend: Backend,
            emit: Callable[[dict], None]) -> list[KernelSample]:
-    """The core-sharing op: a step's seconds in one process alone on a CPU (shape (1,))
-    and in each of two on it at once (shape (2,)), each timed for ``min_time_s``."""
-    alone, two = capability(backend, AllReduce).core_sharing(max(o.min_time_s, 1.0))
-    samples = [_sample(part.op, (1,), alone, 1), _sample(part.op, (2,), two, 1)]
-    for s in samples:
-        _emit(emit, s)
+    """The core-sharing op: a step's seconds in one process alone on a CPU (shape (1,), or
+    (1, batch)) and in each of two on it at once ((2,), (2, batch)), each timed for
+    ``min_time_s``, per batch its shapes name."""
+    samples = []
+    for batch in dict.fromkeys(s[1] if len(s) > 1 else None for s in part.shapes):
+        alone, two = capability(backend, AllReduce).core_sharing(max(o.min_time_s, 1.0),
+                                                                 batch)
+        tail = () if batch is None else (batch,)
+        got = [_sample(part.op, (1, *tail), alone, 1), _sample(part.op, (2, *tail), two, 1)]
+        for s in got:
+            _emit(emit, s)
+        samples += got
     return samples
 
 
