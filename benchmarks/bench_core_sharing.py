@@ -4,6 +4,7 @@ alone again; the throughput the two lose together against the one alone.
 
     python benchmarks/bench_core_sharing.py                  # every kernel, 3 rounds
     python benchmarks/bench_core_sharing.py --kernels step --rounds 5
+    python benchmarks/bench_core_sharing.py --kernels step,step@128,step@512,fcn5@16,alexnet@4,resnet50@4
 
 Processor sharing (``perfmodel.schedule``, ``perfmodel.sharing``) takes two busy processes
 on one core to run at half speed each; the operating system's time slicing costs more:
@@ -28,27 +29,31 @@ KERNELS = ("step", "gemm_large", "gemm_small", "memory")
 
 
 def _kernel(kind: str):
-    """A call of ``kind``: a training step of a small MLP (batch 16, 1024-2048-2048-10), a
-    product streaming a 64 MB weight (64 x 4096 x 4096), one that fits in cache (256^3),
-    or a memory pass over 32 MB into a fresh result."""
+    """A call of ``kind``: the calibration's core-sharing step (a small MLP's, batch 16,
+    1024-2048-2048-10; ``step@B`` at batch B), a product streaming a 64 MB weight
+    (64 x 4096 x 4096), one that fits in cache (256^3), a memory pass over 32 MB into a
+    fresh result, or ``NETWORK@B``: a DLBench network's training step at batch B, as
+    ``dlperf run`` builds it (PyTorch)."""
     import torch
 
-    if kind == "step":
-        net = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(),
-                                  torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
-                                  torch.nn.Linear(2048, 10))
-        x = torch.randn(16, 1024)
+    name, _, batch = kind.partition("@")
+    if name == "step":
+        from dlperf.backends.torch_kernels import SHARE_BATCH, _share_step
 
-        def step() -> None:
-            net.zero_grad()
-            net(x).sum().backward()
-        return step
+        return _share_step(int(batch) if batch else SHARE_BATCH)
     if kind in ("gemm_large", "gemm_small"):
         m, n = (64, 4096) if kind == "gemm_large" else (256, 256)
         a, b = torch.randn(m, n), torch.randn(n, n)
         return lambda: a @ b
-    x = torch.randn(8 * 2**20)
-    return lambda: x.mul(2.0)
+    if kind == "memory":
+        x = torch.randn(8 * 2**20)
+        return lambda: x.mul(2.0)
+    from dlperf import workloads
+    from dlperf.backends.torch_backend import TorchBackend
+
+    wl = workloads.get(name)
+    return TorchBackend().build(wl, wl.sizes[wl.default_size], int(batch or wl.default_batch),
+                                "eager", "cpu", 0).step
 
 
 def main() -> int:
