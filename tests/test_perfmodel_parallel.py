@@ -231,3 +231,12 @@ def test_the_cost_of_sharing_a_core_falls_with_the_length_of_the_step():
     assert cost_at(points, mid) == pytest.approx(1.125)
     # one step length only (a calibration before the long step): no curve
     assert fit_sharing_by_step([s for s in samples if len(s.shape) == 1]) == ()
+
+
+def test_dlperf_calibrate_prints_the_cost_of_sharing_a_core_by_step(db, capsys):
+    from dlperf.cli.calibrate import print_fit
+
+    fit = _calibration(db).find("torch", 1)
+    print_fit(fit)
+    line = [x for x in capsys.readouterr().out.splitlines() if "core share" in x]
+    assert line and "x1.25 for a 8 ms step" in line[0] and "x1 for a 96 ms step" in line[0]

@@ -223,4 +223,9 @@ def print_fit(f: LocalFit) -> None:
         for w, ab in sorted(curves.items()):
             out.print(f"  {name:11} {w} processes: {units.seconds(ab.alpha_s)} + bytes / "
                       f"{ab.beta_bytes_per_s / 1e9:.3g} GB/s")
+    points = f.sharing or (((None, f.sharing_cost),) if f.sharing_cost else ())
+    if points:  # the cost of two processes on one core, by the length of their step
+        out.print("  core share  two processes on one CPU: " + ", ".join(
+            f"x{cost:.3g}" + (f" for a {units.seconds(step)} step" if step else "")
+            for step, cost in points) + " beyond processor sharing")
 
