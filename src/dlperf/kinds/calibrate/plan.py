@@ -38,6 +38,8 @@ LOCAL_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "up
 REQUIRED_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
 #: processes of the all-reduce calibration (the worker counts of the loopback runs)
 WORLDS = (2, 4)
+#: the network name of the collectives' kernel runs (the machine's ops, not a framework's)
+COLLECTIVE_RUN = "allreduce"
 #: the frameworks calibrated by default: those with kernels, when installed
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 #: seconds each shape is timed for (after its warm-up): short by default
@@ -143,7 +145,7 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
             o = KernelOptions(parts=parts, world=world, versions=versions,
                               revision=REVISION)
             # the worker holds every CPU its ranks are spread over
-            out.append(RunSpec(kind="kernel", network="allreduce", framework="torch",
+            out.append(RunSpec(kind="kernel", network=COLLECTIVE_RUN, framework="torch",
                                device=device, threads=min(world, cpus), batch_size=1,
                                options=o))
     return out
@@ -298,7 +300,9 @@ def worker_runtimes(store: Store) -> dict[tuple[str, str, str], float]:
     newest calibration of the collectives measured it in their processes
     (``KernelOutcome.ddp_runtime_bytes``), of this machine and the installed versions."""
     packages = environment.packages()
-    rows = store.results(kind="kernel", status="ok", machine_id=environment.machine_id())
+    # the collectives' runs only (the grids' runs hold hundreds of samples each)
+    rows = store.results(kind="kernel", status="ok", network=COLLECTIVE_RUN,
+                         machine_id=environment.machine_id())
     out: dict[tuple[str, str, str], float] = {}
     for r in sorted((r for r in rows if _current(r, packages)),
                     key=lambda r: r.finished_at or 0):
