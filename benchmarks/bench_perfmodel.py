@@ -124,6 +124,9 @@ def report(db: str, networks: list[str], frameworks: list[str]) -> None:
         for s in validate.summarize(cs, "network"):
             print(f"    {s.value:10} median {s.median_abs:6.1%}  p90 {s.p90_abs:6.1%}  "
                   f"signed {s.median_signed:+.1%}  n={s.n}")
+    print("  kernels alone by framework: " + ", ".join(
+        f"{s.value} {s.median_abs:.1%}/{s.p90_abs:.1%} (signed {s.median_signed:+.1%})"
+        for s in validate.summarize(validate.corrected(steps, "kernels"), "framework")))
     lono = validate.corrected(steps, "lono")
     for group in ("framework", "threads", "batch"):
         print(f"  LONO by {group}: " + ", ".join(
