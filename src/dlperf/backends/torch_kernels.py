@@ -284,7 +284,7 @@ def _allreduce_rank(rank: int, world: int, path: str, sizes: list[int], repeats:
     """Every rank: ``warmup`` then ``repeats`` collectives (``op``) of each size, each
     after a barrier; the time of a repetition is the slowest rank's (when the collective
     was over for everyone). Also the leanest rank's runtimes (``_runtimes``), measured
-    once the collectives' tensors are freed."""
+    before any collective's tensor exists (a worker's runtime, not its buffers)."""
     if rank:
         from dlperf.core.orphans import die_with_parent
 
@@ -298,6 +298,11 @@ def _allreduce_rank(rank: int, world: int, path: str, sizes: list[int], repeats:
                             timeout=timedelta(seconds=120))
     out = []
     try:
+        dist.barrier()  # every rank connected: the group as a worker holds it
+        runtimes = torch.tensor(_runtimes(), dtype=torch.float64)
+        # the leanest rank's: a spawned one, as a parallel worker is (rank 0 is the
+        # calibration's worker, which holds what its other kernels left)
+        dist.all_reduce(runtimes, op=dist.ReduceOp.MIN)
         for nbytes in sizes:
             call = _collective_call(op, nbytes, world)
             times = []
@@ -310,11 +315,6 @@ def _allreduce_rank(rank: int, world: int, path: str, sizes: list[int], repeats:
             slowest = torch.tensor(times, dtype=torch.float64)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
             out.append(slowest.tolist())
-        call = None  # noqa: F841 (its tensors freed: blocks this large go back to the system)
-        runtimes = torch.tensor(_runtimes(), dtype=torch.float64)
-        # the leanest rank's: a spawned one, as a parallel worker is (rank 0 is the
-        # calibration's worker, which holds what its other kernels left)
-        dist.all_reduce(runtimes, op=dist.ReduceOp.MIN)
     finally:
         dist.destroy_process_group()
     return out, runtimes.tolist()
