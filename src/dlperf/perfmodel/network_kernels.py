@@ -88,9 +88,10 @@ def conv_shape(g: Gemm, batch: int) -> tuple[int, ...]:
     has the layer's output pixels, as the networks make it: the output side times the
     stride (224 into ResNet's and AlexNet's strided stems, 56 into a stage's stride-2
     convolutions), else the smallest such side. The smallest is odd at a stride of 2 (55
-    for 56), and oneDNN runs an odd map through another path: at one thread on a Xeon, a
-    1x1 stride-2 convolution's gradients took 294 ms over 16x256x55x55 and 125 ms over
-    the step's own 16x256x56x56 (``dlperf explain -n resnet50``)."""
+    for 56), a map of another size than the step's, which oneDNN runs a little slower:
+    at one thread on a Xeon, timed in turn in one process, a 1x1 stride-2 convolution
+    over 16x256x55x55 took 60 ms forward and 248 ms for both gradients, over the step's
+    own 16x256x56x56 54 and 238 ms."""
     out = max(1, round(math.sqrt(g.m)))
     side = out * g.stride
     if conv_out(side, g.window, g.stride) != out:
