@@ -240,3 +240,17 @@ def test_dlperf_calibrate_prints_the_cost_of_sharing_a_core_by_step(db, capsys):
     print_fit(fit)
     line = [x for x in capsys.readouterr().out.splitlines() if "core share" in x]
     assert line and "x1.25 for a 8 ms step" in line[0] and "x1 for a 96 ms step" in line[0]
+
+
+def test_a_pipelines_layers_are_listed_at_the_speed_its_stages_compute(db):
+    """Four stages on two cores: the timings run at the workers' shared speed, the
+    schedule at full speed; the per-layer listing is the schedule's, so the slowest
+    stage's layers together take no more than the step."""
+    cal = _calibration(db)
+    spec = make_spec("alexnet", strategy="pipeline", workers=4, batch_size=16)
+    p = predict_for_spec(spec, MachineFits(cal.fits, cal.memory_gb, 2))
+    assert p is not None and p.stages
+    by = {t.name: t.time_s for t in p.layers}
+    listed = max(sum(by[n] for n in stage) for stage in p.stages)
+    b = p.breakdown  # the slowest stage's own work, at full speed
+    assert listed <= (b.compute_s + b.memory_s + b.overhead_s) * 1.05

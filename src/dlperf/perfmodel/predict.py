@@ -432,9 +432,14 @@ def _totals(timings: list[LayerTiming], repeat: float = 1.0) -> tuple[float, flo
     return compute, memory
 
 
-def _layer_times(timings: list[LayerTiming], repeat: float = 1.0) -> list[LayerTime]:
+def _layer_times(timings: list[LayerTiming], repeat: float = 1.0,
+                 speed: float = 1.0) -> list[LayerTime]:
+    """Each layer's seconds per step: its passes ``repeat`` times (micro-batches), its update
+    once, at ``speed`` times the timings' (a pipeline's stages compute at full speed, the
+    timings at the workers' shared one)."""
     return [
-        LayerTime(name=t.name, op=t.op, bound=t.bound, time_s=t.passes_s * repeat + t.update_s,
+        LayerTime(name=t.name, op=t.op, bound=t.bound,
+                  time_s=(t.passes_s * repeat + t.update_s) * speed,
                   flops=t.flops * repeat, bytes=t.bytes * repeat)
         for t in timings
     ]
@@ -799,5 +804,5 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     return ctx.result("pipeline", time, Breakdown(
         compute_s=compute, memory_s=memory, overhead_s=overhead,
         communication_s=comm, bubble_s=bubble, straggler_s=ctx.straggler),
-        _layer_times(timings, repeat=m), mem, micro_batches=m,
+        _layer_times(timings, repeat=m, speed=1 / share), mem, micro_batches=m,
         stages=[[ctx.layers[i].name for i in idx] for idx in stages])
