@@ -555,8 +555,7 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
     def input_pipeline(self, source, batch_size: int, seed: int, device: str):
         from dlperf.backends.torch_input import build_pipeline
 
-        return build_pipeline(source, batch_size, seed,
-                              torch.device("cuda" if device == "gpu" else "cpu"))
+        return build_pipeline(source, batch_size, seed, _torch_device(device))
 
     def build_inference(self, workload, config, batch_size, variant, device, seed) -> ForwardOnly:
         return build_inference(config, batch_size, variant, _model_device(device), seed,
