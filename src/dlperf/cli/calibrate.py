@@ -182,13 +182,42 @@ def quality_line(fits) -> str:
     """The calibration's one line on its own quality: undisturbed, or which kernels other
     processes disturbed and by how much (``LocalFit.quality``)."""
     bad = [f for f in fits if f.disturbed]
+    speed = speed_steadiness(fits)
     if bad:
         return "calibration quality: " + "; ".join(
-            f"{f.framework} x{f.threads}: {f.quality()}" for f in bad)
+            f"{f.framework} x{f.threads}: {f.quality()}" for f in bad) + (
+            f"; {speed}" if speed else "")
     # the most disturbed of the undisturbed speaks for them all
     worst = max(fits, key=lambda f: max(f.other_cpu_share.values(), default=-1.0),
                 default=None)
-    return "calibration quality: " + (worst.quality() if worst else "nothing calibrated")
+    return "calibration quality: " + (worst.quality() if worst else "nothing calibrated") + (
+        f"; {speed}" if speed else "")
+
+
+def speed_steadiness(fits) -> str | None:
+    """Whether the machine kept one speed across the calibrations' workers: the speed
+    probes (``core.speed_probe``) of the slowest and the fastest, in the part that
+    differs most; None with fewer than two probed."""
+    from dlperf.core import speed_probe
+
+    probed = [f for f in fits if f.speed_probe]
+    if len(probed) < 2:
+        return None
+    spread = []
+    for part in speed_probe.PARTS:
+        have = sorted((f for f in probed if part in f.speed_probe),
+                      key=lambda f: f.speed_probe[part])
+        if len(have) >= 2:
+            spread.append((have[-1].speed_probe[part] / have[0].speed_probe[part] - 1, part,
+                           have[-1], have[0]))
+    change, part, slow, fast = max(spread, key=lambda s: s[0])
+    if change <= speed_probe.DRIFT:
+        return (f"machine speed steady (the speed probes of its {len(probed)} calibrations "
+                f"within {change:.0%})")
+    return (f"MACHINE SPEED MOVED: the speed probe's {part} part took {change:.0%} longer "
+            f"with {slow.label} than with {fast.label}; the machine ran at another speed "
+            f"for some calibrations, so their predictions disagree by about as much "
+            f"(calibrate again when it is steady, --force)")
 
 
 def _spread(residuals: tuple[float, ...]) -> str:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from dlperf.cli import args
 from dlperf.cli.progress import out
-from dlperf.core import units
+from dlperf.core import speed_probe, units
 from dlperf.core.errors import UsageError
 
 if TYPE_CHECKING:
@@ -103,6 +103,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
         print(json.dumps(_json(cases, mode), indent=1))
         return 0
     corrected = mode in ("lono", "lofo")
+    probed = any(c.drift for c in cases)
     rows = []
     for c in sorted(cases, key=lambda c: (c.key("network"), c.key("framework"), c.row.spec.threads,
                                           c.row.spec.batch_size, c.key("strategy"))):
@@ -110,12 +111,21 @@ def cmd_validate(a: argparse.Namespace) -> int:
              units.seconds(c.prediction.time_s), f"{c.prediction.time_s / c.measured_s - 1:+.0%}"]
         if corrected:
             r += [units.seconds(c.predicted_s), f"{c.error:+.0%}"]
+        if probed:
+            r.append(_drift_cell(c))
         rows.append(r)
     headers = ["configuration", "measured", a.catalogue or "kernels", "error"]
     if corrected:
         headers += [mode.upper(), "error"]
+    caption = _caption(mode)
+    if probed:
+        headers.append("speed probe")
+        caption += (f"; speed probe: how much longer (+) the machine's speed probe took "
+                    f"after the measured steps than during the calibration, in its part "
+                    f"that moved most ('!': more than {speed_probe.DRIFT:.0%}: the machine "
+                    f"itself ran at another speed)")
     print_table(Table(title="Predicted against measured (this machine)", headers=headers,
-                      rows=rows, caption=_caption(mode)), out)
+                      rows=rows, caption=caption), out)
     for group in validate.GROUPS:
         summ = validate.summarize(cases, group)
         if len(summ) < 2 and group != "network":
@@ -130,6 +140,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
     (total,) = validate.summarize(cases)
     out.print(f"[bold]all {total.n} configurations[/] ({mode}): median |error| "
               f"{units.percent(total.median_abs)}, p90 {units.percent(total.p90_abs)}")
+    if (line := validate.drift_line(cases)) is not None:
+        out.print(line, markup=False)
     if a.worst:
         out.print("[bold]worst cases[/]")
         for c in validate.worst(cases, a.worst):
@@ -318,6 +330,14 @@ def _published_set(title: str, column: str, noun: str, data, as_json: bool) -> d
     return doc
 
 
+def _drift_cell(c: Case) -> str:
+    """'+14% memory !': the speed probe's largest move for ``c``; '-' where not probed."""
+    if c.drift is None:
+        return "-"
+    part, change = c.drift
+    return f"{change:+.0%} {part}" + (" !" if c.drifted else "")
+
+
 def _caption(mode: str) -> str:
     if mode == "catalogue":
         return ("the catalogue entry's prediction alone (a GPU: the reference GPU's kernel "
@@ -342,6 +362,8 @@ def _json(cases: list[Case], mode: str) -> dict:
                    "strategy": c.key("strategy"), "measured_s": c.measured_s,
                    "kernels_s": c.prediction.time_s, "predicted_s": c.predicted_s,
                    "error": c.error, "factors": c.factors.model_dump() if c.factors else None,
+                   "speed_drift": ({"part": c.drift[0], "change": c.drift[1],
+                                    "flagged": c.drifted} if c.drift else None),
                    "breakdown": c.prediction.breakdown.model_dump()} for c in cases],
         "summary": {g or "all": [s.__dict__ for s in validate.summarize(cases, g)]
                     for g in (None, *validate.GROUPS)},

@@ -286,6 +286,9 @@ class Metrics(_Frozen):
     #: the share of its CPUs' time other processes (and the hypervisor's steal) took while
     #: the steps were timed (``core.disturbance``; None: not known)
     other_cpu_share: float | None = None
+    #: the machine's speed right after the timed steps (``core.speed_probe``, seconds per
+    #: part; None: not a CPU step, or measured by an older dlperf)
+    speed_probe: dict[str, float] | None = None
 
 
 class RunResult(_Frozen):

@@ -456,6 +456,9 @@ class LocalFit(_Frozen):
     #: ('alexnet@16'), beside a skeleton of the grid (``network_kernels``); None: the
     #: whole grid was timed
     scope: tuple[str, ...] | None = None
+    #: the machine's speed while it was calibrated: its kernel workers' speed probes
+    #: (``core.speed_probe``; empty: not measured, a calibration of an older dlperf)
+    speed_probe: dict[str, float] = Field(default_factory=dict)
 
     def covers(self, network: str, batch: int) -> bool:
         """Whether its kernels were timed at the shapes of ``network`` at ``batch`` (or

@@ -208,6 +208,9 @@ class KernelOutcome(BaseModel):
     #: where no collective ran)
     gloo_runtime_bytes: int | None = None
     ddp_runtime_bytes: int | None = None
+    #: the machine's speed when its kernels were done (``core.speed_probe``, seconds per
+    #: part; empty: not a CPU run, or a calibration of an older dlperf)
+    speed_probe: dict[str, float] = Field(default_factory=dict)
 
 
 def conv_out(side: int, window: int, stride: int) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dlperf.core.errors import UsageError
 from dlperf.perfmodel.catalogue import Device, Link
@@ -65,16 +66,16 @@ class MachineFits:
     @classmethod
     def of(cls, samples: Sequence[tuple[str, int, str, Samples, str]], memory_gb: float,
            cores: int, baselines: dict[tuple[str, str], float] | None = None,
-           others: dict[tuple[str, int, str, str], dict[str, float]] | None = None,
-           scopes: dict[tuple[str, int, str, str], tuple[str, ...] | None] | None = None,
+           measured: dict[tuple[str, int, str, str], dict[str, Any]] | None = None,
            workers: dict[tuple[str, str, str], float] | None = None) -> MachineFits:
-        """Fit each (framework, threads, device, samples, precision); ``others``: per the
-        same key, what other processes took of the CPUs while each op was timed;
-        ``scopes``: the networks whose shapes were timed (``LocalFit.scope``)."""
-        others, scopes = others or {}, scopes or {}
+        """Fit each (framework, threads, device, samples, precision); ``measured``: per
+        the same key, what the calibration recorded beside its samples, as ``LocalFit``
+        fields (``other_cpu_share``: what other processes took of the CPUs while each op
+        was timed; ``scope``: the networks whose shapes were timed; ``speed_probe``: the
+        machine's speed meanwhile)."""
+        measured = measured or {}
         return cls(tuple(fit_local(s, fw, t, dev, prec).model_copy(
-            update={"other_cpu_share": dict(others.get((fw, t, dev, prec), {})),
-                    "scope": scopes.get((fw, t, dev, prec))})
+            update=dict(measured.get((fw, t, dev, prec), {})))
             for fw, t, dev, s, prec in samples), memory_gb, cores, dict(baselines or {}),
             dict(workers or {}))
 

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dlperf.core import environment, framework_table
+from dlperf.core import environment, framework_table, speed_probe
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.core.store import Store
 from dlperf.kinds.calibrate.options import (
@@ -169,6 +169,9 @@ class Stored:
     #: the networks whose shapes it timed ('alexnet@16'), when only scoped runs made it;
     #: None: the whole grid was timed
     scope: tuple[str, ...] | None = None
+    #: the machine's speed while its kernels ran: the median of its runs' speed probes
+    #: (``core.speed_probe``; empty: not measured)
+    speed_probe: dict[str, float] = field(default_factory=dict)
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -242,6 +245,7 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
     scopes: dict[tuple[str, int, str, str], set[str] | None] = {}
     baselines: dict[tuple[str, int, str, str], list[int]] = {}
     others: dict[tuple[str, int, str, str], dict[str, list[float]]] = {}
+    probes: dict[tuple[str, int, str, str], list[dict[str, float]]] = {}
     collective = []
     for key, runs in groups:
         o = runs[0].spec.options
@@ -263,13 +267,14 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
         for x in runs:
             for op, share in x.outcome.other_cpu_share.items():  # type: ignore[union-attr]
                 others.setdefault(key, {}).setdefault(op, []).append(share)
+            if local and x.outcome.speed_probe:  # type: ignore[union-attr]
+                probes.setdefault(key, []).append(x.outcome.speed_probe)  # type: ignore[union-attr]
     return [Stored(fw, t, dev, Samples.of([*merge(s), *collective]), prec,
-                   statistics.median(b) if (b := baselines.get((fw, t, dev, prec))) else None,
-                   {op: statistics.median(v) for op, v in others.get((fw, t, dev, prec),
-                                                                      {}).items()},
-                   None if (sc := scopes.get((fw, t, dev, prec))) is None
-                   else tuple(sorted(sc)))
-            for (fw, t, dev, prec), s in sorted(by_key.items())]
+                   statistics.median(b) if (b := baselines.get(key)) else None,
+                   {op: statistics.median(v) for op, v in others.get(key, {}).items()},
+                   None if (sc := scopes.get(key)) is None else tuple(sorted(sc)),
+                   speed_probe.typical(probes.get(key, ())))
+            for key, s in sorted(by_key.items()) for fw, t, dev, prec in [key]]
 
 
 def local_calibration(store: Store, *, device: str | None = "cpu") -> MachineFits:
@@ -282,10 +287,9 @@ def local_calibration(store: Store, *, device: str | None = "cpu") -> MachineFit
     return MachineFits.of([(s.framework, s.threads, s.device, s.samples, s.precision)
                            for s in complete], memory, environment.physical_cores(),
                           baselines=_baselines(complete),
-                          others={(s.framework, s.threads, s.device, s.precision):
-                                  s.other_cpu_share for s in complete},
-                          scopes={(s.framework, s.threads, s.device, s.precision): s.scope
-                                  for s in complete},
+                          measured={(s.framework, s.threads, s.device, s.precision): {
+                              "other_cpu_share": dict(s.other_cpu_share), "scope": s.scope,
+                              "speed_probe": dict(s.speed_probe)} for s in complete},
                           workers=worker_runtimes(store))
 
 

@@ -40,7 +40,7 @@ from dlperf.backends.base import (
     WorkerRuntime,
     capability,
 )
-from dlperf.core import disturbance, environment
+from dlperf.core import disturbance, environment, speed_probe
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.timing import Timing, measure, measure_window
@@ -279,12 +279,16 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
             if share is not None:
                 others[part.op] = round(share, 4)
     resumed = sum(1 for s in samples if done.get((s.op, s.shape)) is s)
+    # the machine's speed as these kernels ran (a step measured at another speed is
+    # flagged beside its prediction); a GPU's kernels are the device's, not the host's
+    probe = speed_probe.measure() if spec.device == "cpu" and samples else {}
     outcome = KernelOutcome(samples=tuple(samples), failures=failures, resumed=resumed,
                             baseline_rss_bytes=baseline, other_cpu_share=others,
                             gloo_runtime_bytes=max((r.gloo_bytes for r in runtimes),
                                                    default=None),
                             ddp_runtime_bytes=max((r.ddp_bytes for r in runtimes),
-                                                  default=None))
+                                                  default=None),
+                            speed_probe=probe)
     if not samples:
         why = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:3]) or "no shapes"
         unsupported = all(v.startswith("unsupported") or "Unsupported" in v

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dlperf import workloads
-from dlperf.core import environment
+from dlperf.core import environment, speed_probe
 from dlperf.core.aggregate import ConfigResult, aggregate
 from dlperf.core.spec import RunSpec
 from dlperf.core.store import Store
@@ -112,6 +112,15 @@ class Case:
     prediction: Prediction
     corrected_s: float | None = None  # with factors fitted on other networks
     factors: Factors | None = None
+    #: how far the machine's speed probe moved from the calibration's to the measurement's
+    #: (``core.speed_probe.drift``; None: either was not probed)
+    drift: tuple[str, float] | None = None
+
+    @property
+    def drifted(self) -> bool:
+        """Measured while the machine ran at another speed than when it was calibrated:
+        the error is partly the machine's, not the model's."""
+        return self.drift is not None and abs(self.drift[1]) > speed_probe.DRIFT
 
     @property
     def predicted_s(self) -> float:
@@ -146,8 +155,18 @@ def cases(store: Store, calibration: MachineFits, *,
         if p is None:
             skipped.append((row, "the model cannot predict this workload"))
         else:
-            out.append(Case(row, undisturbed_s(row) or row.median_s, p))
+            out.append(Case(row, undisturbed_s(row) or row.median_s, p,
+                            drift=machine_drift(row, calibration)))
     return out, skipped
+
+
+def machine_drift(row: ConfigResult, calibration: MachineFits) -> tuple[str, float] | None:
+    """How far the machine's speed probe moved between the calibration that predicts
+    ``row`` and ``row``'s own processes (the median of their probes)."""
+    s = row.spec
+    fit = calibration.find(framework(s), s.threads, s.device, s.precision)
+    probes = [r.metrics.speed_probe for r in row.ok if r.metrics and r.metrics.speed_probe]
+    return speed_probe.drift(speed_probe.typical(probes), fit.speed_probe) if fit else None
 
 
 def catalogue_cases(store: Store, device: str, *, machine_id: str | None = None
@@ -339,6 +358,30 @@ def summarize(cs: Sequence[Case | MemoryCase], group: str | None = None) -> list
             for k, v in keys.items()]
 
 
+def drift_line(cs: Sequence[Case]) -> str | None:
+    """One line on the machine's own speed: how many cases were measured while the speed
+    probe was more than ``speed_probe.DRIFT`` off the calibration's, and the error of the
+    others; None where no case was probed at both ends."""
+    probed = [c for c in cs if c.drift is not None]
+    if not probed:
+        return None
+    moved = [c for c in probed if c.drifted]
+    steady = [c for c in probed if not c.drifted]
+    text = (f"machine speed: {len(moved)} of {len(probed)} probed configurations measured "
+            f"while the speed probe was more than {speed_probe.DRIFT:.0%} off the "
+            f"calibration's")
+    if moved:
+        far = max(moved, key=lambda c: abs(c.drift[1]))  # type: ignore[index]
+        text += f" (at most: {speed_probe.describe(far.drift)})"  # type: ignore[arg-type]
+    if moved and steady:
+        (s,) = summarize(steady)
+        text += (f"; the other {s.n}: median |error| {s.median_abs:.1%}, p90 "
+                 f"{s.p90_abs:.1%}")
+    if moved:
+        text += "; calibrate again ('dlperf calibrate --force') and measure them at one speed"
+    return text
+
+
 def worst(cs: Sequence[Case], n: int = 5) -> list[Case]:
     return sorted(cs, key=lambda c: abs(c.error), reverse=True)[:n]
 
@@ -363,6 +406,8 @@ def explain(c: Case) -> str:
         text += f"; largest layers {layers}"
     if c.row.between_cv and c.row.between_cv > 0.1:
         text += f"; the measurement itself varies {c.row.between_cv:.0%} between processes"
+    if c.drifted:
+        text += f"; {speed_probe.describe(c.drift)}"  # type: ignore[arg-type]
     warn = [w for w in c.row.warnings if "unstable" in w or "settle" in w]
     if warn:
         text += "; measured unsteadily"
@@ -392,9 +437,12 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
                   and c.row.spec.network != row.spec.network]
         return p.time_s, (p90(others) if len(others) >= 2 else None)
 
-    # what a table of its predictions marks: the calibrations other processes disturbed
+    # what a table of its predictions marks: the calibrations other processes disturbed,
+    # and the rows measured while the machine ran at another speed than calibrated
     predict_row.disturbed = {(f.framework, f.threads): f"{f.framework} x{f.threads}: "  # type: ignore[attr-defined]
                              f"{f.quality()}" for f in cal.fits if f.disturbed}
+    predict_row.drift = lambda row: (  # type: ignore[attr-defined]
+        machine_drift(row, cal) if row.machine_id in (None, mine) else None)
     return predict_row
 
 
@@ -482,9 +530,26 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
             f"memory: {fw}'s runtime baseline here is not calibrated yet (the peak counts "
             f"the network alone); 'dlperf calibrate --frameworks {fw}' measures it")]})
     p = _with_utilisation(p, spec)
+    if device == "cpu" and (note := speed_now(m.fit.speed_probe)):
+        p = p.model_copy(update={"notes": [*p.notes, note]})
     if inputs is not None and not inputs.synthetic:
         p, spec = _on_pipeline(store, p, spec, inputs, auto_workers)
     return p, measured(store, spec)
+
+
+def speed_now(calibrated: dict[str, float]) -> str | None:
+    """A prediction's note on the machine's speed now against its calibration's: the
+    speed probe timed here and now (``core.speed_probe``); None where the calibration
+    has none."""
+    move = speed_probe.drift(speed_probe.measure(), calibrated) if calibrated else None
+    if move is None:
+        return None
+    if abs(move[1]) <= speed_probe.DRIFT:
+        return (f"machine speed: as when calibrated (the speed probe within "
+                f"{abs(move[1]):.0%})")
+    return (f"machine speed: {speed_probe.describe(move)}: the machine runs at another "
+            f"speed now, and a step run now would be off the prediction by about as much "
+            f"('dlperf calibrate --force' calibrates at today's speed)")
 
 
 def _on_pipeline(store: Store, p: Prediction, spec: RunSpec, inputs: InputOptions,

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from dlperf import workloads
 from dlperf.backends.base import Backend, Timed, UnsupportedError
-from dlperf.core import environment
+from dlperf.core import environment, speed_probe
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import Metrics, RunResult, RunSpec
 from dlperf.core.stats import instability_warning, summarize
@@ -73,6 +73,10 @@ def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
 
     s = summarize(timing.steps_s)
     peak_rss = environment.peak_resident_bytes()
+    # after the peak is read (the probe's copies must not raise it): the machine's speed
+    # as the steps ran, set against the calibration's beside a prediction (a peak kernel
+    # is never predicted)
+    probe = speed_probe.measure() if spec.device == "cpu" and spec.kind != "peak" else None
     achieved = flops / s.median if flops else None
     warnings = [w for w in (instability_warning(s.robust_cv), injection_warning()) if w]
     d = timing.disturbance
@@ -97,6 +101,7 @@ def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
         utilisation_peak_flops=peak, utilisation_peak=peak_is,
         warmup_steps=len(timing.warmup_s), warmup_settled=timing.settled,
         other_cpu_share=d.other_share + d.steal_share if d else None,
+        speed_probe=probe or None,
     )
     result = RunResult(
         spec=spec, status="ok", metrics=metrics, step_times_s=timing.steps_s,

@@ -5,7 +5,7 @@ cell where a predictor is given, and the detail of every measured configuration.
 from __future__ import annotations
 
 from dlperf import workloads
-from dlperf.core import units
+from dlperf.core import speed_probe, units
 from dlperf.core.aggregate import ConfigResult
 from dlperf.report.tables import Predictor, Provenance, Table, machine_label, sort_rows
 
@@ -51,6 +51,9 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
     # stands on (``kinds.calibrate.validate.predictor``): its cells are marked '!'
     disturbed: dict[tuple[str, int], str] = getattr(predictor, "disturbed", {}) or {}
     shaky: list[str] = []
+    # a cell measured while the machine ran at another speed than calibrated: marked '~'
+    drift = getattr(predictor, "drift", None)
+    drifted = 0
     leaf = []
     for c in cols:
         name = "GPU" if c == "GPU" else f"{c} thread{'s' if c != '1' else ''}"
@@ -85,7 +88,10 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                         else None
                     if p and bad and bad not in shaky:
                         shaky.append(bad)
-                    line.append((f"{p[0]:.4g}" + ("!" if bad else "")) if p else "")
+                    moved = p and drift and (d := drift(cell)) and abs(d[1]) > speed_probe.DRIFT
+                    drifted += bool(moved)
+                    line.append((f"{p[0]:.4g}" + ("!" if bad else "") + ("~" if moved else ""))
+                                if p else "")
                     vals.append(p[0] if p else None)
         out_rows.append(line)
         values.append(vals)
@@ -95,6 +101,12 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
         caption += (" 'pred.': the performance model's time for the cell's configuration "
                     "(errors in the predictions section).")
     notes_after = [f"! predicted from a disturbed calibration: {q}" for q in shaky]
+    if drifted:
+        notes_after.append(
+            f"~ measured while the machine ran at another speed than when it was calibrated "
+            f"(its speed probe more than {speed_probe.DRIFT:.0%} off, {drifted} cell"
+            f"{'s' if drifted != 1 else ''}): the cell's error is partly the machine's; "
+            f"'dlperf calibrate --force' and measuring the cell again set both at one speed")
     return Table(
         title="Time per mini-batch (s), DLBench layout",
         headers=headers,

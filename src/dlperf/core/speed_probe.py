@@ -1,0 +1,127 @@
+"""How fast this machine is right now: a fixed, framework-free probe timed beside each
+calibration and each measured step, so that a prediction compared with a measurement can
+say whether the machine itself changed speed in between.
+
+A virtual machine's speed moves with what the host's other tenants do (their memory
+traffic, the host's clock changes) without any sign inside it: no steal time, no other
+process. On a 2-vCPU VM the same PyTorch calibration gave 192, 169 and 127 GFLOP/s for
+one GEMM within a day, each "undisturbed" by ``core.disturbance``. A prediction from the
+first compared with a step measured during the last is off by a third, and neither the
+model nor the measurement is wrong. The probe times three things that move with it, each
+as a low quantile of many short timings (``_QUANTILE``; interference only slows a call
+down, ``timeit``'s reasoning, and each call is shorter than a scheduler's time slice, so
+another process on the same CPU leaves most of them alone):
+
+- ``compute``: a 256x256 fp64 matrix product in numpy's BLAS on one thread (in cache:
+  the core's arithmetic speed and clock);
+- ``memory``: a 64 MiB copy, 4 MiB at a time, into a buffer already mapped (the bandwidth
+  a memory-bound layer gets);
+- ``pages``: the same copy into a new array (its first touch maps fresh pages, as a CPU
+  framework's new activations do).
+
+About 0.2 s in all. ``drift`` compares two probes: the largest relative change of the
+three. Ten probes in fresh processes within a minute on that VM spread by +-3% (compute)
+to +-5% (memory), so ``DRIFT`` is three times that. It imports numpy and threadpoolctl
+only (dependencies of dlperf itself).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+#: the probe's parts, in the order they are printed
+PARTS = ("compute", "memory", "pages")
+#: a machine whose probe moved by more than this since the calibration predicts off by
+#: about as much: dlperf flags it (about three times the probe's own spread)
+DRIFT = 0.15
+_SIDE = 256
+_COPY_ELEMS = 8 * 2**20  # float64: 64 MiB (at 32 MiB the host's cache held it at times)
+_CHUNKS = 16  # 4 MiB each: about 0.5 ms, well inside a scheduler's time slice
+_REPEATS = {"compute": 60, "memory": 4, "pages": 4}
+#: the share of the timings taken: a low one, as the best of several calls is (another
+#: process only ever slows a call down), but not the best, which follows the core's
+#: briefest fast spells (a best of 40 products moved by 10% between processes here)
+_QUANTILE = 0.25
+
+
+def _low(times: list[float]) -> float:
+    """The ``_QUANTILE`` of ``times``."""
+    times = sorted(times)
+    return times[int(_QUANTILE * (len(times) - 1))]
+
+
+def _timed(call: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t)
+    return _low(times)
+
+
+def _chunked(src, fresh: Callable[[], object], repeats: int) -> float:
+    """Seconds to copy all of ``src`` into what ``fresh()`` returns, timed chunk by chunk
+    and taken at ``_QUANTILE`` of the chunks: a whole pass (15 ms here) is longer than a
+    time slice, so on a CPU shared with another process no pass would be undisturbed,
+    while most chunks are."""
+    import numpy as np
+
+    times = []
+    for _ in range(repeats):
+        dst = fresh()
+        for a, b in zip(np.array_split(src, _CHUNKS), np.array_split(dst, _CHUNKS),
+                        strict=True):
+            t = time.perf_counter()
+            np.copyto(b, a)
+            times.append(time.perf_counter() - t)
+    return _low(times) * _CHUNKS
+
+
+def measure() -> dict[str, float]:
+    """Seconds of each part of the probe (``PARTS``), on one thread, in this process.
+    Empty where numpy or threadpoolctl is missing."""
+    try:
+        import numpy as np
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return {}
+    a = np.random.default_rng(0).random((_SIDE, _SIDE))
+    with threadpool_limits(1):
+        compute = _timed(lambda: a @ a, _REPEATS["compute"])
+    src = np.ones(_COPY_ELEMS)
+    kept = np.zeros_like(src)  # mapped once, before timing
+    memory = _chunked(src, lambda: kept, _REPEATS["memory"])
+    # beyond glibc's largest mmap threshold (32 MiB): every array is mapped anew, so its
+    # first touch, the copy, faults its pages in
+    pages = _chunked(src, lambda: np.empty_like(src), _REPEATS["pages"])
+    return {"compute": compute, "memory": memory, "pages": pages}
+
+
+def typical(probes: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The median of several probes, part by part (a calibration made of several workers)."""
+    out = {}
+    for part in PARTS:
+        got = sorted(p[part] for p in probes if part in p)
+        if got:
+            mid = len(got) // 2
+            out[part] = got[mid] if len(got) % 2 else (got[mid - 1] + got[mid]) / 2
+    return out
+
+
+def drift(now: Mapping[str, float] | None, then: Mapping[str, float] | None
+          ) -> tuple[str, float] | None:
+    """The part whose time moved most from ``then`` to ``now``, and by how much (+0.2:
+    20% slower now); None where the two share no part."""
+    moves = [(part, now[part] / then[part] - 1) for part in PARTS
+             if now and then and now.get(part) and then.get(part)]
+    return max(moves, key=lambda m: abs(m[1])) if moves else None
+
+
+def describe(move: tuple[str, float]) -> str:
+    """'the speed probe's memory copy took 18% longer than at the calibration'."""
+    part, change = move
+    what = {"compute": "matrix product", "memory": "memory copy",
+            "pages": "copy into fresh pages"}[part]
+    way = "longer" if change > 0 else "less"
+    return f"the speed probe's {what} took {abs(change):.0%} {way} than at the calibration"

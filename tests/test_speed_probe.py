@@ -1,0 +1,107 @@
+"""The machine's own speed (``core.speed_probe``): the probe, its record beside every
+calibration and CPU step, and the flag where a step was measured at another speed than
+its calibration (validate, the report's tables, predict, calibrate's quality line)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.cli import main
+from dlperf.core import speed_probe
+from dlperf.core.store import Store
+from dlperf.kinds.calibrate import plan as calibration
+from tests import calibration_fixtures as made_up
+from tests.report_fixtures import result
+
+CALIBRATED = {"compute": 0.5e-3, "memory": 9e-3, "pages": 15e-3}
+
+
+def test_the_probe_times_each_part_on_one_thread():
+    got = speed_probe.measure()
+    assert set(got) == set(speed_probe.PARTS)
+    # in cache, a 256^3 product is 33.5 MFLOP: between 0.1 and 1000 GFLOP/s on any CPU
+    assert 2 * 256**3 / 1e12 < got["compute"] < 2 * 256**3 / 1e8
+    # a copy into fresh pages also maps them: never faster than into mapped ones by much
+    assert got["pages"] > 0.8 * got["memory"] > 0
+
+
+def test_drift_is_the_part_that_moved_most():
+    now = {"compute": 0.55e-3, "memory": 7.2e-3, "pages": 15e-3}
+    assert speed_probe.drift(now, CALIBRATED) == ("memory", pytest.approx(-0.2))
+    assert speed_probe.drift({}, CALIBRATED) is None
+    assert speed_probe.drift(now, None) is None
+    assert "memory copy took 20% less" in speed_probe.describe(("memory", -0.2))
+    assert "took 30% longer" in speed_probe.describe(("pages", 0.3))
+    assert speed_probe.typical([{"compute": 1.0}, {"compute": 3.0, "memory": 2.0},
+                                {"compute": 2.0}]) == {"compute": 2.0, "memory": 2.0}
+
+
+def test_a_kernel_run_and_a_step_record_the_machines_speed():
+    from dlperf.core.spec import RunSpec
+    from dlperf.engine.worker import execute
+    from dlperf.kinds.calibrate.options import KernelOptions, KernelPart
+
+    kernel = execute(RunSpec(kind="kernel", network="kernels", framework="torch",
+                             batch_size=1, options=KernelOptions(parts=(KernelPart(
+                                 op="gemm", shapes=((8, 8, 8),)),), min_time_s=0.01)))
+    assert kernel.ok and set(kernel.outcome.speed_probe) == set(speed_probe.PARTS)
+    step = execute(RunSpec(network="fcn5", size="tiny", framework="torch", batch_size=4))
+    assert step.ok and set(step.metrics.speed_probe) == set(speed_probe.PARTS)
+
+
+def _calibrated(store: Store, probe: dict[str, float]) -> None:
+    for r in made_up.kernel_results(threads=(1,), allreduce=False):
+        store.add(r.model_copy(update={"outcome": r.outcome.model_copy(
+            update={"speed_probe": probe})}))
+
+
+def _measured(store: Store, network: str, seconds: float, probe: dict[str, float]) -> None:
+    r = result(network, 1, seconds)
+    store.add(r.model_copy(update={"metrics": r.metrics.model_copy(
+        update={"speed_probe": probe})}))
+
+
+def test_a_step_measured_at_another_speed_is_flagged_beside_its_prediction(db, capsys):
+    slow = {**CALIBRATED, "memory": CALIBRATED["memory"] * 1.3}
+    with Store(db) as store:
+        _calibrated(store, CALIBRATED)
+        _measured(store, "fcn5", 0.05, slow)  # the machine 30% slower in memory
+        _measured(store, "alexnet", 0.2, {**CALIBRATED, "compute": 0.52e-3})  # steady
+        fit = calibration.local_calibration(store).find("torch", 1)
+    assert fit.speed_probe == pytest.approx(CALIBRATED)
+    assert main(["validate", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "+30% memory !" in out and "+4% compute" in out
+    assert "machine speed: 1 of 2 probed configurations" in out
+    assert "memory copy took 30% longer than at the calibration" in out  # worst cases
+    assert main(["validate", "--db", str(db), "--json"]) == 0
+    import json
+
+    cases = {c["network"]: c["speed_drift"] for c in json.loads(capsys.readouterr().out)["cases"]}
+    assert cases["fcn5"]["flagged"] and not cases["alexnet"]["flagged"]
+    assert main(["report", "--db", str(db), "--out", str(db.parent / "rep")]) == 0
+    md = (db.parent / "rep" / "report.md").read_text()
+    assert "~ measured while the machine ran at another speed" in md and "off, 1 cell)" in md
+    assert "+30% memory !" in md  # the predictions' table
+
+
+def test_predict_and_calibrate_say_how_the_machines_speed_compares(db, capsys, monkeypatch):
+    from dlperf.cli.calibrate import speed_steadiness
+
+    with Store(db) as store:
+        _calibrated(store, CALIBRATED)
+        fit = calibration.local_calibration(store).find("torch", 1)
+    monkeypatch.setattr(speed_probe, "measure", lambda: dict(CALIBRATED))
+    assert main(["predict", "-n", "fcn5", "--device", "cpu", "--db", str(db)]) == 0
+    assert "machine speed: as when calibrated" in capsys.readouterr().out
+    monkeypatch.setattr(speed_probe, "measure",
+                        lambda: {**CALIBRATED, "compute": CALIBRATED["compute"] * 1.5})
+    assert main(["predict", "-n", "fcn5", "--device", "cpu", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "matrix product took 50% longer" in out and "calibrate --force" in out
+    other = fit.model_copy(update={"threads": 2, "speed_probe": {
+        **CALIBRATED, "pages": CALIBRATED["pages"] * 1.25}})
+    assert "MACHINE SPEED MOVED" in speed_steadiness([fit, other])
+    assert "25% longer with torch x2 than with torch x1" in speed_steadiness([fit, other])
+    assert "steady" in speed_steadiness([fit, fit.model_copy(update={"threads": 2})])
+    assert speed_steadiness([fit]) is None
