@@ -20,7 +20,7 @@ from dlperf.core.store import Store
 
 def process(median: float, *, repeat: int, network: str = "fcn5", threads: int = 1,
             torch: str = "2.13.0+cpu", spread: float = 0.01, seed: int = 0,
-            started: float | None = None) -> RunResult:
+            started: float | None = None, probe: dict[str, float] | None = None) -> RunResult:
     """One worker process's result: 20 step times around ``median``."""
     rng = random.Random(seed)
     steps = [median * math.exp(rng.gauss(0, spread)) for _ in range(20)]
@@ -29,7 +29,8 @@ def process(median: float, *, repeat: int, network: str = "fcn5", threads: int =
     spec = RunSpec(network=network, size="tiny", threads=threads, batch_size=8, repeat=repeat)
     m = Metrics(steps=20, median_s=med, mean_s=float(np.mean(steps)), std_s=float(np.std(steps)),
                 min_s=min(steps), max_s=max(steps), mad_s=mad, iqr_s=mad * 2,
-                cv=float(np.std(steps) / np.mean(steps)), samples_per_s=8 / med)
+                cv=float(np.std(steps) / np.mean(steps)), samples_per_s=8 / med,
+                speed_probe=probe)
     t0 = started or time.time()
     return RunResult(spec=spec, status="ok", metrics=m, step_times_s=steps, started_at=t0,
                      finished_at=t0 + 1, software={"framework": "torch", "torch": torch})
@@ -157,6 +158,25 @@ def test_a_disturbed_side_is_named(tmp_path, capsys):
     c = json.loads(capsys.readouterr().out)["comparisons"][0]
     assert c["a_disturbed"] is None
     assert "unstable" in c["b_disturbed"] and "processes differ" in c["b_disturbed"]
+
+
+def test_a_machine_that_changed_speed_between_the_sides_is_named(tmp_path, capsys):
+    """Both sides on one machine, B's processes probed 25% slower in memory: the
+    comparison says part of its difference may be the machine's."""
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    probe = {"compute": 5e-4, "memory": 9e-3, "pages": 15e-3}
+    fill(a, {"fcn5": [1.0, 1.01, 0.99], "alexnet": [2.0, 2.02, 1.98]}, probe=probe)
+    fill(b, {"fcn5": [1.2, 1.21, 1.19]}, probe={**probe, "memory": 9e-3 * 1.25})
+    fill(b, {"alexnet": [2.0, 2.01, 1.99]}, probe={**probe, "compute": 5.2e-4})
+    assert main(["compare", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    assert "memory copy took 25% longer than with A" in " ".join(text.split())
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    drift = {c["configuration"].split()[0]: c["speed_drift"]
+             for c in json.loads(capsys.readouterr().out)["comparisons"]}
+    assert drift["fcn5[tiny]"]["part"] == "memory"
+    assert drift["fcn5[tiny]"]["change"] == pytest.approx(0.25)
+    assert drift["alexnet[tiny]"]["change"] == pytest.approx(0.04)
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -7,6 +7,7 @@ from typing import Any
 
 from dlperf.compare.sides import Loaded
 from dlperf.compare.verdicts import TOO_FEW, Comparison, Outcome, percent
+from dlperf.core import speed_probe
 from dlperf.core.units import seconds
 from dlperf.report.tables import Table, machine_label
 
@@ -65,7 +66,16 @@ def _notes(c: Comparison, o: Outcome) -> list[str]:
             notes.append(f"{name} disturbed: {why}")
     if c.machines[0] != c.machines[1]:
         notes.append(f"machines {machine_label(c.machines[0])} / {machine_label(c.machines[1])}")
+    elif speed_probe.moved(move := speed_drift(c)):
+        notes.append(f"machine speed: with B {speed_probe.describe(move, 'with A')}: part "  # type: ignore[arg-type]
+                     "of the difference may be the machine's own")
     return notes
+
+
+def speed_drift(c: Comparison) -> tuple[str, float] | None:
+    """How far the machine's speed probe moved from side A's processes to side B's
+    (``core.speed_probe.drift``; None: either side unprobed)."""
+    return speed_probe.drift(c.b.speed_probe, c.a.speed_probe)
 
 
 def _describe(side: Loaded) -> str:
@@ -89,7 +99,9 @@ def to_json(o: Outcome, a: Loaded, b: Loaded) -> dict[str, Any]:
             "b_median_s": c.b.median_s, "a_processes": c.a.processes,
             "b_processes": c.b.processes, **(interval(c.interval) or {"verdict": TOO_FEW}),
             "processes_needed": c.needed, "a_disturbed": c.a.disturbed(),
-            "b_disturbed": c.b.disturbed()} for c in o.comparisons],
+            "b_disturbed": c.b.disturbed(),
+            "speed_drift": {"part": d[0], "change": d[1]} if (d := speed_drift(c)) else None}
+            for c in o.comparisons],
     }
 
 

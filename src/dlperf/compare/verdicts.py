@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from dlperf.compare import stats
 from dlperf.compare.sides import Loaded
+from dlperf.core import speed_probe
 from dlperf.core.aggregate import ConfigResult
 from dlperf.core.errors import UsageError
 from dlperf.core.spec import RunResult
@@ -37,6 +38,13 @@ class Sample(ConfigResult):
     @property
     def steps(self) -> list[list[float]]:
         return [list(r.step_times_s) for r in self.ok]
+
+    @property
+    def speed_probe(self) -> dict[str, float]:
+        """The machine's speed as its processes ran (``core.speed_probe``; the median of
+        their probes; empty: none probed)."""
+        return speed_probe.typical([r.metrics.speed_probe for r in self.ok
+                                    if r.metrics and r.metrics.speed_probe])
 
     def disturbed(self) -> str | None:
         """Why this side's numbers may not be what the configuration does: a process whose

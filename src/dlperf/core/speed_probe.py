@@ -118,10 +118,15 @@ def drift(now: Mapping[str, float] | None, then: Mapping[str, float] | None
     return max(moves, key=lambda m: abs(m[1])) if moves else None
 
 
-def describe(move: tuple[str, float]) -> str:
+def describe(move: tuple[str, float], than: str = "at the calibration") -> str:
     """'the speed probe's memory copy took 18% longer than at the calibration'."""
     part, change = move
     what = {"compute": "matrix product", "memory": "memory copy",
             "pages": "copy into fresh pages"}[part]
     way = "longer" if change > 0 else "less"
-    return f"the speed probe's {what} took {abs(change):.0%} {way} than at the calibration"
+    return f"the speed probe's {what} took {abs(change):.0%} {way} than {than}"
+
+
+def moved(move: tuple[str, float] | None) -> bool:
+    """Whether ``move`` (``drift``'s) is beyond the probe's own spread (``DRIFT``)."""
+    return move is not None and abs(move[1]) > DRIFT
