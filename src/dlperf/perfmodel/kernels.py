@@ -208,8 +208,9 @@ class KernelOutcome(BaseModel):
     #: where no collective ran)
     gloo_runtime_bytes: int | None = None
     ddp_runtime_bytes: int | None = None
-    #: the machine's speed when its kernels were done (``core.speed_probe``, seconds per
-    #: part; empty: not a CPU run, or a calibration of an older dlperf)
+    #: the machine's speed as its kernels ran: the probes before and after them, part by
+    #: part their mean (``core.speed_probe``, seconds per part; empty: not a CPU run, or
+    #: a calibration of an older dlperf)
     speed_probe: dict[str, float] = Field(default_factory=dict)
 
 

@@ -249,6 +249,10 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     o = spec.options
     assert isinstance(o, KernelOptions)
     baseline = environment.resident_bytes()  # the framework loaded, nothing built yet
+    # the machine's speed as these kernels ran, before and after them (a step measured at
+    # another speed is flagged beside its prediction); a GPU's kernels are the device's
+    on_cpu = spec.device == "cpu"
+    probes = [speed_probe.measure()] if on_cpu else []
     samples: list[KernelSample] = []
     failures: dict[str, str] = {}
     others: dict[str, float] = {}
@@ -279,9 +283,8 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
             if share is not None:
                 others[part.op] = round(share, 4)
     resumed = sum(1 for s in samples if done.get((s.op, s.shape)) is s)
-    # the machine's speed as these kernels ran (a step measured at another speed is
-    # flagged beside its prediction); a GPU's kernels are the device's, not the host's
-    probe = speed_probe.measure() if spec.device == "cpu" and samples else {}
+    probe = speed_probe.typical([*probes, speed_probe.measure()]) if on_cpu and samples \
+        else {}
     outcome = KernelOutcome(samples=tuple(samples), failures=failures, resumed=resumed,
                             baseline_rss_bytes=baseline, other_cpu_share=others,
                             gloo_runtime_bytes=max((r.gloo_bytes for r in runtimes),
