@@ -164,7 +164,7 @@ def test_a_machine_that_changed_speed_between_the_sides_is_named(tmp_path, capsy
     """Both sides on one machine, B's processes probed 25% slower in memory: the
     comparison says part of its difference may be the machine's."""
     a, b = tmp_path / "a.db", tmp_path / "b.db"
-    probe = {"compute": 5e-4, "memory": 9e-3, "pages": 15e-3}
+    probe = {"compute": 5e-4, "memory": 9e-3}
     fill(a, {"fcn5": [1.0, 1.01, 0.99], "alexnet": [2.0, 2.02, 1.98]}, probe=probe)
     fill(b, {"fcn5": [1.2, 1.21, 1.19]}, probe={**probe, "memory": 9e-3 * 1.25})
     fill(b, {"alexnet": [2.0, 2.01, 1.99]}, probe={**probe, "compute": 5.2e-4})

@@ -7,7 +7,7 @@ traffic, the host's clock changes) without any sign inside it: no steal time, no
 process. On a 2-vCPU VM the same PyTorch calibration gave 192, 169 and 127 GFLOP/s for
 one GEMM within a day, each "undisturbed" by ``core.disturbance``. A prediction from the
 first compared with a step measured during the last is off by a third, and neither the
-model nor the measurement is wrong. The probe times three things that move with it, each
+model nor the measurement is wrong. The probe times two things that move with it, each
 as a low quantile of many short timings (``_QUANTILE``; interference only slows a call
 down, ``timeit``'s reasoning, and each call is shorter than a scheduler's time slice, so
 another process on the same CPU leaves most of them alone):
@@ -15,31 +15,31 @@ another process on the same CPU leaves most of them alone):
 - ``compute``: a 256x256 fp64 matrix product in numpy's BLAS on one thread (in cache:
   the core's arithmetic speed and clock);
 - ``memory``: a 64 MiB copy, 4 MiB at a time, into a buffer already mapped (the bandwidth
-  a memory-bound layer gets);
-- ``pages``: the same copy into a new anonymous mapping (its first touch faults fresh
-  pages in, as a CPU framework's new large activations do).
+  a memory-bound layer gets).
 
-About 0.2 s in all. ``drift`` compares two probes: the largest relative change of the
-three. Ten probes in fresh processes within a minute on that VM spread by +-3% (compute)
-to +-5% (memory), so ``DRIFT`` is three times that. It imports numpy and threadpoolctl
-only (dependencies of dlperf itself).
+About 0.15 s in all. ``drift`` compares two probes: the larger relative change of the
+two. Ten probes in fresh processes within a minute on that VM spread by +-3% to +-5%
+(up to +-10% in a noisy hour), so ``DRIFT`` is three times the usual spread. Not
+probed: the cost of fresh pages. Timed as a copy into a new mapping, it differed by 6-28%
+between kernel workers and step workers at one moment (a process that has just freed
+memory gets pages the host holds ready), which is no change of the machine.
+It imports numpy and threadpoolctl only (dependencies of dlperf itself).
 """
 
 from __future__ import annotations
 
-import mmap
 import time
 from collections.abc import Callable, Mapping, Sequence
 
 #: the probe's parts, in the order they are printed
-PARTS = ("compute", "memory", "pages")
+PARTS = ("compute", "memory")
 #: a machine whose probe moved by more than this since the calibration predicts off by
 #: about as much: dlperf flags it (about three times the probe's own spread)
 DRIFT = 0.15
 _SIDE = 256
 _COPY_ELEMS = 8 * 2**20  # float64: 64 MiB (at 32 MiB the host's cache held it at times)
 _CHUNKS = 16  # 4 MiB each: about 0.5 ms, well inside a scheduler's time slice
-_REPEATS = {"compute": 60, "memory": 4, "pages": 3}
+_REPEATS = {"compute": 60, "memory": 4}
 #: the share of the timings taken: a low one, as the best of several calls is (another
 #: process only ever slows a call down), but not the best, which follows the core's
 #: briefest fast spells (a best of 40 products moved by 10% between processes here)
@@ -61,16 +61,15 @@ def _timed(call: Callable[[], object], repeats: int) -> float:
     return _low(times)
 
 
-def _chunked(src, fresh: Callable[[], object], repeats: int) -> float:
-    """Seconds to copy all of ``src`` into what ``fresh()`` returns, timed chunk by chunk
-    and taken at ``_QUANTILE`` of the chunks: a whole pass (15 ms here) is longer than a
-    time slice, so on a CPU shared with another process no pass would be undisturbed,
-    while most chunks are."""
+def _chunked(src, dst, repeats: int) -> float:
+    """Seconds to copy all of ``src`` into ``dst``, timed chunk by chunk and taken at
+    ``_QUANTILE`` of the chunks: a whole pass (10 ms here) is longer than a time slice, so
+    on a CPU shared with another process no pass would be undisturbed, while most chunks
+    are."""
     import numpy as np
 
     times = []
     for _ in range(repeats):
-        dst = fresh()
         for a, b in zip(np.array_split(src, _CHUNKS), np.array_split(dst, _CHUNKS),
                         strict=True):
             t = time.perf_counter()
@@ -93,16 +92,7 @@ def measure() -> dict[str, float]:
     src = np.ones(_COPY_ELEMS)
     kept = np.empty_like(src)
     kept.fill(0.0)  # its pages mapped before timing
-    memory = _chunked(src, lambda: kept, _REPEATS["memory"])
-
-    def fresh():
-        # an anonymous mapping of its own: its first touch, the copy, faults its pages in
-        # (from malloc, a 64 MiB array may reuse a large process's freed heap, pages and
-        # all; numpy would also ask for huge pages, given or not as memory allows)
-        return np.frombuffer(mmap.mmap(-1, src.nbytes), dtype=src.dtype)
-
-    pages = _chunked(src, fresh, _REPEATS["pages"])
-    return {"compute": compute, "memory": memory, "pages": pages}
+    return {"compute": compute, "memory": _chunked(src, kept, _REPEATS["memory"])}
 
 
 def typical(probes: Sequence[Mapping[str, float]]) -> dict[str, float]:
@@ -128,8 +118,7 @@ def drift(now: Mapping[str, float] | None, then: Mapping[str, float] | None
 def describe(move: tuple[str, float], than: str = "at the calibration") -> str:
     """'the speed probe's memory copy took 18% longer than at the calibration'."""
     part, change = move
-    what = {"compute": "matrix product", "memory": "memory copy",
-            "pages": "copy into fresh pages"}[part]
+    what = {"compute": "matrix product", "memory": "memory copy"}.get(part, part)
     way = "longer" if change > 0 else "less"
     return f"the speed probe's {what} took {abs(change):.0%} {way} than {than}"
 
