@@ -227,3 +227,8 @@ def test_a_network_not_measured_here_is_predicted_with_its_validated_error(db, c
                  str(db)]) == 0
     text = capsys.readouterr().out
     assert "resnet50" in text and "not measured here" in text and "predicted" in text
+    # and in the report's advice section, which reads what the command reads
+    assert main(["report", "--db", str(db), "--out", str(db.parent / "rep")]) == 0
+    advice = (db.parent / "rep" / "advice.md").read_text()
+    assert "resnet50: " in advice and "(predicted: not measured here)" in advice
+    assert "| resnet50: not measured here |" not in advice

@@ -377,7 +377,12 @@ def report_sections(predictor: Predictor | None = None) -> list[SectionBuilder]:
     from dlperf.report.failures import failures_section
     from dlperf.report.machines import environment_section
 
-    return [environment_section, *report_sections_of_kinds(predictor), advice_section,
+    def advice_here(store: Store, out: Path, filters: Filters):
+        # what 'dlperf advise' reads: the model (this report's), the validated errors
+        return advice_section(store, out, filters,
+                              inputs=advice_inputs(store, store.path, model=predictor))
+
+    return [environment_section, *report_sections_of_kinds(predictor), advice_here,
             failures_section]
 
 
@@ -507,7 +512,6 @@ def advise(task: str, *, samples: int | str, epochs: float = 1.0, hardware: str 
     stored and the model. Bad input is one UsageError line, found before the store opens."""
     from dlperf.advice import advise as advice_for
     from dlperf.advice.hardware import parse_hardware, parse_samples
-    from dlperf.advice.section import rows_here
     from dlperf.advice.tasks import task as known_task
 
     known_task(task)
@@ -517,17 +521,25 @@ def advise(task: str, *, samples: int | str, epochs: float = 1.0, hardware: str 
     from dlperf.kinds.calibrate import validate
 
     with Store(db) as store:
-        rows = rows_here(store)
-        model = validate.predictor(store)  # None: this machine was never calibrated
+        inputs = advice_inputs(store, db, model=validate.predictor(store))
+    return advice_for(task, samples=samples, epochs=epochs, hardware=hardware, **inputs)
+
+
+def advice_inputs(store: Store, db: str | Path | None, *, model: Any = None
+                  ) -> dict[str, Any]:
+    """What advice reads beside the task (``dlperf.advice.advise``'s keywords): this
+    machine's rows, the calibrated ``model`` (None: never calibrated), the memory model's
+    validated error over this machine's CPU steps, the published GPU memory error and the
+    input-pipeline model; ``db`` is ``store``'s path, for the validations that open it."""
+    from dlperf.advice.section import rows_here
+    from dlperf.report.published_memory import gpu_memory_error
+
     # this machine's memory: its CPU steps' resident peaks (a GPU's steps are its own)
     cases = [c for c in memory_validation(db=db)[0] if c.row.spec.device == "cpu"]
     memory_error = (statistics.median(abs(c.error) for c in cases), len(cases)) if cases \
         else None
-    from dlperf.report.published_memory import gpu_memory_error
-
-    return advice_for(task, samples=samples, epochs=epochs, hardware=hardware, rows=rows,
-                      memory_error=memory_error, gpu_memory_error=gpu_memory_error(),
-                      model=model, loader=_loader_model(db))
+    return dict(rows=rows_here(store), memory_error=memory_error,
+                gpu_memory_error=gpu_memory_error(), model=model, loader=_loader_model(db))
 
 
 def _loader_model(db: str | Path | None):

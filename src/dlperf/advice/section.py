@@ -5,6 +5,7 @@ section gives this machine's advice for every task it has measured a candidate o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from dlperf.advice import TASKS, Advice, HardwareAdvice, Recommendation, advise
 from dlperf.advice.common import duration
@@ -75,14 +76,19 @@ def rows_here(store: Store) -> list[ConfigResult]:
             for r in aggregate(store.results(kind=kind, machine_id=here))]
 
 
-def advice_section(store: Store, out: Path, filters: Filters) -> Section | None:
-    rows = rows_here(store)
+def advice_section(store: Store, out: Path, filters: Filters,
+                   inputs: dict[str, Any] | None = None) -> Section | None:
+    """The advice for each task with a candidate measured here. ``inputs``: what else
+    ``advise`` reads (``dlperf.api.advice_inputs``: the model, the validated errors);
+    without them, the measured rows alone."""
+    inputs = inputs or {"rows": rows_here(store)}
+    rows = inputs["rows"]
     measured = {r.spec.network for r in rows if r.measured}
     tables = []
     for t in TASKS.values():
         if not measured & {c.network for c in t.candidates}:
             continue
-        a = advise(t.name, samples=t.example_samples, epochs=t.example_epochs, rows=rows)
+        a = advise(t.name, samples=t.example_samples, epochs=t.example_epochs, **inputs)
         tables.append(hardware_table(a.hardware[0], f"{t.name} ({t.example})"))
     if not tables:
         return None
