@@ -216,7 +216,7 @@ def speed_steadiness(fits) -> str | None:
                 f"within {change:.0%})")
     return (f"MACHINE SPEED MOVED: the speed probe's {part} part took {change:.0%} longer "
             f"with {slow.label} than with {fast.label}; the machine ran at another speed "
-            f"for some calibrations, so their predictions disagree by about as much "
+            f"for some calibrations, so their predictions disagree as much or more "
             f"(calibrate again when it is steady, --force)")
 
 

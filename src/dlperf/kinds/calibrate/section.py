@@ -56,7 +56,7 @@ def prediction_table(found: list[tuple[ConfigResult, float, float | None]],
                 str(s.batch_size), *([machine_label(r.machine_id)] if several else [])]
         probe = [] if not probed else [
             "-" if move is None else f"{move[1]:+.0%} {move[0]}"
-            + (" !" if abs(move[1]) > speed_probe.DRIFT else "")]
+            + (" !" if speed_probe.moved(move) else "")]
         rows.append(head + [units.seconds(r.median_s), units.seconds(pred), f"{err:+.0%}",
                             "not validated yet" if valid is None else f"+-{valid:.0%}", within,
                             *probe])
@@ -70,7 +70,7 @@ def prediction_table(found: list[tuple[ConfigResult, float, float | None]],
     if probed:
         steady = [abs(relative_error(p, r.median_s))
                   for (r, p, _), m in zip(found, moves, strict=True)
-                  if m is not None and abs(m[1]) <= speed_probe.DRIFT]
+                  if m is not None and not speed_probe.moved(m)]
         caption += (f" 'speed probe': how much longer (+) the machine's speed probe took "
                     f"after the measured steps than during the calibration, in its part that "
                     f"moved most; '!' marks more than {speed_probe.DRIFT:.0%}, a machine "

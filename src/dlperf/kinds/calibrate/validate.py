@@ -120,7 +120,7 @@ class Case:
     def drifted(self) -> bool:
         """Measured while the machine ran at another speed than when it was calibrated:
         the error is partly the machine's, not the model's."""
-        return self.drift is not None and abs(self.drift[1]) > speed_probe.DRIFT
+        return speed_probe.moved(self.drift)
 
     @property
     def predicted_s(self) -> float:
@@ -544,12 +544,12 @@ def speed_now(calibrated: dict[str, float]) -> str | None:
     move = speed_probe.drift(speed_probe.measure(), calibrated) if calibrated else None
     if move is None:
         return None
-    if abs(move[1]) <= speed_probe.DRIFT:
+    if not speed_probe.moved(move):
         return (f"machine speed: as when calibrated (the speed probe within "
                 f"{abs(move[1]):.0%})")
     return (f"machine speed: {speed_probe.describe(move)}: the machine runs at another "
-            f"speed now, and a step run now would be off the prediction by about as much "
-            f"('dlperf calibrate --force' calibrates at today's speed)")
+            f"speed now, and a step run now would be off the prediction the same way, by "
+            f"as much or more ('dlperf calibrate --force' calibrates at today's speed)")
 
 
 def _on_pipeline(store: Store, p: Prediction, spec: RunSpec, inputs: InputOptions,

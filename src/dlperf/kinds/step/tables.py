@@ -88,8 +88,8 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                         else None
                     if p and bad and bad not in shaky:
                         shaky.append(bad)
-                    moved = p and drift and (d := drift(cell)) and abs(d[1]) > speed_probe.DRIFT
-                    drifted += bool(moved)
+                    moved = bool(p and drift and speed_probe.moved(drift(cell)))
+                    drifted += moved
                     line.append((f"{p[0]:.4g}" + ("!" if bad else "") + ("~" if moved else ""))
                                 if p else "")
                     vals.append(p[0] if p else None)
