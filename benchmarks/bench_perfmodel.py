@@ -127,8 +127,10 @@ def report(db: str, networks: list[str], frameworks: list[str]) -> None:
     print("  kernels alone by framework: " + ", ".join(
         f"{s.value} {s.median_abs:.1%}/{s.p90_abs:.1%} (signed {s.median_signed:+.1%})"
         for s in validate.summarize(validate.corrected(steps, "kernels"), "framework")))
-    if line := validate.drift_line(validate.corrected(steps, "kernels")):  # kernels alone
-        print(f"  {line}")
+    alone = validate.corrected(steps, "kernels")
+    for line in (validate.drift_line(alone), validate.at_speed_line(alone)):
+        if line:
+            print(f"  {line}")
     lono = validate.corrected(steps, "lono")
     for group in ("framework", "threads", "batch"):
         print(f"  LONO by {group}: " + ", ".join(

@@ -25,6 +25,14 @@ def test_the_probe_times_each_part_on_one_thread():
     assert 2 * 64 * 2**20 / 500e9 < got["memory"] < 2 * 64 * 2**20 / 0.5e9
 
 
+def test_a_time_at_another_speed_scales_each_term_by_its_part():
+    ratio = {"compute": 1.1, "memory": 1.3}
+    assert speed_probe.at_speed(2.0, 1.0, 0.5, ratio) == pytest.approx(2.2 + 1.3 + 0.5)
+    assert speed_probe.at_speed(2.0, 1.0, 0.5, {"compute": 1.1}) is None
+    assert speed_probe.ratios({"compute": 2.0, "memory": 3.0}, {"compute": 1.0}) == {
+        "compute": 2.0}
+
+
 def test_drift_is_the_part_that_moved_most():
     now = {"compute": 0.55e-3, "memory": 7.2e-3, "pages": 99.0}  # a part no longer probed
     assert speed_probe.drift(now, CALIBRATED) == ("memory", pytest.approx(-0.2))
@@ -73,12 +81,19 @@ def test_a_step_measured_at_another_speed_is_flagged_beside_its_prediction(db, c
     out = capsys.readouterr().out
     assert "+30% memory !" in out and "+4% compute" in out
     assert "machine speed: 1 of 2 probed configurations" in out
+    assert "at each step's own machine speed" in out and "(n=2)" in out
     assert "memory copy took 30% longer than at the calibration" in out  # worst cases
     assert main(["validate", "--db", str(db), "--json"]) == 0
     import json
 
-    cases = {c["network"]: c["speed_drift"] for c in json.loads(capsys.readouterr().out)["cases"]}
+    doc = json.loads(capsys.readouterr().out)["cases"]
+    cases = {c["network"]: c["speed_drift"] for c in doc}
     assert cases["fcn5"]["flagged"] and not cases["alexnet"]["flagged"]
+    # fcn5's memory passes taken 1.3x slower, the rest as predicted
+    fcn5 = next(c for c in doc if c["network"] == "fcn5")
+    b = fcn5["breakdown"]
+    assert fcn5["at_measured_speed_error"] == pytest.approx(
+        (fcn5["kernels_s"] + 0.3 * b["memory_s"]) / fcn5["measured_s"] - 1)
     assert main(["report", "--db", str(db), "--out", str(db.parent / "rep")]) == 0
     md = (db.parent / "rep" / "report.md").read_text()
     assert "~ measured while the machine ran at another speed" in md and "off, 1 cell)" in md

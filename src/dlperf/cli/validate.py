@@ -140,8 +140,9 @@ def cmd_validate(a: argparse.Namespace) -> int:
     (total,) = validate.summarize(cases)
     out.print(f"[bold]all {total.n} configurations[/] ({mode}): median |error| "
               f"{units.percent(total.median_abs)}, p90 {units.percent(total.p90_abs)}")
-    if (line := validate.drift_line(cases)) is not None:
-        out.print(line, markup=False)
+    for line in (validate.drift_line(cases), validate.at_speed_line(cases)):
+        if line is not None:
+            out.print(line, markup=False)
     if a.worst:
         out.print("[bold]worst cases[/]")
         for c in validate.worst(cases, a.worst):
@@ -364,6 +365,7 @@ def _json(cases: list[Case], mode: str) -> dict:
                    "error": c.error, "factors": c.factors.model_dump() if c.factors else None,
                    "speed_drift": ({"part": c.drift[0], "change": c.drift[1],
                                     "flagged": c.drifted} if c.drift else None),
+                   "at_measured_speed_error": c.at_measured_speed_error,
                    "breakdown": c.prediction.breakdown.model_dump()} for c in cases],
         "summary": {g or "all": [s.__dict__ for s in validate.summarize(cases, g)]
                     for g in (None, *validate.GROUPS)},

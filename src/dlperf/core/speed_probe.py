@@ -106,13 +106,36 @@ def typical(probes: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return out
 
 
+def ratios(now: Mapping[str, float] | None, then: Mapping[str, float] | None
+           ) -> dict[str, float]:
+    """Per part both probed, its time ``now`` over ``then`` (1.2: 20% slower now)."""
+    return {part: now[part] / then[part] for part in PARTS
+            if now and then and now.get(part) and then.get(part)}
+
+
 def drift(now: Mapping[str, float] | None, then: Mapping[str, float] | None
           ) -> tuple[str, float] | None:
     """The part whose time moved most from ``then`` to ``now``, and by how much (+0.2:
     20% slower now); None where the two share no part."""
-    moves = [(part, now[part] / then[part] - 1) for part in PARTS
-             if now and then and now.get(part) and then.get(part)]
+    return largest_move(ratios(now, then))
+
+
+def largest_move(ratio: Mapping[str, float]) -> tuple[str, float] | None:
+    """The part of ``ratios``' result that moved most, and by how much; None if empty."""
+    moves = [(part, r - 1) for part, r in ratio.items()]
     return max(moves, key=lambda m: abs(m[1])) if moves else None
+
+
+def at_speed(compute_s: float, memory_s: float, rest_s: float,
+             ratio: Mapping[str, float]) -> float | None:
+    """A predicted time at another machine speed: its compute-bound and per-op terms
+    scaled by the ``compute`` part's ratio (both are the core's work), its memory-bound
+    passes by the ``memory`` part's, the rest (communication, waiting) as it was. None
+    without both ratios. A diagnostic, not the model: the probe follows about half of
+    what steps moved on the machine it was checked on (docs/measurement.md)."""
+    if not {"compute", "memory"} <= set(ratio):
+        return None
+    return compute_s * ratio["compute"] + memory_s * ratio["memory"] + rest_s
 
 
 def describe(move: tuple[str, float], than: str = "at the calibration") -> str:

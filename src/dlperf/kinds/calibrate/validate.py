@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -112,15 +112,33 @@ class Case:
     prediction: Prediction
     corrected_s: float | None = None  # with factors fitted on other networks
     factors: Factors | None = None
-    #: how far the machine's speed probe moved from the calibration's to the measurement's
-    #: (``core.speed_probe.drift``; None: either was not probed)
-    drift: tuple[str, float] | None = None
+    #: per part of the machine's speed probe, the measurement's time over the
+    #: calibration's (``core.speed_probe.ratios``; empty: either was not probed)
+    speed_ratio: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def drift(self) -> tuple[str, float] | None:
+        """The probe's part that moved most from the calibration to the measurement, and
+        by how much (``core.speed_probe.drift``)."""
+        return speed_probe.largest_move(self.speed_ratio)
 
     @property
     def drifted(self) -> bool:
         """Measured while the machine ran at another speed than when it was calibrated:
         the error is partly the machine's, not the model's."""
         return speed_probe.moved(self.drift)
+
+    @property
+    def at_measured_speed_error(self) -> float | None:
+        """The kernels-alone error with the prediction taken to the machine's speed when
+        the step ran (``core.speed_probe.at_speed``: nothing fitted, the probe's ratios
+        alone); None where not probed at both ends."""
+        b = self.prediction.breakdown
+        t = self.prediction.time_s
+        at = speed_probe.at_speed(b.compute_s + b.overhead_s, b.memory_s,
+                                  t - b.compute_s - b.overhead_s - b.memory_s,
+                                  self.speed_ratio)
+        return None if at is None else at / self.measured_s - 1
 
     @property
     def predicted_s(self) -> float:
@@ -156,17 +174,23 @@ def cases(store: Store, calibration: MachineFits, *,
             skipped.append((row, "the model cannot predict this workload"))
         else:
             out.append(Case(row, undisturbed_s(row) or row.median_s, p,
-                            drift=machine_drift(row, calibration)))
+                            speed_ratio=speed_ratios(row, calibration)))
     return out, skipped
+
+
+def speed_ratios(row: ConfigResult, calibration: MachineFits) -> dict[str, float]:
+    """Per part of the machine's speed probe, ``row``'s processes' time (the median of
+    their probes) over the calibration's that predicts it (``core.speed_probe.ratios``)."""
+    s = row.spec
+    fit = calibration.find(framework(s), s.threads, s.device, s.precision)
+    probes = [r.metrics.speed_probe for r in row.ok if r.metrics and r.metrics.speed_probe]
+    return speed_probe.ratios(speed_probe.typical(probes), fit.speed_probe) if fit else {}
 
 
 def machine_drift(row: ConfigResult, calibration: MachineFits) -> tuple[str, float] | None:
     """How far the machine's speed probe moved between the calibration that predicts
-    ``row`` and ``row``'s own processes (the median of their probes)."""
-    s = row.spec
-    fit = calibration.find(framework(s), s.threads, s.device, s.precision)
-    probes = [r.metrics.speed_probe for r in row.ok if r.metrics and r.metrics.speed_probe]
-    return speed_probe.drift(speed_probe.typical(probes), fit.speed_probe) if fit else None
+    ``row`` and ``row``'s own processes (``core.speed_probe.drift``)."""
+    return speed_probe.largest_move(speed_ratios(row, calibration))
 
 
 def catalogue_cases(store: Store, device: str, *, machine_id: str | None = None
@@ -380,6 +404,24 @@ def drift_line(cs: Sequence[Case]) -> str | None:
     if moved:
         text += "; calibrate again ('dlperf calibrate --force') and measure them at one speed"
     return text
+
+
+def at_speed_line(cs: Sequence[Case]) -> str | None:
+    """One line: the kernels-alone error with each prediction taken to the machine's
+    speed when its step ran (``Case.at_measured_speed_error``), beside the error as
+    predicted, over the same cases; None where none was probed at both ends (or the
+    cases are corrected by fitted factors, which already absorb some of the speed)."""
+    both = [(c.error, e) for c in cs
+            if c.corrected_s is None and (e := c.at_measured_speed_error) is not None]
+    if not both:
+        return None
+    as_is = sorted(abs(a) for a, _ in both)
+    at = sorted(abs(b) for _, b in both)
+    return (f"at each step's own machine speed (the compute and per-op terms scaled by the "
+            f"speed probe's compute ratio, the memory passes by its memory ratio; nothing "
+            f"fitted): median |error| {statistics.median(at):.1%}, p90 {p90(at):.1%}, "
+            f"against {statistics.median(as_is):.1%} and {p90(as_is):.1%} as predicted "
+            f"(n={len(both)})")
 
 
 def worst(cs: Sequence[Case], n: int = 5) -> list[Case]:
