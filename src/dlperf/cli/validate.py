@@ -112,7 +112,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
         if corrected:
             r += [units.seconds(c.predicted_s), f"{c.error:+.0%}"]
         if probed:
-            r.append(_drift_cell(c))
+            r.append(speed_probe.cell(c.drift))
         rows.append(r)
     headers = ["configuration", "measured", a.catalogue or "kernels", "error"]
     if corrected:
@@ -329,14 +329,6 @@ def _published_set(title: str, column: str, noun: str, data, as_json: bool) -> d
     out.print("source: " + " ".join(data.citation[:3]), markup=False)
     out.print("")
     return doc
-
-
-def _drift_cell(c: Case) -> str:
-    """'+14% memory !': the speed probe's largest move for ``c``; '-' where not probed."""
-    if c.drift is None:
-        return "-"
-    part, change = c.drift
-    return f"{change:+.0%} {part}" + (" !" if c.drifted else "")
 
 
 def _caption(mode: str) -> str:

@@ -28,13 +28,15 @@ It imports numpy and threadpoolctl only (dependencies of dlperf itself).
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 
 #: the probe's parts, in the order they are printed
 PARTS = ("compute", "memory")
-#: a machine whose probe moved by more than this since the calibration predicts off by
-#: about as much: dlperf flags it (about three times the probe's own spread)
+#: a probe that moved by more than this since the calibration's says the machine ran at
+#: another speed, and dlperf flags it: about three times the probe's own spread (the
+#: steps moved about twice as much as the probe where it was checked)
 DRIFT = 0.15
 _SIDE = 256
 _COPY_ELEMS = 8 * 2**20  # float64: 64 MiB (at 32 MiB the host's cache held it at times)
@@ -97,13 +99,8 @@ def measure() -> dict[str, float]:
 
 def typical(probes: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """The median of several probes, part by part (a calibration made of several workers)."""
-    out = {}
-    for part in PARTS:
-        got = sorted(p[part] for p in probes if part in p)
-        if got:
-            mid = len(got) // 2
-            out[part] = got[mid] if len(got) % 2 else (got[mid - 1] + got[mid]) / 2
-    return out
+    got = {part: [p[part] for p in probes if part in p] for part in PARTS}
+    return {part: statistics.median(v) for part, v in got.items() if v}
 
 
 def ratios(now: Mapping[str, float] | None, then: Mapping[str, float] | None
@@ -144,6 +141,13 @@ def describe(move: tuple[str, float], than: str = "at the calibration") -> str:
     what = {"compute": "matrix product", "memory": "memory copy"}.get(part, part)
     way = "longer" if change > 0 else "less"
     return f"the speed probe's {what} took {abs(change):.0%} {way} than {than}"
+
+
+def cell(move: tuple[str, float] | None) -> str:
+    """'+22% memory !' (a move beyond ``DRIFT`` marked '!'); '-' where not probed."""
+    if move is None:
+        return "-"
+    return f"{move[1]:+.0%} {move[0]}" + (" !" if moved(move) else "")
 
 
 def moved(move: tuple[str, float] | None) -> bool:

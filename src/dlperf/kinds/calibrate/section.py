@@ -54,9 +54,7 @@ def prediction_table(found: list[tuple[ConfigResult, float, float | None]],
         head = [s.network if s.size in ("full", "") else f"{s.network} [{s.size}]",
                 r.framework_label, f"cpu x{s.threads}" if s.device == "cpu" else s.device,
                 str(s.batch_size), *([machine_label(r.machine_id)] if several else [])]
-        probe = [] if not probed else [
-            "-" if move is None else f"{move[1]:+.0%} {move[0]}"
-            + (" !" if speed_probe.moved(move) else "")]
+        probe = [speed_probe.cell(move)] if probed else []
         rows.append(head + [units.seconds(r.median_s), units.seconds(pred), f"{err:+.0%}",
                             "not validated yet" if valid is None else f"+-{valid:.0%}", within,
                             *probe])
