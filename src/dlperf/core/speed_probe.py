@@ -20,9 +20,10 @@ another process on the same CPU leaves most of them alone):
 About 0.15 s in all. ``drift`` compares two probes: the larger relative change of the
 two. Ten probes in fresh processes within a minute on that VM spread by +-3% to +-5%
 (up to +-10% in a noisy hour), so ``DRIFT`` is three times the usual spread. Not
-probed: the cost of fresh pages. Timed as a copy into a new mapping, it differed by 6-28%
-between kernel workers and step workers at one moment (a process that has just freed
-memory gets pages the host holds ready), which is no change of the machine.
+probed: the cost of fresh pages, though it moved most on that VM (docs/measurement.md).
+Timed as a copy into a new mapping, it differed by 6-28% between kernel workers and step
+workers at one moment (a process that has just freed memory gets pages the host holds
+ready), so as such it does not compare across processes.
 It imports numpy and threadpoolctl only (dependencies of dlperf itself).
 """
 
