@@ -1733,7 +1733,7 @@ def test_the_collectives_processes_measure_a_parallel_workers_runtime():
     collectives measure both in their own processes, once their tensors are freed."""
     from dlperf.backends.torch_backend import TorchBackend
 
-    times, runtime = TorchBackend().collective([4096, 65536], 2, 2, 1)
+    times, runtime = TorchBackend().allreduce([4096, 65536], 2, 2, 1)
     assert len(times) == 2 and all(len(t) == 2 and min(t) > 0 for t in times)
     assert runtime is not None
     # torch itself is over 100 MB resident; the DDP step loads more, never less

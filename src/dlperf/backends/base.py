@@ -293,16 +293,12 @@ class AllReduce(Capability):
 
     @abstractmethod
     def allreduce(self, sizes: list[int], world: int, repeats: int, warmup: int,
-                  op: str = "allreduce") -> list[list[float]]:
+                  op: str = "allreduce") -> tuple[list[list[float]], WorkerRuntime | None]:
         """Per size in bytes, the seconds of each of ``repeats`` all-reduces among
         ``world`` processes on this machine (after ``warmup`` untimed ones); ``op``
-        'allgather' or 'reducescatter': that collective, the size its whole tensor's."""
-
-    def collective(self, sizes: list[int], world: int, repeats: int, warmup: int,
-                   op: str = "allreduce") -> tuple[list[list[float]], WorkerRuntime | None]:
-        """``allreduce``'s times, and the resident memory of a parallel worker's runtime
-        measured in its processes (None where not measured)."""
-        return self.allreduce(sizes, world, repeats, warmup, op), None
+        'allgather' or 'reducescatter': that collective, the size its whole tensor's.
+        Also the resident memory of a parallel worker's runtime measured in those
+        processes (None where not measured)."""
 
     @abstractmethod
     def core_sharing(self, seconds: float, batch: int | None = None

@@ -578,11 +578,7 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
         return profile(trainer, steps, device)
 
     def allreduce(self, sizes: list[int], world: int, repeats: int, warmup: int,
-                  op: str = "allreduce") -> list[list[float]]:
-        return self.collective(sizes, world, repeats, warmup, op)[0]
-
-    def collective(self, sizes: list[int], world: int, repeats: int, warmup: int,
-                   op: str = "allreduce") -> tuple[list[list[float]], WorkerRuntime | None]:
+                  op: str = "allreduce") -> tuple[list[list[float]], WorkerRuntime | None]:
         from dlperf.backends.torch_kernels import allreduce
 
         times, (gloo, ddp) = allreduce(sizes, world, repeats, warmup, op)

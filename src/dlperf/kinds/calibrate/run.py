@@ -154,7 +154,7 @@ def _collective(o: KernelOptions, part: KernelPart, backend: Backend,
     """The collective's samples, and the runtime its processes measured (a parallel
     worker's resident memory before its network)."""
     sizes = [s[0] for s in part.shapes]
-    series, runtime = capability(backend, AllReduce).collective(
+    series, runtime = capability(backend, AllReduce).allreduce(
         sizes, o.world, max(o.min_steps, 5), max(o.warmup, 2), op=part.op)
     samples = [_sample(part.op, (n,), times, o.world) for n, times in zip(sizes, series, strict=True)]
     for s in samples:
