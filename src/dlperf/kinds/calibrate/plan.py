@@ -267,7 +267,7 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
         for x in runs:
             for op, share in x.outcome.other_cpu_share.items():  # type: ignore[union-attr]
                 others.setdefault(key, {}).setdefault(op, []).append(share)
-            if local and x.outcome.speed_probe:  # type: ignore[union-attr]
+            if x.outcome.speed_probe:  # type: ignore[union-attr]
                 probes.setdefault(key, []).append(x.outcome.speed_probe)  # type: ignore[union-attr]
     return [Stored(fw, t, dev, Samples.of([*merge(s), *collective]), prec,
                    statistics.median(b) if (b := baselines.get(key)) else None,

@@ -250,9 +250,10 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     assert isinstance(o, KernelOptions)
     baseline = environment.resident_bytes()  # the framework loaded, nothing built yet
     # the machine's speed as these kernels ran, before and after them (a step measured at
-    # another speed is flagged beside its prediction); a GPU's kernels are the device's
-    on_cpu = spec.device == "cpu"
-    probes = [speed_probe.measure()] if on_cpu else []
+    # another speed is flagged beside its prediction); a GPU's kernels are the device's,
+    # and the machine's ops (collectives, core sharing) make no curve a step is predicted by
+    probed = spec.device == "cpu" and any(p.op not in MACHINE_OPS for p in o.parts)
+    probes = [speed_probe.measure()] if probed else []
     samples: list[KernelSample] = []
     failures: dict[str, str] = {}
     others: dict[str, float] = {}
@@ -283,7 +284,7 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
             if share is not None:
                 others[part.op] = round(share, 4)
     resumed = sum(1 for s in samples if done.get((s.op, s.shape)) is s)
-    probe = speed_probe.typical([*probes, speed_probe.measure()]) if on_cpu and samples \
+    probe = speed_probe.typical([*probes, speed_probe.measure()]) if probed and samples \
         else {}
     outcome = KernelOutcome(samples=tuple(samples), failures=failures, resumed=resumed,
                             baseline_rss_bytes=baseline, other_cpu_share=others,
