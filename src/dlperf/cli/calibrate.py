@@ -182,16 +182,15 @@ def quality_line(fits) -> str:
     """The calibration's one line on its own quality: undisturbed, or which kernels other
     processes disturbed and by how much (``LocalFit.quality``)."""
     bad = [f for f in fits if f.disturbed]
-    speed = speed_steadiness(fits)
+    speed = f"; {line}" if (line := speed_steadiness(fits)) else ""
     if bad:
         return "calibration quality: " + "; ".join(
-            f"{f.framework} x{f.threads}: {f.quality()}" for f in bad) + (
-            f"; {speed}" if speed else "")
+            f"{f.framework} x{f.threads}: {f.quality()}" for f in bad) + speed
     # the most disturbed of the undisturbed speaks for them all
     worst = max(fits, key=lambda f: max(f.other_cpu_share.values(), default=-1.0),
                 default=None)
-    return "calibration quality: " + (worst.quality() if worst else "nothing calibrated") + (
-        f"; {speed}" if speed else "")
+    return ("calibration quality: " + (worst.quality() if worst else "nothing calibrated")
+            + speed)
 
 
 def speed_steadiness(fits) -> str | None:
