@@ -110,6 +110,29 @@ def test_a_worker_dies_with_its_sweep(db, sig):
 
 
 @pytest.mark.slow
+def test_runs_leave_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
+    """TensorFlow's AutoGraph modules (removed at an exit a worker skips) and torchrun's
+    torchelastic folders go into the run's scratch folder and are removed with it."""
+    import tempfile
+
+    from dlperf.engine.launch.torchrun import run_parallel
+    from dlperf.kinds.parallel.make import make_spec
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    r = run_isolated(RunSpec(network="fcn5", framework="tensorflow", size="tiny",
+                             batch_size=4, measurement=FAST), timeout_s=180)
+    assert r.ok, r.failure
+    p = run_parallel(make_spec("fcn5", size="tiny", strategy="sync", workers=2, batch_size=8,
+                               steps=2, warmup_steps=1, measurement=FAST),
+                     timeout_s=240, stall_timeout_s=90)
+    assert p.ok, p.failure
+    assert sorted(os.listdir(temp)) == []
+
+
+@pytest.mark.slow
 def test_a_sweep_killed_outright_leaves_its_workers_folder_for_the_next_launch_to_remove(db):
     """SIGKILL gives the driver no chance to remove its worker's scratch folder; the next
     launch removes it (its launcher is gone), and leaves a live launcher's alone."""

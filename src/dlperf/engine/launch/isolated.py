@@ -24,7 +24,7 @@ from dlperf.core import framework_table, separate_envs
 from dlperf.core.orphans import child_env
 from dlperf.core.payload import Diagnostics
 from dlperf.core.spec import Failure, RunResult, RunSpec
-from dlperf.engine.launch.scratch import scratch_dir
+from dlperf.engine.launch.scratch import scratch_dir, temp_env
 from dlperf.engine.launch.watch import (
     Outcome,
     ProgressReader,
@@ -149,7 +149,8 @@ def run_isolated(
         popen = subprocess.Popen(
             [python, "-m", "dlperf.engine.worker", str(spec_path), str(result_path), str(progress),
              *extra],
-            env=worker_env(spec, memory_limit_bytes), stdout=log, stderr=subprocess.STDOUT,
+            env=worker_env(spec, memory_limit_bytes) | temp_env(d), stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: a kill takes its children too
         )
         interrupted = False

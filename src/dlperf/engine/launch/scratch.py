@@ -21,6 +21,8 @@ from dlperf.core.orphans import alive
 
 #: the file in a scratch folder that holds its launcher's process id
 OWNER = "launcher.pid"
+#: the folder inside a scratch folder that its child takes as its temporary folder
+TEMP = "tmp"
 
 
 def remove_orphans(prefix: str) -> list[Path]:
@@ -45,3 +47,14 @@ def scratch_dir(prefix: str) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         (Path(tmp) / OWNER).write_text(str(os.getpid()))
         yield Path(tmp)
+
+
+def temp_env(scratch: Path) -> dict[str, str]:
+    """The environment that gives a child ``scratch``'s own temporary folder, so that what
+    it leaves there goes with the scratch folder: TensorFlow's AutoGraph writes a module
+    per converted function into the temporary folder and removes it at exit, which a
+    worker that leaves without teardown never reaches; torchrun leaves a
+    ``torchelastic_*`` folder per run. Both piled up by the thousand in /tmp."""
+    tmp = scratch / TEMP
+    tmp.mkdir(exist_ok=True)
+    return {"TMPDIR": str(tmp)}

@@ -40,7 +40,7 @@ import psutil
 from dlperf.core.orphans import child_env
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.engine.launch.isolated import LaunchInterrupted, over_limit, worker_env
-from dlperf.engine.launch.scratch import scratch_dir
+from dlperf.engine.launch.scratch import scratch_dir, temp_env
 from dlperf.engine.launch.torchrun_failure import (
     diagnose,
     failed_result,
@@ -204,6 +204,7 @@ def run_parallel(
         wenv.setdefault("TP_SOCKET_IFNAME", lo)
     wenv.update(env or {})
     with scratch_dir("dlperf-par-") as tmp:
+        wenv.update(temp_env(tmp))
         outdir = Path(workdir) if workdir else tmp
         outdir.mkdir(parents=True, exist_ok=True)
         spec_path = outdir / "spec.json"
@@ -312,6 +313,7 @@ def run_probe(nbytes: int, *, workers: int = 2, p2p_bytes: int | None = None,
         env.setdefault("GLOO_SOCKET_IFNAME", lo)
     with tempfile.TemporaryDirectory(prefix="dlperf-probe-") as tmp:
         d = Path(tmp)
+        env.update(temp_env(d))
         (d / "probe.cfg.json").write_text(json.dumps({
             "nbytes": int(nbytes), "p2p_bytes": int(p2p_bytes or nbytes), "repeats": repeats,
             "threads": threads}))
