@@ -112,7 +112,9 @@ def test_a_worker_dies_with_its_sweep(db, sig):
 @pytest.mark.slow
 def test_runs_leave_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
     """TensorFlow's AutoGraph modules (removed at an exit a worker skips) and torchrun's
-    torchelastic folders go into the run's scratch folder and are removed with it."""
+    torchelastic folders go into the run's scratch folder and are removed with it;
+    torch.compile's cache alone stays where PyTorch keeps it."""
+    import getpass
     import tempfile
 
     from dlperf.engine.launch.torchrun import run_parallel
@@ -129,7 +131,7 @@ def test_runs_leave_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
                                steps=2, warmup_steps=1, measurement=FAST),
                      timeout_s=240, stall_timeout_s=90)
     assert p.ok, p.failure
-    assert sorted(os.listdir(temp)) == []
+    assert set(os.listdir(temp)) <= {f"torchinductor_{getpass.getuser()}"}
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ still runs (or whose number another process now has), is left alone.
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import tempfile
@@ -54,7 +55,11 @@ def temp_env(scratch: Path) -> dict[str, str]:
     it leaves there goes with the scratch folder: TensorFlow's AutoGraph writes a module
     per converted function into the temporary folder and removes it at exit, which a
     worker that leaves without teardown never reaches; torchrun leaves a
-    ``torchelastic_*`` folder per run. Both piled up by the thousand in /tmp."""
+    ``torchelastic_*`` folder per run. Both piled up by the thousand in /tmp. The one
+    thing there meant to outlive a process, torch.compile's cache, stays where PyTorch
+    keeps it by default, so that a compiled variant's warm-up reuses it as before."""
     tmp = scratch / TEMP
     tmp.mkdir(exist_ok=True)
-    return {"TMPDIR": str(tmp)}
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(
+        Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}")
+    return {"TMPDIR": str(tmp), "TORCHINDUCTOR_CACHE_DIR": inductor}
