@@ -229,3 +229,20 @@ def test_worker_applies_thread_count():
         assert r.metrics.flops_per_step == pytest.approx(
             workloads.get("fcn5").train_flops(BATCH, "tiny"), rel=0.01
         )
+
+
+def test_a_worker_imports_tensorflow_without_keras_optional_extras():
+    """Keras's scikit-learn and matplotlib hooks are skipped while a worker imports
+    TensorFlow (1.2-1.5 s a process), and both import as usual afterwards."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from dlperf.backends.lean_import import import_backend\n"
+            "import_backend('dlperf.backends.tf_backend')\n"
+            "skipped = [m for m in ('sklearn', 'matplotlib') if m in sys.modules]\n"
+            "import sklearn.datasets, matplotlib\n"
+            "print(skipped, 'sklearn.datasets' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[] True"

@@ -71,6 +71,18 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
     return kind.run(spec, backend, emit, base, resume)
 
 
+def _import_framework(framework: str) -> None:
+    """Import the backend's module with the framework's optional extras skipped
+    (``backends.lean_import``); a failure is left to ``execute``, which reports it."""
+    from dlperf import backends
+    from dlperf.backends.lean_import import import_backend
+
+    try:
+        import_backend(backends.require(framework).module)
+    except Exception:  # noqa: BLE001 - execute's own import reports it as the run's failure
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     from dlperf.core.orphans import die_with_parent, parent_from_env
 
@@ -82,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     outcome_type = KINDS[spec.kind].outcome
     resume = outcome_type.model_validate_json(Path(argv[3]).read_text()) \
         if argv[3:] and outcome_type is not None else None
+    _import_framework(spec.framework)
     with progress_path.open("a", buffering=1) as prog:
 
         def emit(event: dict[str, Any]) -> None:
