@@ -238,8 +238,10 @@ def test_a_worker_imports_tensorflow_without_keras_optional_extras():
     import sys
 
     code = ("import sys\n"
-            "from dlperf.backends.lean_import import import_backend\n"
-            "import_backend('dlperf.backends.tf_backend')\n"
+            "from dlperf import backends\n"
+            "from dlperf.backends.lean_import import skipping_extras\n"
+            "with skipping_extras():\n"
+            "    backends.load('tensorflow')\n"
             "skipped = [m for m in ('sklearn', 'matplotlib') if m in sys.modules]\n"
             "import sklearn.datasets, matplotlib\n"
             "print(skipped, 'sklearn.datasets' in sys.modules)\n")

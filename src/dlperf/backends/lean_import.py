@@ -11,7 +11,6 @@ calibration worker. Only the import is affected: once it is done, both import as
 
 from __future__ import annotations
 
-import importlib
 import importlib.abc
 import sys
 from collections.abc import Iterator
@@ -40,9 +39,3 @@ def skipping_extras() -> Iterator[None]:
     finally:
         sys.meta_path.remove(finder)
 
-
-def import_backend(module: str) -> None:
-    """Import a backend's module with its framework's extras skipped. A worker process only:
-    in a user's own process the skipped extras would stay off in the framework."""
-    with skipping_extras():
-        importlib.import_module(module)

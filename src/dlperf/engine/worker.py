@@ -24,6 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,11 @@ def _pin(threads: int) -> list[int]:
 
 
 def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = None,
-            resume: Any = None) -> RunResult:
+            resume: Any = None, lean_import: bool = False) -> RunResult:
     """Measure ``spec`` in this process with its kind's body (``KINDS[kind].run``; a kernel
-    run keeps ``resume``'s shapes). Never raises for a failure of the measured code."""
+    run keeps ``resume``'s shapes). Never raises for a failure of the measured code.
+    ``lean_import``: the framework is imported without its optional extras
+    (``backends.lean_import``), which stay off in this process: a worker's only."""
     emit = progress or (lambda event: None)
     started = time.time()
     cpus = _pin(spec.threads)
@@ -53,8 +56,10 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
                                 cpus=cpus, started_at=started, finished_at=time.time())
     try:
         from dlperf import backends
+        from dlperf.backends.lean_import import skipping_extras
 
-        backend = backends.load(spec.framework)
+        with skipping_extras() if lean_import else nullcontext():
+            backend = backends.load(spec.framework)
         in_force = backend.set_threads(spec.threads)
         software = backend.software()
     except Exception as e:  # import failure of the framework itself
@@ -71,18 +76,6 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
     return kind.run(spec, backend, emit, base, resume)
 
 
-def _import_framework(framework: str) -> None:
-    """Import the backend's module with the framework's optional extras skipped
-    (``backends.lean_import``); a failure is left to ``execute``, which reports it."""
-    from dlperf import backends
-    from dlperf.backends.lean_import import import_backend
-
-    try:
-        import_backend(backends.require(framework).module)
-    except Exception:  # noqa: BLE001 - execute's own import reports it as the run's failure
-        pass
-
-
 def main(argv: list[str] | None = None) -> int:
     from dlperf.core.orphans import die_with_parent, parent_from_env
 
@@ -94,13 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     outcome_type = KINDS[spec.kind].outcome
     resume = outcome_type.model_validate_json(Path(argv[3]).read_text()) \
         if argv[3:] and outcome_type is not None else None
-    _import_framework(spec.framework)
     with progress_path.open("a", buffering=1) as prog:
 
         def emit(event: dict[str, Any]) -> None:
             prog.write(json.dumps(event) + "\n")
 
-        result = execute(spec, emit, resume)
+        result = execute(spec, emit, resume, lean_import=True)
     tmp = result_path.with_suffix(".tmp")
     tmp.write_text(result.model_dump_json())
     tmp.replace(result_path)  # atomic: the parent never reads half a result
