@@ -181,3 +181,27 @@ def test_a_run_under_a_memory_limit_is_a_configuration_of_its_own(db):
         assert (row.failure.reason if row.failure else None) == reason and row.ok == (not reason)
     # an unlimited spec keeps the id it had before the field existed
     assert "memory_limit" not in RunSpec(network="fcn5").identity()
+
+
+def test_skipped_extras_look_absent_while_a_framework_imports_and_return_after():
+    """Within: an import of a skipped package fails as a missing one does, and
+    find_spec says None (PyTorch's dynamo asks it); after: both as before."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, sys\n"
+            "from dlperf.backends.lean_import import skipping_extras\n"
+            "with skipping_extras():\n"
+            "    spec = importlib.util.find_spec('sklearn')\n"
+            "    try:\n"
+            "        import matplotlib.pyplot\n"
+            "        halted = False\n"
+            "    except ModuleNotFoundError:\n"
+            "        halted = True\n"
+            "import sklearn, matplotlib.pyplot\n"
+            "print(spec is None, halted, importlib.util.find_spec('sklearn') is not None)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.split() == ["True", "True", "True"]
+    assert importlib.util.find_spec("sklearn") is not None  # this process untouched

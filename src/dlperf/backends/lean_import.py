@@ -11,7 +11,6 @@ calibration worker. Only the import is affected: once it is done, both import as
 
 from __future__ import annotations
 
-import importlib.abc
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,22 +19,18 @@ from contextlib import contextmanager
 SKIPPED = ("sklearn", "matplotlib")
 
 
-class _Skip(importlib.abc.MetaPathFinder):
-    """Says a skipped package is not there: an ``ImportError`` the importer expects."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in SKIPPED:
-            raise ModuleNotFoundError(f"{name}: skipped while a framework imports", name=name)
-        return None
-
-
 @contextmanager
 def skipping_extras() -> Iterator[None]:
-    """Within: the SKIPPED packages cannot be imported (one already imported still is)."""
-    finder = _Skip()
-    sys.meta_path.insert(0, finder)
+    """Within: the SKIPPED packages cannot be imported (one already imported still is).
+    Python's own way: a ``None`` in ``sys.modules`` halts an import with
+    ``ModuleNotFoundError``, and ``importlib.util.find_spec`` says None, not an error
+    (PyTorch's dynamo, which Keras's PyTorch backend imports, asks it of scikit-learn)."""
+    blocked = [name for name in SKIPPED if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]
     try:
         yield
     finally:
-        sys.meta_path.remove(finder)
-
+        for name in blocked:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
