@@ -41,6 +41,7 @@ from dlperf.core.store import Store  # noqa: E402
 from dlperf.kinds.calibrate import plan as calibrate  # noqa: E402
 from dlperf.kinds.calibrate import validate  # noqa: E402
 from dlperf.kinds.parallel.make import make_spec  # noqa: E402
+from dlperf.perfmodel.predict import process_batch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_dataflow_model as dataflow  # noqa: E402
@@ -91,6 +92,15 @@ def measure(db: str, networks: list[str], frameworks: list[str], threads: list[i
         print(f"measuring again {len(again)} configurations whose cores were taken ...",
               flush=True)
         api.run_specs(again, db=db, timeout_s=900.0)
+
+
+def parallel_scope() -> list[tuple[str, int]]:
+    """(network, batch) at which the full-size parallel runs' processes run their layers (a
+    worker's share, a pipeline's micro-batch: ``perfmodel.predict.process_batch``), for a
+    scoped calibration; a tiny network's shapes cannot be scoped (its default size's are)."""
+    return sorted({(net, process_batch(batch, strategy, workers))
+                   for net, size, batch in PARALLEL_NETS if size == "full"
+                   for strategy in STRATEGIES for workers in (2, 4)})
 
 
 def measure_parallel(db: str) -> None:
@@ -185,6 +195,8 @@ def main() -> int:
         print("calibrating ...", flush=True)
         started = time.perf_counter()
         scope = [(n, b) for n in networks for b in BATCHES[n]] if a.scoped else []
+        if a.scoped and not a.no_parallel:  # the shapes the parallel runs' processes run
+            scope += [s for s in parallel_scope() if s not in scope]
         api.calibrate(frameworks, threads, db=a.db, repeat=a.calibrate_repeat, scope=scope)
         print(f"calibrated in {time.perf_counter() - started:.0f} s (the kernels this store "
               "lacked)", flush=True)

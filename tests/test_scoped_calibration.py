@@ -185,6 +185,38 @@ def test_predict_of_another_network_adds_its_shapes_first(db, capsys, monkeypatc
     assert len(calls) == 1
 
 
+def test_a_parallel_prediction_adds_the_shapes_its_processes_run(db, capsys, monkeypatch):
+    """Data parallelism runs a worker's share of the global batch, a pipeline its
+    micro-batches: those are the shapes added (a refused configuration adds none)."""
+    from dlperf import api
+    from dlperf.perfmodel.predict import process_batch
+
+    assert process_batch(16, "single", 1) == 16
+    assert process_batch(16, "sync", 4) == 4
+    assert process_batch(16, "pipeline", 4) == 1  # 16 micro-batches: 4 a stage
+    assert process_batch(16, "pipeline", 2, micro_batches=4) == 4
+    assert process_batch(16, "sync", 3) is None and process_batch(16, "bogus", 2) is None
+    assert process_batch(16, "pipeline", 2, micro_batches=0) is None
+    with Store(db) as store:
+        _store_scoped(store, [("fcn5", 64)], 1.0)
+    calls = []
+
+    def record(frameworks, threads, **kw):
+        calls.append(kw["scope"])
+        with Store(db) as store:
+            _store_scoped(store, kw["scope"], 5.0)
+
+    monkeypatch.setattr(api, "calibrate", record)
+    for strategy, extra in (("sync", []), ("pipeline", ["--micro-batches", "8"])):
+        assert main(["predict", "-n", "alexnet", "--device", "cpu", "-b", "16", "-s", strategy,
+                     "--devices", "2", "--link", "eth100", *extra, "--db", str(db)]) == 0
+    assert calls == [[("alexnet", 8)], [("alexnet", 2)]]
+    assert "adding alexnet@2's kernel shapes" in capsys.readouterr().err
+    assert main(["predict", "-n", "alexnet", "--device", "cpu", "-b", "16", "-s", "sync",
+                 "--devices", "3", "--db", str(db)]) == 2
+    assert len(calls) == 2
+
+
 def test_a_strided_convolution_is_timed_on_the_input_side_the_network_gives_it():
     # ResNet-50's stride-2 convolutions read a 56x56 (or 28, 14) map and its stem a 224x224
     # image; the smallest input with the same output is odd (55), which oneDNN runs

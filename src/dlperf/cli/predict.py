@@ -163,22 +163,26 @@ def _inputs(a: argparse.Namespace, params: dict[str, Any]):
 
 def _add_shapes(a: argparse.Namespace) -> None:
     """A calibration scoped to other networks (the main job's) gets this network's layer
-    shapes at this batch added first (seconds), so that its step is predicted from its
-    own kernels. Only for one device, the network as defined (its shapes are the
-    default size's)."""
+    shapes at the batch each process runs added first (seconds: a worker's share, a
+    pipeline's micro-batch), so that its step is predicted from its own kernels. Only
+    for the network as defined (its shapes are the default size's)."""
     import sys
 
     from dlperf import api, workloads
     from dlperf.cli.progress import ProgressListener
+    from dlperf.perfmodel.predict import process_batch
 
-    if a.strategy != "single" or a.size or a.param:
+    if a.size or a.param:
         return
-    fit = api.lacking_shapes(a.network, a.batch_size, framework=a.framework or "torch",
+    batch = process_batch(a.batch_size or workloads.get(a.network).default_batch,
+                          a.strategy, a.devices, a.micro_batches)
+    if batch is None:  # a configuration the model refuses, with its reason
+        return
+    fit = api.lacking_shapes(a.network, batch, framework=a.framework or "torch",
                              threads=a.threads or 1, device=a.device, precision=a.precision,
                              db=a.db)
     if fit is None:
         return
-    batch = a.batch_size or workloads.get(a.network).default_batch
     print(f"adding {a.network}@{batch}'s kernel shapes to the calibration of {fit.label} "
           f"(timed for {', '.join(fit.scope or ())})", file=sys.stderr)
     with ProgressListener(to_stderr=True) as listener:

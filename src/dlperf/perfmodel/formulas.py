@@ -187,6 +187,14 @@ def pipeline_time(stage_time: float, stages: int, micro_batches: int) -> float:
     return (micro_batches + stages - 1) * stage_time
 
 
+def default_micro_batches(batch: int, stages: int) -> int:
+    """A pipeline's micro-batches when none are given: four per stage (GPipe's
+    observation that the bubble is negligible from about four times as many micro-batches
+    as stages, Huang et al. 2019, sec. 2.2), at most one per sample; ``dlperf parallel``
+    takes the same (``kinds.parallel.make``)."""
+    return min(batch, 4 * stages)
+
+
 def accumulation_time(update_s: float, micro_batches: int) -> float:
     """Gradient accumulation over ``micro_batches``: each one after the first adds its
     weight gradients into the sum (read both, write the sum: the 3 x P bytes of a plain

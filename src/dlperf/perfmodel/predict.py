@@ -716,6 +716,20 @@ def _default_groups(devices: int) -> int:
     return devices // 2
 
 
+def process_batch(batch: int, strategy: str, devices: int,
+                  micro_batches: int | None = None) -> int | None:
+    """The samples one process runs its layers on at a stretch, which its kernels' shapes
+    follow: the whole batch on one device, a worker's share of the global batch under
+    data parallelism, a micro-batch in a pipeline; None where ``predict`` refuses the
+    configuration (and says why)."""
+    if not isinstance(batch, int) or batch < 1 or devices < 1 or strategy not in STRATEGIES:
+        return None
+    if strategy == "pipeline":
+        m = micro_batches if micro_batches is not None else f.default_micro_batches(batch, devices)
+        return batch // m if m >= 1 and batch % m == 0 else None
+    return batch // devices if batch % devices == 0 else None
+
+
 def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> Prediction:
     # framework-free, shared with dlperf parallel: the model cuts the stages where the
     # pipeline it predicts cuts them
@@ -732,7 +746,7 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     if len(cuttable := units([ctx.layers[i] for i in body])) < p:
         raise UsageError(f"more pipeline stages ({p}) than layers and blocks "
                          f"({len(cuttable)}) in '{ctx.wl.name}'")
-    m = micro_batches if micro_batches is not None else min(batch, 4 * p)
+    m = micro_batches if micro_batches is not None else f.default_micro_batches(batch, p)
     if m < 1 or batch % m:
         raise UsageError(f"micro_batches {m} does not divide the batch size {batch}")
     mb = batch / m

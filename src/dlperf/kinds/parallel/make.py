@@ -24,6 +24,7 @@ from dlperf.kinds.parallel.options import (
     STRATEGIES,
     ParallelOptions,
 )
+from dlperf.perfmodel.formulas import default_micro_batches
 
 __all__ = ["DATASETS", "DEFAULT_EVAL_EVERY", "DEFAULT_LR", "LOCKSTEP", "STRATEGIES", "Options",
            "default_groups", "default_threads", "describe", "local_batch", "make_spec"]
@@ -110,8 +111,7 @@ def make_spec(
         opts["micro_batches"] = micro_batches
     elif strategy in ("pipeline", "hybrid") and opts.get("groups", 1) >= 1 and workers >= 1:
         groups_ = opts.get("groups", 1) if strategy == "hybrid" else 1
-        # up to 4 micro-batches a stage, no more than the samples a pipeline sees
-        opts["micro_batches"] = min(batch // groups_, 4 * (workers // groups_))
+        opts["micro_batches"] = default_micro_batches(batch // groups_, workers // groups_)
     if data is not None:
         opts.update(data=data, eval_every=eval_every or DEFAULT_EVAL_EVERY,
                     # a bound, so that a target never reached cannot run forever
