@@ -195,9 +195,10 @@ def main() -> int:
         print("calibrating ...", flush=True)
         started = time.perf_counter()
         scope = [(n, b) for n in networks for b in BATCHES[n]] if a.scoped else []
-        if a.scoped and not a.no_parallel:  # the shapes the parallel runs' processes run
-            scope += [s for s in parallel_scope() if s not in scope]
         api.calibrate(frameworks, threads, db=a.db, repeat=a.calibrate_repeat, scope=scope)
+        if a.scoped and not a.no_parallel:  # the parallel runs' processes' own shapes
+            api.calibrate(["torch"], [1], db=a.db, repeat=a.calibrate_repeat,
+                          allreduce=False, scope=parallel_scope())
         print(f"calibrated in {time.perf_counter() - started:.0f} s (the kernels this store "
               "lacked)", flush=True)
         if not a.no_parallel:
