@@ -120,10 +120,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
     caption = _caption(mode)
     if probed:
         headers.append("speed probe")
-        caption += (f"; speed probe: how much longer (+) the machine's speed probe took "
-                    f"after the measured steps than during the calibration, in its part "
-                    f"that moved most ('!': more than {speed_probe.DRIFT:.0%}: the machine "
-                    f"itself ran at another speed)")
+        caption += f"; {speed_probe.legend()}"
     print_table(Table(title="Predicted against measured (this machine)", headers=headers,
                       rows=rows, caption=caption), out)
     for group in validate.GROUPS:

@@ -151,6 +151,14 @@ def cell(move: tuple[str, float] | None) -> str:
     return f"{move[1]:+.0%} {move[0]}" + (" !" if moved(move) else "")
 
 
+def legend() -> str:
+    """What a table's 'speed probe' column (``cell``) says, for its caption."""
+    return ("'speed probe': how much longer (+) the machine's speed probe took after the "
+            "measured steps than during the calibration, in its part that moved most ('!': "
+            f"more than {DRIFT:.0%}, the machine itself running at another speed than "
+            "calibrated)")
+
+
 def moved(move: tuple[str, float] | None) -> bool:
     """Whether ``move`` (``drift``'s) is beyond the probe's own spread (``DRIFT``)."""
     return move is not None and abs(move[1]) > DRIFT

@@ -69,10 +69,7 @@ def prediction_table(found: list[tuple[ConfigResult, float, float | None]],
         steady = [abs(relative_error(p, r.median_s))
                   for (r, p, _), m in zip(found, moves, strict=True)
                   if m is not None and not speed_probe.moved(m)]
-        caption += (f" 'speed probe': how much longer (+) the machine's speed probe took "
-                    f"after the measured steps than during the calibration, in its part that "
-                    f"moved most; '!' marks more than {speed_probe.DRIFT:.0%}, a machine "
-                    f"running at another speed than calibrated")
+        caption += f" {speed_probe.legend()}"
         caption += (f" (the {len(steady)} configuration{'s' if len(steady) != 1 else ''} "
                     f"measured at the calibration's speed: median absolute error "
                     f"{statistics.median(steady):.0%})."
