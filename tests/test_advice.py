@@ -232,3 +232,32 @@ def test_a_network_not_measured_here_is_predicted_with_its_validated_error(db, c
     advice = (db.parent / "rep" / "advice.md").read_text()
     assert "resnet50: " in advice and "(predicted: not measured here)" in advice
     assert "| resnet50: not measured here |" not in advice
+
+
+def test_the_largest_batch_counts_the_calibrated_runtime(db, monkeypatch):
+    """The memory model's validation counts the framework's runtime (``dlperf calibrate``
+    measures it), so the largest batch that fits counts it too: a runtime of most of the
+    machine's memory leaves room for a smaller batch, and the advice names it."""
+    from dlperf.advice.local import _runtime
+    from dlperf.perfmodel.predict import training_memory
+
+    memory = training_memory("fcn5", batch_size=1024)
+    monkeypatch.setattr(environment, "machine", lambda: {"memory_bytes": memory})
+    with Store(db) as st:
+        st.add(result("fcn5", 2, 0.3, batch=64))
+
+    def batch(baselines):
+        h = advise("simple-tabular", samples=1_000, hardware="this", rows=_here(db),
+                   baselines=baselines, epochs=1).hardware[0]
+        return next(r for r in h.of("batch") if r.subject == "fcn5")
+
+    alone = batch(None)
+    assert alone.value == 1024 and "not calibrated here" in alone.advice
+    # the runtime takes what batch 512 leaves free, and a little more: 256 fits beside it
+    held = {"torch": memory - training_memory("fcn5", batch_size=512) + 1,
+            "jax": 1.0}
+    beside = batch(held)
+    assert beside.value == 256
+    assert "torch's runtime, 233 MiB as calibrated here" in beside.advice
+    # a network measured in no framework: the largest runtime calibrated
+    assert _runtime(None, {"jax": 1.0, "tensorflow": 3.0}) == ("tensorflow", 3.0)

@@ -10,6 +10,8 @@ the performance model.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from dlperf.advice.data import LoaderModel
 from dlperf.advice.hardware import parse_hardware, parse_samples
 from dlperf.advice.local import LocalModel, advise_here
@@ -33,7 +35,8 @@ def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str =
            rows: list[ConfigResult] | None = None, errors: ErrorLookup | None = None,
            memory_error: tuple[float, int] | None = None,
            gpu_memory_error: GpuMemoryError | None = None,
-           model: LocalModel | None = None, loader: LoaderModel | None = None) -> Advice:
+           model: LocalModel | None = None, loader: LoaderModel | None = None,
+           baselines: Mapping[str, float] | None = None) -> Advice:
     """Advice for ``task_name`` on each piece of ``hardware`` ('this', a catalogue device
     with a count, or several, comma-separated). ``rows``: this machine's aggregated step
     and parallel rows, failures included. ``errors``: the model's validated error for a
@@ -42,7 +45,8 @@ def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str =
     here and their number, for this machine's largest batch; ``gpu_memory_error``: its
     error over the GPU peaks dlperf measured, for a catalogue GPU's largest batch.
     ``model``: this machine's calibrated model, for what it did not measure; ``loader``:
-    its input-pipeline model, for a pipeline it did not measure. Bad input raises
+    its input-pipeline model, for a pipeline it did not measure. ``baselines``: each
+    framework's runtime memory on this CPU as calibrated here. Bad input raises
     UsageError (one line)."""
     t = task(task_name)
     n = parse_samples(samples) if isinstance(samples, str) else int(samples)
@@ -54,7 +58,8 @@ def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str =
     out = []
     for hw in parse_hardware(hardware):
         if hw.is_this:
-            out.append(advise_here(t, rows, n, epochs, memory_error, model, loader))
+            out.append(advise_here(t, rows, n, epochs, memory_error, model, loader,
+                                        baselines))
         else:
             steps = [r for r in rows if r.spec.kind == "step"]
             out.append(advise_catalogue(t, hw, steps, n, epochs, errors, gpu_memory_error))

@@ -8,7 +8,7 @@ memory. What was not measured becomes the command that measures it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from dlperf import workloads
 from dlperf.advice import common
@@ -46,13 +46,16 @@ MODEL_FRAMEWORKS = ("torch", "tensorflow", "jax")
 def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: float,
                 memory_error: tuple[float, int] | None = None,
                 model: LocalModel | None = None,
-                loader: LoaderModel | None = None) -> HardwareAdvice:
+                loader: LoaderModel | None = None,
+                baselines: Mapping[str, float] | None = None) -> HardwareAdvice:
     """``rows``: this machine's aggregated rows (step, parallel, loader and storage;
     failures included); ``memory_error``: the memory model's median |error| over the steps
     measured here and their number (``dlperf validate --memory``), None where not known;
     ``model``: this machine's calibrated model, which predicts a network not measured
     here (None: no calibration; the advice gives the command that measures it);
-    ``loader``: the input-pipeline model, for a pipeline not measured here."""
+    ``loader``: the input-pipeline model, for a pipeline not measured here;
+    ``baselines``: framework -> its runtime memory on this CPU (``dlperf calibrate``), part
+    of the largest batch's memory."""
     cores = environment.physical_cores()
     # training on synthetic data: the processor's own rate (runs on an input pipeline,
     # which add the wait for data, are what the data advice reads)
@@ -70,7 +73,8 @@ def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: floa
                 best_of[(cand.network, size)] = best
                 recs += _framework(cand.network, size, mine, best, cores)
                 recs.append(_threads(cand.network, size, mine, best, cores))
-            recs.append(_batch(cand.network, size, mine, memory_error))
+            recs.append(_batch(cand.network, size, mine, memory_error,
+                               _runtime(best, baselines or {})))
     # devices and data for the task's first candidate measured here (the candidates are
     # listed most representative first; the guide's families run on 8x8 digits)
     first = next(iter(best_of.values()), None)
@@ -179,12 +183,26 @@ def _threads(net: str, size: str, mine: list[ConfigResult], best: ConfigResult, 
                           measured(curve[t_best]))
 
 
+def _runtime(best: ConfigResult | None, baselines: Mapping[str, float]
+             ) -> tuple[str, float] | None:
+    """The framework whose runtime memory the largest batch counts, and its bytes: the
+    fastest measured one's where calibrated, else the largest calibrated (the batch that
+    fits beside it fits beside the others); None where none is calibrated."""
+    fw = best.spec.framework if best is not None else None
+    if fw in baselines:
+        return fw, baselines[fw]
+    return max(baselines.items(), key=lambda kv: kv[1], default=None)
+
+
 def _batch(net: str, size: str, mine: list[ConfigResult],
-           memory_error: tuple[float, int] | None = None) -> Recommendation:
+           memory_error: tuple[float, int] | None = None,
+           runtime: tuple[str, float] | None = None) -> Recommendation:
     """The largest batch that fits: from runs that ran out of memory where there are any,
-    else the model's memory estimate against this machine's memory. Only runs on this
-    machine's CPU and under no memory limit of their own say what its memory holds (an
-    out-of-memory run under ``--memory-limit`` answered a smaller memory's question)."""
+    else the model's memory estimate against this machine's memory, with ``runtime``'s
+    framework's memory (``_runtime``) as the memory model's validation counts it. Only
+    runs on this machine's CPU and under no memory limit of their own say what its memory
+    holds (an out-of-memory run under ``--memory-limit`` answered a smaller memory's
+    question)."""
     name = common.name(net, size)
     mine = [r for r in mine if r.spec.device == "cpu" and r.spec.memory_limit is None]
     oom = [r.spec.batch_size for r in mine if r.failure_reason == "oom"]
@@ -197,12 +215,17 @@ def _batch(net: str, size: str, mine: list[ConfigResult],
                                   f"{min(oom)} ran out of memory", float(top.spec.batch_size),
                                   "samples", measured(top))
     memory = environment.machine()["memory_bytes"]
-    b = common.largest_fitting(lambda b: training_memory(net, size=size, batch_size=b), memory)
+    held = runtime[1] if runtime else 0.0
+    b = common.largest_fitting(
+        lambda b: training_memory(net, size=size, batch_size=b) + held, memory)
     more = " or more" if b == common.MAX_BATCH else ""
+    beside = (f"and {runtime[0]}'s runtime, "
+              f"{units.nbytes(held)} as calibrated here" if runtime
+              else "without the framework's own memory, not calibrated here")
     return Recommendation(
         "batch", name, f"{name}: about {b}{more} fit in this machine's "
         f"{units.nbytes(memory)} (the memory model's weights, gradients, activations and "
-        "largest transient, without the framework's own memory)", float(b),
+        f"largest transient, {beside})", float(b),
         "samples", Predicted(
             f"memory estimate of {name} at batch {b}", memory_error[0] if memory_error else None,
             "no run here ran out of memory" + (
