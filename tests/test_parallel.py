@@ -18,6 +18,7 @@ import uuid
 import pytest
 
 from dlperf.cli import main
+from dlperf.core import speed_probe
 from dlperf.core.spec import Metrics, RunResult
 from dlperf.core.store import Store
 from dlperf.kinds import ParallelOutcome
@@ -116,6 +117,8 @@ def test_sync_two_workers_equal_one_worker_on_the_global_batch(tmp_path, db):
     assert sum(e["breakdown"]["shares"].values()) == pytest.approx(1.0, abs=1e-6)
     assert e["breakdown"]["allreduce_bytes"] == 4 * r.param_count  # every fp32 gradient
     assert e["breakdown"]["allreduce_inflight_s"] > 0
+    # the machine's speed as the steps ran, set against the calibration's by validate
+    assert set(r.metrics.speed_probe) == set(speed_probe.PARTS)
     with Store(db) as st:
         st.add(r)
         [stored] = st.results(kind="parallel")

@@ -57,8 +57,8 @@ def test_a_kernel_run_and_a_step_record_the_machines_speed():
     assert step.ok and set(step.metrics.speed_probe) == set(speed_probe.PARTS)
 
 
-def _calibrated(store: Store, probe: dict[str, float]) -> None:
-    for r in made_up.kernel_results(threads=(1,), allreduce=False):
+def _calibrated(store: Store, probe: dict[str, float], allreduce: bool = False) -> None:
+    for r in made_up.kernel_results(threads=(1,), allreduce=allreduce):
         store.add(r.model_copy(update={"outcome": r.outcome.model_copy(
             update={"speed_probe": probe})}))
 
@@ -99,6 +99,28 @@ def test_a_step_measured_at_another_speed_is_flagged_beside_its_prediction(db, c
     assert "~ measured while the machine ran at another speed" in md and "off, 1 cell)" in md
     assert "+30% memory !" in md  # the predictions' table
 
+
+def test_a_parallel_run_measured_at_another_speed_is_flagged_too(db):
+    """A parallel run's rank 0 probes the machine after its steps (tests/test_parallel.py
+    checks the record); validate sets it against the calibration as it does a step's."""
+    from dlperf.kinds.calibrate import validate
+    from dlperf.kinds.parallel.make import make_spec
+
+    with Store(db) as store:
+        _calibrated(store, CALIBRATED, allreduce=True)
+        for workers, probe in ((2, {**CALIBRATED, "compute": CALIBRATED["compute"] * 1.4}),
+                               (4, dict(CALIBRATED))):
+            r = result("fcn5", 1, 0.05)
+            store.add(r.model_copy(update={
+                "spec": make_spec("fcn5", size="tiny", strategy="sync", workers=workers,
+                                  batch_size=64),
+                "metrics": r.metrics.model_copy(update={"speed_probe": probe})}))
+        cal = calibration.local_calibration(store)
+        cases, _ = validate.cases(store, cal, kinds=("parallel",))
+    drift = {c.row.spec.options.workers: c.drift for c in cases}
+    assert drift[2] == ("compute", pytest.approx(0.4)) and drift[4] == (
+        "compute", pytest.approx(0.0))
+    assert [c.row.spec.options.workers for c in cases if c.drifted] == [2]
 
 def test_predict_and_calibrate_say_how_the_machines_speed_compares(db, capsys, monkeypatch):
     from dlperf.cli.calibrate import speed_steadiness

@@ -1,5 +1,5 @@
 """How fast this machine is right now: a fixed, framework-free probe timed beside each
-calibration and each measured step, so that a prediction compared with a measurement can
+calibration, each measured step and each parallel run, so that a prediction compared with a measurement can
 say whether the machine itself changed speed in between.
 
 A virtual machine's speed moves with what the host's other tenants do (their memory

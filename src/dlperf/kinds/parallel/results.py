@@ -384,4 +384,5 @@ def _metrics(spec: RunSpec, series: list[float], reports: list[dict[str, Any]],
         flops_per_step=flops, achieved_flops=flops / s.median if flops else None,
         peak_rss_bytes=max(rss) if rss else None, warmup_steps=len(warm),
         warmup_settled=bool(timing.get("settled", True)),
+        speed_probe=reports[0].get("speed_probe"),
     )

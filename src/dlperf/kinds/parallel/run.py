@@ -25,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from dlperf.core import speed_probe
 from dlperf.core.environment import peak_resident_bytes
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import RunSpec
@@ -228,9 +229,14 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
         timing = time_steps(strat, ctx)
     status.set("communication", "finishing")
     extra = strat.finish()
+    peak = peak_resident_bytes()
+    # after the peak is read (the probe's copies must not raise it), on rank 0 alone (the
+    # others wait for its report, idle): the machine's speed as the steps ran, for the
+    # prediction set beside this run (``core.speed_probe``; a step's worker does the same)
+    probe = speed_probe.measure() if rank == 0 and device.type == "cpu" else None
     report = {**info, "timing": timing, "strategy": extra, "steps": log.steps,
-              "evals": log.evals, "updates": strat.updates,
-              "peak_rss_bytes": peak_resident_bytes()}
+              "evals": log.evals, "updates": strat.updates, "peak_rss_bytes": peak,
+              "speed_probe": probe}
     _write_json(outdir / f"result_rank{rank}.json", report)
     status.set("communication", "gathering the reports on rank 0")
     gathered: list[Any] | None = [None] * world if rank == 0 else None
