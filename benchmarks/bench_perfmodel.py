@@ -161,6 +161,9 @@ def report(db: str, networks: list[str], frameworks: list[str]) -> None:
             for s in validate.summarize(cs, group):
                 print(f"    {s.value:16} median {s.median_abs:6.1%}  p90 {s.p90_abs:6.1%}  "
                       f"signed {s.median_signed:+.1%}  n={s.n}")
+        for line in (validate.drift_line(cs), validate.at_speed_line(cs)):
+            if line:  # rank 0's speed probe against the calibration's
+                print(f"  {line}")
         for c in validate.worst(cs, 4):
             print(f"    {c.row.spec.label()}: measured {c.measured_s:.3g} s, predicted "
                   f"{c.predicted_s:.3g} s; {validate.explain(c)}")
