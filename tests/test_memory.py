@@ -175,6 +175,28 @@ def test_a_step_predicted_not_to_fit_a_limit_is_recorded_as_out_of_memory(tmp_pa
     assert not row.measured and row.results[-1].failure.reason == "oom"
 
 
+
+@pytest.mark.slow
+def test_a_run_that_fits_its_limit_is_not_called_out_of_memory_for_the_speed_probe(tmp_path):
+    """The speed probe maps 128 MiB after the steps, and the limit's watch reads the
+    worker's high-water mark: under a limit a little above the step's own peak the probe
+    is left out, where it would once have pushed the run over (the boundary runs of
+    bench_memory.py called FCN-5 out of memory at 1.1x its predicted peak so)."""
+    from dlperf import api
+    from dlperf.core import speed_probe
+    from dlperf.core.spec import Measurement
+
+    quick = Measurement(min_time_s=0.05, min_steps=1, warmup_max_steps=1)
+    free = api.run("fcn5", size="tiny", threads=1, batch_size=4, db=tmp_path / "a.db",
+                   measurement=quick, timeout_s=300)
+    [ok] = free.ok
+    assert ok.metrics.speed_probe  # probed where no limit holds
+    limit = ok.metrics.peak_rss_bytes + speed_probe.BYTES // 4
+    row = api.run("fcn5", size="tiny", threads=1, batch_size=4, memory_limit=limit,
+                  db=tmp_path / "b.db", measurement=quick, timeout_s=300)
+    assert row.measured, row.results[-1].failure
+    assert row.ok[-1].metrics.speed_probe is None
+
 def test_a_run_reports_mfu_and_hfu_in_its_metrics_with_the_peak_named(tmp_path, capsys):
     import json
 

@@ -81,6 +81,19 @@ def _chunked(src, dst, repeats: int) -> float:
     return _low(times) * _CHUNKS
 
 
+#: bytes the probe maps while it runs: the copy's source and destination
+BYTES = 2 * _COPY_ELEMS * 8
+
+
+def fits_under_limit(memory_limit: int | None, resident: int, peak: int) -> bool:
+    """Whether a process measured under ``memory_limit`` (``--memory-limit``; None: none)
+    may run the probe, ``resident`` bytes now, ``peak`` its measured peak: its buffers
+    (``BYTES``) count against the limit like the run's own memory, so under one it runs
+    only where they keep the process within the peak it measured (a run that fit must
+    not be called out of memory for dlperf's probe)."""
+    return memory_limit is None or resident + BYTES <= peak
+
+
 def measure() -> dict[str, float]:
     """Seconds of each part of the probe (``PARTS``), on one thread, in this process.
     Empty where numpy or threadpoolctl is missing."""
