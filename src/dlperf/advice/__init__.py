@@ -59,7 +59,7 @@ def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str =
     for hw in parse_hardware(hardware):
         if hw.is_this:
             out.append(advise_here(t, rows, n, epochs, memory_error, model, loader,
-                                        baselines))
+                                   baselines))
         else:
             steps = [r for r in rows if r.spec.kind == "step"]
             out.append(advise_catalogue(t, hw, steps, n, epochs, errors, gpu_memory_error))

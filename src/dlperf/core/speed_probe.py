@@ -1,6 +1,6 @@
 """How fast this machine is right now: a fixed, framework-free probe timed beside each
-calibration, each measured step and each parallel run, so that a prediction compared with a measurement can
-say whether the machine itself changed speed in between.
+calibration, each measured step and each parallel run, so that a prediction compared with
+a measurement can say whether the machine itself changed speed in between.
 
 A virtual machine's speed moves with what the host's other tenants do (their memory
 traffic, the host's clock changes) without any sign inside it: no steal time, no other
