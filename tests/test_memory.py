@@ -175,7 +175,6 @@ def test_a_step_predicted_not_to_fit_a_limit_is_recorded_as_out_of_memory(tmp_pa
     assert not row.measured and row.results[-1].failure.reason == "oom"
 
 
-
 @pytest.mark.slow
 def test_a_run_that_fits_its_limit_is_not_called_out_of_memory_for_the_speed_probe(tmp_path):
     """The speed probe maps 128 MiB after the steps, and the limit's watch reads the
@@ -196,6 +195,7 @@ def test_a_run_that_fits_its_limit_is_not_called_out_of_memory_for_the_speed_pro
                   db=tmp_path / "b.db", measurement=quick, timeout_s=300)
     assert row.measured, row.results[-1].failure
     assert row.ok[-1].metrics.speed_probe is None
+
 
 def test_a_run_reports_mfu_and_hfu_in_its_metrics_with_the_peak_named(tmp_path, capsys):
     import json
