@@ -531,17 +531,21 @@ def advice_inputs(store: Store, db: str | Path | None, *, model: Any = None
     machine's rows, the calibrated ``model`` (None: never calibrated), the memory model's
     validated error over this machine's CPU steps, the published GPU memory error and the
     input-pipeline model and each framework's calibrated runtime memory on this CPU;
-    ``db`` is ``store``'s path, for the validations that open it."""
+    ``db`` is ``store``'s path, for the loader validation that opens it."""
     from dlperf.advice.section import rows_here
-    from dlperf.kinds.calibrate.plan import runtime_baselines
+    from dlperf.kinds.calibrate import validate
+    from dlperf.kinds.calibrate.plan import runtime_baselines, worker_runtimes
     from dlperf.report.published_memory import gpu_memory_error
 
+    # the runtimes read once (every kernel run's samples), for the validation and the advice
+    runtimes = runtime_baselines(store)
     # this machine's memory: its CPU steps' resident peaks (a GPU's steps are its own)
-    cases = [c for c in memory_validation(db=db)[0] if c.row.spec.device == "cpu"]
+    cases = [c for c in validate.memory_cases(store, runtimes,
+                                              workers=worker_runtimes(store))[0]
+             if c.row.spec.device == "cpu"]
     memory_error = (statistics.median(abs(c.error) for c in cases), len(cases)) if cases \
         else None
-    baselines = {fw: b for (fw, device), b in runtime_baselines(store).items()
-                 if device == "cpu"}
+    baselines = {fw: b for (fw, device), b in runtimes.items() if device == "cpu"}
     return dict(rows=rows_here(store), memory_error=memory_error,
                 gpu_memory_error=gpu_memory_error(), model=model, loader=_loader_model(db),
                 baselines=baselines)
