@@ -1773,3 +1773,73 @@ def test_a_parallel_worker_is_predicted_with_the_runtime_of_its_strategy(db):
             assert got == want, strategy
             assert predict_for_spec(spec, before).memory.baseline == (base or 0.0), strategy
     assert worker_baseline("torch", "cpu", "sync", cal.baselines, {}) == base
+
+
+def test_a_step_is_predicted_with_its_frameworks_runtime_when_training_that_network(db):
+    """The 1-thread kernel worker records per network the framework's runtime when it
+    trains (``kinds.calibrate.runtime``); a step's memory takes its network's, a network
+    not measured the least any took, and a calibration without them the libraries'."""
+    from dlperf.kinds.calibrate.prediction import predict_for_spec
+    from dlperf.perfmodel.machine_fits import runtime_baseline
+
+    from dlperf.kinds.calibrate.validate import predict_here
+
+    fcn, alex = 300e6, 340e6
+    libraries_alone = "the baseline is torch's libraries alone"
+    with Store(db) as store:
+        made_up.calibrated(store)
+        before = calibration.local_calibration(store)
+        row = max((r for r in store.results(kind="kernel") if r.spec.network == "kernels"
+                   and r.spec.framework == "torch" and r.spec.threads == 1),
+                  key=lambda r: r.finished_at or 0)
+        for later, trained in ((1, {}), (2, {"fcn5": int(fcn), "alexnet": int(alex)})):
+            store.add(row.model_copy(update={
+                "outcome": row.outcome.model_copy(update={
+                    "baseline_rss_bytes": 230_000_000, "train_runtime_bytes": trained}),
+                "finished_at": (row.finished_at or 0) + later}))
+            if not trained:  # the libraries alone: predict says so, and how to measure it
+                notes = predict_here(store, "fcn5", size="tiny", batch_size=4)[0].notes
+                assert any(libraries_alone in n and "--force" in n for n in notes)
+        runtimes = calibration.runtime_baselines(store)
+        cal = calibration.local_calibration(store)
+        p = predict_here(store, "fcn5", size="tiny", batch_size=4)[0]
+    assert not any(libraries_alone in n for n in p.notes) and p.memory.baseline == fcn
+    assert runtimes[("torch", "cpu", "fcn5")] == fcn
+    assert runtimes[("torch", "cpu", "alexnet")] == alex
+    for network, want in (("fcn5", fcn), ("alexnet", alex), ("resnet50", fcn), (None, fcn)):
+        assert runtime_baseline("torch", "cpu", network, cal.baselines) == want
+    spec = RunSpec(network="alexnet", size="tiny", framework="torch", threads=1,
+                   batch_size=4)
+    assert predict_for_spec(spec, cal).memory.baseline == alex
+    # without them: the libraries' alone (none recorded by the made-up kernels)
+    assert predict_for_spec(spec, before).memory.baseline == \
+        (before.baselines.get(("torch", "cpu")) or 0.0)
+    assert runtime_baseline("torch", "cpu", "alexnet", {("torch", "cpu"): 2e8}) == 2e8
+    assert runtime_baseline("jax", "cpu", "alexnet", cal.baselines) is None
+
+
+def test_the_kernel_worker_measures_the_runtime_of_training_each_network():
+    """Trained for two steps at its tiny size in this process, a network's runtime is the
+    peak resident memory less the model's tensors of that step: above the framework's
+    libraries, and measured by the one-thread CPU fp32 grid's worker alone."""
+    from dlperf.backends.torch_backend import TorchBackend
+    from dlperf.core import environment
+    from dlperf.kinds.calibrate import runtime
+    from dlperf.perfmodel.kernels import KernelOptions, KernelPart
+
+    o = KernelOptions(parts=(KernelPart(op="memory", shapes=((1024,),)),),
+                      scope=("fcn5@64", "fcn5@128", "alexnet@16"))
+    assert runtime.networks(o) == ("fcn5", "alexnet")
+    assert runtime.networks(o.model_copy(update={"scope": ()})) == runtime.GRID_NETWORKS
+    failures: dict[str, str] = {}
+    backend = TorchBackend()
+    backend.set_threads(1)
+    peaks, runtimes = runtime.train_runtimes(o.model_copy(update={"scope": ("fcn5@64",)}),
+                                             backend, failures)
+    assert not failures and set(peaks) == set(runtimes) == {"fcn5"}
+    assert 100e6 < runtimes["fcn5"] < peaks["fcn5"] <= environment.peak_resident_bytes()
+    spec = RunSpec(kind="kernel", network="kernels", framework="torch", threads=1,
+                   batch_size=1, options=o)
+    assert runtime.measures(spec)
+    for other in ({"threads": 2}, {"device": "gpu"}, {"network": "allreduce"}):
+        assert not runtime.measures(spec.model_copy(update=other))

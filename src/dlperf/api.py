@@ -535,6 +535,7 @@ def advice_inputs(store: Store, db: str | Path | None, *, model: Any = None
     from dlperf.advice.section import rows_here
     from dlperf.kinds.calibrate import validate
     from dlperf.kinds.calibrate.plan import runtime_baselines, worker_runtimes
+    from dlperf.perfmodel.machine_fits import runtime_baseline
     from dlperf.report.published_memory import gpu_memory_error
 
     # the runtimes read once (every kernel run's samples), for the validation and the advice
@@ -545,7 +546,10 @@ def advice_inputs(store: Store, db: str | Path | None, *, model: Any = None
              if c.row.spec.device == "cpu"]
     memory_error = (statistics.median(abs(c.error) for c in cases), len(cases)) if cases \
         else None
-    baselines = {fw: b for (fw, device), b in runtimes.items() if device == "cpu"}
+    # per framework the least runtime its training took here (the batch advice is per
+    # network, the runtime a framework's; ``runtime_baseline``)
+    baselines = {key[0]: b for key in runtimes if key[1] == "cpu"
+                 if (b := runtime_baseline(key[0], "cpu", None, runtimes)) is not None}
     return dict(rows=rows_here(store), memory_error=memory_error,
                 gpu_memory_error=gpu_memory_error(), model=model, loader=_loader_model(db),
                 baselines=baselines)

@@ -212,6 +212,12 @@ class KernelOutcome(BaseModel):
     #: part their mean (``core.speed_probe``, seconds per part; empty: not a CPU run, or
     #: a calibration of an older dlperf)
     speed_probe: dict[str, float] = Field(default_factory=dict)
+    #: per network, the worker's peak resident memory after training the network's tiny
+    #: size for two steps (``kinds.calibrate.runtime``), and that peak less the memory
+    #: model's tensors of the step: the network's runtime baseline (empty: not a CPU
+    #: grid's 1-thread run, or a calibration of an older dlperf)
+    train_peak_bytes: dict[str, int] = Field(default_factory=dict)
+    train_runtime_bytes: dict[str, int] = Field(default_factory=dict)
 
 
 def conv_out(side: int, window: int, stride: int) -> int:

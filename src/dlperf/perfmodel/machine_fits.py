@@ -24,18 +24,40 @@ WORKER_RUNTIME = {"sync": "ddp", "mixed": "ddp", "fsdp": "ddp", "hybrid": "gloo"
                   "async": "gloo", "pipeline": "gloo"}
 
 
+def runtime_baseline(framework: str, device: str, network: str | None,
+                     baselines: dict[tuple[str, ...], float]) -> float | None:
+    """The runtime memory of a process of ``framework`` on ``device`` that trains
+    ``network``, from the calibration's ``baselines``: measured training that network's
+    tiny size (key (framework, device, network)) where it was; else the least any
+    network's training took (every process that trains holds at least that); else the
+    framework's libraries alone, its kernel workers' before any kernel (key (framework,
+    device): a calibration made before dlperf measured training runtimes)."""
+    if network is not None and (got := baselines.get((framework, device, network))) is not None:
+        return got
+    trained = [b for k, b in baselines.items() if len(k) == 3 and k[:2] == (framework, device)]
+    return min(trained) if trained else baselines.get((framework, device))
+
+
+def trains_measured(framework: str, device: str,
+                    baselines: dict[tuple[str, ...], float]) -> bool:
+    """Whether the calibration measured ``framework``'s runtime when training any network
+    on ``device`` (``runtime_baseline``'s first two choices)."""
+    return any(len(k) == 3 and k[:2] == (framework, device) for k in baselines)
+
+
 def worker_baseline(framework: str, device: str, strategy: str | None,
-                    baselines: dict[tuple[str, str], float],
-                    workers: dict[tuple[str, str, str], float]) -> float | None:
+                    baselines: dict[tuple[str, ...], float],
+                    workers: dict[tuple[str, str, str], float],
+                    network: str | None = None) -> float | None:
     """The runtime baseline of a process of ``framework`` on ``device``: under a parallel
     ``strategy`` its worker's (``workers``: (framework, device, 'gloo' or 'ddp'), measured
-    in the collectives' processes), where measured; else the framework's (``baselines``:
-    its kernel workers' before any kernel)."""
+    in the collectives' processes), where measured; else the framework's when it trains
+    ``network`` (``runtime_baseline``)."""
     if strategy not in (None, "single"):
         got = workers.get((framework, device, WORKER_RUNTIME.get(strategy, "gloo")))
         if got is not None:
             return got
-    return baselines.get((framework, device))
+    return runtime_baseline(framework, device, network, baselines)
 
 
 @dataclass(frozen=True)
@@ -58,14 +80,16 @@ class MachineFits:
     fits: tuple[LocalFit, ...]
     memory_gb: float
     cores: int
-    #: (framework, device) -> the framework's runtime memory per process, as calibrated
-    baselines: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: the framework's runtime memory per process, as calibrated: (framework, device) ->
+    #: its libraries', (framework, device, network) -> when it trains that network
+    #: (``runtime_baseline``)
+    baselines: dict[tuple[str, ...], float] = field(default_factory=dict)
     #: (framework, device, 'gloo' or 'ddp') -> a parallel worker's (``worker_baseline``)
     workers: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, samples: Sequence[tuple[str, int, str, Samples, str]], memory_gb: float,
-           cores: int, baselines: dict[tuple[str, str], float] | None = None,
+           cores: int, baselines: dict[tuple[str, ...], float] | None = None,
            measured: dict[tuple[str, int, str, str], dict[str, Any]] | None = None,
            workers: dict[tuple[str, str, str], float] | None = None) -> MachineFits:
         """Fit each (framework, threads, device, samples, precision); ``measured``: per
@@ -98,12 +122,13 @@ class MachineFits:
 
     def model(self, framework: str, threads: int, device: str = "cpu", *,
               workers: int = 1, precision: str = "fp32",
-              strategy: str | None = None) -> LocalModel:
+              strategy: str | None = None, network: str | None = None) -> LocalModel:
         """The model of ``workers`` processes of ``framework`` at ``threads`` each on this
         machine: compute slowed by max(1, workers x threads / cores) when they share
         cores, and the all-reduce link measured among that many processes (else the
         nearest count measured); the runtime baseline a worker of ``strategy`` holds
-        (``worker_baseline``). One-line UsageError when not calibrated."""
+        (``worker_baseline``), training ``network``. One-line UsageError when not
+        calibrated."""
         fit = self.find(framework, threads, device, precision)
         if not self.fits:
             how = ("calibrate --device gpu' first (minutes on the GPU; --dry-run lists its "
@@ -128,5 +153,5 @@ class MachineFits:
             world = min(fit.allreduce, key=lambda w: (abs(w - workers), -w))
             link = loopback_link(fit.allreduce[world])
         baseline = 0.0 if device == "gpu" else worker_baseline(
-            framework, device, strategy, self.baselines, self.workers)
+            framework, device, strategy, self.baselines, self.workers, network)
         return LocalModel(dev, Efficiencies(kernels={dev.name: fit}), link, fit, baseline)

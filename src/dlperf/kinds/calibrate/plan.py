@@ -172,6 +172,9 @@ class Stored:
     #: the machine's speed while its kernels ran: the median of its runs' speed probes
     #: (``core.speed_probe``; empty: not measured)
     speed_probe: dict[str, float] = field(default_factory=dict)
+    #: per network, the framework's runtime memory when it trains it (the median over
+    #: its runs; ``kinds.calibrate.runtime``; empty: not measured)
+    trained: dict[str, float] = field(default_factory=dict)
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -246,6 +249,7 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
     baselines: dict[tuple[str, int, str, str], list[int]] = {}
     others: dict[tuple[str, int, str, str], dict[str, list[float]]] = {}
     probes: dict[tuple[str, int, str, str], list[dict[str, float]]] = {}
+    trained: dict[tuple[str, int, str, str], dict[str, list[int]]] = {}
     collective = []
     for key, runs in groups:
         o = runs[0].spec.options
@@ -267,13 +271,16 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
         for x in runs:
             for op, share in x.outcome.other_cpu_share.items():  # type: ignore[union-attr]
                 others.setdefault(key, {}).setdefault(op, []).append(share)
+            for net, b in x.outcome.train_runtime_bytes.items():  # type: ignore[union-attr]
+                trained.setdefault(key, {}).setdefault(net, []).append(b)
             if x.outcome.speed_probe:  # type: ignore[union-attr]
                 probes.setdefault(key, []).append(x.outcome.speed_probe)  # type: ignore[union-attr]
     return [Stored(fw, t, dev, Samples.of([*merge(s), *collective]), prec,
                    statistics.median(b) if (b := baselines.get(key)) else None,
                    {op: statistics.median(v) for op, v in others.get(key, {}).items()},
                    None if (sc := scopes.get(key)) is None else tuple(sorted(sc)),
-                   speed_probe.typical(probes.get(key, ())))
+                   speed_probe.typical(probes.get(key, ())),
+                   {net: statistics.median(v) for net, v in trained.get(key, {}).items()})
             for key, s in sorted(by_key.items()) for fw, t, dev, prec in [key]]
 
 
@@ -293,9 +300,9 @@ def local_calibration(store: Store, *, device: str | None = "cpu") -> MachineFit
                           workers=worker_runtimes(store))
 
 
-def runtime_baselines(store: Store) -> dict[tuple[str, str], float]:
-    """(framework, device) -> the runtime memory its calibration measured here, read
-    without fitting any curve (the memory model needs no more)."""
+def runtime_baselines(store: Store) -> dict[tuple[str, ...], float]:
+    """The runtime memory the calibration measured here (``_baselines``), read without
+    fitting any curve (the memory model needs no more)."""
     return _baselines(load(store, device=None))
 
 
@@ -317,11 +324,15 @@ def worker_runtimes(store: Store) -> dict[tuple[str, str, str], float]:
     return out
 
 
-def _baselines(stored: list[Stored]) -> dict[tuple[str, str], float]:
+def _baselines(stored: list[Stored]) -> dict[tuple[str, ...], float]:
     """(framework, device) -> the median of its calibrations' runtime baselines (a
-    framework's libraries take about the same memory at any thread count)."""
-    by: dict[tuple[str, str], list[float]] = {}
+    framework's libraries take about the same memory at any thread count); (framework,
+    device, network) -> its runtime when it trains that network, where measured
+    (``perfmodel.machine_fits.runtime_baseline`` reads the two)."""
+    by: dict[tuple[str, ...], list[float]] = {}
     for s in stored:
         if s.baseline_bytes:
             by.setdefault((s.framework, s.device), []).append(s.baseline_bytes)
+        for net, b in s.trained.items():
+            by.setdefault((s.framework, s.device, net), []).append(b)
     return {k: statistics.median(v) for k, v in by.items()}

@@ -64,7 +64,7 @@ def predict_for_spec(spec: RunSpec, calibration: MachineFits) -> Prediction | No
     try:
         if spec.kind == "step":
             m = calibration.model(spec.framework, spec.threads, spec.device,
-                                  precision=spec.precision)
+                                  precision=spec.precision, network=spec.network)
             return predict(spec.network, size=spec.size, params=dict(spec.params),
                            batch_size=spec.batch_size, device=m.device,
                            efficiencies=m.efficiencies, precision=spec.precision,
@@ -72,7 +72,8 @@ def predict_for_spec(spec: RunSpec, calibration: MachineFits) -> Prediction | No
         o = spec.options
         assert isinstance(o, ParallelOptions)
         m = calibration.model("torch", spec.threads, spec.device, workers=o.workers,
-                              precision=spec.precision, strategy=o.strategy)
+                              precision=spec.precision, strategy=o.strategy,
+                              network=spec.network)
         return predict(spec.network, size=spec.size, params=dict(spec.params),
                        batch_size=spec.batch_size, device=m.device, efficiencies=m.efficiencies,
                        precision=spec.precision,

@@ -44,6 +44,7 @@ from dlperf.core import disturbance, environment, speed_probe
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.timing import Timing, measure, measure_window
+from dlperf.kinds.calibrate import runtime as train_runtime
 from dlperf.perfmodel.kernels import (
     COLLECTIVES,
     MACHINE_OPS,
@@ -249,13 +250,17 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     o = spec.options
     assert isinstance(o, KernelOptions)
     baseline = environment.resident_bytes()  # the framework loaded, nothing built yet
+    failures: dict[str, str] = {}
+    # the framework's runtime when it trains, per network: before the kernels, whose
+    # buffers would count in its peak
+    peaks, trained = (train_runtime.train_runtimes(o, backend, failures)
+                      if train_runtime.measures(spec) else ({}, {}))
     # the machine's speed as these kernels ran, before and after them (a step measured at
     # another speed is flagged beside its prediction); a GPU's kernels are the device's,
     # and the machine's ops (collectives, core sharing) make no curve a step is predicted by
     probed = spec.device == "cpu" and any(p.op not in MACHINE_OPS for p in o.parts)
     probes = [speed_probe.measure()] if probed else []
     samples: list[KernelSample] = []
-    failures: dict[str, str] = {}
     others: dict[str, float] = {}
     done = {(s.op, s.shape): s for s in (resume.samples if resume else ())
             if s.op not in MACHINE_OPS}
@@ -292,7 +297,8 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
                                                    default=None),
                             ddp_runtime_bytes=max((r.ddp_bytes for r in runtimes),
                                                   default=None),
-                            speed_probe=probe)
+                            speed_probe=probe, train_peak_bytes=peaks,
+                            train_runtime_bytes=trained)
     if not samples:
         why = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:3]) or "no shapes"
         unsupported = all(v.startswith("unsupported") or "Unsupported" in v

@@ -27,7 +27,7 @@ from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
 from dlperf.perfmodel import catalogue
 from dlperf.perfmodel.correct import Factors, fit_factors
-from dlperf.perfmodel.machine_fits import MachineFits, worker_baseline
+from dlperf.perfmodel.machine_fits import MachineFits, trains_measured, worker_baseline
 from dlperf.perfmodel.memory import MemoryBreakdown
 from dlperf.perfmodel.result import Prediction
 
@@ -243,7 +243,7 @@ class MemoryCase:
         return group_key(self.row.spec, group)
 
 
-def memory_cases(store: Store, baselines: dict[tuple[str, str], float], *,
+def memory_cases(store: Store, baselines: dict[tuple[str, ...], float], *,
                  networks: Sequence[str] = (), frameworks: Sequence[str] = (),
                  workers: dict[tuple[str, str, str], float] | None = None
                  ) -> tuple[list[MemoryCase], list[tuple[ConfigResult, str]]]:
@@ -274,7 +274,7 @@ def memory_cases(store: Store, baselines: dict[tuple[str, str], float], *,
             continue
         strategy = getattr(s.options, "strategy", None) if s.kind == "parallel" else None
         baseline = 0.0 if s.device == "gpu" else worker_baseline(
-            framework(s), s.device, strategy, baselines, workers or {})
+            framework(s), s.device, strategy, baselines, workers or {}, s.network)
         if baseline is None:
             skipped.append((row, f"{framework(s)}'s runtime baseline is not calibrated here "
                                  f"(dlperf calibrate --frameworks {framework(s)})"))
@@ -545,7 +545,7 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
     check_precision(precision, device, [fw])  # (never calibrated)
     cal = plan_calibration(store, device=device)
     if strategy == "single":
-        m = cal.model(fw, threads, device, precision=precision)
+        m = cal.model(fw, threads, device, precision=precision, network=wl.name)
         spec = RunSpec(network=wl.name, size=resolved, framework=fw, device=device,
                        threads=threads, precision=precision, params=params,
                        batch_size=batch_size or wl.default_batch)
@@ -556,7 +556,8 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
         if precision != "fp32":
             raise UsageError("parallel strategies run at fp32 here (dlperf parallel); "
                              "--precision applies to one device here, or to catalogue devices")
-        m = cal.model(fw, threads, device, workers=devices, strategy=strategy)
+        m = cal.model(fw, threads, device, workers=devices, strategy=strategy,
+                      network=wl.name)
         spec = make_spec(network, strategy=strategy, workers=devices, size=size,
                          batch_size=batch_size, threads=threads, groups=groups,
                          micro_batches=micro_batches, straggler_delay_s=straggler_s,
@@ -571,6 +572,12 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
         p = p.model_copy(update={"notes": [*p.notes, (
             f"memory: {fw}'s runtime baseline here is not calibrated yet (the peak counts "
             f"the network alone); 'dlperf calibrate --frameworks {fw}' measures it")]})
+    elif device == "cpu" and strategy == "single" and not trains_measured(fw, device,
+                                                                           cal.baselines):
+        p = p.model_copy(update={"notes": [*p.notes, (
+            f"memory: the baseline is {fw}'s libraries alone (a calibration from before "
+            f"dlperf measured its runtime when training, tens to hundreds of MiB more); "
+            f"'dlperf calibrate --frameworks {fw} --threads 1 --force' measures it")]})
     p = _with_utilisation(p, spec)
     if device == "cpu" and (note := speed_now(m.fit.speed_probe)):
         p = p.model_copy(update={"notes": [*p.notes, note]})
