@@ -258,6 +258,7 @@ def test_the_largest_batch_counts_the_calibrated_runtime(db, monkeypatch):
             "jax": 1.0}
     beside = batch(held)
     assert beside.value == 256
-    assert "torch's runtime, 233 MiB as calibrated here" in beside.advice
+    assert f"torch's runtime, {held['torch'] / 2**20:.0f} MiB as calibrated here" \
+        in beside.advice
     # a network measured in no framework: the largest runtime calibrated
     assert _runtime(None, {"jax": 1.0, "tensorflow": 3.0}) == ("tensorflow", 3.0)

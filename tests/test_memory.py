@@ -35,7 +35,8 @@ def test_mixed_precision_keeps_fp32_masters_and_half_copies():
     m = memory.step_memory(LAYERS, batch=8, precision="bf16")
     assert m.weights == PARAMS * (4 + 2)  # fp32 masters and the forward's bf16 copies
     assert m.gradients == PARAMS * 4  # of the fp32 parameters
-    assert m.activations == 46 * 8 * 2
+    # half outputs, but the loss keeps its result in fp32 (autocast's fp32 list)
+    assert m.activations == (20 + 20 + 5) * 8 * 2 + 1 * 8 * 4
 
 
 def test_a_devices_allocator_holds_what_the_backward_saves():
@@ -57,6 +58,35 @@ def test_a_devices_allocator_holds_what_the_backward_saves():
     relu = [fc, Layer("relu", "act", out_elems=6), fc2]
     assert memory.saved_activation_bytes(gelu, 1, "fp32") == (6 + 6) * 4
     assert memory.saved_activation_bytes(relu, 1, "fp32") == 6 * 4
+
+
+def test_a_cpu_process_keeps_the_freed_outputs_that_fit_mallocs_heaps():
+    """On a CPU an output the backward never reads still counts when it fits malloc's
+    heaps (freed there, it stays resident); a larger one is unmapped when freed. The same
+    three layers at a batch where the outputs pass 32 MiB: fc1's (read by nobody: the ReLU
+    keeps its own) drops out, the ReLU's (read by fc2) and fc2's (the loss keeps its
+    result, the same size) stay."""
+    big = memory.HEAP_MAX_BLOCK // (20 * 4) + 1  # 20 floats a sample: just over 32 MiB
+    small = big - 2
+    m = memory.step_memory(LAYERS, batch=big, precision="fp32")
+    assert m.activations == (20 + 5 + 1) * big * 4
+    assert memory.step_memory(LAYERS, batch=small, precision="fp32").activations == \
+        (20 + 20 + 5 + 1) * small * 4
+    # what the backward reads counts on a device at any size, and on a CPU too
+    assert memory.saved_activation_bytes(LAYERS, big, "fp32") == (20 + 1) * big * 4
+
+
+def test_a_step_compiled_whole_with_its_state_donated_holds_one_gradient_at_a_time():
+    """XLA updates each weight as its gradient is made (dlperf's JAX step, donated): the
+    largest layer's gradient is the whole term; a framework that keeps every gradient
+    until the update (PyTorch, and one not named) holds them all."""
+    assert "jax" in memory.FUSED_UPDATE
+    fused = memory.step_memory(LAYERS, batch=8, precision="fp32", framework="jax")
+    assert fused.gradients == 220 * 4  # fc1's: 10 x 20 weights and 20 biases
+    for fw in ("torch", None):
+        assert memory.step_memory(LAYERS, 8, "fp32", framework=fw).gradients == PARAMS * 4
+    whole = memory.step_memory(LAYERS, 8, "fp32")
+    assert whole.total - fused.total == (PARAMS - 220) * 4
 
 
 def test_optimizer_state_per_parameter():
@@ -325,3 +355,19 @@ def test_validate_memory_sets_a_gpu_step_beside_the_saved_tensors(tmp_path, caps
     assert case["predicted_bytes"] == expected.total and case["memory"]["baseline"] == 0
     assert case["error"] == pytest.approx(expected.total / (10 * 2**20) - 1)
     assert [s["value"] for s in doc["summary"]["device"]] == ["gpu"]
+
+
+def test_a_process_can_restart_its_peak_resident_memory_from_now():
+    """The runtime of training each network is read from a fresh peak: a buffer freed
+    before the restart no longer counts in it."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np; from dlperf.core import environment as e\n"
+            "b = np.ones(200 * 2**20 // 8); b += 1; del b\n"
+            "before = e.peak_resident_bytes(); ok = e.restart_peak_resident()\n"
+            "print(before, e.peak_resident_bytes(), ok)")
+    before, after, ok = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                       text=True, check=True).stdout.split()
+    assert ok == "True"
+    assert int(before) - int(after) > 150 * 2**20

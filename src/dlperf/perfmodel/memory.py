@@ -11,7 +11,7 @@ a catalogue GPU (its device memory; the CUDA context is not counted). Framework-
 The activations are counted two ways, by where the peak is read. A device's allocator (a
 GPU's) holds the tensors the backward pass saves (``saved_activation_bytes``). A process's
 resident memory on a CPU also holds what the C library's malloc keeps of the outputs the
-step freed (``activation_bytes``: every output).
+step freed: those small enough for its heaps (``resident_activation_bytes``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,15 @@ FP32 = 4
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 #: precisions whose forward runs on half-precision copies of the fp32 weights
 HALF = ("bf16", "fp16")
+#: the frameworks whose training step dlperf compiles whole with its state donated (its
+#: JAX backend: ``jax.jit(step, donate_argnums=0)``): XLA updates each weight as soon as
+#: its gradient is made, so one layer's gradient is live at a time. Read from XLA's buffer
+#: plan of the compiled step (``Compiled.memory_analysis()``,
+#: ``benchmarks/trace_memory.py``): FCN-5's temporaries hold about one weight gradient
+#: (227 MiB against 209 for its largest); AlexNet's, at batches 16 and 32, a part that
+#: does not grow with the batch of 216 MiB, against 196 for its largest gradient and 290
+#: for all.
+FUSED_UPDATE = ("jax",)
 
 
 class MemoryBreakdown(BaseModel):
@@ -61,8 +70,11 @@ def weight_bytes(layers: Sequence[Layer], precision: str) -> float:
     return params * FP32 + (params * 2 if precision in HALF else 0)
 
 
-def gradient_bytes(layers: Sequence[Layer]) -> float:
-    """One gradient per parameter, in the parameters' fp32."""
+def gradient_bytes(layers: Sequence[Layer], fused_update: bool = False) -> float:
+    """One gradient per parameter, in the parameters' fp32; under an update applied as
+    each gradient is made (``FUSED_UPDATE``), the largest layer's alone."""
+    if fused_update:
+        return max((layer.params for layer in layers), default=0) * FP32
     return sum(layer.params for layer in layers) * FP32
 
 
@@ -72,15 +84,6 @@ def optimizer_bytes(layers: Sequence[Layer], optimizer: str = "sgd") -> float:
         raise UsageError(f"unknown optimizer '{optimizer}' (known: "
                          f"{', '.join(OPTIMIZER_STATES)})")
     return sum(layer.params for layer in layers) * FP32 * OPTIMIZER_STATES[optimizer]
-
-
-def activation_bytes(layers: Sequence[Layer], batch: float, elem: int) -> float:
-    """Every layer's output, kept from the forward pass for the backward (Chen et al.,
-    "Training Deep Nets with Sublinear Memory Cost", 2016, section 3: the memory of
-    training grows with the sum of the layers' outputs); under activation checkpointing a
-    recomputed segment keeps its last output alone (the next segment's input)."""
-    return sum(layer.out_elems for i, layer in enumerate(layers)
-               if not layer.segment or _ends_segment(layers, i)) * batch * elem
 
 
 #: what a layer's backward pass reads of its forward: its input, its output (or both):
@@ -120,23 +123,55 @@ def saved_elem(layer: Layer, precision: str) -> int:
     return FP32
 
 
+def _kept_per_elem(layers: Sequence[Layer], i: int, precision: str) -> int:
+    """Bytes per element of layer ``i``'s output that the backward reads: one copy a layer
+    saves of its own, or its successor saves as input, counted once, or twice where the
+    two keep it at different precisions (a cast copy); 0 where neither reads it."""
+    layer = layers[i]
+    nxt = layers[i + 1] if i + 1 < len(layers) else None
+    own = saved_elem(layer, precision) if saves(layer) & SAVES_OUTPUT or layer.segment else 0
+    by_next = saved_elem(nxt, precision) if nxt and saves(nxt) & SAVES_INPUT else 0
+    return own + by_next if own and by_next and own != by_next else max(own, by_next)
+
+
 def saved_activation_bytes(layers: Sequence[Layer], batch: float, precision: str) -> float:
     """The outputs the backward pass reads, kept from the forward (each layer's input is
-    its predecessor's output): one a layer saves of its own, or its successor saves as
-    input, counted once, or twice where the two keep it at different precisions (a cast
-    copy). Under activation checkpointing a recomputed segment keeps its last output
-    alone, whoever reads it (the next segment's input). A branch's input (a residual
-    block's) is taken as its predecessor's output."""
+    its predecessor's output; ``_kept_per_elem``). Under activation checkpointing a
+    recomputed segment keeps its last output alone, whoever reads it (the next segment's
+    input). A branch's input (a residual block's) is taken as its predecessor's output."""
+    return sum(layer.out_elems * batch * _kept_per_elem(layers, i, precision)
+               for i, layer in enumerate(layers)
+               if not layer.segment or _ends_segment(layers, i))
+
+
+#: the largest block glibc's malloc serves from its heaps once its mmap threshold has
+#: risen (mallopt(3), M_MMAP_THRESHOLD: the threshold follows the largest block freed, up
+#: to DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB on 64-bit systems); a larger block is mapped on
+#: its own and unmapped when freed. PyTorch, TensorFlow and XLA allocate CPU tensors
+#: with the C library's aligned malloc.
+HEAP_MAX_BLOCK = 32 * 2**20
+
+
+def resident_activation_bytes(layers: Sequence[Layer], batch: float,
+                              precision: str) -> float:
+    """The activations a CPU process's resident memory holds at the step's peak: the
+    outputs the backward reads (``saved_activation_bytes``), and each output it frees
+    early that fits malloc's heaps (``HEAP_MAX_BLOCK``): freed into a heap, its memory
+    stays resident for the next step's tensors rather than going back to the system
+    (Chen et al., "Training Deep Nets with Sublinear Memory Cost", 2016, section 3: the
+    memory of training grows with the sum of the layers' outputs). A larger output that
+    nothing reads is unmapped when freed. Under activation checkpointing a recomputed
+    segment's inner outputs are freed as the next are made (the transient counts the
+    largest segment)."""
+    elem = 2 if precision in HALF else FP32
     total = 0.0
     for i, layer in enumerate(layers):
         if layer.segment and not _ends_segment(layers, i):
             continue
-        nxt = layers[i + 1] if i + 1 < len(layers) else None
-        own = saved_elem(layer, precision) if saves(layer) & SAVES_OUTPUT or layer.segment \
-            else 0
-        by_next = saved_elem(nxt, precision) if nxt and saves(nxt) & SAVES_INPUT else 0
-        per = own + by_next if own and by_next and own != by_next else max(own, by_next)
-        total += layer.out_elems * batch * per
+        kept = _kept_per_elem(layers, i, precision)
+        freed = layer.out_elems * batch * elem
+        total += layer.out_elems * batch * kept if kept else \
+            freed if freed <= HEAP_MAX_BLOCK else 0.0
     return total
 
 
@@ -160,17 +195,19 @@ def _ends_segment(layers: Sequence[Layer], i: int) -> bool:
 
 def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
                 optimizer: str = "sgd", baseline: float = 0.0,
-                on_device: bool = False) -> MemoryBreakdown:
+                on_device: bool = False, framework: str | None = None) -> MemoryBreakdown:
     """The breakdown of one step's peak for ``layers`` at ``batch`` samples per process
     or device; ``baseline``: the framework's runtime (``dlperf calibrate`` measures it);
     ``on_device``: the peak of a device's allocator (a GPU's), else a CPU process's
-    resident memory (see the module's docstring)."""
+    resident memory (see the module's docstring); ``framework``: the one that trains it
+    (None: one that keeps every gradient until the update, as PyTorch does)."""
     elem = 2 if precision in HALF else FP32
     return MemoryBreakdown(
-        weights=weight_bytes(layers, precision), gradients=gradient_bytes(layers),
+        weights=weight_bytes(layers, precision),
+        gradients=gradient_bytes(layers, framework in FUSED_UPDATE),
         optimizer=optimizer_bytes(layers, optimizer),
         activations=(saved_activation_bytes(layers, batch, precision) if on_device
-                     else activation_bytes(layers, batch, elem)),
+                     else resident_activation_bytes(layers, batch, precision)),
         transient=transient_bytes(layers, batch, elem), baseline=baseline)
 
 
@@ -183,8 +220,9 @@ def with_ddp_buckets(m: MemoryBreakdown) -> MemoryBreakdown:
 
 
 def sharded_step_memory(layers: Sequence[Layer], batch: float, precision: str,
-                        workers: int, *, optimizer: str = "sgd",
-                        baseline: float = 0.0, on_device: bool = False) -> MemoryBreakdown:
+                        workers: int, *, optimizer: str = "sgd", baseline: float = 0.0,
+                        on_device: bool = False, framework: str | None = None
+                        ) -> MemoryBreakdown:
     """One worker's peak under fully sharded data parallelism (ZeRO stage 3: Rajbhandari
     et al., "ZeRO", 2020, section 5.3; PyTorch's FSDP: Zhao et al., "PyTorch FSDP", 2023,
     section 3), ``batch`` its own samples: a 1/``workers`` shard of the weights, gradients
@@ -194,7 +232,7 @@ def sharded_step_memory(layers: Sequence[Layer], batch: float, precision: str,
     with weights (``dlperf parallel -s fsdp`` shards each top-level module); the largest
     sets the peak."""
     one = step_memory(layers, batch, precision, optimizer=optimizer, baseline=baseline,
-                      on_device=on_device)
+                      on_device=on_device, framework=framework)
     if workers <= 1:
         return one
     unit = max((layer.params for layer in layers), default=0) * FP32
@@ -205,14 +243,15 @@ def sharded_step_memory(layers: Sequence[Layer], batch: float, precision: str,
 
 def worker_step_memory(layers: Sequence[Layer], batch: float, precision: str,
                        strategy: str, workers: int, group: int | None = None, *,
-                       baseline: float = 0.0, on_device: bool = False) -> MemoryBreakdown:
+                       baseline: float = 0.0, on_device: bool = False,
+                       framework: str | None = None) -> MemoryBreakdown:
     """One data-parallel worker's peak at ``batch`` samples of its own under ``strategy``
     over ``workers`` (``group``: the workers that all-reduce together, all by default):
     fsdp shards the state over all (``sharded_step_memory``); DDP's all-reduce, in sync
     and in a mixed strategy's groups, adds its buckets (``with_ddp_buckets``)."""
     shards = workers if strategy == "fsdp" else 1
     mem = sharded_step_memory(layers, batch, precision, shards, baseline=baseline,
-                              on_device=on_device)
+                              on_device=on_device, framework=framework)
     ring = workers if group is None else group
     ddp = strategy in ("sync", "mixed") and ring > 1
     return with_ddp_buckets(mem) if ddp else mem

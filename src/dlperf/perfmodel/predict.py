@@ -365,10 +365,13 @@ class _Context:
         """The peak of one step on the device that holds the most: ``parts`` the layers
         of each device's share (one part: the whole network), ``batch`` its samples;
         a data-parallel ``strategy`` over the devices (``group``: those that all-reduce
-        together) adds its own (``memory.worker_step_memory``)."""
+        together) adds its own (``memory.worker_step_memory``), as the framework of this
+        machine's calibration keeps it (a catalogue device's: as PyTorch does)."""
+        fit = self.cal.fitted(self.dev)
         return max((worker_step_memory(layers, batch, self.precision, strategy,
                                        self.devices, group, baseline=self.baseline,
-                                       on_device=self.dev.kind == "gpu")
+                                       on_device=self.dev.kind == "gpu",
+                                       framework=fit.framework if fit else None)
                     for layers in parts), key=lambda m: m.total)
 
     def memory_fields(self, parts: list[list[Layer]], batch: int, scale: int,

@@ -32,7 +32,7 @@ def peak_cases() -> list[PeakCase]:
     for row in measured_gpu_memory()[1]:
         _, _, cfg = workloads.resolve(row.network, row.size, {})
         out.append(PeakCase(row, step_memory(cfg.layers(), row.batch_size, row.precision,
-                                             on_device=True)))
+                                             on_device=True, framework=row.framework)))
     return out
 
 

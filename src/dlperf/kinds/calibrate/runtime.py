@@ -75,5 +75,6 @@ def train_runtimes(o: KernelOptions, backend: Backend, failures: dict[str, str]
             failures[f"runtime {net}"] = f"{type(e).__name__}: {e}"[:300]
             continue
         peaks[net] = environment.peak_resident_bytes()
-        runtimes[net] = int(peaks[net] - step_memory(cfg.layers(), batch, "fp32").total)
+        tensors = step_memory(cfg.layers(), batch, "fp32", framework=backend.name).total
+        runtimes[net] = int(peaks[net] - tensors)
     return peaks, runtimes

@@ -296,7 +296,7 @@ def predicted_memory(spec: RunSpec, baseline: float) -> MemoryBreakdown | str:
         return worker_memory(spec, baseline)
     _, _, cfg = workloads.resolve(spec.network, spec.size, dict(spec.params))
     return step_memory(cfg.layers(), spec.batch_size, spec.precision, baseline=baseline,
-                       on_device=spec.device == "gpu")
+                       on_device=spec.device == "gpu", framework=spec.framework)
 
 
 def worker_memory(spec: RunSpec, baseline: float) -> MemoryBreakdown | str:
