@@ -1843,3 +1843,16 @@ def test_the_kernel_worker_measures_the_runtime_of_training_each_network():
     assert runtime.measures(spec)
     for other in ({"threads": 2}, {"device": "gpu"}, {"network": "allreduce"}):
         assert not runtime.measures(spec.model_copy(update=other))
+
+
+def test_core_sharing_keeps_the_median_of_its_rounds(monkeypatch):
+    """Rounds of two processes on one CPU, each between rounds alone: a round the machine
+    slowed (x2) is not the one kept, nor the least costly; the median round is."""
+    from dlperf.backends import torch_kernels
+
+    assert torch_kernels.SHARE_ROUNDS == 3
+    script = iter([[1.0], [2.0, 2.0], [1.0], [4.0, 4.0], [1.0], [2.2, 2.2], [1.0]])
+    monkeypatch.setattr(torch_kernels, "share_round", lambda procs, s, make: next(script))
+    alone, two = torch_kernels.core_sharing(0.1)
+    assert (alone, two) == ([1.0, 1.0], [2.2, 2.2])
+    assert torch_kernels.sharing_cost(alone, two) == pytest.approx(1.1)

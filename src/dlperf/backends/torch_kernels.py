@@ -424,12 +424,31 @@ def share_round(procs: int, seconds: float,
                 p.kill()
 
 
+#: rounds of two processes on one CPU in a core-sharing measurement, each between two
+#: rounds of one alone: on a VM whose speed moves by a fifth within minutes, one round
+#: read x1.22 at a 0.2 s step where three, interleaved, read x0.87-1.00
+#: (``benchmarks/bench_core_sharing.py``, 2-vCPU AMD EPYC, 2026-11-28)
+SHARE_ROUNDS = 3
+
+
 def core_sharing(seconds: float, batch: int = SHARE_BATCH) -> tuple[list[float], list[float]]:
     """Seconds of a step (``_share_step`` at ``batch``) of one process alone on a CPU
-    (before and after), and of each of two processes on that CPU at once
-    (``perfmodel.sharing``; ``share_round``)."""
+    (the rounds before and after), and of each of two processes on that CPU at once
+    (``perfmodel.sharing``; ``share_round``): of ``SHARE_ROUNDS`` rounds of two, each
+    between rounds alone, the one whose cost against its neighbours is the median (a
+    round the machine slowed or sped up is not the one kept)."""
     make = functools.partial(_share_step, batch)
-    before = share_round(1, seconds, make)
-    two = share_round(2, seconds, make)
-    after = share_round(1, seconds, make)
-    return before + after, two
+    alone = [share_round(1, seconds, make)]
+    rounds = []
+    for _ in range(SHARE_ROUNDS):
+        two = share_round(2, seconds, make)
+        alone.append(share_round(1, seconds, make))
+        rounds.append((sharing_cost(alone[-2] + alone[-1], two), alone[-2] + alone[-1], two))
+    _, beside, two = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
+    return beside, two
+
+
+def sharing_cost(alone: list[float], two: list[float]) -> float:
+    """How much less two processes on one CPU did together (their steps per second summed)
+    than one alone (its faster round), as ``perfmodel.fit`` reads the samples."""
+    return (1 / min(alone)) / sum(1 / t for t in two)
