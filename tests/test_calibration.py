@@ -1780,9 +1780,8 @@ def test_a_step_is_predicted_with_its_frameworks_runtime_when_training_that_netw
     trains (``kinds.calibrate.runtime``); a step's memory takes its network's, a network
     not measured the least any took, and a calibration without them the libraries'."""
     from dlperf.kinds.calibrate.prediction import predict_for_spec
-    from dlperf.perfmodel.machine_fits import runtime_baseline
-
     from dlperf.kinds.calibrate.validate import predict_here
+    from dlperf.perfmodel.machine_fits import runtime_baseline
 
     fcn, alex = 300e6, 340e6
     libraries_alone = "the baseline is torch's libraries alone"
