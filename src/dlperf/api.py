@@ -548,8 +548,8 @@ def advice_inputs(store: Store, db: str | Path | None, *, model: Any = None
         else None
     # per framework the least runtime its training took here (the batch advice is per
     # network, the runtime a framework's; ``runtime_baseline``)
-    baselines = {key[0]: b for key in runtimes if key[1] == "cpu"
-                 if (b := runtime_baseline(key[0], "cpu", None, runtimes)) is not None}
+    baselines = {fw: b for fw in {key[0] for key in runtimes if key[1] == "cpu"}
+                 if (b := runtime_baseline(fw, "cpu", None, runtimes)) is not None}
     return dict(rows=rows_here(store), memory_error=memory_error,
                 gpu_memory_error=gpu_memory_error(), model=model, loader=_loader_model(db),
                 baselines=baselines)

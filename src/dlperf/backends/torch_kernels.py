@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from dlperf.backends.base import Timed, UnsupportedError
 from dlperf.backends.torch_amp import autocast_context
+from dlperf.perfmodel.fit import sharing_cost
 from dlperf.perfmodel.kernels import DISPATCH_SIDE, POOL_STRIDE, POOL_WINDOW, conv_out, flops
 
 
@@ -446,9 +447,3 @@ def core_sharing(seconds: float, batch: int = SHARE_BATCH) -> tuple[list[float],
         rounds.append((sharing_cost(alone[-2] + alone[-1], two), alone[-2] + alone[-1], two))
     _, beside, two = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
     return beside, two
-
-
-def sharing_cost(alone: list[float], two: list[float]) -> float:
-    """How much less two processes on one CPU did together (their steps per second summed)
-    than one alone (its faster round), as ``perfmodel.fit`` reads the samples."""
-    return (1 / min(alone)) / sum(1 / t for t in two)

@@ -593,8 +593,14 @@ def _sharing_of(samples: Sequence[KernelSample]) -> tuple[float, float] | None:
     by = {s.shape[0]: s.times_s or (s.median_s,) for s in samples}
     if 1 not in by or 2 not in by or min(by[1]) <= 0 or min(by[2]) <= 0:
         return None
-    together = sum(1 / t for t in by[2])
-    return min(by[1]), max(1.0, (1 / min(by[1])) / together)
+    return min(by[1]), max(1.0, sharing_cost(by[1], by[2]))
+
+
+def sharing_cost(alone: Sequence[float], two: Sequence[float]) -> float:
+    """How much less two processes on one core did together (their steps per second
+    summed: the scheduler need not split the core evenly) than one alone (its faster
+    round: other work only ever slows one), from their seconds per step."""
+    return (1 / min(alone)) / sum(1 / t for t in two)
 
 
 def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu",

@@ -34,7 +34,7 @@ def runtime_baseline(framework: str, device: str, network: str | None,
     device): a calibration made before dlperf measured training runtimes)."""
     if network is not None and (got := baselines.get((framework, device, network))) is not None:
         return got
-    trained = [b for k, b in baselines.items() if len(k) == 3 and k[:2] == (framework, device)]
+    trained = _trained(framework, device, baselines)
     return min(trained) if trained else baselines.get((framework, device))
 
 
@@ -42,7 +42,13 @@ def trains_measured(framework: str, device: str,
                     baselines: dict[tuple[str, ...], float]) -> bool:
     """Whether the calibration measured ``framework``'s runtime when training any network
     on ``device`` (``runtime_baseline``'s first two choices)."""
-    return any(len(k) == 3 and k[:2] == (framework, device) for k in baselines)
+    return bool(_trained(framework, device, baselines))
+
+
+def _trained(framework: str, device: str,
+             baselines: dict[tuple[str, ...], float]) -> list[float]:
+    """The runtimes measured of ``framework`` training each network on ``device``."""
+    return [b for k, b in baselines.items() if len(k) == 3 and k[:2] == (framework, device)]
 
 
 def worker_baseline(framework: str, device: str, strategy: str | None,
