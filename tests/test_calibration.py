@@ -1857,3 +1857,38 @@ def test_core_sharing_keeps_the_median_of_its_rounds(monkeypatch):
     from dlperf.perfmodel.fit import sharing_cost
 
     assert sharing_cost(alone, two) == pytest.approx(1.1)
+
+
+def test_a_disturbed_op_timed_again_keeps_the_shapes_an_interrupted_run_had_timed(
+        monkeypatch):
+    """An op whose first timing was disturbed is timed once more: only the shapes this run
+    timed, the ones resumed from an interrupted run kept as they were."""
+    from dlperf.core import disturbance
+    from dlperf.kinds.calibrate import run
+    from dlperf.perfmodel.kernels import KernelSample
+
+    part = KernelPart(op="memory", shapes=((1,), (2,), (3,)))
+    spec = RunSpec(kind="kernel", network="kernels", framework="torch", batch_size=1,
+                   options=KernelOptions(parts=(part,), min_time_s=0.1, revision=k.REVISION))
+
+    def sample(n, s):
+        return KernelSample(op="memory", shape=(n,), median_s=s, times_s=(s,), bytes=8.0 * n)
+
+    resumed = {("memory", (1,)): sample(1, 0.5)}
+    timed: list[list[int]] = []
+
+    def shapes(o, part, spec, backend, emit, failures, done=None):
+        kept = done or {}
+        timed.append([s[0] for s in part.shapes if ("memory", tuple(s)) not in kept])
+        return [kept.get(("memory", tuple(s))) or sample(s[0], 0.1 * len(timed))
+                for s in part.shapes]
+
+    shares = iter([0.5, 0.0])
+    monkeypatch.setattr(run, "_shapes", shapes)
+    monkeypatch.setattr(disturbance, "read", lambda: None)
+    monkeypatch.setattr(disturbance, "between", lambda a, b: disturbance.Disturbance(
+        other_share=next(shares), steal_share=0.0, cpus=1, seconds=1.0))
+    got, share = run._watched_shapes(spec.options, part, spec, None, lambda e: None, {},
+                                     resumed)
+    assert timed == [[2, 3], [2, 3]] and share == 0.0
+    assert got[0] is resumed[("memory", (1,))] and [s.median_s for s in got[1:]] == [0.2, 0.2]

@@ -232,7 +232,8 @@ def _watched_shapes(o: KernelOptions, part: KernelPart, spec: RunSpec,
     if d is None or not d.disturbed or spec.device != "cpu":
         return samples, d.other_share + d.steal_share if d else None
     before = disturbance.read()
-    again = _shapes(o, part, spec, backend, emit, {}, None)
+    # the resumed shapes kept as they were timed then: only this run's are timed again
+    again = _shapes(o, part, spec, backend, emit, {}, done)
     d2 = disturbance.between(before, disturbance.read())
     share, share2 = d.other_share + d.steal_share, (
         d2.other_share + d2.steal_share if d2 else 1.0)
