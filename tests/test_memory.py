@@ -89,6 +89,44 @@ def test_a_step_compiled_whole_with_its_state_donated_holds_one_gradient_at_a_ti
     assert whole.total - fused.total == (PARAMS - 220) * 4
 
 
+def test_an_lstm_keeps_its_gates_and_cell_state_for_its_backward():
+    """An LSTM's backward reads, beyond its input and output, its four gates and its cell
+    state at every step: five more tensors of its output's size (hidden x steps); a plain
+    recurrent layer's reads its input and output alone."""
+    assert memory.INTERNAL["lstm"] == 5
+    emb, proj = Layer("embedding", "embedding", out_elems=8), Layer("proj", "dense", out_elems=3)
+    for layer, extra in ((Layer("lstm", "lstm", out_elems=6), 5),
+                         (Layer("rnn", "rnn", out_elems=6), 0)):
+        # the embedding's output (the recurrent layer's input), its output, its internals
+        assert memory.saved_activation_bytes([emb, layer, proj], 2, "fp32") == \
+            (8 + 6 + extra * 6) * 2 * 4
+
+
+def test_tensorflows_loss_writes_its_gradient_over_its_logits():
+    """TensorFlow's fused softmax cross-entropy makes the logits' gradient in their own
+    buffer, and the backward's scaling of it writes over it again: from the forward through
+    the backward the logits and their gradient are one tensor, the loss's output. PyTorch
+    keeps its log-softmax's output and makes the two gradients apart."""
+    assert "tensorflow" in memory.IN_PLACE_LOSS and "torch" not in memory.IN_PLACE_LOSS
+    net = [Layer("fc", "dense", out_elems=4), Layer("relu", "act", out_elems=4),
+           Layer("proj", "dense", out_elems=10), Layer("xent", "loss", out_elems=10)]
+
+    def step(fw, on_device=True):
+        return memory.step_memory(net, batch=2, precision="fp32", framework=fw,
+                                  on_device=on_device)
+
+    # kept: the ReLU's output (read by itself and the projection) and the loss's output
+    assert step("tensorflow").activations == step("torch").activations == (4 + 10) * 2 * 4
+    # the backward's largest pair: PyTorch's loss holds its output's gradient and makes
+    # its input's; TensorFlow's makes neither apart, so the pair is fc's and the ReLU's
+    assert step("torch").transient == (10 + 10) * 2 * 4
+    assert step("tensorflow").transient == (4 + 4) * 2 * 4
+    # on a CPU the projection's output, read by nobody, stays in malloc's heaps when freed;
+    # in TensorFlow it is never freed: it is the loss's output itself
+    assert step("torch", False).activations - step("tensorflow", False).activations == \
+        10 * 2 * 4
+
+
 def test_optimizer_state_per_parameter():
     assert memory.optimizer_bytes(LAYERS, "momentum") == PARAMS * 4
     assert memory.optimizer_bytes(LAYERS, "adam") == PARAMS * 8

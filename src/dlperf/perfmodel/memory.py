@@ -106,6 +106,23 @@ ON_INPUT = ("gelu", "lrelu")
 #: ops that run in fp32 under mixed precision (autocast's fp32 list: softmax, log-softmax,
 #: layer norm; the embedding looks up fp32 weights), and keep their tensors at 4 bytes
 FP32_UNDER_AUTOCAST = ("softmax", "ln", "loss", "embedding")
+#: what a layer's backward reads of its own forward beyond its input and output, in
+#: multiples of its output (an LSTM's: hidden units x time steps): an LSTM's four gates
+#: and its cell state at every step, which the gates' and the cell's gradients are
+#: written with (Hochreiter and Schmidhuber, "Long Short-Term Memory", 1997; Graves,
+#: "Supervised Sequence Labelling with Recurrent Neural Networks", 2012, section 4.6.2).
+#: PyTorch's oneDNN LSTM keeps them in its training workspace, TensorFlow's while loop in
+#: its gradient accumulators, JAX's scan as its residuals.
+INTERNAL = {"lstm": 5}
+#: the frameworks whose softmax cross-entropy writes its gradient over its logits:
+#: TensorFlow's SparseSoftmaxCrossEntropyWithLogits makes the loss and the logits'
+#: gradient in one kernel, the gradient in the logits' own buffer when nothing else holds
+#: them (``forward_input_or_allocate_output({0}, 1, ...)``, tensorflow/core/kernels/
+#: sparse_xent_op.cc), and the backward's scaling of it by the loss's gradient, an
+#: elementwise Mul, writes over it in turn (cwise ops forward an input the same way). From
+#: the forward through the backward the logits and their gradient are one tensor: the
+#: loss's output here, its input (the projection's output) never a tensor of its own.
+IN_PLACE_LOSS = ("tensorflow",)
 
 
 def saves(layer: Layer) -> int:
@@ -126,22 +143,33 @@ def saved_elem(layer: Layer, precision: str) -> int:
 def _kept_per_elem(layers: Sequence[Layer], i: int, precision: str) -> int:
     """Bytes per element of layer ``i``'s output that the backward reads: one copy a layer
     saves of its own, or its successor saves as input, counted once, or twice where the
-    two keep it at different precisions (a cast copy); 0 where neither reads it."""
+    two keep it at different precisions (a cast copy); 0 where neither reads it. A layer's
+    own internals (``INTERNAL``) count as that many more copies of its output."""
     layer = layers[i]
     nxt = layers[i + 1] if i + 1 < len(layers) else None
     own = saved_elem(layer, precision) if saves(layer) & SAVES_OUTPUT or layer.segment else 0
     by_next = saved_elem(nxt, precision) if nxt and saves(nxt) & SAVES_INPUT else 0
-    return own + by_next if own and by_next and own != by_next else max(own, by_next)
+    kept = own + by_next if own and by_next and own != by_next else max(own, by_next)
+    return kept + INTERNAL.get(layer.op, 0) * saved_elem(layer, precision)
 
 
-def saved_activation_bytes(layers: Sequence[Layer], batch: float, precision: str) -> float:
+def _logits_in_place(layers: Sequence[Layer], i: int, in_place_loss: bool) -> bool:
+    """Whether layer ``i``'s output is a loss's input that the loss overwrites with its
+    gradient (``IN_PLACE_LOSS``): no tensor of its own, the loss's output standing for it."""
+    return (in_place_loss and i + 1 < len(layers) and layers[i + 1].op == "loss")
+
+
+def saved_activation_bytes(layers: Sequence[Layer], batch: float, precision: str,
+                           in_place_loss: bool = False) -> float:
     """The outputs the backward pass reads, kept from the forward (each layer's input is
     its predecessor's output; ``_kept_per_elem``). Under activation checkpointing a
     recomputed segment keeps its last output alone, whoever reads it (the next segment's
-    input). A branch's input (a residual block's) is taken as its predecessor's output."""
+    input). A branch's input (a residual block's) is taken as its predecessor's output.
+    ``in_place_loss``: the loss writes its gradient over its input (``IN_PLACE_LOSS``)."""
     return sum(layer.out_elems * batch * _kept_per_elem(layers, i, precision)
                for i, layer in enumerate(layers)
-               if not layer.segment or _ends_segment(layers, i))
+               if (not layer.segment or _ends_segment(layers, i))
+               and not _logits_in_place(layers, i, in_place_loss))
 
 
 #: the largest block glibc's malloc serves from its heaps once its mmap threshold has
@@ -153,7 +181,7 @@ HEAP_MAX_BLOCK = 32 * 2**20
 
 
 def resident_activation_bytes(layers: Sequence[Layer], batch: float,
-                              precision: str) -> float:
+                              precision: str, in_place_loss: bool = False) -> float:
     """The activations a CPU process's resident memory holds at the step's peak: the
     outputs the backward reads (``saved_activation_bytes``), and each output it frees
     early that fits malloc's heaps (``HEAP_MAX_BLOCK``): freed into a heap, its memory
@@ -162,11 +190,12 @@ def resident_activation_bytes(layers: Sequence[Layer], batch: float,
     memory of training grows with the sum of the layers' outputs). A larger output that
     nothing reads is unmapped when freed. Under activation checkpointing a recomputed
     segment's inner outputs are freed as the next are made (the transient counts the
-    largest segment)."""
+    largest segment). ``in_place_loss`` as in ``saved_activation_bytes``."""
     elem = 2 if precision in HALF else FP32
     total = 0.0
     for i, layer in enumerate(layers):
-        if layer.segment and not _ends_segment(layers, i):
+        if layer.segment and not _ends_segment(layers, i) \
+                or _logits_in_place(layers, i, in_place_loss):
             continue
         kept = _kept_per_elem(layers, i, precision)
         freed = layer.out_elems * batch * elem
@@ -175,12 +204,16 @@ def resident_activation_bytes(layers: Sequence[Layer], batch: float,
     return total
 
 
-def transient_bytes(layers: Sequence[Layer], batch: float, elem: int) -> float:
+def transient_bytes(layers: Sequence[Layer], batch: float, elem: int,
+                    in_place_loss: bool = False) -> float:
     """The largest working set beyond what is kept: the backward of a layer holds the
     gradient of its output and the gradient of its input (its predecessor's output) at
     once; under checkpointing, the largest segment's outputs as well, recomputed for its
-    backward (Chen et al., 2016, section 4)."""
-    outs = [layer.out_elems for layer in layers]
+    backward (Chen et al., 2016, section 4). A loss that writes its gradient over its
+    input (``in_place_loss``) makes that gradient in the one tensor already counted kept:
+    neither its output's gradient nor its input's is another."""
+    outs = [0 if in_place_loss and (layer.op == "loss" or _logits_in_place(
+        layers, i, in_place_loss)) else layer.out_elems for i, layer in enumerate(layers)]
     pairs = [a + b for a, b in zip(outs, outs[1:], strict=False)] or outs or [0]
     segments: dict[str, int] = {}
     for layer in layers:
@@ -200,15 +233,17 @@ def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
     or device; ``baseline``: the framework's runtime (``dlperf calibrate`` measures it);
     ``on_device``: the peak of a device's allocator (a GPU's), else a CPU process's
     resident memory (see the module's docstring); ``framework``: the one that trains it
-    (None: one that keeps every gradient until the update, as PyTorch does)."""
+    (``FUSED_UPDATE``, ``IN_PLACE_LOSS``; None: one that keeps every gradient until the
+    update and makes the loss's gradient apart from its logits, as PyTorch does)."""
     elem = 2 if precision in HALF else FP32
+    in_place = framework in IN_PLACE_LOSS
     return MemoryBreakdown(
         weights=weight_bytes(layers, precision),
         gradients=gradient_bytes(layers, framework in FUSED_UPDATE),
         optimizer=optimizer_bytes(layers, optimizer),
-        activations=(saved_activation_bytes(layers, batch, precision) if on_device
-                     else resident_activation_bytes(layers, batch, precision)),
-        transient=transient_bytes(layers, batch, elem), baseline=baseline)
+        activations=(saved_activation_bytes(layers, batch, precision, in_place) if on_device
+                     else resident_activation_bytes(layers, batch, precision, in_place)),
+        transient=transient_bytes(layers, batch, elem, in_place), baseline=baseline)
 
 
 def with_ddp_buckets(m: MemoryBreakdown) -> MemoryBreakdown:
