@@ -119,9 +119,10 @@ INTERNAL = {"lstm": 5}
 #: gradient in one kernel, the gradient in the logits' own buffer when nothing else holds
 #: them (``forward_input_or_allocate_output({0}, 1, ...)``, tensorflow/core/kernels/
 #: sparse_xent_op.cc), and the backward's scaling of it by the loss's gradient, an
-#: elementwise Mul, writes over it in turn (cwise ops forward an input the same way). From
-#: the forward through the backward the logits and their gradient are one tensor: the
-#: loss's output here, its input (the projection's output) never a tensor of its own.
+#: elementwise Mul, writes over it in turn (its binary ops forward an input the same way:
+#: tensorflow/core/kernels/cwise_ops_common.cc). From the forward through the backward
+#: the logits and their gradient are one tensor: the loss's output here, its input (the
+#: projection's output) never a tensor of its own.
 IN_PLACE_LOSS = ("tensorflow",)
 
 
@@ -212,8 +213,8 @@ def transient_bytes(layers: Sequence[Layer], batch: float, elem: int,
     backward (Chen et al., 2016, section 4). A loss that writes its gradient over its
     input (``in_place_loss``) makes that gradient in the one tensor already counted kept:
     neither its output's gradient nor its input's is another."""
-    outs = [0 if in_place_loss and (layer.op == "loss" or _logits_in_place(
-        layers, i, in_place_loss)) else layer.out_elems for i, layer in enumerate(layers)]
+    outs = [0 if in_place_loss and layer.op == "loss" or _logits_in_place(
+        layers, i, in_place_loss) else layer.out_elems for i, layer in enumerate(layers)]
     pairs = [a + b for a, b in zip(outs, outs[1:], strict=False)] or outs or [0]
     segments: dict[str, int] = {}
     for layer in layers:
