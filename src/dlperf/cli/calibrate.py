@@ -28,9 +28,10 @@ def add(sub: argparse._SubParsersAction) -> None:
         "calibrate", help="time this machine's kernels for the performance model",
         description="Time GEMMs over a grid of shapes, convolutions, memory bandwidth, the "
         "per-op cost and, with PyTorch, a gloo all-reduce on loopback, per framework and "
-        "thread count, through the normal worker (stored, resumable). 4 to 5 minutes on 2 "
-        "cores for torch, tensorflow and jax at 1 and 2 threads. The model is fitted on "
-        "these kernels only, never on the networks it predicts.")
+        "thread count, through the normal worker (stored, resumable). About 17 minutes on "
+        "2 cores for torch, tensorflow and jax at 1 and 2 threads; --networks times their "
+        "shapes and a skeleton of the grid (6 to 7 minutes for three networks). The model "
+        "is fitted on these kernels only, never on the networks it predicts.")
     args.add_run_flags(
         p, network=args.Take(many=True, help="time the products and convolutions at these "
                              "networks' layer shapes (at --batch-size) and a skeleton of the "

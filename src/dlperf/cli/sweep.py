@@ -35,7 +35,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="reproduce a published study (dlbench)")
     p.add_argument("study", help="dlbench")
     p.add_argument("--brief", action="store_true", help="fcn5, alexnet and lstm32 at 1, P "
-                   "and 2P threads (P: physical cores) with the quick settings: about 6 "
+                   "and 2P threads (P: physical cores) with the quick settings: about 8 "
                    "minutes for three frameworks on 2 cores")
     p.add_argument("--quick", action="store_true", help="threads 1,2,4, default batches, one "
                    "process each: a few minutes")

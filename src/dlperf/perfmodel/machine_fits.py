@@ -138,8 +138,8 @@ class MachineFits:
         fit = self.find(framework, threads, device, precision)
         if not self.fits:
             how = ("calibrate --device gpu' first (minutes on the GPU; --dry-run lists its "
-                   "kernel runs)" if device == "gpu" else "calibrate' first (4-5 minutes on "
-                   "2 cores)")
+                   "kernel runs)" if device == "gpu" else "calibrate' first (about 17 minutes "
+                   "on 2 cores)")
             raise UsageError(f"this machine has no calibration in the store; run 'dlperf {how}")
         if fit is None:
             have = ", ".join(f.label for f in self.fits if f.device == device) or "none"

@@ -510,7 +510,7 @@ def validation(store: Store, mode: str, *, kinds: Sequence[str] = ("step", "para
         cal = plan_calibration(store, device=None)  # each run's own device
         if not cal.fits:
             raise UsageError("this machine has no calibration in the store; run 'dlperf "
-                             "calibrate' first (4-5 minutes on 2 cores)")
+                             "calibrate' first (about 17 minutes on 2 cores)")
         found, skipped = cases(store, cal, kinds=kinds)
     found = [c for c in found if (not networks or c.row.spec.network in networks)
              and (not frameworks or c.key("framework") in frameworks)]
