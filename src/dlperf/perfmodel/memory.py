@@ -160,6 +160,14 @@ def _logits_in_place(layers: Sequence[Layer], i: int, in_place_loss: bool) -> bo
     return (in_place_loss and i + 1 < len(layers) and layers[i + 1].op == "loss")
 
 
+def _a_tensor_of_its_own(layers: Sequence[Layer], i: int, in_place_loss: bool) -> bool:
+    """Whether layer ``i``'s output is a tensor the step holds apart from the others: not
+    a recomputed segment's inner output (``_ends_segment``), not logits the loss
+    overwrites (``_logits_in_place``)."""
+    return ((not layers[i].segment or _ends_segment(layers, i))
+            and not _logits_in_place(layers, i, in_place_loss))
+
+
 def saved_activation_bytes(layers: Sequence[Layer], batch: float, precision: str,
                            in_place_loss: bool = False) -> float:
     """The outputs the backward pass reads, kept from the forward (each layer's input is
@@ -169,8 +177,7 @@ def saved_activation_bytes(layers: Sequence[Layer], batch: float, precision: str
     ``in_place_loss``: the loss writes its gradient over its input (``IN_PLACE_LOSS``)."""
     return sum(layer.out_elems * batch * _kept_per_elem(layers, i, precision)
                for i, layer in enumerate(layers)
-               if (not layer.segment or _ends_segment(layers, i))
-               and not _logits_in_place(layers, i, in_place_loss))
+               if _a_tensor_of_its_own(layers, i, in_place_loss))
 
 
 #: the largest block glibc's malloc serves from its heaps once its mmap threshold has
@@ -195,8 +202,7 @@ def resident_activation_bytes(layers: Sequence[Layer], batch: float,
     elem = 2 if precision in HALF else FP32
     total = 0.0
     for i, layer in enumerate(layers):
-        if layer.segment and not _ends_segment(layers, i) \
-                or _logits_in_place(layers, i, in_place_loss):
+        if not _a_tensor_of_its_own(layers, i, in_place_loss):
             continue
         kept = _kept_per_elem(layers, i, precision)
         freed = layer.out_elems * batch * elem
