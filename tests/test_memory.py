@@ -127,6 +127,47 @@ def test_tensorflows_loss_writes_its_gradient_over_its_logits():
         10 * 2 * 4
 
 
+def test_xlas_max_pool_backward_holds_the_expansions_buffers():
+    """XLA runs a max pool's backward as iotas, an argmax reduce-window and a scatter, each
+    a buffer of its own (``memory.EXPANDED_POOL``): per padded input element its value,
+    one int32 position per dimension and the scattered gradient, per output element its
+    maximum and a position per dimension. PyTorch's pool makes its gradient in one kernel."""
+    from dlperf.workloads.base import max_pool
+
+    pool = max_pool("pool", channels=3, in_hw=6)  # 6x6 -> 3x3, padded to 8x8
+    assert (pool.out_elems, pool.pad_elems) == (3 * 3 * 3, 3 * (8 * 8 - 6 * 6))
+    padded, out = 2 * 3 * 8 * 8, 2 * 3 * 3 * 3
+    assert memory.expanded_pool_bytes(pool, 3 * 6 * 6, 2, 4) == \
+        padded * (4 + 4 * 4 + 4) + out * (4 + 4 * 4)
+    net = [Layer("conv", "conv", out_elems=3 * 6 * 6, input_grad=False), pool,
+           Layer("fc", "dense", out_elems=2), Layer("avgpool", "pool", out_elems=2)]
+    assert memory.is_max_pool(pool) and not memory.is_max_pool(net[3])
+    pair = (3 * 6 * 6 + 3 * 3 * 3) * 2 * 4  # the pool's input and output gradients
+    assert memory.step_memory(net, 2, "fp32", framework="torch").transient == pair
+    assert memory.step_memory(net, 2, "fp32", framework="jax").transient == \
+        pair + memory.expanded_pool_bytes(pool, 3 * 6 * 6, 2, 4)
+
+
+def test_xlas_own_plan_of_a_max_pool_backward_is_the_expansion():
+    """The term against XLA itself: the temporaries of a compiled max-pool backward (JAX's
+    pool, as its backend builds AlexNet and ResNet-50) are ``expanded_pool_bytes``."""
+    jax = pytest.importorskip("jax", reason="JAX is not installed")
+    from dlperf.backends.jax_layers import max_pool as jax_max_pool
+    from dlperf.workloads.base import max_pool
+
+    # shapes whose every buffer is a whole number of XLA's 64-byte alignment
+    for batch, channels, side in ((2, 8, 14), (1, 16, 10)):
+        x = jax.numpy.ones((batch, side, side, channels))
+        g = jax.numpy.ones_like(jax_max_pool(x))
+        backward = jax.jit(lambda x, g: jax.vjp(jax_max_pool, x)[1](g)[0])
+        plan = backward.lower(x, g).compile().memory_analysis()
+        layer = max_pool("pool", channels, side)
+        # beside the buffers, the reduce-window's result is a tuple: a table of its five
+        # buffers' 8-byte addresses
+        assert plan.temp_size_in_bytes == \
+            memory.expanded_pool_bytes(layer, channels * side * side, batch, 4) + 5 * 8
+
+
 def test_optimizer_state_per_parameter():
     assert memory.optimizer_bytes(LAYERS, "momentum") == PARAMS * 4
     assert memory.optimizer_bytes(LAYERS, "adam") == PARAMS * 8

@@ -124,6 +124,19 @@ INTERNAL = {"lstm": 5}
 #: the logits and their gradient are one tensor: the loss's output here, its input (the
 #: projection's output) never a tensor of its own.
 IN_PLACE_LOSS = ("tensorflow",)
+#: the frameworks whose compiler rewrites a max pool's backward (XLA's select-and-scatter)
+#: into plain ops, each with a buffer of its own: XLA's SelectAndScatterExpander
+#: (xla/service/select_and_scatter_expander.cc; run by XLA:CPU's pipeline, cpu_compiler.cc,
+#: and XLA:GPU's, gpu_compiler.cc) makes one int32 iota per dimension of the pool's
+#: input, reduces them with the input over each window into the window's maximum and its
+#: position (a value and an int32 per dimension for each output element), and scatters
+#: the output's gradient at those positions into a buffer of the input's shape. JAX hands
+#: XLA the input padded, so each input-shaped buffer is the padded input's:
+#: ``expanded_pool_bytes``.
+EXPANDED_POOL = ("jax",)
+#: bytes of an int32 position, and the dimensions of a 2-D pool's input (batch, height,
+#: width, channels)
+INDEX, POOL_DIMS = 4, 4
 
 
 def saves(layer: Layer) -> int:
@@ -212,21 +225,44 @@ def resident_activation_bytes(layers: Sequence[Layer], batch: float,
 
 
 def transient_bytes(layers: Sequence[Layer], batch: float, elem: int,
-                    in_place_loss: bool = False) -> float:
+                    in_place_loss: bool = False, expanded_pool: bool = False) -> float:
     """The largest working set beyond what is kept: the backward of a layer holds the
     gradient of its output and the gradient of its input (its predecessor's output) at
-    once; under checkpointing, the largest segment's outputs as well, recomputed for its
-    backward (Chen et al., 2016, section 4). A loss that writes its gradient over its
-    input (``in_place_loss``) makes that gradient in the one tensor already counted kept:
-    neither its output's gradient nor its input's is another."""
+    once, and a max pool's as XLA runs it (``expanded_pool``) its own buffers besides
+    (``expanded_pool_bytes``); under checkpointing, the largest segment's outputs as
+    well, recomputed for its backward (Chen et al., 2016, section 4). A loss that writes
+    its gradient over its input (``in_place_loss``) makes that gradient in the one tensor
+    already counted kept: neither its output's gradient nor its input's is another."""
     outs = [0 if in_place_loss and layer.op == "loss" or _logits_in_place(
         layers, i, in_place_loss) else layer.out_elems for i, layer in enumerate(layers)]
-    pairs = [a + b for a, b in zip(outs, outs[1:], strict=False)] or outs or [0]
+    pairs = [(outs[i - 1] + outs[i]) * batch * elem
+             + (expanded_pool_bytes(layers[i], layers[i - 1].out_elems, batch, elem)
+                if expanded_pool and is_max_pool(layers[i]) else 0.0)
+             for i in range(1, len(outs))] or [o * batch * elem for o in outs] or [0.0]
     segments: dict[str, int] = {}
     for layer in layers:
         if layer.segment:
             segments[layer.segment] = segments.get(layer.segment, 0) + layer.out_elems
-    return (max(pairs) + max(segments.values(), default=0)) * batch * elem
+    return max(pairs) + max(segments.values(), default=0) * batch * elem
+
+
+def is_max_pool(layer: Layer) -> bool:
+    """A pooling layer that keeps each window's maximum: every pool but an average (the
+    networks name theirs 'avgpool')."""
+    return layer.op == "pool" and "avg" not in layer.name
+
+
+def expanded_pool_bytes(layer: Layer, in_elems: int, batch: float, elem: int) -> float:
+    """The working set of a max pool's backward as XLA runs it (``EXPANDED_POOL``), beyond
+    the gradients of its output and its input: per element of the padded input, its value
+    (the padded copy), a position per dimension (the iotas) and the scattered gradient;
+    per output element, the window's maximum and its position per dimension. XLA's
+    buffer plan of one such backward alone (``Compiled.memory_analysis()``, JAX 0.10.2 on
+    a CPU) is exactly that at AlexNet's and ResNet-50's pools: 141.2 MiB for AlexNet's
+    first at batch 16 (``tests/test_memory.py`` has the closed form)."""
+    padded = (in_elems + layer.pad_elems) * batch
+    return (padded * (2 * elem + POOL_DIMS * INDEX)
+            + layer.out_elems * batch * (elem + POOL_DIMS * INDEX))
 
 
 def _ends_segment(layers: Sequence[Layer], i: int) -> bool:
@@ -240,8 +276,9 @@ def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
     or device; ``baseline``: the framework's runtime (``dlperf calibrate`` measures it);
     ``on_device``: the peak of a device's allocator (a GPU's), else a CPU process's
     resident memory (see the module's docstring); ``framework``: the one that trains it
-    (``FUSED_UPDATE``, ``IN_PLACE_LOSS``; None: one that keeps every gradient until the
-    update and makes the loss's gradient apart from its logits, as PyTorch does)."""
+    (``FUSED_UPDATE``, ``IN_PLACE_LOSS``, ``EXPANDED_POOL``; None: one that keeps every
+    gradient until the update, makes the loss's gradient apart from its logits and runs a
+    max pool's backward as one kernel, as PyTorch does)."""
     elem = 2 if precision in HALF else FP32
     in_place = framework in IN_PLACE_LOSS
     return MemoryBreakdown(
@@ -250,7 +287,8 @@ def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
         optimizer=optimizer_bytes(layers, optimizer),
         activations=(saved_activation_bytes(layers, batch, precision, in_place) if on_device
                      else resident_activation_bytes(layers, batch, precision, in_place)),
-        transient=transient_bytes(layers, batch, elem, in_place), baseline=baseline)
+        transient=transient_bytes(layers, batch, elem, in_place, framework in EXPANDED_POOL),
+        baseline=baseline)
 
 
 def with_ddp_buckets(m: MemoryBreakdown) -> MemoryBreakdown:

@@ -66,6 +66,9 @@ class Layer:
     #: its own): a pipeline cuts between blocks, never inside one, where the skip would
     #: have to cross the cut beside the layer's output
     block: str = ""
+    #: the elements a window's padding adds around its input, per sample (a padded
+    #: pooling layer's border: C x ((H + 2p)^2 - H^2)); 0 where its window pads nothing
+    pad_elems: int = 0
 
     def train_flops(self) -> int:
         """Forward + weight gradient + (input gradient) matmul FLOPs for one sample."""
@@ -151,3 +154,12 @@ def conv(
         # the implicit GEMM: one row per output pixel, one column per output channel
         gemms=(Gemm(out_hw * out_hw, c_out, k * k * c_in, window=k, stride=stride),),
     )
+
+
+def max_pool(name: str, channels: int, in_hw: int, *, kernel: int = 3, stride: int = 2,
+             pad: int = 1) -> Layer:
+    """A max pool over ``channels`` maps of ``in_hw`` x ``in_hw`` (3x3, stride 2, one row
+    of padding on every side: DLBench's AlexNet and ResNet-50's stem)."""
+    out_hw = conv_out(in_hw, kernel, stride, pad)
+    return Layer(name, "pool", out_elems=channels * out_hw * out_hw,
+                 pad_elems=channels * ((in_hw + 2 * pad) ** 2 - in_hw * in_hw))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dlperf.workloads.base import Gemm, Layer, Workload, conv, conv_out, dense
+from dlperf.workloads.base import Gemm, Layer, Workload, conv, conv_out, dense, max_pool
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,8 @@ class AlexNetConfig:
                             stride=c.stride))
             out.append(Layer(f"relu{i + 1}", "act", out_elems=c.out * side * side))
             if c.pool_after:
+                out.append(max_pool(f"pool{i + 1}", c.out, side))
                 side = conv_out(side, 3, 2, 1)
-                out.append(Layer(f"pool{i + 1}", "pool", out_elems=c.out * side * side))
             c_in = c.out
         flat = c_in * side * side
         widths = (flat, *self.fc, self.classes)
@@ -115,8 +115,8 @@ class ResNetConfig:
                         stride=2))
         out.append(bn("stem_bn", self.stem, side))
         out.append(Layer("stem_relu", "act", out_elems=self.stem * side * side))
+        out.append(max_pool("stem_pool", self.stem, side))
         side = conv_out(side, 3, 2, 1)
-        out.append(Layer("stem_pool", "pool", out_elems=self.stem * side * side))
         c_in = self.stem
         for s, (width, blocks, stride) in enumerate(self.stages):
             for b in range(blocks):
