@@ -146,6 +146,9 @@ def test_xlas_max_pool_backward_holds_the_expansions_buffers():
     assert memory.step_memory(net, 2, "fp32", framework="torch").transient == pair
     assert memory.step_memory(net, 2, "fp32", framework="jax").transient == \
         pair + memory.expanded_pool_bytes(pool, 3 * 6 * 6, 2, 4)
+    # a GPU's XLA runs it as one kernel (the H200's measured peaks)
+    assert memory.step_memory(net, 2, "fp32", framework="jax", on_device=True).transient \
+        == pair
 
 
 def test_xlas_own_plan_of_a_max_pool_backward_is_the_expansion():
@@ -166,6 +169,20 @@ def test_xlas_own_plan_of_a_max_pool_backward_is_the_expansion():
         # buffers' 8-byte addresses
         assert plan.temp_size_in_bytes == \
             memory.expanded_pool_bytes(layer, channels * side * side, batch, 4) + 5 * 8
+
+
+def test_kerass_sgd_makes_each_weights_step_apart():
+    """Keras's SGD multiplies a weight's gradient by the learning rate into a new tensor
+    before subtracting it (``memory.UPDATE_COPY``): the update's working set is the
+    largest weight's size, the transient where the backward's is smaller. PyTorch's SGD
+    subtracts in place."""
+    assert "tensorflow" in memory.UPDATE_COPY and "torch" not in memory.UPDATE_COPY
+    assert memory.update_copy_bytes(LAYERS) == 220 * 4
+    backward = (20 + 20) * 1 * 4  # fc1's and the ReLU's gradients, one sample
+    assert memory.step_memory(LAYERS, 1, "fp32", framework="torch").transient == backward
+    assert memory.step_memory(LAYERS, 1, "fp32", framework="tensorflow").transient == 220 * 4
+    assert memory.step_memory(LAYERS, 64, "fp32", framework="tensorflow").transient == \
+        (20 + 20) * 64 * 4  # a larger batch: the backward's pair is the larger
 
 
 def test_optimizer_state_per_parameter():

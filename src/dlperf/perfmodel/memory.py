@@ -124,16 +124,31 @@ INTERNAL = {"lstm": 5}
 #: the logits and their gradient are one tensor: the loss's output here, its input (the
 #: projection's output) never a tensor of its own.
 IN_PLACE_LOSS = ("tensorflow",)
-#: the frameworks whose compiler rewrites a max pool's backward (XLA's select-and-scatter)
-#: into plain ops, each with a buffer of its own: XLA's SelectAndScatterExpander
-#: (xla/service/select_and_scatter_expander.cc; run by XLA:CPU's pipeline, cpu_compiler.cc,
-#: and XLA:GPU's, gpu_compiler.cc) makes one int32 iota per dimension of the pool's
-#: input, reduces them with the input over each window into the window's maximum and its
+#: the frameworks whose CPU compiler rewrites a max pool's backward (XLA's
+#: select-and-scatter) into plain ops, each with a buffer of its own: XLA's
+#: SelectAndScatterExpander (xla/service/select_and_scatter_expander.cc, in XLA:CPU's
+#: pipeline, cpu_compiler.cc) makes one int32 iota per dimension of the pool's input,
+#: reduces them with the input over each window into the window's maximum and its
 #: position (a value and an int32 per dimension for each output element), and scatters
 #: the output's gradient at those positions into a buffer of the input's shape. JAX hands
 #: XLA the input padded, so each input-shaped buffer is the padded input's:
-#: ``expanded_pool_bytes``.
+#: ``expanded_pool_bytes``. Not on a GPU: JAX's ResNet-50 on an H200 at batch 64 peaked
+#: 6% below the model without these buffers (``reference.measured_gpu_memory``), 23%
+#: below with them.
 EXPANDED_POOL = ("jax",)
+#: the frameworks whose SGD update makes each weight's step as a tensor of its own before
+#: subtracting it: Keras 3's SGD (dlperf's TensorFlow backend trains with it) runs
+#: ``assign_sub(variable, multiply(gradient, learning_rate))`` per weight
+#: (keras/src/optimizers/sgd.py, ``update_step``), while the gradient is still held, so
+#: the product is a fresh buffer of the weight's size. The weights are updated one after
+#: another; the largest weight's step is the update's working set. Read here from
+#: TensorFlow's own allocator (``get_memory_info('CPU:0')['peak']``, AlexNet at batches 8,
+#: 16 and 32, one thread): its peak with Keras's update 199, 74 and 298 MiB above the
+#: same step with a plain ``assign_sub(variable, gradient)``, against 196 MiB for AlexNet's
+#: largest weight (TensorFlow's executor does not run the ops in one order every step,
+#: and its peak moves by as much). PyTorch's SGD subtracts in place
+#: (``torch._foreach_add_``); JAX's update is fused into the step (``FUSED_UPDATE``).
+UPDATE_COPY = ("tensorflow",)
 #: bytes of an int32 position, and the dimensions of a 2-D pool's input (batch, height,
 #: width, channels)
 INDEX, POOL_DIMS = 4, 4
@@ -265,6 +280,12 @@ def expanded_pool_bytes(layer: Layer, in_elems: int, batch: float, elem: int) ->
             + layer.out_elems * batch * (elem + POOL_DIMS * INDEX))
 
 
+def update_copy_bytes(layers: Sequence[Layer]) -> float:
+    """The update's working set where it makes each weight's step apart (``UPDATE_COPY``):
+    the largest layer's weights, in fp32."""
+    return max((layer.params for layer in layers), default=0) * FP32
+
+
 def _ends_segment(layers: Sequence[Layer], i: int) -> bool:
     return i + 1 == len(layers) or layers[i + 1].segment != layers[i].segment
 
@@ -276,9 +297,11 @@ def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
     or device; ``baseline``: the framework's runtime (``dlperf calibrate`` measures it);
     ``on_device``: the peak of a device's allocator (a GPU's), else a CPU process's
     resident memory (see the module's docstring); ``framework``: the one that trains it
-    (``FUSED_UPDATE``, ``IN_PLACE_LOSS``, ``EXPANDED_POOL``; None: one that keeps every
-    gradient until the update, makes the loss's gradient apart from its logits and runs a
-    max pool's backward as one kernel, as PyTorch does)."""
+    (``FUSED_UPDATE``, ``IN_PLACE_LOSS``, ``EXPANDED_POOL``, ``UPDATE_COPY``; None: one
+    that keeps every gradient until the update, makes the loss's gradient apart from its
+    logits, runs a max pool's backward as one kernel and updates in place, as PyTorch
+    does). The transient is the larger of the backward's and the update's: the two run
+    one after the other."""
     elem = 2 if precision in HALF else FP32
     in_place = framework in IN_PLACE_LOSS
     return MemoryBreakdown(
@@ -287,7 +310,9 @@ def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
         optimizer=optimizer_bytes(layers, optimizer),
         activations=(saved_activation_bytes(layers, batch, precision, in_place) if on_device
                      else resident_activation_bytes(layers, batch, precision, in_place)),
-        transient=transient_bytes(layers, batch, elem, in_place, framework in EXPANDED_POOL),
+        transient=max(transient_bytes(layers, batch, elem, in_place,
+                                      framework in EXPANDED_POOL and not on_device),
+                      update_copy_bytes(layers) if framework in UPDATE_COPY else 0.0),
         baseline=baseline)
 
 
