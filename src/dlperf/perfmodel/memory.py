@@ -273,8 +273,9 @@ def expanded_pool_bytes(layer: Layer, in_elems: int, batch: float, elem: int) ->
     (the padded copy), a position per dimension (the iotas) and the scattered gradient;
     per output element, the window's maximum and its position per dimension. XLA's
     buffer plan of one such backward alone (``Compiled.memory_analysis()``, JAX 0.10.2 on
-    a CPU) is exactly that at AlexNet's and ResNet-50's pools: 141.2 MiB for AlexNet's
-    first at batch 16 (``tests/test_memory.py`` has the closed form)."""
+    a CPU) is that, and 40 bytes more (the reduce-window's tuple of addresses), at
+    AlexNet's and ResNet-50's pools: 141.2 MiB for AlexNet's first at batch 16
+    (``tests/test_memory.py`` checks it against XLA at small shapes)."""
     padded = (in_elems + layer.pad_elems) * batch
     return (padded * (2 * elem + POOL_DIMS * INDEX)
             + layer.out_elems * batch * (elem + POOL_DIMS * INDEX))
