@@ -30,7 +30,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         "per-op cost and, with PyTorch, a gloo all-reduce on loopback, per framework and "
         "thread count, through the normal worker (stored, resumable). About 17 minutes on "
         "2 cores for torch, tensorflow and jax at 1 and 2 threads; --networks times their "
-        "shapes and a skeleton of the grid (6 to 7 minutes for three networks). The model "
+        "shapes and a skeleton of the grid (4 to 7 minutes for three networks). The model "
         "is fitted on these kernels only, never on the networks it predicts.")
     args.add_run_flags(
         p, network=args.Take(many=True, help="time the products and convolutions at these "
