@@ -70,11 +70,17 @@ def weight_bytes(layers: Sequence[Layer], precision: str) -> float:
     return params * FP32 + (params * 2 if precision in HALF else 0)
 
 
+def largest_layer_bytes(layers: Sequence[Layer]) -> float:
+    """The fp32 weights of the layer with the most parameters: the size of its gradient,
+    of its update's step, of its gathered shard."""
+    return max((layer.params for layer in layers), default=0) * FP32
+
+
 def gradient_bytes(layers: Sequence[Layer], fused_update: bool = False) -> float:
     """One gradient per parameter, in the parameters' fp32; under an update applied as
     each gradient is made (``FUSED_UPDATE``), the largest layer's alone."""
     if fused_update:
-        return max((layer.params for layer in layers), default=0) * FP32
+        return largest_layer_bytes(layers)
     return sum(layer.params for layer in layers) * FP32
 
 
@@ -284,7 +290,7 @@ def expanded_pool_bytes(layer: Layer, in_elems: int, batch: float, elem: int) ->
 def update_copy_bytes(layers: Sequence[Layer]) -> float:
     """The update's working set where it makes each weight's step apart (``UPDATE_COPY``):
     the largest layer's weights, in fp32."""
-    return max((layer.params for layer in layers), default=0) * FP32
+    return largest_layer_bytes(layers)
 
 
 def _ends_segment(layers: Sequence[Layer], i: int) -> bool:
@@ -341,7 +347,7 @@ def sharded_step_memory(layers: Sequence[Layer], batch: float, precision: str,
                       on_device=on_device, framework=framework)
     if workers <= 1:
         return one
-    unit = max((layer.params for layer in layers), default=0) * FP32
+    unit = largest_layer_bytes(layers)
     return one.model_copy(update={
         "weights": one.weights / workers, "gradients": one.gradients / workers,
         "optimizer": one.optimizer / workers, "transient": one.transient + 3 * unit})
