@@ -372,10 +372,10 @@ def _share_step(batch: int = SHARE_BATCH):
     return step
 
 
-def _share_worker(cpu: int, seconds: float, start_at: float, parent: int, conn,
+def _share_worker(cpu: int, seconds: float, go, parent: int, conn,
                   make: Callable[[], Callable[[], object]]) -> None:
-    """Seconds per call of ``make()``'s call in one process pinned to ``cpu``, timed from
-    ``start_at``."""
+    """Seconds per call of ``make()``'s call in one process pinned to ``cpu``: warmed up,
+    it says so on ``conn`` and is timed from when ``go`` (an event) is set."""
     from dlperf.core.orphans import die_with_parent
 
     die_with_parent(parent)
@@ -384,14 +384,26 @@ def _share_worker(cpu: int, seconds: float, start_at: float, parent: int, conn,
     call = make()
     for _ in range(5):  # allocations and the library's first-call paths
         call()
-    while time.time() < start_at:  # the processes of a round start together
-        time.sleep(0.001)
+    conn.send("ready")
+    if not go.wait(READY_S):
+        os._exit(1)
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         call()
         n += 1
     conn.send((time.perf_counter() - t0) / n)  # a pipe's send is done when it returns
     os._exit(0)
+
+
+#: seconds a core-sharing process may take to import torch and warm up, and to wait for
+#: the others to
+READY_S = 60.0
+
+
+def _receive(conn, timeout_s: float, what: str):
+    if not conn.poll(timeout_s):
+        raise RuntimeError(f"a core-sharing process {what} within {timeout_s:.0f} s")
+    return conn.recv()
 
 
 def share_round(procs: int, seconds: float,
@@ -404,20 +416,17 @@ def share_round(procs: int, seconds: float,
 
     cpu = usable_cpus()[0]
     ctx = mp.get_context("spawn")
-    start = time.time() + 3.0  # each has imported torch and warmed up by then
+    go = ctx.Event()
     pipes = [ctx.Pipe(duplex=False) for _ in range(procs)]
-    ps = [ctx.Process(target=_share_worker, args=(cpu, seconds, start, os.getpid(), w, make),
+    ps = [ctx.Process(target=_share_worker, args=(cpu, seconds, go, os.getpid(), w, make),
                       daemon=True) for _, w in pipes]
     for p in ps:
         p.start()
     try:
-        out = []
-        for r, _ in pipes:
-            if not r.poll(60 + seconds):
-                raise RuntimeError("a core-sharing process sent no time within "
-                                   f"{60 + seconds:.0f} s")
-            out.append(r.recv())
-        return out
+        for r, _ in pipes:  # all started together once each has imported and warmed up
+            _receive(r, READY_S, "said it was ready")
+        go.set()
+        return [_receive(r, READY_S + seconds, "sent no time") for r, _ in pipes]
     finally:
         for p in ps:
             p.join(timeout=30)
