@@ -360,6 +360,27 @@ def _layer_and_cost(network: str, name: str, batch: int):
     return layer, cost, layers
 
 
+def test_workers_sharing_the_cores_slow_every_part_of_a_layer_once(db):
+    """With 4 workers on 2 cores each layer's timing is twice its time alone, every term
+    of it: also the new pages of AlexNet's fc1 weight gradient (151 MB at batch 1, beyond
+    glibc's mmap threshold), which were once slowed twice (x4), and predicted a 4-stage
+    pipeline of AlexNet 52% too slow."""
+    from dlperf.perfmodel.local import fitted_timing, new_pages_s
+
+    with Store(db) as store:
+        made_up.calibrated(store)
+        alone = calibration.local_calibration(store).find("torch", 1)
+    # fresh pages at 1 GB/s, as a machine whose allocator returns large blocks to the OS
+    alone = alone.model_copy(update={
+        "memory": fit.MemoryCurve(nbytes=(1e3, 1e9), seconds=(1e-6, 1.0))})
+    shared = alone.model_copy(update={"slowdown": 2.0})
+    layer, cost, _ = _layer_and_cost("alexnet", "fc1", 1)
+    assert new_pages_s(alone, layer.params) > 0.01  # the pages are part of its time
+    a, b = fitted_timing(layer, cost, 1, alone), fitted_timing(layer, cost, 1, shared)
+    for part in ("compute_s", "memory_s", "update_s", "overhead_s", "forward_s"):
+        assert getattr(b, part) == pytest.approx(2 * getattr(a, part)), part
+
+
 def test_the_softmax_loss_and_batch_norm_are_timed_by_their_own_curves(db):
     """The loss layer takes the cross-entropy kernel's time for its logits (the made-up
     machine's loss runs at a seventh of its memory bandwidth), a batch normalisation the

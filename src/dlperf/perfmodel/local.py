@@ -208,9 +208,10 @@ def new_pages_s(fit: LocalFit, elems: float) -> float:
     so a product that writes it takes a page fault per page on its own thread, beside
     and not under its arithmetic; a weight gradient is such a result at every step
     (``zero_grad(set_to_none=True)``, PyTorch's default, frees it). Priced at what a
-    fresh result costs over an in-place one (``fresh_byte_s``)."""
+    fresh result costs over an in-place one (``fresh_byte_s``). At full speed, like the
+    product's curve beside it: the caller slows the two together (``fit.slowdown``)."""
     return mapped_afresh_s(fit.framework, fit.device, elems * element_bytes(fit.precision),
-                           fresh_byte_s(fit)) * fit.slowdown
+                           fresh_byte_s(fit))
 
 
 def _fresh(fit: LocalFit, elems: float) -> float:
