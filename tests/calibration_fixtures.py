@@ -37,8 +37,10 @@ def alpha_beta(world: int) -> tuple[float, float]:
 
 
 #: the made-up gloo's all-gather and reduce-scatter, against its all-reduce of the same
-#: whole tensor (gloo's are no bandwidth-optimal rings: slower than an all-reduce)
-COLLECTIVE_FACTOR = {"allreduce": 1.0, "allgather": 1.3, "reducescatter": 1.7}
+#: whole tensor (gloo's are no bandwidth-optimal rings: slower than an all-reduce), and its
+#: broadcast (one transfer, no sum: faster)
+COLLECTIVE_FACTOR = {"allreduce": 1.0, "allgather": 1.3, "reducescatter": 1.7,
+                     "broadcast": 0.4}
 
 
 def _phi(x: float, h: float) -> float:

@@ -1724,7 +1724,7 @@ def test_the_cost_of_sharing_a_core_is_calibrated_with_the_all_reduce(db):
 
     specs = calibration.specs(["torch"], [1])
     (two,) = [s for s in specs if s.network == "allreduce" and s.options.world == 2]
-    collectives = ["allreduce", "allgather", "reducescatter"]
+    collectives = ["allreduce", "allgather", "reducescatter", "broadcast"]
     assert [p.op for p in two.options.parts] == [*collectives, "share"]
     assert all([p.op for p in s.options.parts] == collectives for s in specs
                if s.network == "allreduce" and s.options.world != 2)

@@ -166,6 +166,44 @@ def test_free_running_workers_pay_for_the_server_beside_rank_0(db, strategy, gro
     assert any("share rank 0's cores with the ranks pinned beside it" in n for n in two.notes)
 
 
+def test_the_calibrated_loopback_link_is_taken_as_measured(db):
+    """The link between this machine's workers is its all-reduce as calibrated: the ring
+    formula on it gives back the timed all-reduce, with no catalogue efficiency (NCCL's
+    share of NVLink) on top; a catalogue device keeps that factor."""
+    cal = _calibration(db)
+    m = cal.model("torch", 1, "cpu", workers=2)
+    ab = cal.find("torch", 1).allreduce[2]
+    bw = m.link.bytes_per_s * m.efficiencies.link
+    for n in (1e6, 1e8):
+        assert f.ring_allreduce_time(n, 2, bw, m.link.latency_s) == pytest.approx(ab.time(n))
+    from dlperf.perfmodel.efficiency import Efficiencies
+    assert Efficiencies().link < 1
+
+
+def test_a_mixed_groups_broadcast_is_gloos_as_calibrated(db):
+    """A group's leader hands the pulled weights to its group by gloo's broadcast, which
+    the calibration times (one transfer, no sum); a calibration from before it did prices
+    it as a transfer at the all-reduce's rate, slower, and says it is an upper bound."""
+    from dlperf import workloads
+
+    cal = _calibration(db)
+    fits = MachineFits(cal.fits, cal.memory_gb, 2)
+    fit = cal.find("torch", 1)
+    a, b = made_up.alpha_beta(2)
+    assert fit.broadcast[2].time(1e8) == pytest.approx(0.4 * (a + 1e8 / b), rel=1e-3)
+    spec = make_spec("fcn5", strategy="mixed", workers=2, groups=1, batch_size=64)
+    timed = predict_for_spec(spec, fits)
+    older = MachineFits(tuple(f.model_copy(update={"broadcast": {}}) for f in cal.fits),
+                        cal.memory_gb, 2)
+    before = predict_for_spec(spec, older)
+    # fcn5's 472 MB of weights: the broadcast is most of what the two differ by
+    grad = 4 * sum(layer.params for layer in workloads.get("fcn5").layers())
+    saved = grad / b - fit.broadcast[2].time(grad)  # the transfer's latency is a's half
+    assert before.time_s - timed.time_s == pytest.approx(saved, rel=0.05)
+    assert any("broadcast" in n and "upper bound" in n for n in before.notes)
+    assert not any("upper bound" in n for n in timed.notes)
+
+
 # ----------------------------------------------------------------------------- targets
 def _case(strategy: str, workers: int, error: float, size: str = "full"):
     from types import SimpleNamespace

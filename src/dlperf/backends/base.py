@@ -296,7 +296,8 @@ class AllReduce(Capability):
                   op: str = "allreduce") -> tuple[list[list[float]], WorkerRuntime | None]:
         """Per size in bytes, the seconds of each of ``repeats`` all-reduces among
         ``world`` processes on this machine (after ``warmup`` untimed ones); ``op``
-        'allgather' or 'reducescatter': that collective, the size its whole tensor's.
+        'allgather', 'reducescatter' or 'broadcast': that collective, the size its whole
+        tensor's.
         Also the resident memory of a parallel worker's runtime measured in those
         processes (None where not measured)."""
 

@@ -248,8 +248,9 @@ def _loopback_interface() -> str | None:
 
 def _collective_call(op: str, nbytes: int, world: int) -> Callable[[], object]:
     """One ``op`` over a whole tensor of ``nbytes`` of fp32: its all-reduce, its
-    all-gather from a 1/``world`` shard of each rank, or its reduce-scatter into such
-    shards (as fully sharded data parallelism gathers weights and scatters gradients)."""
+    all-gather from a 1/``world`` shard of each rank, its reduce-scatter into such
+    shards (as fully sharded data parallelism gathers weights and scatters gradients), or
+    its broadcast from rank 0 (as a mixed group's leader sends the pulled weights)."""
     import torch.distributed as dist
 
     n = max(world, nbytes // 4 // world * world)
@@ -261,6 +262,8 @@ def _collective_call(op: str, nbytes: int, world: int) -> Callable[[], object]:
     if op == "reducescatter":
         scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
         return lambda: scatter(shard, whole)
+    if op == "broadcast":
+        return lambda: dist.broadcast(whole, src=0)
     return lambda: dist.all_reduce(whole)
 
 
@@ -329,8 +332,8 @@ def _helper(rank: int, world: int, path: str, sizes: list[int], repeats: int, wa
 
 def allreduce(sizes: list[int], world: int, repeats: int, warmup: int,
               op: str = "allreduce") -> tuple[list[list[float]], list[float]]:
-    """Per size, the time of each timed collective (``op``: 'allreduce', 'allgather' or
-    'reducescatter') among ``world`` processes on loopback (this one is rank 0; the others
+    """Per size, the time of each timed collective (``op``: 'allreduce', 'allgather',
+    'reducescatter' or 'broadcast') among ``world`` processes on loopback (this one is rank 0; the others
     are spawned and die with it); and a parallel worker's runtimes (``_runtimes``)."""
     if world < 2:
         raise UnsupportedError("an all-reduce needs at least 2 processes (world >= 2)")

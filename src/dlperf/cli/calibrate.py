@@ -248,7 +248,7 @@ def print_fit(f: LocalFit) -> None:
               f"in a training step {units.seconds(d.step_op_s)} per op, "
               f"{units.seconds(d.step_call_s)} per step")
     for name, curves in (("all-reduce", f.allreduce), ("all-gather", f.allgather),
-                         ("reduce-scatter", f.reducescatter)):
+                         ("reduce-scatter", f.reducescatter), ("broadcast", f.broadcast)):
         for w, ab in sorted(curves.items()):
             out.print(f"  {name:11} {w} processes: {units.seconds(ab.alpha_s)} + bytes / "
                       f"{ab.beta_bytes_per_s / 1e9:.3g} GB/s")

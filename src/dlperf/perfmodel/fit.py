@@ -377,7 +377,8 @@ def fit_by_channels(samples: Sequence[KernelSample], d: Dispatch) -> dict[int, M
 
 
 def fit_allreduce(samples: Sequence[KernelSample]) -> dict[int, AlphaBeta]:
-    """A collective's time per process count (all-reduce, all-gather or reduce-scatter):
+    """A collective's time per process count (all-reduce, all-gather, reduce-scatter or
+    broadcast):
     alpha and beta by least squares on relative error."""
     out = {}
     for world in sorted({s.world for s in samples}):
@@ -436,6 +437,8 @@ class LocalFit(_Frozen):
     #: tensor's (empty: calibrated before they were timed)
     allgather: dict[int, AlphaBeta] = Field(default_factory=dict)
     reducescatter: dict[int, AlphaBeta] = Field(default_factory=dict)
+    #: gloo's broadcast per process count (empty: calibrated before it was timed)
+    broadcast: dict[int, AlphaBeta] = Field(default_factory=dict)
     #: what two processes busy on one core lose beyond processor sharing, measured here
     #: (``fit_sharing``; None: not calibrated, ``sharing.CORE_SHARING_COST`` stands in)
     sharing_cost: float | None = None
@@ -636,6 +639,7 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     allreduce=fit_allreduce(samples.of_op("allreduce")),
                     allgather=fit_allreduce(samples.of_op("allgather")),
                     reducescatter=fit_allreduce(samples.of_op("reducescatter")),
+                    broadcast=fit_allreduce(samples.of_op("broadcast")),
                     sharing_cost=fit_sharing(samples.of_op("share")),
                     sharing=fit_sharing_by_step(samples.of_op("share")),
                     samples=len(samples.items))

@@ -59,6 +59,9 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
 - ``allgather``, ``reducescatter`` (bytes,): gloo's all-gather into a tensor of those
   bytes from a 1/``world`` shard of each process, and its reduce-scatter of a tensor of
   those bytes into such shards (PyTorch only; what fully sharded data parallelism runs);
+- ``broadcast`` (bytes,): gloo's broadcast of a tensor of those bytes from one process to
+  the others (PyTorch only; how a mixed group's leader hands its group the pulled
+  weights): one transfer, no sum, so faster than an all-reduce of the same bytes;
 - ``share`` (processes,) or (processes, batch): a small network's training step, at batch
   ``SHARE_BATCH`` or ``batch``, in 1 or 2 processes pinned to one CPU at once, the
   seconds of a step in each (PyTorch only): what two processes on one core lose beyond
@@ -82,12 +85,13 @@ from dlperf.perfmodel.catalogue import PRECISIONS
 
 Op = Literal["gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
              "xent", "bn", "pool", "lstm", "dispatch", "dispatch_train", "allreduce",
-             "allgather", "reducescatter", "share"]
+             "allgather", "reducescatter", "broadcast", "share"]
 OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory",
                         "update", "xent", "bn", "pool", "lstm", "dispatch",
-                        "dispatch_train", "allreduce", "allgather", "reducescatter", "share")
+                        "dispatch_train", "allreduce", "allgather", "reducescatter",
+                        "broadcast", "share")
 #: the collectives among processes the calibration times (gloo, on loopback)
-COLLECTIVES = ("allreduce", "allgather", "reducescatter")
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
 #: ops timed among processes, of the machine rather than of one framework's threads
 MACHINE_OPS = (*COLLECTIVES, "share")
 #: products per layer of the trained chain: the forward and the two gradients

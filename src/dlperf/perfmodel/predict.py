@@ -581,7 +581,7 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
     cost = ctx.sharing_cost(step / share)
     group = 0.0 if k == 1 else (  # the group's all-reduce, then the broadcast
         f.ring_allreduce_time(g_bytes, k, ctx.bw(link), link.latency_s)
-        + f.p2p_time(g_bytes, ctx.bw(link), link.latency_s))
+        + _broadcast_s(ctx, g_bytes, k, link))
 
     def per_batch(delay: float) -> float:
         units = [sharing.Unit(blocks=tuple(place[u * k:(u + 1) * k]),
@@ -606,6 +606,23 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
         + ("the ranks pinned beside it" if share > 1 else "rank 0")
         + "; each group's rate by processor sharing of its cores (perfmodel/sharing.py)")
     return per_batch(ctx.straggler), per_batch(0.0)
+
+
+def _broadcast_s(ctx: _Context, nbytes: float, k: int, link: Link) -> float:
+    """A group leader's broadcast of ``nbytes`` to its ``k - 1`` members: gloo's, as the
+    calibration timed it among the nearest process count (one transfer and no sum: on a
+    2-vCPU Xeon, between two processes, 472 MB took 0.15-0.17 s where an all-reduce of the
+    same bytes took 0.36-0.44 s, in the same minute); calibrated before it was, a transfer
+    on ``link``, which, priced from the all-reduce, holds its sums too (an upper bound,
+    said in a note)."""
+    fit = ctx.cal.fitted(ctx.dev)
+    if fit is not None and fit.broadcast:
+        world = min(fit.broadcast, key=lambda w: (abs(w - k), -w))
+        return fit.broadcast[world].time(nbytes)
+    ctx.notes.append("the group's broadcast is priced as a transfer at the all-reduce's "
+                     "rate, which includes its sums: an upper bound ('dlperf calibrate "
+                     "--frameworks torch' times gloo's broadcast)")
+    return f.p2p_time(nbytes, ctx.bw(link), link.latency_s)
 
 
 def _pair_link(ctx: _Context) -> Link:
