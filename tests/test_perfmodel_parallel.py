@@ -169,15 +169,18 @@ def test_free_running_workers_pay_for_the_server_beside_rank_0(db, strategy, gro
 def test_the_calibrated_loopback_link_is_taken_as_measured(db):
     """The link between this machine's workers is its all-reduce as calibrated: the ring
     formula on it gives back the timed all-reduce, with no catalogue efficiency (NCCL's
-    share of NVLink) on top; a catalogue device keeps that factor."""
+    share of NVLink) on top; a catalogue link keeps that factor."""
+    from dlperf.perfmodel.catalogue import link
+
     cal = _calibration(db)
     m = cal.model("torch", 1, "cpu", workers=2)
     ab = cal.find("torch", 1).allreduce[2]
-    bw = m.link.bytes_per_s * m.efficiencies.link
+    bw = m.link.rate(m.efficiencies.link)
+    assert m.efficiencies.link < 1
     for n in (1e6, 1e8):
         assert f.ring_allreduce_time(n, 2, bw, m.link.latency_s) == pytest.approx(ab.time(n))
-    from dlperf.perfmodel.efficiency import Efficiencies
-    assert Efficiencies().link < 1
+    line = link("eth100")
+    assert line.rate(0.8) == pytest.approx(0.8 * line.bytes_per_s)
 
 
 def test_a_mixed_groups_broadcast_is_gloos_as_calibrated(db):

@@ -83,10 +83,18 @@ class Link(_Entry):
     kind: Literal["pcie", "nvlink", "ethernet", "infiniband", "other"]
     gbps: float = Field(gt=0)  # GB/s in one direction
     latency_us: float = Field(ge=0)
+    #: the rate is what a transfer on it achieved here (``dlperf calibrate``'s all-reduce
+    #: on loopback), not a line rate: no efficiency factor applies to it
+    measured: bool = False
 
     @property
     def bytes_per_s(self) -> float:
         return self.gbps * 1e9
+
+    def rate(self, efficiency: float) -> float:
+        """Bytes per second a collective moves on it: the line rate times ``efficiency``
+        (``Efficiencies.link``), or the measured rate as it is."""
+        return self.bytes_per_s if self.measured else self.bytes_per_s * efficiency
 
     @property
     def latency_s(self) -> float:

@@ -74,7 +74,7 @@ def loopback_link(ab: AlphaBeta) -> Link:
     """A link on which the ring formula gives the measured all-reduce of ``ab.world``
     processes: 2(p-1) x latency = alpha, 2(p-1)/p x bytes / bandwidth = bytes / beta."""
     p = ab.world
-    return Link(name=f"loopback-{p}", kind="other",
+    return Link(name=f"loopback-{p}", kind="other", measured=True,
                 description=f"gloo on loopback among {p} processes (calibrated)",
                 gbps=2 * (p - 1) / p * ab.beta_bytes_per_s / 1e9,
                 latency_us=ab.alpha_s / (2 * (p - 1)) * 1e6,

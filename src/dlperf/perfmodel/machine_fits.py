@@ -15,10 +15,6 @@ from dlperf.perfmodel.efficiency import Efficiencies
 from dlperf.perfmodel.fit import LocalFit, Samples, fit_local
 from dlperf.perfmodel.local import local_device, loopback_link
 
-#: why a calibrated loopback link takes no efficiency factor
-MEASURED_LINK = ("1: the link is this machine's all-reduce as dlperf calibrate timed it, "
-                 "which already holds what the transport achieves")
-
 #: the runtime a parallel worker of each strategy holds: a DistributedDataParallel's
 #: (sync and mixed all-reduce through DDP; fsdp's workers wrap their network in FSDP2,
 #: which loads as much: 320 MiB against DDP's 306 when both were measured by hand), else
@@ -164,7 +160,4 @@ class MachineFits:
             link = loopback_link(fit.allreduce[world])
         baseline = 0.0 if device == "gpu" else worker_baseline(
             framework, device, strategy, self.baselines, self.workers, network)
-        # the loopback link is the all-reduce measured here: no catalogue efficiency on it
-        eff = Efficiencies(kernels={dev.name: fit}) if link is None else Efficiencies(
-            kernels={dev.name: fit}, link=1.0, link_source=MEASURED_LINK)
-        return LocalModel(dev, eff, link, fit, baseline)
+        return LocalModel(dev, Efficiencies(kernels={dev.name: fit}), link, fit, baseline)

@@ -211,7 +211,7 @@ class _Context:
         return self.inter() if self.nodes > 1 else self.intra()
 
     def bw(self, link: Link) -> float:
-        return link.bytes_per_s * self.cal.link
+        return link.rate(self.cal.link)
 
     def timings(self, batch: float) -> list[LayerTiming]:
         costs = layer_costs(self.layers, self.cfg.input_shape(), batch, self.elem)
