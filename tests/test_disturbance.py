@@ -35,7 +35,10 @@ def test_other_share_is_the_cpus_busy_time_beyond_the_process_own():
 def test_a_busy_loop_on_the_same_cpu_is_noticed():
     cpu = min(os.sched_getaffinity(0))
     old = os.sched_getaffinity(0)
-    m = Measurement(min_time_s=0.6, min_steps=5)
+    # at least 2000 steps of about 0.3 ms: a window long enough for the CPU counters (0.2 s)
+    # even when a slow warm-up step (a busy machine) sets the estimate, and so the count,
+    # too high for min_time_s alone
+    m = Measurement(min_time_s=0.6, min_steps=2000, max_steps=10**6)
 
     def step():
         sum(range(20000))
