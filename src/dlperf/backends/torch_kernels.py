@@ -333,8 +333,9 @@ def _helper(rank: int, world: int, path: str, sizes: list[int], repeats: int, wa
 def allreduce(sizes: list[int], world: int, repeats: int, warmup: int,
               op: str = "allreduce") -> tuple[list[list[float]], list[float]]:
     """Per size, the time of each timed collective (``op``: 'allreduce', 'allgather',
-    'reducescatter' or 'broadcast') among ``world`` processes on loopback (this one is rank 0; the others
-    are spawned and die with it); and a parallel worker's runtimes (``_runtimes``)."""
+    'reducescatter' or 'broadcast') among ``world`` processes on loopback (this one is
+    rank 0; the others are spawned and die with it); and a parallel worker's runtimes
+    (``_runtimes``)."""
     if world < 2:
         raise UnsupportedError("an all-reduce needs at least 2 processes (world >= 2)")
     if "GLOO_SOCKET_IFNAME" not in os.environ:

@@ -395,6 +395,12 @@ def fit_allreduce(samples: Sequence[KernelSample]) -> dict[int, AlphaBeta]:
     return out
 
 
+def nearest_world(curves: dict[int, AlphaBeta], processes: int) -> int:
+    """The calibrated process count closest to ``processes`` among ``curves``' (the
+    larger where two are as close)."""
+    return min(curves, key=lambda w: (abs(w - processes), -w))
+
+
 class LocalFit(_Frozen):
     """The fitted curves of one framework at one thread count and precision on this
     machine."""

@@ -12,7 +12,7 @@ from typing import Any
 from dlperf.core.errors import UsageError
 from dlperf.perfmodel.catalogue import Device, Link
 from dlperf.perfmodel.efficiency import Efficiencies
-from dlperf.perfmodel.fit import LocalFit, Samples, fit_local
+from dlperf.perfmodel.fit import LocalFit, Samples, fit_local, nearest_world
 from dlperf.perfmodel.local import local_device, loopback_link
 
 #: the runtime a parallel worker of each strategy holds: a DistributedDataParallel's
@@ -156,8 +156,7 @@ class MachineFits:
         dev = local_device(fit, self.memory_gb)
         link = None
         if fit.allreduce:
-            world = min(fit.allreduce, key=lambda w: (abs(w - workers), -w))
-            link = loopback_link(fit.allreduce[world])
+            link = loopback_link(fit.allreduce[nearest_world(fit.allreduce, workers)])
         baseline = 0.0 if device == "gpu" else worker_baseline(
             framework, device, strategy, self.baselines, self.workers, network)
         return LocalModel(dev, Efficiencies(kernels={dev.name: fit}), link, fit, baseline)

@@ -21,6 +21,7 @@ from dlperf.perfmodel.catalogue import PRECISIONS, Device, Link
 from dlperf.perfmodel.compute import LayerTiming, roofline_timing
 from dlperf.perfmodel.costs import WEIGHT_BYTES, layer_costs
 from dlperf.perfmodel.efficiency import Efficiencies
+from dlperf.perfmodel.fit import nearest_world
 from dlperf.perfmodel.memory import (
     MemoryBreakdown,
     largest_batch,
@@ -617,8 +618,7 @@ def _broadcast_s(ctx: _Context, nbytes: float, k: int, link: Link) -> float:
     said in a note)."""
     fit = ctx.cal.fitted(ctx.dev)
     if fit is not None and fit.broadcast:
-        world = min(fit.broadcast, key=lambda w: (abs(w - k), -w))
-        return fit.broadcast[world].time(nbytes)
+        return fit.broadcast[nearest_world(fit.broadcast, k)].time(nbytes)
     ctx.notes.append("the group's broadcast is priced as a transfer at the all-reduce's "
                      "rate, which includes its sums: an upper bound ('dlperf calibrate "
                      "--frameworks torch' times gloo's broadcast)")
@@ -709,7 +709,7 @@ def _gather_and_scatter(ctx: _Context) -> tuple[Callable[[float], float],
     Patarasuk and Yuan, 2009)."""
     fit = ctx.cal.fitted(ctx.dev)
     if fit is not None and fit.allgather and fit.reducescatter and ctx.nodes == 1:
-        world = min(fit.allgather, key=lambda w: (abs(w - ctx.devices), -w))
+        world = nearest_world(fit.allgather, ctx.devices)
         ag, rs = fit.allgather[world], fit.reducescatter.get(world)
         if rs is not None:
             if world != ctx.devices:
