@@ -60,7 +60,7 @@ class GPT(nn.Module):
 
     Tied, the head is ``F.linear`` with the token embedding's matrix rather than a
     Linear module sharing it: a shared Parameter would come apart when the network built
-    on the meta device is materialised (``to_empty`` makes one tensor per module).
+    on the meta device is materialised (``build_model`` makes one tensor per module).
     """
 
     def __init__(self, cfg: TransformerConfig):
