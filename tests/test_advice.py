@@ -218,7 +218,7 @@ def test_a_network_not_measured_here_is_predicted_with_its_validated_error(db, c
     net = {r.subject: r for r in a.hardware[0].of("network")}
     resnet = net["resnet50"]
     assert isinstance(resnet.source, Predicted) and resnet.value > 0
-    assert "predicted: not measured here" in resnet.advice
+    assert "(the calibrated model's prediction" in resnet.advice
     assert resnet.source.error == pytest.approx(0.1 / 1.1, rel=0.05)  # 1 - 1/1.1: validated
     assert "validated error" in resnet.source.describe()
     assert isinstance(net["alexnet"].source, Measured)  # measured stays measured
@@ -230,7 +230,9 @@ def test_a_network_not_measured_here_is_predicted_with_its_validated_error(db, c
     # and in the report's advice section, which reads what the command reads
     assert main(["report", "--db", str(db), "--out", str(db.parent / "rep")]) == 0
     advice = (db.parent / "rep" / "advice.md").read_text()
-    assert "resnet50: " in advice and "(predicted: not measured here)" in advice
+    assert "resnet50: " in advice and "(the calibrated model's prediction" in advice
+    assert not [line for line in advice.splitlines()
+                if "resnet50" in line and "not measured here" in line]
     assert "| resnet50: not measured here |" not in advice
 
 

@@ -99,8 +99,9 @@ def _network(net: str, size: str, best: ConfigResult | None, samples: int, epoch
         bad = (getattr(model, "disturbed", {}) or {}).get((spec.framework, spec.threads))
         return Recommendation(
             "network", name, f"{name}: {common.duration(hours)} for {epochs:g} epochs of "
-            f"{units.count(samples)} samples at {rate:.4g} samples/s (predicted: not "
-            "measured here)", hours, "h", Predicted(
+            f"{units.count(samples)} samples at {rate:.4g} samples/s (the calibrated "
+            f"model's prediction{f', +-{error:.0%}' if error is not None else ''})", hours, "h",
+            Predicted(
                 spec.label(), error, "this machine's calibrated kernels (dlperf calibrate); "
                 "the error: the model's 90th percentile on the other networks measured here "
                 "with the same framework (dlperf validate)"
