@@ -1882,9 +1882,28 @@ def test_core_sharing_keeps_the_median_of_its_rounds(monkeypatch):
 
     assert torch_kernels.SHARE_ROUNDS == 3
     script = iter([[1.0], [2.0, 2.0], [1.0], [4.0, 4.0], [1.0], [2.2, 2.2], [1.0]])
-    monkeypatch.setattr(torch_kernels, "share_round", lambda procs, s, make: next(script))
+    asked = []
+
+    class Pool:  # the rounds scripted, each asked for as many processes as it times
+        def __init__(self, size, make):
+            asked.append(("pool", size))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def round(self, procs, seconds):
+            got = next(script)
+            asked.append(procs)
+            assert len(got) == procs
+            return got
+
+    monkeypatch.setattr(torch_kernels, "SharePool", Pool)
     alone, two = torch_kernels.core_sharing(0.1)
     assert (alone, two) == ([1.0, 1.0], [2.2, 2.2])
+    assert asked == [("pool", 2), 1, 2, 1, 2, 1, 2, 1]  # one pool for all seven rounds
     from dlperf.perfmodel.fit import sharing_cost
 
     assert sharing_cost(alone, two) == pytest.approx(1.1)

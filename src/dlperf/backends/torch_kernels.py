@@ -376,10 +376,11 @@ def _share_step(batch: int = SHARE_BATCH):
     return step
 
 
-def _share_worker(cpu: int, seconds: float, go, parent: int, conn,
+def _share_worker(cpu: int, parent: int, conn,
                   make: Callable[[], Callable[[], object]]) -> None:
-    """Seconds per call of ``make()``'s call in one process pinned to ``cpu``: warmed up,
-    it says so on ``conn`` and is timed from when ``go`` (an event) is set."""
+    """Seconds per call of ``make()``'s call in one process pinned to ``cpu``, a round at
+    a time: warmed up, it says so on ``conn``, then times each round it is sent (its
+    seconds) and sends back its time; None, or a parent gone quiet, ends it."""
     from dlperf.core.orphans import die_with_parent
 
     die_with_parent(parent)
@@ -389,13 +390,12 @@ def _share_worker(cpu: int, seconds: float, go, parent: int, conn,
     for _ in range(5):  # allocations and the library's first-call paths
         call()
     conn.send("ready")
-    if not go.wait(READY_S):
-        os._exit(1)
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        call()
-        n += 1
-    conn.send((time.perf_counter() - t0) / n)  # a pipe's send is done when it returns
+    while conn.poll(READY_S) and (seconds := conn.recv()) is not None:
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            call()
+            n += 1
+        conn.send((time.perf_counter() - t0) / n)  # a pipe's send is done when it returns
     os._exit(0)
 
 
@@ -410,32 +410,60 @@ def _receive(conn, timeout_s: float, what: str):
     return conn.recv()
 
 
-def share_round(procs: int, seconds: float,
-                make: Callable[[], Callable[[], object]] = _share_step) -> list[float]:
-    """Seconds per call in each of ``procs`` spawned processes pinned to the first CPU
-    this one may use, running ``make()``'s call at once for ``seconds``, started together
-    once each has warmed up (``make``: a picklable factory; the training step of
-    ``_share_step`` by default)."""
-    from dlperf.core.environment import usable_cpus
+class SharePool:
+    """``size`` spawned processes pinned to the first CPU this one may use, each running
+    ``make()``'s call (a picklable factory; the training step of ``_share_step`` by
+    default), warmed up once and kept for every round: a round's processes import
+    nothing, and a core-sharing measurement of seven rounds took 28 s of spawning
+    where its timing took 7. Used as a context manager; leaving it ends them."""
 
-    cpu = usable_cpus()[0]
-    ctx = mp.get_context("spawn")
-    go = ctx.Event()
-    pipes = [ctx.Pipe(duplex=False) for _ in range(procs)]
-    ps = [ctx.Process(target=_share_worker, args=(cpu, seconds, go, os.getpid(), w, make),
-                      daemon=True) for _, w in pipes]
-    for p in ps:
-        p.start()
-    try:
-        for r, _ in pipes:  # all started together once each has imported and warmed up
-            _receive(r, READY_S, "said it was ready")
-        go.set()
-        return [_receive(r, READY_S + seconds, "sent no time") for r, _ in pipes]
-    finally:
-        for p in ps:
+    def __init__(self, size: int, make: Callable[[], Callable[[], object]] = _share_step):
+        from dlperf.core.environment import usable_cpus
+
+        cpu = usable_cpus()[0]
+        ctx = mp.get_context("spawn")
+        pipes = [ctx.Pipe() for _ in range(size)]
+        self._conns = [mine for mine, _ in pipes]
+        self._procs = [ctx.Process(target=_share_worker, args=(cpu, os.getpid(), theirs, make),
+                                   daemon=True) for _, theirs in pipes]
+
+    def __enter__(self) -> SharePool:
+        for p in self._procs:
+            p.start()
+        try:
+            for c in self._conns:  # every one imported and warmed up before any round
+                _receive(c, READY_S, "said it was ready")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def round(self, procs: int, seconds: float) -> list[float]:
+        """Seconds per call in each of the first ``procs`` processes, run at once for
+        ``seconds`` (started together: each is sent its round back to back)."""
+        conns = self._conns[:procs]
+        for c in conns:
+            c.send(seconds)
+        return [_receive(c, READY_S + seconds, "sent no time") for c in conns]
+
+    def __exit__(self, *exc: object) -> None:
+        for c in self._conns:
+            try:
+                c.send(None)
+            except OSError:  # that process has already gone
+                pass
+        for p in self._procs:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
+
+
+def share_round(procs: int, seconds: float,
+                make: Callable[[], Callable[[], object]] = _share_step) -> list[float]:
+    """Seconds per call in each of ``procs`` processes on one CPU, run at once for
+    ``seconds``, in a pool of their own (``SharePool``)."""
+    with SharePool(procs, make) as pool:
+        return pool.round(procs, seconds)
 
 
 #: rounds of two processes on one CPU in a core-sharing measurement, each between two
@@ -450,13 +478,15 @@ def core_sharing(seconds: float, batch: int = SHARE_BATCH) -> tuple[list[float],
     (the rounds before and after), and of each of two processes on that CPU at once
     (``perfmodel.sharing``; ``share_round``): of ``SHARE_ROUNDS`` rounds of two, each
     between rounds alone, the one whose cost against its neighbours is the median (a
-    round the machine slowed or sped up is not the one kept)."""
-    make = functools.partial(_share_step, batch)
-    alone = [share_round(1, seconds, make)]
-    rounds = []
-    for _ in range(SHARE_ROUNDS):
-        two = share_round(2, seconds, make)
-        alone.append(share_round(1, seconds, make))
-        rounds.append((sharing_cost(alone[-2] + alone[-1], two), alone[-2] + alone[-1], two))
+    round the machine slowed or sped up is not the one kept). One pool of two processes
+    runs every round, the first of them the rounds alone."""
+    with SharePool(2, functools.partial(_share_step, batch)) as pool:
+        alone = [pool.round(1, seconds)]
+        rounds = []
+        for _ in range(SHARE_ROUNDS):
+            two = pool.round(2, seconds)
+            alone.append(pool.round(1, seconds))
+            rounds.append((sharing_cost(alone[-2] + alone[-1], two), alone[-2] + alone[-1],
+                           two))
     _, beside, two = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
     return beside, two
