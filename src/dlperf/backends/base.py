@@ -301,6 +301,17 @@ class AllReduce(Capability):
         Also the resident memory of a parallel worker's runtime measured in those
         processes (None where not measured)."""
 
+    def collectives(self, parts: list[tuple[str, list[int]]], world: int, repeats: int,
+                    warmup: int) -> tuple[list[list[list[float]]], WorkerRuntime | None]:
+        """``allreduce`` of each (op, sizes) of ``parts``, per part its series; a backend
+        that can time them all among one set of processes does (by default, one set
+        each, the runtime of the last)."""
+        out, runtime = [], None
+        for op, sizes in parts:
+            series, runtime = self.allreduce(sizes, world, repeats, warmup, op=op)
+            out.append(series)
+        return out, runtime
+
     @abstractmethod
     def core_sharing(self, seconds: float, batch: int | None = None
                      ) -> tuple[list[float], list[float]]:

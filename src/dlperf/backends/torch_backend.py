@@ -587,6 +587,13 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
         times, (gloo, ddp) = allreduce(sizes, world, repeats, warmup, op)
         return times, WorkerRuntime(gloo_bytes=int(gloo), ddp_bytes=int(ddp))
 
+    def collectives(self, parts: list[tuple[str, list[int]]], world: int, repeats: int,
+                    warmup: int) -> tuple[list[list[list[float]]], WorkerRuntime | None]:
+        from dlperf.backends.torch_kernels import collectives
+
+        times, (gloo, ddp) = collectives(parts, world, repeats, warmup)
+        return times, WorkerRuntime(gloo_bytes=int(gloo), ddp_bytes=int(ddp))
+
     def core_sharing(self, seconds: float, batch: int | None = None
                      ) -> tuple[list[float], list[float]]:
         from dlperf.backends.torch_kernels import SHARE_BATCH, core_sharing

@@ -282,13 +282,14 @@ def _runtimes() -> list[float]:
     return [float(gloo), float(resident_bytes())]
 
 
-def _allreduce_rank(rank: int, world: int, path: str, sizes: list[int], repeats: int,
-                    warmup: int, parent: int, op: str = "allreduce"
-                    ) -> tuple[list[list[float]], list[float]]:
-    """Every rank: ``warmup`` then ``repeats`` collectives (``op``) of each size, each
-    after a barrier; the time of a repetition is the slowest rank's (when the collective
-    was over for everyone). Also the leanest rank's runtimes (``_runtimes``), measured
-    before any collective's tensor exists (a worker's runtime, not its buffers)."""
+def _allreduce_rank(rank: int, world: int, path: str, parts: list[tuple[str, list[int]]],
+                    repeats: int, warmup: int, parent: int
+                    ) -> tuple[list[list[list[float]]], list[float]]:
+    """Every rank: per (collective, sizes) of ``parts``, ``warmup`` then ``repeats`` of
+    that collective at each size, each after a barrier, all in one process group; the
+    time of a repetition is the slowest rank's (when the collective was over for
+    everyone). Also the leanest rank's runtimes (``_runtimes``), measured before any
+    collective's tensor exists (a worker's runtime, not its buffers)."""
     if rank:
         from dlperf.core.orphans import die_with_parent
 
@@ -300,42 +301,46 @@ def _allreduce_rank(rank: int, world: int, path: str, sizes: list[int], repeats:
     store = dist.FileStore(path, world)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                             timeout=timedelta(seconds=120))
-    out = []
+    out: list[list[list[float]]] = []
     try:
         dist.barrier()  # every rank connected: the group as a worker holds it
         runtimes = torch.tensor(_runtimes(), dtype=torch.float64)
         # the leanest rank's: a spawned one, as a parallel worker is (rank 0 is the
         # calibration's worker, which holds what its other kernels left)
         dist.all_reduce(runtimes, op=dist.ReduceOp.MIN)
-        for nbytes in sizes:
-            call = _collective_call(op, nbytes, world)
-            times = []
-            for k in range(warmup + repeats):
-                dist.barrier()
-                t = time.perf_counter()
-                call()
-                if k >= warmup:
-                    times.append(time.perf_counter() - t)
-            slowest = torch.tensor(times, dtype=torch.float64)
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            out.append(slowest.tolist())
+        for op, sizes in parts:
+            series = []
+            for nbytes in sizes:
+                call = _collective_call(op, nbytes, world)
+                times = []
+                for k in range(warmup + repeats):
+                    dist.barrier()
+                    t = time.perf_counter()
+                    call()
+                    if k >= warmup:
+                        times.append(time.perf_counter() - t)
+                slowest = torch.tensor(times, dtype=torch.float64)
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+                series.append(slowest.tolist())
+            out.append(series)
     finally:
         dist.destroy_process_group()
     return out, runtimes.tolist()
 
 
-def _helper(rank: int, world: int, path: str, sizes: list[int], repeats: int, warmup: int,
-            parent: int, op: str) -> None:
-    _allreduce_rank(rank, world, path, sizes, repeats, warmup, parent, op)
+def _helper(rank: int, world: int, path: str, parts: list[tuple[str, list[int]]],
+            repeats: int, warmup: int, parent: int) -> None:
+    _allreduce_rank(rank, world, path, parts, repeats, warmup, parent)
     os._exit(0)  # no interpreter teardown: nothing to flush, and it takes seconds
 
 
-def allreduce(sizes: list[int], world: int, repeats: int, warmup: int,
-              op: str = "allreduce") -> tuple[list[list[float]], list[float]]:
-    """Per size, the time of each timed collective (``op``: 'allreduce', 'allgather',
-    'reducescatter' or 'broadcast') among ``world`` processes on loopback (this one is
-    rank 0; the others are spawned and die with it); and a parallel worker's runtimes
-    (``_runtimes``)."""
+def collectives(parts: list[tuple[str, list[int]]], world: int, repeats: int, warmup: int
+                ) -> tuple[list[list[list[float]]], list[float]]:
+    """Per (collective, sizes) of ``parts`` ('allreduce', 'allgather', 'reducescatter'
+    or 'broadcast'), per size, the time of each timed collective among ``world``
+    processes on loopback (this one is rank 0; the others are spawned and die with it),
+    every part in one process group: each group of spawned ranks costs seconds of
+    importing; and a parallel worker's runtimes (``_runtimes``)."""
     if world < 2:
         raise UnsupportedError("an all-reduce needs at least 2 processes (world >= 2)")
     if "GLOO_SOCKET_IFNAME" not in os.environ:
@@ -345,18 +350,25 @@ def allreduce(sizes: list[int], world: int, repeats: int, warmup: int,
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="dlperf-allreduce-") as tmp:
         path = os.path.join(tmp, "store")
-        procs = [ctx.Process(target=_helper, args=(r, world, path, sizes, repeats, warmup,
-                                                   os.getpid(), op), daemon=True)
+        procs = [ctx.Process(target=_helper, args=(r, world, path, parts, repeats, warmup,
+                                                   os.getpid()), daemon=True)
                  for r in range(1, world)]
         for p in procs:
             p.start()
         try:
-            return _allreduce_rank(0, world, path, sizes, repeats, warmup, os.getpid(), op)
+            return _allreduce_rank(0, world, path, parts, repeats, warmup, os.getpid())
         finally:
             for p in procs:
                 p.join(timeout=30)
                 if p.is_alive():
                     p.kill()
+
+
+def allreduce(sizes: list[int], world: int, repeats: int, warmup: int,
+              op: str = "allreduce") -> tuple[list[list[float]], list[float]]:
+    """``collectives`` of one collective (``op``) at ``sizes``."""
+    times, runtimes = collectives([(op, sizes)], world, repeats, warmup)
+    return times[0], runtimes
 
 
 # ----------------------------------------------------------------------------- core sharing

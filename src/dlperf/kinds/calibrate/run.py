@@ -160,14 +160,17 @@ def _alike(a: Timing, b: Timing) -> bool:
     return abs(a.cpu_util - b.cpu_util) <= ALIKE and abs(ta - tb) <= ALIKE * min(ta, tb)
 
 
-def _collective(o: KernelOptions, part: KernelPart, backend: Backend,
-                emit: Callable[[dict], None]) -> tuple[list[KernelSample], WorkerRuntime | None]:
-    """The collective's samples, and the runtime its processes measured (a parallel
-    worker's resident memory before its network)."""
-    sizes = [s[0] for s in part.shapes]
-    series, runtime = capability(backend, AllReduce).allreduce(
-        sizes, o.world, max(o.min_steps, 5), max(o.warmup, 2), op=part.op)
-    samples = [_sample(part.op, (n,), times, o.world) for n, times in zip(sizes, series, strict=True)]
+def _collectives(o: KernelOptions, parts: list[KernelPart], backend: Backend,
+                 emit: Callable[[dict], None]) -> tuple[list[KernelSample], WorkerRuntime | None]:
+    """The collectives' samples, every part timed among one set of processes, and the
+    runtime those processes measured (a parallel worker's resident memory before its
+    network)."""
+    wanted = [(part.op, [s[0] for s in part.shapes]) for part in parts]
+    series, runtime = capability(backend, AllReduce).collectives(
+        wanted, o.world, max(o.min_steps, 5), max(o.warmup, 2))
+    samples = [_sample(op, (n,), times, o.world)
+               for (op, sizes), got in zip(wanted, series, strict=True)
+               for n, times in zip(sizes, got, strict=True)]
     for s in samples:
         _emit(emit, s)
     return samples, runtime
@@ -281,15 +284,20 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
         kernels = capability(backend, CalibrationKernels)
     except UnsupportedError as e:  # a backend without kernels: every shape fails with why
         missing = f"unsupported: {e}"
+    collective = [p for p in o.parts if p.op in COLLECTIVES]
     for part in o.parts:
-        if part.op in MACHINE_OPS:
+        if part.op in COLLECTIVES:
+            if part is not collective[0]:  # timed with the first
+                continue
             try:
-                if part.op in COLLECTIVES:
-                    got, runtime = _collective(o, part, backend, emit)
-                    samples += got
-                    runtimes += [runtime] if runtime else []
-                else:
-                    samples += _share(o, part, backend, emit)
+                got, runtime = _collectives(o, collective, backend, emit)
+                samples += got
+                runtimes += [runtime] if runtime else []
+            except Exception as e:
+                failures.update({p.op: f"{type(e).__name__}: {e}"[:300] for p in collective})
+        elif part.op in MACHINE_OPS:
+            try:
+                samples += _share(o, part, backend, emit)
             except Exception as e:
                 failures[part.op] = f"{type(e).__name__}: {e}"[:300]
         elif kernels is None:
