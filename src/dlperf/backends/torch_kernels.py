@@ -465,6 +465,8 @@ class SharePool:
             except OSError:  # that process has already gone
                 pass
         for p in self._procs:
+            if p.pid is None:  # never started (another failed to start before it)
+                continue
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
