@@ -490,7 +490,7 @@ SHARE_ROUNDS = 3
 def core_sharing(seconds: float, batch: int = SHARE_BATCH) -> tuple[list[float], list[float]]:
     """Seconds of a step (``_share_step`` at ``batch``) of one process alone on a CPU
     (the rounds before and after), and of each of two processes on that CPU at once
-    (``perfmodel.sharing``; ``share_round``): of ``SHARE_ROUNDS`` rounds of two, each
+    (``perfmodel.sharing``; ``SharePool``): of ``SHARE_ROUNDS`` rounds of two, each
     between rounds alone, the one whose cost against its neighbours is the median (a
     round the machine slowed or sped up is not the one kept). One pool of two processes
     runs every round, the first of them the rounds alone."""
