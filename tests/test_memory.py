@@ -392,7 +392,8 @@ def test_checkpointing_lowers_the_measured_memory_and_counts_its_recomputation(t
     for ck in (0, 1):
         p = {**params, "checkpoint": ck}
         rows[ck] = api.run("gpt2", threads=1, batch_size=8, params=p, db=tmp_path / "r.db",
-                           measurement=Measurement(min_time_s=0.05, min_steps=2))
+                           measurement=Measurement(min_time_s=0.05, min_steps=1,
+                                                   warmup_max_steps=2))
         _, _, cfg = workloads.resolve("gpt2", None, p)
         predicted[ck] = memory.step_memory(cfg.layers(), 8, "fp32").activations
     assert all(r.measured for r in rows.values())
