@@ -582,10 +582,8 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
 
     def allreduce(self, sizes: list[int], world: int, repeats: int, warmup: int,
                   op: str = "allreduce") -> tuple[list[list[float]], WorkerRuntime | None]:
-        from dlperf.backends.torch_kernels import allreduce
-
-        times, (gloo, ddp) = allreduce(sizes, world, repeats, warmup, op)
-        return times, WorkerRuntime(gloo_bytes=int(gloo), ddp_bytes=int(ddp))
+        times, runtime = self.collectives([(op, sizes)], world, repeats, warmup)
+        return times[0], runtime
 
     def collectives(self, parts: list[tuple[str, list[int]]], world: int, repeats: int,
                     warmup: int) -> tuple[list[list[list[float]]], WorkerRuntime | None]:

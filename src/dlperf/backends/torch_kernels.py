@@ -364,13 +364,6 @@ def collectives(parts: list[tuple[str, list[int]]], world: int, repeats: int, wa
                     p.kill()
 
 
-def allreduce(sizes: list[int], world: int, repeats: int, warmup: int,
-              op: str = "allreduce") -> tuple[list[list[float]], list[float]]:
-    """``collectives`` of one collective (``op``) at ``sizes``."""
-    times, runtimes = collectives([(op, sizes)], world, repeats, warmup)
-    return times[0], runtimes
-
-
 # ----------------------------------------------------------------------------- core sharing
 #: the step the core-sharing kernel times: a small MLP's forward and backward pass (batch
 #: 16, 1024-2048-2048-10), one thread, its working set a few tens of MB as a worker's is
