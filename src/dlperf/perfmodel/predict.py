@@ -631,7 +631,7 @@ def _pair_link(ctx: _Context) -> Link:
     fit = ctx.cal.fitted(ctx.dev)
     if fit is None or not fit.allreduce:
         return ctx.server_link()
-    return local.loopback_link(fit.allreduce[min(fit.allreduce, key=lambda w: abs(w - 2))])
+    return local.loopback_link(fit.allreduce[nearest_world(fit.allreduce, 2)])
 
 
 def _ddp_allreduce(ctx: _Context, timings: list[LayerTiming],
