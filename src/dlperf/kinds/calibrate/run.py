@@ -284,18 +284,17 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
         kernels = capability(backend, CalibrationKernels)
     except UnsupportedError as e:  # a backend without kernels: every shape fails with why
         missing = f"unsupported: {e}"
-    collective = [p for p in o.parts if p.op in COLLECTIVES]
+    if collective := [p for p in o.parts if p.op in COLLECTIVES]:  # in one process group
+        try:
+            got, runtime = _collectives(o, collective, backend, emit)
+            samples += got
+            runtimes += [runtime] if runtime else []
+        except Exception as e:
+            failures.update({p.op: f"{type(e).__name__}: {e}"[:300] for p in collective})
     for part in o.parts:
         if part.op in COLLECTIVES:
-            if part is not collective[0]:  # timed with the first
-                continue
-            try:
-                got, runtime = _collectives(o, collective, backend, emit)
-                samples += got
-                runtimes += [runtime] if runtime else []
-            except Exception as e:
-                failures.update({p.op: f"{type(e).__name__}: {e}"[:300] for p in collective})
-        elif part.op in MACHINE_OPS:
+            continue
+        if part.op in MACHINE_OPS:
             try:
                 samples += _share(o, part, backend, emit)
             except Exception as e:
