@@ -57,7 +57,7 @@ def _kernel(kind: str):
 
 
 def main() -> int:
-    from dlperf.backends.torch_kernels import share_round
+    from dlperf.backends.torch_kernels import SharePool
     from dlperf.core.environment import usable_cpus
     from dlperf.engine.cpulock import cpus_held
 
@@ -66,15 +66,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=4.0, help="timed seconds per phase")
     a = ap.parse_args()
-    cpu = usable_cpus()[0]  # where share_round pins its processes
+    cpu = usable_cpus()[0]  # where SharePool pins its processes
     for kind in a.kernels.split(","):
         costs = []
         for _ in range(a.rounds):
             with cpus_held("bench_core_sharing"):
-                make = functools.partial(_kernel, kind)
-                before = 1 / share_round(1, a.seconds, make)[0]
-                two = sum(1 / t for t in share_round(2, a.seconds, make))
-                after = 1 / share_round(1, a.seconds, make)[0]
+                with SharePool(2, functools.partial(_kernel, kind)) as pool:
+                    before = 1 / pool.round(1, a.seconds)[0]
+                    two = sum(1 / t for t in pool.round(2, a.seconds))
+                    after = 1 / pool.round(1, a.seconds)[0]
             costs.append((before + after) / 2 / two)
             print(f"  {kind}: alone {before:.4g} and {after:.4g} calls/s; two on CPU {cpu} "
                   f"{two:.4g} together: x{costs[-1]:.3f}", flush=True)

@@ -465,14 +465,6 @@ class SharePool:
                 p.kill()
 
 
-def share_round(procs: int, seconds: float,
-                make: Callable[[], Callable[[], object]] = _share_step) -> list[float]:
-    """Seconds per call in each of ``procs`` processes on one CPU, run at once for
-    ``seconds``, in a pool of their own (``SharePool``)."""
-    with SharePool(procs, make) as pool:
-        return pool.round(procs, seconds)
-
-
 #: rounds of two processes on one CPU in a core-sharing measurement, each between two
 #: rounds of one alone: on a VM whose speed moves by a fifth within minutes, one round
 #: read x1.22 at a 0.2 s step where three, interleaved, read x0.87-1.00
