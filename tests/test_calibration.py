@@ -712,6 +712,37 @@ def test_threads_beyond_the_physical_cores_are_predicted_from_the_cores_fit(db, 
     assert only_one.find("torch", 4) is None and only_one.find("torch", 2) is None
 
 
+def test_a_prediction_past_the_cores_says_it_stands_on_the_cores_calibration(db, tmp_path,
+                                                                           monkeypatch):
+    """4 threads on 2 cores take the 2-thread fit; ``predict`` says so in a note and the
+    DLBench table marks the cell '^' with a footnote naming the command that times the
+    kernels at 4 threads; a calibrated thread count gets neither."""
+    from dlperf import api
+    from dlperf.core import environment
+    from dlperf.kinds.calibrate.validate import predict_here
+
+    monkeypatch.setattr(environment, "physical_cores", lambda: 2)
+    with Store(db) as store:
+        made_up.calibrated(store, threads=(1, 2))
+        cal = calibration.local_calibration(store)
+        batch = workloads.get("fcn5").default_batch
+        for threads in (2, 4):
+            store.add(result("fcn5", threads, 0.5))
+        notes = {t: predict_here(store, "fcn5", threads=t)[0].notes for t in (2, 4)}
+    assert cal.beyond_cores("torch", 4) == 2
+    assert cal.beyond_cores("torch", 2) is None and cal.beyond_cores("tensorflow", 4) is None
+    said = "4 threads are predicted with the 2-thread calibration"
+    assert any(n.startswith("threads: " + said) and "--threads 4" in n for n in notes[4])
+    assert not any(n.startswith("threads:") for n in notes[2])
+    dl = next(s for s in api.report(db=db, out=tmp_path / "rep").sections
+              if s.name == "dlbench").tables[0]
+    [row] = [r for r in dl.rows if r[0] == "fcn5" and r[2] == str(batch)]
+    two, four = (row[dl.headers.index(h) + 1] for h in ("2 threads", "4 threads"))
+    assert four.endswith("^") and not two.endswith("^")
+    assert any(f.startswith("^ more threads than the cores (1 cell): " + said)
+               for f in dl.footnotes)
+
+
 def test_a_calibration_of_other_library_versions_is_not_used(db, monkeypatch):
     from dlperf.core import environment
 

@@ -66,6 +66,18 @@ def worker_baseline(framework: str, device: str, strategy: str | None,
     return runtime_baseline(framework, device, network, baselines)
 
 
+def beyond_cores_text(threads: int, calibrated: int) -> str:
+    """What a prediction at more threads than the cores stands on, and what it leaves out:
+    the time-sharing of the cores and the threads' waits for one another at each parallel
+    region's end (in one main job on a 2-vCPU Xeon, PyTorch's 4-thread DLBench steps took
+    12% to 46% longer than its 2-thread ones), which ``dlperf calibrate --threads`` times
+    in the kernels instead."""
+    return (f"{threads} threads are predicted with the {calibrated}-thread calibration (a "
+            f"thread beyond the {calibrated} cores adds no arithmetic); what sharing the "
+            f"cores costs on top is not modelled ('dlperf calibrate --threads {threads}' "
+            f"times the kernels at {threads} threads)")
+
+
 @dataclass(frozen=True)
 class LocalModel:
     """What predict() needs for one framework and thread count here."""
@@ -125,6 +137,13 @@ class MachineFits:
         if fit is None and device == "cpu" and threads > self.cores:
             fit = at(self.cores)
         return fit
+
+    def beyond_cores(self, framework: str, threads: int, device: str = "cpu",
+                     precision: str = "fp32") -> int | None:
+        """The thread count of the fit that stands in for ``threads`` past the cores
+        (``find``), or None where ``threads`` is calibrated itself or not calibrated."""
+        fit = self.find(framework, threads, device, precision)
+        return fit.threads if fit is not None and fit.threads < threads else None
 
     def model(self, framework: str, threads: int, device: str = "cpu", *,
               workers: int = 1, precision: str = "fp32",

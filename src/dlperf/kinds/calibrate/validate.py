@@ -27,7 +27,12 @@ from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
 from dlperf.perfmodel import catalogue
 from dlperf.perfmodel.correct import Factors, fit_factors
-from dlperf.perfmodel.machine_fits import MachineFits, trains_measured, worker_baseline
+from dlperf.perfmodel.machine_fits import (
+    MachineFits,
+    beyond_cores_text,
+    trains_measured,
+    worker_baseline,
+)
 from dlperf.perfmodel.memory import MemoryBreakdown
 from dlperf.perfmodel.result import Prediction
 
@@ -485,6 +490,11 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
                              f"{f.quality()}" for f in cal.fits if f.disturbed}
     predict_row.drift = lambda row: (  # type: ignore[attr-defined]
         machine_drift(row, cal) if row.machine_id in (None, mine) else None)
+    # the rows past the cores, predicted with the cores' calibration: (threads, cores)
+    predict_row.beyond_cores = lambda row: (  # type: ignore[attr-defined]
+        (row.spec.threads, at) if row.machine_id in (None, mine) and row.spec.kind == "step"
+        and (at := cal.beyond_cores(row.spec.framework, row.spec.threads, row.spec.device,
+                                    row.spec.precision)) else None)
     return predict_row
 
 
@@ -579,6 +589,8 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
             f"dlperf measured its runtime when training, tens to hundreds of MiB more); "
             f"'dlperf calibrate --frameworks {fw} --threads 1 --force' measures it")]})
     p = _with_utilisation(p, spec)
+    if strategy == "single" and (at := cal.beyond_cores(fw, threads, device, precision)):
+        p = p.model_copy(update={"notes": [*p.notes, "threads: " + beyond_cores_text(threads, at)]})
     if device == "cpu" and (note := speed_now(m.fit.speed_probe)):
         p = p.model_copy(update={"notes": [*p.notes, note]})
     if inputs is not None and not inputs.synthetic:

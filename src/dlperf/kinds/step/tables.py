@@ -7,6 +7,7 @@ from __future__ import annotations
 from dlperf import workloads
 from dlperf.core import speed_probe, units
 from dlperf.core.aggregate import ConfigResult
+from dlperf.perfmodel.machine_fits import beyond_cores_text
 from dlperf.report.tables import Predictor, Provenance, Table, machine_label, sort_rows
 
 
@@ -54,6 +55,9 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
     # a cell measured while the machine ran at another speed than calibrated: marked '~'
     drift = getattr(predictor, "drift", None)
     drifted = 0
+    # a cell past the cores, predicted with the cores' calibration: marked '^'
+    beyond = getattr(predictor, "beyond_cores", None)
+    past_cores: dict[tuple[int, int], int] = {}
     leaf = []
     for c in cols:
         name = "GPU" if c == "GPU" else f"{c} thread{'s' if c != '1' else ''}"
@@ -90,8 +94,11 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                         shaky.append(bad)
                     moved = bool(p and drift and speed_probe.moved(drift(cell)))
                     drifted += moved
-                    line.append((f"{p[0]:.4g}" + ("!" if bad else "") + ("~" if moved else ""))
-                                if p else "")
+                    past = beyond(cell) if p and beyond else None
+                    if past:
+                        past_cores[past] = past_cores.get(past, 0) + 1
+                    line.append((f"{p[0]:.4g}" + ("!" if bad else "") + ("~" if moved else "")
+                                 + ("^" if past else "")) if p else "")
                     vals.append(p[0] if p else None)
         out_rows.append(line)
         values.append(vals)
@@ -107,6 +114,8 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
             f"(its speed probe more than {speed_probe.DRIFT:.0%} off, {drifted} cell"
             f"{'s' if drifted != 1 else ''}): the cell's error is partly the machine's; "
             f"'dlperf calibrate --force' and measuring the cell again set both at one speed")
+    notes_after += [f"^ more threads than the cores ({n} cell{'s' if n != 1 else ''}): "
+                    + beyond_cores_text(threads, cores) for (threads, cores), n in past_cores.items()]
     return Table(
         title="Time per mini-batch (s), DLBench layout",
         headers=headers,
