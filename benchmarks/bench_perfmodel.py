@@ -26,6 +26,7 @@ Nothing is asserted: the figures are the result.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -94,6 +95,35 @@ def measure(db: str, networks: list[str], frameworks: list[str], threads: list[i
         api.run_specs(again, db=db, timeout_s=900.0)
 
 
+def measure_again(db: str, networks: list[str], frameworks: list[str],
+                  threads: list[int]) -> None:
+    """Every step configuration once more, in a process of its own after the calibration
+    (its next repetition; one already measured twice is left), so that each has a
+    measurement on either side of the kernels it is predicted from."""
+    print("measuring every step configuration again ...", flush=True)
+    for net in networks:
+        api.sweep(dict(networks=[net], frameworks=frameworks, threads=threads,
+                       batch_sizes=list(BATCHES[net]), repeat=2, timeout=900.0,
+                       measurement=QUICK_MEASUREMENT), db=db)
+
+
+def spread_line(steps: list) -> str | None:
+    """The machine's own spread over the benchmark: per configuration measured in two or
+    more processes, the first one's time against the last one's (|last / first - 1|),
+    the median and 90th percentile over configurations. A model error near it is as
+    close as this machine lets a measurement check a prediction."""
+    pairs = [(ok[0].metrics.median_s, ok[-1].metrics.median_s) for c in steps
+             if len(ok := sorted(c.row.ok, key=lambda r: r.spec.repeat)) >= 2]
+    if not pairs:
+        return None
+    spread = sorted(abs(b / a - 1) for a, b in pairs)
+    p90 = spread[min(len(spread) - 1, int(0.9 * len(spread)))]
+    return (f"machine's own spread: the same configuration in its first and last process "
+            f"(before and after the calibration) differs by {statistics.median(spread):.1%} "
+            f"at the median, {p90:.1%} at the 90th percentile (n={len(pairs)}); the errors "
+            "above are against the median of its undisturbed processes")
+
+
 def parallel_scope() -> list[tuple[str, int]]:
     """(network, batch) at which the full-size parallel runs' processes run their layers (a
     worker's share, a pipeline's micro-batch: ``perfmodel.predict.process_batch``), for a
@@ -138,7 +168,7 @@ def report(db: str, networks: list[str], frameworks: list[str]) -> None:
         f"{s.value} {s.median_abs:.1%}/{s.p90_abs:.1%} (signed {s.median_signed:+.1%})"
         for s in validate.summarize(validate.corrected(steps, "kernels"), "framework")))
     alone = validate.corrected(steps, "kernels")
-    for line in (validate.drift_line(alone), validate.at_speed_line(alone)):
+    for line in (spread_line(steps), validate.drift_line(alone), validate.at_speed_line(alone)):
         if line:
             print(f"  {line}")
     lono = validate.corrected(steps, "lono")
@@ -188,6 +218,9 @@ def main() -> int:
                     "--networks) instead of the whole grid")
     ap.add_argument("--no-measure", action="store_true", help="only read the store")
     ap.add_argument("--no-parallel", action="store_true", help="skip the parallel strategies")
+    ap.add_argument("--measure-again", action="store_true", help="measure every step "
+                    "configuration once more after the calibration, and report the machine's "
+                    "own spread between the two beside the model's error")
     ap.add_argument("--no-dataflow", action="store_true", help="skip the input pipelines "
                     "(benchmarks/bench_dataflow_model.py's grid, in the same store)")
     a = ap.parse_args()
@@ -204,6 +237,8 @@ def main() -> int:
                           allreduce=False, scope=parallel_scope())
         print(f"calibrated in {time.perf_counter() - started:.0f} s (the kernels this store "
               "lacked)", flush=True)
+        if a.measure_again:
+            measure_again(a.db, networks, frameworks, threads)
         if not a.no_parallel:
             measure_parallel(a.db)
         if not a.no_dataflow:
