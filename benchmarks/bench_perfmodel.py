@@ -10,6 +10,9 @@ and the model's error, leave-one-network-out; then the parallel strategies on lo
         # networks' layer shapes and the grid's skeleton (``dlperf calibrate --networks``,
         # the main job's), instead of the whole grid: a store of its own, since scoped and
         # whole-grid runs in one store add up
+    python benchmarks/bench_perfmodel.py --db again.db --measure-again  # every step once
+        # more after the calibration: the machine's own spread between the two processes
+        # of a configuration, beside the model's error
 
 Everything goes through the store, so a second run resumes where the first stopped and
 ``--no-measure`` recomputes the figures from what is stored. A configuration whose worker
