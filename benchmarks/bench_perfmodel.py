@@ -119,11 +119,11 @@ def spread_line(steps: list) -> str | None:
              if len(ok := sorted(c.row.ok, key=lambda r: r.spec.repeat)) >= 2]
     if not pairs:
         return None
-    spread = sorted(abs(b / a - 1) for a, b in pairs)
-    p90 = spread[min(len(spread) - 1, int(0.9 * len(spread)))]
+    spread = [abs(b / a - 1) for a, b in pairs]
     return (f"machine's own spread: the same configuration in its first and last process "
             f"(before and after the calibration) differs by {statistics.median(spread):.1%} "
-            f"at the median, {p90:.1%} at the 90th percentile (n={len(pairs)}); the errors "
+            f"at the median, {validate.p90(spread):.1%} at the 90th percentile "
+            f"(n={len(pairs)}); the errors "
             "above are against the median of its undisturbed processes")
 
 
