@@ -589,8 +589,9 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
             f"dlperf measured its runtime when training, tens to hundreds of MiB more); "
             f"'dlperf calibrate --frameworks {fw} --threads 1 --force' measures it")]})
     p = _with_utilisation(p, spec)
-    if strategy == "single" and (at := cal.beyond_cores(fw, threads, device, precision)):
-        p = p.model_copy(update={"notes": [*p.notes, "threads: " + beyond_cores_text(threads, at)]})
+    if strategy == "single" and m.fit.threads < threads:  # the cores' fit stands in
+        p = p.model_copy(update={"notes": [*p.notes, "threads: "
+                                           + beyond_cores_text(threads, m.fit.threads)]})
     if device == "cpu" and (note := speed_now(m.fit.speed_probe)):
         p = p.model_copy(update={"notes": [*p.notes, note]})
     if inputs is not None and not inputs.synthetic:
