@@ -341,15 +341,52 @@ def test_a_run_reports_mfu_and_hfu_in_its_metrics_with_the_peak_named(tmp_path, 
         assert m["mfu"] is None and m["utilisation_peak"].startswith("unknown")
 
 
-def test_advice_gives_the_largest_batch_with_the_memory_models_validated_error():
+def test_advice_gives_the_largest_batch_with_the_memory_models_validated_error(monkeypatch):
     from dlperf.advice.local import _batch
+    from dlperf.core import environment
+    from dlperf.perfmodel.predict import training_memory
 
-    unvalidated = _batch("fcn5", "tiny", [])
-    assert unvalidated.source.error is None
+    def memory(b):
+        return training_memory("alexnet", size="tiny", batch_size=b)
+
+    # a machine where batch 64 fits by the model alone, but not with a 12% margin
+    capacity = memory(64) * 1.06
+    assert memory(128) > capacity
+    machine = environment.machine()
+    monkeypatch.setattr(environment, "machine", lambda: {**machine, "memory_bytes": capacity})
+    unvalidated = _batch("alexnet", "tiny", [])
+    assert unvalidated.value == 64 and unvalidated.source.error is None
     assert "error not validated yet" in unvalidated.source.describe()
-    checked = _batch("fcn5", "tiny", [], (0.12, 27))
-    assert checked.source.error == 0.12 and "27 steps measured here" in checked.source.basis
+    checked = _batch("alexnet", "tiny", [], {None: (0.12, 27)})
+    assert checked.value == 32  # the validated error left as margin
+    assert checked.source.error == 0.12 and "27 all frameworks' steps" in checked.source.basis
     assert "validated error +-12%" in checked.source.describe()
+    assert "leaving 12% for the model's error" in checked.advice
+    # the framework whose runtime it counts, by its own error where it has enough steps
+    own = _batch("alexnet", "tiny", [], {None: (0.12, 27), "tensorflow": (0.01, 9)},
+                 ("tensorflow", 0.0))
+    assert own.value == 64 and "9 tensorflow steps" in own.source.basis
+    fallback = _batch("alexnet", "tiny", [], {None: (0.12, 27)}, ("torch", 0.0))
+    assert fallback.value == 32 and "27 all frameworks'" in fallback.source.basis
+
+
+def test_the_memory_margin_is_each_frameworks_90th_percentile_with_enough_steps():
+    from types import SimpleNamespace
+
+    from dlperf.kinds.calibrate.validate import MARGIN_CASES, memory_margins
+
+    def case(fw, error):
+        return SimpleNamespace(row=SimpleNamespace(spec=SimpleNamespace(kind="step",
+                                                                         framework=fw)),
+                               error=error)
+
+    torch = [case("torch", e) for e in (0.01, -0.02, 0.03, 0.04, -0.05)]
+    tf = [case("tensorflow", e) for e in (-0.2, 0.1)]  # fewer than MARGIN_CASES
+    margins = memory_margins([*torch, *tf])
+    assert len(tf) < MARGIN_CASES <= len(torch)
+    assert set(margins) == {None, "torch"}  # too few TensorFlow steps for a margin of its own
+    assert margins["torch"] == (pytest.approx(0.046), 5)
+    assert margins[None][1] == 7 and margins[None][0] == pytest.approx(0.14)
 
 
 def test_checkpointing_keeps_only_each_blocks_input():

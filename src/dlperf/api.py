@@ -529,7 +529,7 @@ def advice_inputs(store: Store, db: str | Path | None, *, model: Any = None
                   ) -> dict[str, Any]:
     """What advice reads beside the task (``dlperf.advice.advise``'s keywords): this
     machine's rows, the calibrated ``model`` (None: never calibrated), the memory model's
-    validated error over this machine's CPU steps, the published GPU memory error and the
+    validated error over this machine's CPU steps (per framework, ``memory_margins``), the published GPU memory error and the
     input-pipeline model and each framework's calibrated runtime memory on this CPU;
     ``db`` is ``store``'s path, for the loader validation that opens it."""
     from dlperf.advice.section import rows_here
@@ -544,8 +544,7 @@ def advice_inputs(store: Store, db: str | Path | None, *, model: Any = None
     cases = [c for c in validate.memory_cases(store, runtimes,
                                               workers=worker_runtimes(store))[0]
              if c.row.spec.device == "cpu"]
-    memory_error = (statistics.median(abs(c.error) for c in cases), len(cases)) if cases \
-        else None
+    memory_error = validate.memory_margins(cases) if cases else None
     # per framework the least runtime its training took here (the batch advice is per
     # network, the runtime a framework's; ``runtime_baseline``)
     baselines = {fw: b for fw in {key[0] for key in runtimes if key[1] == "cpu"}

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from dlperf.advice.data import LoaderModel
 from dlperf.advice.hardware import parse_hardware, parse_samples
-from dlperf.advice.local import LocalModel, advise_here
+from dlperf.advice.local import LocalModel, MemoryMargins, advise_here
 from dlperf.advice.predicted import advise_catalogue
 from dlperf.advice.records import (
     Advice,
@@ -33,7 +33,7 @@ from dlperf.report.published_memory import GpuMemoryError
 
 def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str = "this",
            rows: list[ConfigResult] | None = None, errors: ErrorLookup | None = None,
-           memory_error: tuple[float, int] | None = None,
+           memory_error: MemoryMargins | None = None,
            gpu_memory_error: GpuMemoryError | None = None,
            model: LocalModel | None = None, loader: LoaderModel | None = None,
            baselines: Mapping[str, float] | None = None) -> Advice:
@@ -41,8 +41,8 @@ def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str =
     with a count, or several, comma-separated). ``rows``: this machine's aggregated step
     and parallel rows, failures included. ``errors``: the model's validated error for a
     prediction's kind of configuration (None: every prediction says "error not validated
-    yet"). ``memory_error``: the memory model's median |error| over the steps measured
-    here and their number, for this machine's largest batch; ``gpu_memory_error``: its
+    yet"). ``memory_error``: the memory model's validated error per framework
+    (``local.MemoryMargins``), the margin of this machine's largest batch; ``gpu_memory_error``: its
     error over the GPU peaks dlperf measured, for a catalogue GPU's largest batch.
     ``model``: this machine's calibrated model, for what it did not measure; ``loader``:
     its input-pipeline model, for a pipeline it did not measure. ``baselines``: each

@@ -39,18 +39,24 @@ def measured(r: ConfigResult) -> Measured:
 #: -> (predicted seconds per mini-batch, validated relative error or None), or None where
 #: the calibration cannot predict it
 LocalModel = Callable[[ConfigResult], tuple[float, float | None] | None]
+#: the memory model's validated error as advice reads it: framework (None: all of them)
+#: -> (its 90th-percentile |error| over the steps measured here, their number)
+#: (``kinds.calibrate.validate.memory_margins``)
+MemoryMargins = Mapping[str | None, tuple[float, int]]
+
+
 #: the frameworks the model is asked for a network not measured here, the fastest kept
 MODEL_FRAMEWORKS = ("torch", "tensorflow", "jax")
 
 
 def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: float,
-                memory_error: tuple[float, int] | None = None,
+                memory_error: MemoryMargins | None = None,
                 model: LocalModel | None = None,
                 loader: LoaderModel | None = None,
                 baselines: Mapping[str, float] | None = None) -> HardwareAdvice:
     """``rows``: this machine's aggregated rows (step, parallel, loader and storage;
-    failures included); ``memory_error``: the memory model's median |error| over the steps
-    measured here and their number (``dlperf validate --memory``), None where not known;
+    failures included); ``memory_error``: the memory model's validated error per framework
+    (``MemoryMargins``, ``dlperf validate --memory``), None where not known;
     ``model``: this machine's calibrated model, which predicts a network not measured
     here (None: no calibration; the advice gives the command that measures it);
     ``loader``: the input-pipeline model, for a pipeline not measured here;
@@ -196,11 +202,13 @@ def _runtime(best: ConfigResult | None, baselines: Mapping[str, float]
 
 
 def _batch(net: str, size: str, mine: list[ConfigResult],
-           memory_error: tuple[float, int] | None = None,
+           memory_error: MemoryMargins | None = None,
            runtime: tuple[str, float] | None = None) -> Recommendation:
     """The largest batch that fits: from runs that ran out of memory where there are any,
     else the model's memory estimate against this machine's memory, with ``runtime``'s
-    framework's memory (``_runtime``) as the memory model's validation counts it. Only
+    framework's memory (``_runtime``) as the memory model's validation counts it, and that
+    framework's validated error (all frameworks' where it has too few steps) left as
+    margin: a batch advised to fit must fit where the model errs as it did here. Only
     runs on this machine's CPU and under no memory limit of their own say what its memory
     holds (an out-of-memory run under ``--memory-limit`` answered a smaller memory's
     question)."""
@@ -217,21 +225,29 @@ def _batch(net: str, size: str, mine: list[ConfigResult],
                                   "samples", measured(top))
     memory = environment.machine()["memory_bytes"]
     held = runtime[1] if runtime else 0.0
+    fw = runtime[0] if runtime else None
+    margins = memory_error or {}
+    own = fw is not None and fw in margins
+    error, cases = margins[fw] if own else margins.get(None, (None, 0))
+    whose = fw if own else "all frameworks'"
     b = common.largest_fitting(
-        lambda b: training_memory(net, size=size, batch_size=b) + held, memory)
+        lambda b: (training_memory(net, size=size, batch_size=b) + held) * (1 + (error or 0.0)),
+        memory)
     more = " or more" if b == common.MAX_BATCH else ""
     beside = (f"and {runtime[0]}'s runtime, "
               f"{units.nbytes(held)} as calibrated here" if runtime
               else "without the framework's own memory, not calibrated here")
+    spare = f", leaving {error:.0%} for the model's error here" if error is not None else ""
     return Recommendation(
         "batch", name, f"{name}: about {b}{more} fit in this machine's "
-        f"{units.nbytes(memory)} (the memory model's weights, gradients, activations and "
-        f"largest transient, {beside})", float(b),
+        f"{units.nbytes(memory)}{spare} (the memory model's weights, gradients, activations "
+        f"and largest transient, {beside})", float(b),
         "samples", Predicted(
-            f"memory estimate of {name} at batch {b}", memory_error[0] if memory_error else None,
+            f"memory estimate of {name} at batch {b}", error,
             "no run here ran out of memory" + (
-                f"; the memory model's median |error| over the {memory_error[1]} steps "
-                "measured here (dlperf validate --memory)" if memory_error else "")))
+                f"; the memory model's 90th percentile |error| over the {cases} {whose} "
+                "steps measured here, left as margin (dlperf validate --memory)"
+                if error is not None else "")))
 
 
 def _devices(first: ConfigResult | None, rows: list[ConfigResult], task: Task, samples: int, epochs: float,

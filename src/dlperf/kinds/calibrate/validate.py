@@ -248,6 +248,23 @@ class MemoryCase:
         return group_key(self.row.spec, group)
 
 
+#: the fewest measured steps of one framework whose error is that framework's margin
+MARGIN_CASES = 5
+
+
+def memory_margins(cases: Sequence[MemoryCase]) -> dict[str | None, tuple[float, int]]:
+    """The memory model's 90th-percentile |error| over ``cases`` and their number: per
+    framework with at least ``MARGIN_CASES`` of them, and over all (key None). A batch
+    chosen to fit leaves it as margin: the step time's advice quotes the same percentile,
+    and a framework's peak can sit well above the median's (TensorFlow's allocator: one
+    process of a configuration at 725 MiB in use, the next at 944)."""
+    by: dict[str | None, list[float]] = {None: [abs(c.error) for c in cases]}
+    for c in cases:
+        by.setdefault(framework(c.row.spec), []).append(abs(c.error))
+    return {fw: (p90(errs), len(errs)) for fw, errs in by.items()
+            if errs and (fw is None or len(errs) >= MARGIN_CASES)}
+
+
 def memory_cases(store: Store, baselines: dict[tuple[str, ...], float], *,
                  networks: Sequence[str] = (), frameworks: Sequence[str] = (),
                  workers: dict[tuple[str, str, str], float] | None = None
