@@ -208,3 +208,33 @@ def test_measured_gpu_peaks_name_their_machine_and_which_were_held_out(capsys):
                  "--hardware", "a100-40gb"]) == 0
     out = capsys.readouterr().out
     assert f"validated error +-{err.median:.0%}; median over 20 steps' allocator" in out
+
+
+def test_advise_quotes_the_catalogues_error_for_the_kinds_of_prediction_it_was_checked_on():
+    """A catalogue GPU's predicted time carries the 90th percentile |error| of its kind over
+    the shipped GPU steps (one GPU: both sets' single-GPU rows; sync: the published
+    multi-GPU rows); a strategy no shipped step ran stays "not validated yet"."""
+    import numpy as np
+
+    from dlperf.advice import advise
+    from dlperf.reference import measured_gpu, published_gpu
+    from dlperf.report.published import published_cases
+    from dlperf.report.published_time import catalogue_error
+
+    cases = [*published_cases(published_gpu()), *published_cases(measured_gpu())]
+    single = np.percentile([abs(c.error) for c in cases if c.row.gpus == 1], 90)
+    sync = np.percentile([abs(c.error) for c in cases if c.row.gpus > 1], 90)
+    assert single != sync
+    one = advise("image-classification", samples=1_200_000, epochs=90, hardware="a100-40gb",
+                 errors=catalogue_error).hardware[0]
+    [resnet] = [r for r in one.recommendations if r.topic == "network"
+                and r.subject == "resnet50"]
+    assert resnet.source.error == pytest.approx(single)
+    assert "dlperf validate --published" in resnet.source.basis
+    four = advise("image-classification", samples=1_200_000, epochs=90,
+                  hardware="a100-40gb:4", errors=catalogue_error).hardware[0]
+    devices = {r.advice.split(":")[0]: r.source for r in four.recommendations
+               if r.topic == "devices"}
+    assert devices["4 devices, sync"].error == pytest.approx(sync)
+    assert devices["4 devices, async"].error is None
+    assert "error not validated yet" in devices["4 devices, async"].describe()

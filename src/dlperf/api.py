@@ -529,14 +529,17 @@ def advice_inputs(store: Store, db: str | Path | None, *, model: Any = None
                   ) -> dict[str, Any]:
     """What advice reads beside the task (``dlperf.advice.advise``'s keywords): this
     machine's rows, the calibrated ``model`` (None: never calibrated), the memory model's
-    validated error over this machine's CPU steps (per framework, ``memory_margins``), the published GPU memory error and the
-    input-pipeline model and each framework's calibrated runtime memory on this CPU;
-    ``db`` is ``store``'s path, for the loader validation that opens it."""
+    validated error over this machine's CPU steps (per framework, ``memory_margins``), the
+    published GPU memory error, the catalogue's time error (``report.published_time``,
+    computed only when catalogue hardware is advised on), the input-pipeline model and each
+    framework's calibrated runtime memory on this CPU; ``db`` is ``store``'s path, for the
+    loader validation that opens it."""
     from dlperf.advice.section import rows_here
     from dlperf.kinds.calibrate import validate
     from dlperf.kinds.calibrate.plan import runtime_baselines, worker_runtimes
     from dlperf.perfmodel.machine_fits import runtime_baseline
     from dlperf.report.published_memory import gpu_memory_error
+    from dlperf.report.published_time import catalogue_error
 
     # the runtimes read once (every kernel run's samples), for the validation and the advice
     runtimes = runtime_baselines(store)
@@ -551,7 +554,7 @@ def advice_inputs(store: Store, db: str | Path | None, *, model: Any = None
                  if (b := runtime_baseline(fw, "cpu", None, runtimes)) is not None}
     return dict(rows=rows_here(store), memory_error=memory_error,
                 gpu_memory_error=gpu_memory_error(), model=model, loader=_loader_model(db),
-                baselines=baselines)
+                baselines=baselines, errors=catalogue_error)
 
 
 def _loader_model(db: str | Path | None):

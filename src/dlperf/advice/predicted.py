@@ -4,7 +4,8 @@ Each candidate network trains at its DLBench or guide default batch per device, 
 devices take N times that batch per step (the usual way to add devices); every strategy
 the model knows for N devices is tried and the fastest kept. Every number here is a
 prediction, shown with the model's validated error for that kind of configuration from
-the ``errors`` lookup, or "error not validated yet" without one. The framework is not a
+the ``errors`` lookup (``report.published_time.catalogue_error``: the catalogue's error
+over the GPU steps dlperf ships), or "error not validated yet" without one. The framework is not a
 term of the model: the framework advice is what this machine measured, said as such.
 """
 
@@ -25,6 +26,7 @@ from dlperf.perfmodel.predict import training_memory
 from dlperf.perfmodel.result import Prediction
 from dlperf.perfmodel.scaled import NOTE as SCALED_NOTE
 from dlperf.report.published_memory import GpuMemoryError
+from dlperf.report.published_time import BASIS as ERROR_BASIS
 
 BASIS = "datasheet rates x public efficiency factors (dlperf predict --json shows them)"
 #: a catalogue GPU's basis (``perfmodel.scaled``): its prediction carries a note saying so
@@ -73,7 +75,8 @@ def fastest_that_fits(found: list[Prediction]) -> Prediction:
 def _source(p: Prediction, errors: ErrorLookup | None) -> Predicted:
     cfg = (f"{p.network} [{p.size}] batch {p.batch_size}, {p.devices} x {p.device}, "
            f"{p.strategy}, {p.precision}")
-    return Predicted(cfg, errors(p) if errors else None, basis(p))
+    error = errors(p) if errors else None
+    return Predicted(cfg, error, basis(p) + (f"; {ERROR_BASIS}" if error is not None else ""))
 
 
 def advise_catalogue(task: Task, hw: Hardware, here: list[ConfigResult], samples: int, epochs: float,
