@@ -203,11 +203,23 @@ def test_measured_gpu_peaks_name_their_machine_and_which_were_held_out(capsys):
         small["predicted_bytes"] / small["measured_bytes"] - 1)
     err = gpu_memory_error()
     assert doc["summary"]["median_abs"] == err.median and err.n == 20
-    # advise quotes it for a GPU's largest batch, and not for a CPU's
+    # advise quotes its 90th percentile for a GPU's largest batch, and leaves it as margin
     assert main(["advise", "--task", "image-classification", "--samples", "1.2M",
                  "--hardware", "a100-40gb"]) == 0
     out = capsys.readouterr().out
-    assert f"validated error +-{err.median:.0%}; median over 20 steps' allocator" in out
+    assert (f"validated error +-{err.p90:.0%}; the 90th percentile |error| over 20 steps' "
+            "allocator") in out
+    assert f"per device fit in 40 GB, leaving {err.p90:.0%} for the model's error" in out
+    from dlperf.advice.predicted import _batch
+    from dlperf.perfmodel import catalogue
+    from dlperf.perfmodel.predict import training_memory
+
+    # a GPU where ResNet-50's batch 128 fits by the model alone, but not with the margin
+    need = training_memory("resnet50", batch_size=128, on_device=True)
+    dev = catalogue.device("a100-40gb").model_copy(
+        update={"memory_gb": need * (1 + err.p90 / 2) / 1e9})
+    assert _batch("resnet50", "full", dev, None).value == 128
+    assert _batch("resnet50", "full", dev, err).value == 64
 
 
 def test_advise_quotes_the_catalogues_error_for_the_kinds_of_prediction_it_was_checked_on():

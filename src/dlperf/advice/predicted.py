@@ -127,18 +127,18 @@ def _framework(net: str, here: list[ConfigResult]) -> Recommendation:
 def _batch(net: str, size: str, dev: catalogue.Device,
            gpu_error: GpuMemoryError | None) -> Recommendation:
     """The largest batch that fits the device; on a GPU with the memory model's error
-    over the GPU peaks dlperf measured (``report.published_memory``)."""
+    over the GPU peaks dlperf measured (``report.published_memory``) left as margin, its
+    90th percentile, as this machine's largest batch leaves its own (``local._batch``)."""
     gpu = dev.kind == "gpu"
     limit = dev.memory_gb * 1e9
+    error, basis = (gpu_error.p90, gpu_error.describe()) if gpu and gpu_error else (None, "")
     b = common.largest_fitting(lambda b: training_memory(
-        net, size=size, batch_size=b, on_device=gpu), limit)
+        net, size=size, batch_size=b, on_device=gpu) * (1 + (error or 0.0)), limit)
     name = common.name(net, size)
     more = " or more" if b == common.MAX_BATCH else ""
-    error, basis = None, ""
-    if gpu and gpu_error is not None:
-        error, basis = gpu_error.median, gpu_error.describe()
+    spare = f", leaving {error:.0%} for the model's error" if error is not None else ""
     return Recommendation("batch", name, f"{name}: about {b}{more} per device fit in "
-                          f"{dev.memory_gb:g} GB (weights, gradients, kept activations)",
+                          f"{dev.memory_gb:g} GB{spare} (weights, gradients, kept activations)",
                           float(b), "samples",
                           Predicted(f"memory estimate of {name} at batch {b}", error, basis))
 

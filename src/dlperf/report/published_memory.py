@@ -45,8 +45,8 @@ class GpuMemoryError(NamedTuple):
     gpu: str  # where they were measured
 
     def describe(self) -> str:
-        return (f"median over {self.n} steps' allocator peaks measured on {self.gpu}, "
-                f"{self.p90:.0%} at the 90th percentile")
+        return (f"the 90th percentile |error| over {self.n} steps' allocator peaks measured "
+                f"on {self.gpu} (median {self.median:.0%}), left as margin")
 
 
 def gpu_memory_error() -> GpuMemoryError:
