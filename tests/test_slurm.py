@@ -30,7 +30,9 @@ from dlperf.engine import config, plan
 from dlperf.kinds.peak import rates as peak
 
 FAST = ["--min-time", "0.05", "--min-steps", "3", "--warmup-time", "2"]
-SWEEP = ["sweep", "--networks", "fcn5", "--size", "tiny", "--executor", "slurm", *FAST]
+#: the driver looks at the jobs every half second, not every 5: a job here ends in seconds
+SWEEP = ["sweep", "--networks", "fcn5", "--size", "tiny", "--executor", "slurm",
+         "--slurm-poll", "0.5", *FAST]
 
 
 def _seed_peaks(db: Path, threads=(1, 2)) -> None:
@@ -257,6 +259,26 @@ def test_no_slurm_on_the_path_is_one_line_and_status_2(tmp_path, monkeypatch, ca
     assert main([*SWEEP, "--db", str(tmp_path / "r.db")]) == 2
     err = capsys.readouterr().err.strip()
     assert "sbatch is not on the PATH" in err and len(err.splitlines()) == 1
+
+
+def test_the_poll_interval_is_a_flag_and_a_bad_one_is_one_line(tmp_path, capsys):
+    from argparse import Namespace
+
+    from dlperf.cli import args
+
+    given = Namespace(executor="slurm", **{dest: None for dest in args.SLURM_FLAGS.values()})
+    assert args.slurm_from(given).poll_s == 5.0  # the default
+    given.slurm_poll = 0.5
+    assert args.slurm_from(given).poll_s == 0.5
+    db = str(tmp_path / "r.db")
+    for argv, message in (
+            (["sweep", "--networks", "fcn5", "--executor", "slurm", "--slurm-poll", "0",
+              "--db", db], "--slurm-poll: must be above 0"),
+            (["sweep", "--networks", "fcn5", "--slurm-poll", "2", "--db", db],
+             "--slurm-poll needs --executor slurm")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
 
 
 def test_an_old_store_gains_the_jobs_table_and_keeps_its_version(tmp_path):

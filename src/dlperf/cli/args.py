@@ -362,12 +362,16 @@ def add_executor(p: argparse.ArgumentParser) -> None:
                    help="a node of its own for each job")
     g.add_argument("--slurm-dir", help="folder the jobs write their results to, on a file "
                    "system the nodes share (default: beside the store, <store>.slurm/)")
+    g.add_argument("--slurm-poll", type=positive_float, help="seconds between two looks at "
+                   "the jobs' states with squeue (default 5; longer spares a busy "
+                   "controller, shorter notices an ended job sooner)")
 
 
 #: the flag (argparse dest) that sets each SlurmSettings key
 SLURM_FLAGS = {"partitions": "partitions", "constraint": "constraint", "nodelist": "nodelist",
                "time": "slurm_time", "cpus_per_task": "cpus_per_task", "gpus": "gpus",
-               "account": "account", "exclusive": "exclusive", "folder": "slurm_dir"}
+               "account": "account", "exclusive": "exclusive", "folder": "slurm_dir",
+               "poll_s": "slurm_poll"}
 
 
 def slurm_values(a: argparse.Namespace) -> dict[str, Any]:
