@@ -42,8 +42,9 @@ def advise(task_name: str, *, samples: int | str, epochs: float, hardware: str =
     and parallel rows, failures included. ``errors``: the model's validated error for a
     prediction's kind of configuration (None: every prediction says "error not validated
     yet"). ``memory_error``: the memory model's validated error per framework
-    (``local.MemoryMargins``), the margin of this machine's largest batch; ``gpu_memory_error``: its
-    error over the GPU peaks dlperf measured, for a catalogue GPU's largest batch.
+    (``local.MemoryMargins``), the margin of this machine's largest batch;
+    ``gpu_memory_error``: its error over the GPU peaks dlperf measured, for a catalogue
+    GPU's largest batch.
     ``model``: this machine's calibrated model, for what it did not measure; ``loader``:
     its input-pipeline model, for a pipeline it did not measure. ``baselines``: each
     framework's runtime memory on this CPU as calibrated here. Bad input raises

@@ -5,8 +5,9 @@ devices take N times that batch per step (the usual way to add devices); every s
 the model knows for N devices is tried and the fastest kept. Every number here is a
 prediction, shown with the model's validated error for that kind of configuration from
 the ``errors`` lookup (``report.published_time.catalogue_error``: the catalogue's error
-over the GPU steps dlperf ships), or "error not validated yet" without one. The framework is not a
-term of the model: the framework advice is what this machine measured, said as such.
+over the GPU steps dlperf ships), or "error not validated yet" without one. The framework
+is not a term of the model: the framework advice is what this machine measured, said as
+such.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from dlperf.kinds.dataflow.transfer import transfer_time
 from dlperf.perfmodel import catalogue, predict
 from dlperf.perfmodel.predict import training_memory
 from dlperf.perfmodel.result import Prediction
-from dlperf.perfmodel.scaled import NOTE as SCALED_NOTE
 from dlperf.report.published_memory import GpuMemoryError
 from dlperf.report.published_time import BASIS as ERROR_BASIS
+from dlperf.report.published_time import scaled
 
 BASIS = "datasheet rates x public efficiency factors (dlperf predict --json shows them)"
 #: a catalogue GPU's basis (``perfmodel.scaled``): its prediction carries a note saying so
@@ -36,7 +37,7 @@ SCALED_BASIS = ("a calibrated GPU's kernel curves scaled to this one's datasheet
 
 def basis(p: Prediction) -> str:
     """What the prediction stands on: scaled kernel curves or the datasheet roofline."""
-    return SCALED_BASIS if any(n.startswith(SCALED_NOTE) for n in p.notes) else BASIS
+    return SCALED_BASIS if scaled(p) else BASIS
 
 
 def strategies(devices: int) -> list[str]:
