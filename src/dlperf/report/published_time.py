@@ -22,9 +22,8 @@ from dlperf.perfmodel.result import Prediction
 from dlperf.perfmodel.scaled import NOTE as SCALED_NOTE
 
 #: what advice says the error stands on
-BASIS = ("the error: the 90th percentile |error| of the catalogue's predictions of its kind "
-         "(one GPU, or synchronous data parallelism) over the GPU steps dlperf ships, "
-         "published and measured on a lent GPU (dlperf validate --published)")
+BASIS = ("the error: the catalogue's 90th percentile |error| over the published and "
+         "lent-GPU steps of its kind (dlperf validate --published)")
 
 
 class TimeError(NamedTuple):
