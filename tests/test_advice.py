@@ -241,6 +241,45 @@ def test_a_network_not_measured_here_is_predicted_with_its_validated_error(db, c
     assert "| resnet50: not measured here |" not in advice
 
 
+def test_workers_not_measured_here_are_predicted_when_the_collectives_are_calibrated(tmp_path):
+    """Several worker processes on this machine, none measured: with gloo's collectives
+    calibrated the advice is the model's fastest strategy, with its validated error and
+    the one process measured beside it; without them it says why it cannot predict."""
+    from dlperf.advice.common import hours
+    from dlperf.core.aggregate import ConfigResult
+    from dlperf.kinds.calibrate import validate
+    from dlperf.kinds.parallel.make import make_spec
+    from tests import calibration_fixtures as made_up
+
+    def devices(db, allreduce):
+        with Store(db) as st:
+            made_up.calibrated(st, allreduce=allreduce)
+            st.add(result("alexnet", 1, 2.0))
+            model = validate.predictor(st)
+        h = advise("image-classification", samples=1_000_000, epochs=1, hardware="this",
+                   rows=_here(db), model=model).hardware[0]
+        [dev] = h.of("devices")
+        return dev, model
+
+    dev, model = devices(tmp_path / "with.db", allreduce=True)
+    assert isinstance(dev.source, Predicted) and "the calibrated model's prediction" in dev.advice
+    workers = max(2, environment.physical_cores())
+    times = {}
+    for s in ("sync", "async", "mixed", "pipeline", "fsdp"):
+        if s == "mixed" and workers % 2:
+            continue
+        got = model(ConfigResult(spec=make_spec("alexnet", strategy=s, workers=workers)))
+        if got is not None:
+            times[s] = got[0]
+    fastest = min(times, key=times.get)
+    assert len(times) >= 2 and dev.advice.startswith(f"{workers} workers, {fastest}: ")
+    assert dev.value == pytest.approx(hours(1_000_000, 1, 16 / times[fastest]))
+    assert "one process measured 8 samples/s" in dev.advice  # alexnet b16 at 2.0 s
+    dev, _ = devices(tmp_path / "without.db", allreduce=False)
+    assert isinstance(dev.source, Unknown) and dev.value is None
+    assert "does not predict it" in dev.advice and "without --no-allreduce" in dev.advice
+
+
 def test_the_largest_batch_counts_the_calibrated_runtime(db, monkeypatch):
     """The memory model's validation counts the framework's runtime (``dlperf calibrate``
     measures it), so the largest batch that fits counts it too: a runtime of most of the

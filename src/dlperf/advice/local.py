@@ -17,6 +17,7 @@ from dlperf.advice.records import HardwareAdvice, Measured, Predicted, Recommend
 from dlperf.advice.tasks import Task
 from dlperf.core import environment, units
 from dlperf.core.aggregate import ConfigResult, direction
+from dlperf.core.errors import UsageError
 from dlperf.core.settings import settings_name
 from dlperf.core.spec import RunSpec
 from dlperf.kinds.dataflow.plan import has_pipeline
@@ -84,7 +85,7 @@ def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: floa
     # devices and data for the task's first candidate measured here (the candidates are
     # listed most representative first; the guide's families run on 8x8 digits)
     first = next(iter(best_of.values()), None)
-    recs.append(_devices(first, rows, task, samples, epochs, cores))
+    recs.append(_devices(first, rows, task, samples, epochs, cores, model))
     recs += data_advice(best_of, rows, task, cores, measured, loader)
     notes = [f"{cores} physical cores; no GPU" if not environment.gpus() else
              f"{cores} physical cores; GPUs: {', '.join(g['name'] for g in environment.gpus())}"]
@@ -250,9 +251,14 @@ def _batch(net: str, size: str, mine: list[ConfigResult],
                 if error is not None else "")))
 
 
+#: the strategies advice asks the model for, where none was measured here
+PREDICTED_STRATEGIES = ("sync", "async", "mixed", "pipeline", "fsdp")
+
+
 def _devices(first: ConfigResult | None, rows: list[ConfigResult], task: Task, samples: int, epochs: float,
-             cores: int) -> Recommendation:
-    """Several worker processes on this machine: the measured parallel strategies."""
+             cores: int, model: LocalModel | None = None) -> Recommendation:
+    """Several worker processes on this machine: the measured parallel strategies, else
+    the calibrated model's fastest (``_predicted_parallel``)."""
     from dlperf.kinds.parallel.analysis import opts, speedup
 
     par = [r for r in rows if r.spec.kind == "parallel" and r.measured]
@@ -260,8 +266,28 @@ def _devices(first: ConfigResult | None, rows: list[ConfigResult], task: Task, s
     mine = [r for r in par if r.spec.network in nets]
     net = first.spec.network if first else task.candidates[0].network
     if not mine:
-        return Recommendation("devices", net, "workers and synchronisation: not measured "
-                              "here", None, "h", Unknown(common.parallel_command(net, cores)))
+        size = first.spec.size if first else None
+        guess = _predicted_parallel(net, size, cores, model) if model else None
+        if guess is None:
+            why = ("not measured here, and this machine's calibration does not predict it "
+                   "(a parallel run needs its collectives: dlperf calibrate --frameworks "
+                   "torch, without --no-allreduce)" if model else "not measured here")
+            return Recommendation("devices", net, f"workers and synchronisation: {why}",
+                                  None, "h", Unknown(common.parallel_command(net, cores), why))
+        spec, seconds, error = guess
+        o = opts(ConfigResult(spec=spec))
+        rate = spec.batch_size / seconds
+        hours = common.hours(samples, epochs, rate)
+        return Recommendation(
+            "devices", common.name(net, spec.size), f"{o.workers} workers, {o.strategy}: "
+            f"{common.duration(hours)} to train at {rate:.4g} samples/s (the calibrated "
+            f"model's prediction{f', +-{error:.0%}' if error is not None else ''}; the "
+            "fastest of the strategies it predicts)"
+            + (f"; one process measured {first.samples_per_s:.4g} samples/s"
+               if first and first.samples_per_s else ""), hours, "h",
+            Predicted(spec.label(), error, "this machine's calibrated kernels and gloo's "
+                      "collectives (dlperf calibrate); the error: the model's 90th percentile "
+                      "on the other networks measured here with PyTorch (dlperf validate)"))
     scored = defaultdict(list)
     for r in mine:
         s, eff = speedup(r, par)
@@ -275,3 +301,23 @@ def _devices(first: ConfigResult | None, rows: list[ConfigResult], task: Task, s
                           f"{o.workers} worker{'s' if o.workers > 1 else ''}, {o.strategy}: "
                           f"{common.duration(hours)} to train at {rate:.4g} samples/s{sp}",
                           hours, "h", measured(r))
+
+
+
+def _predicted_parallel(net: str, size: str | None, cores: int, model: LocalModel
+                        ) -> tuple[RunSpec, float, float | None] | None:
+    """The fastest strategy the calibrated model predicts for ``net`` on as many one-thread
+    worker processes as physical cores (at least two) at its default mini-batch in all, as
+    ``common.parallel_command`` would measure it; None where it predicts none."""
+    from dlperf.kinds.parallel.make import make_spec
+
+    found = []
+    for strategy in PREDICTED_STRATEGIES:
+        try:
+            spec = make_spec(net, strategy=strategy, workers=max(2, cores), size=size)
+        except UsageError:  # a strategy these workers cannot run (mixed on an odd count)
+            continue
+        got = model(ConfigResult(spec=spec))
+        if got is not None:
+            found.append((spec, *got))
+    return min(found, key=lambda x: x[1], default=None)
