@@ -280,6 +280,26 @@ def test_workers_not_measured_here_are_predicted_when_the_collectives_are_calibr
     assert "does not predict it" in dev.advice and "without --no-allreduce" in dev.advice
 
 
+def test_an_input_pipeline_not_measured_says_why_the_model_cannot_predict_it(db):
+    from dlperf.advice.data import _pipeline
+
+    with Store(db) as st:
+        st.add(result("alexnet", 1, 2.0))
+    [first] = [r for r in _here(db) if r.spec.network == "alexnet"]
+
+    def why(loader, best=first):
+        rec = _pipeline("alexnet", best, [], 2, measured=None, loader=loader)
+        assert isinstance(rec.source, Unknown) and rec.value is None
+        assert rec.source.command.startswith("dlperf dataflow sweep --network alexnet")
+        return rec.advice
+
+    assert why(None, best=None) == "input pipeline: not measured here"
+    assert "no loader is calibrated here" in why(None)
+    # a loader model without alexnet's data: it answers None for that step
+    assert "do not cover alexnet's data" in why((lambda row: None, ""))
+    assert "dlperf calibrate --dataflow --networks alexnet" in why(None)
+
+
 def test_the_largest_batch_counts_the_calibrated_runtime(db, monkeypatch):
     """The memory model's validation counts the framework's runtime (``dlperf calibrate``
     measures it), so the largest batch that fits counts it too: a runtime of most of the

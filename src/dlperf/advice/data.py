@@ -87,8 +87,16 @@ def _pipeline(net: str, first: ConfigResult | None, rows: list[ConfigResult], co
     got = loader[0](first) if loader is not None and first is not None else None
     if got is not None:
         return _predicted_pipeline(net, first, got, loader[1], sweep)  # type: ignore[index,arg-type]
-    return Recommendation("data", f"input pipeline for {net}", "input pipeline: not "
-                          "measured here", None, "% of the step", Unknown(sweep))
+    # why the input-pipeline model cannot answer: no loader calibrated here, or none on
+    # this network's data
+    calibrate = f"dlperf calibrate --dataflow --networks {net}"
+    why = ("not measured here" if first is None else
+           f"not measured here, and no loader is calibrated here to predict it ({calibrate})"
+           if loader is None else
+           f"not measured here, and the loaders calibrated here do not cover {net}'s data "
+           f"({calibrate})")
+    return Recommendation("data", f"input pipeline for {net}", f"input pipeline: {why}",
+                          None, "% of the step", Unknown(sweep, why))
 
 
 def _predicted_pipeline(net: str, first: ConfigResult, got: PipelineAdvice, validated: str,
