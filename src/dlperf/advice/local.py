@@ -303,7 +303,6 @@ def _devices(first: ConfigResult | None, rows: list[ConfigResult], task: Task, s
                           hours, "h", measured(r))
 
 
-
 def _predicted_parallel(net: str, size: str | None, cores: int, model: LocalModel
                         ) -> tuple[RunSpec, float, float | None] | None:
     """The fastest strategy the calibrated model predicts for ``net`` on as many one-thread
