@@ -13,8 +13,6 @@ and their error stays "not validated yet".
 from __future__ import annotations
 
 import functools
-import statistics
-from typing import NamedTuple
 
 from dlperf.core.stats import quantile
 from dlperf.perfmodel import catalogue
@@ -26,24 +24,15 @@ BASIS = ("the error: the catalogue's 90th percentile |error| over the published 
          "lent-GPU steps of its kind (dlperf validate --published)")
 
 
-class TimeError(NamedTuple):
-    """The catalogue's |error| over one kind of shipped GPU step."""
-
-    median: float
-    p90: float
-    n: int
-
-
-def _summary(errors: list[float]) -> TimeError:
-    mags = sorted(abs(e) for e in errors)
-    return TimeError(statistics.median(mags), quantile(mags, 0.9), len(mags))
+def _p90(errors: list[float]) -> float:
+    return quantile(sorted(abs(e) for e in errors), 0.9)
 
 
 @functools.cache
-def time_errors() -> dict[tuple[str, bool], TimeError]:
-    """(strategy, scaled curves or not) -> the error over the shipped steps of that kind:
-    'single' over the one-GPU rows of both sets, 'sync' over the published multi-GPU
-    rows."""
+def time_errors() -> dict[tuple[str, bool], float]:
+    """(strategy, scaled curves or not) -> the 90th percentile |error| over the shipped
+    steps of that kind: 'single' over the one-GPU rows of both sets, 'sync' over the
+    published multi-GPU rows."""
     from dlperf.reference import measured_gpu, published_gpu
     from dlperf.report.published import published_cases
 
@@ -52,8 +41,8 @@ def time_errors() -> dict[tuple[str, bool], TimeError]:
     for strategy, rows in (("single", [c for c in cases if c.row.gpus == 1]),
                            ("sync", [c for c in cases if c.row.gpus > 1])):
         if rows:
-            out[(strategy, True)] = _summary([c.error for c in rows])
-            out[(strategy, False)] = _summary([c.factors_error for c in rows])
+            out[(strategy, True)] = _p90([c.error for c in rows])
+            out[(strategy, False)] = _p90([c.factors_error for c in rows])
     return out
 
 
@@ -69,5 +58,4 @@ def catalogue_error(p: Prediction) -> float | None:
     dev = catalogue.devices().get(p.device)
     if dev is None or dev.kind != "gpu":
         return None
-    err = time_errors().get((p.strategy, scaled(p)))
-    return err.p90 if err else None
+    return time_errors().get((p.strategy, scaled(p)))
