@@ -62,10 +62,14 @@ def duration(h: float) -> str:
     return f"{h / 24:.3g} days"
 
 
-def largest_fitting(memory_of: Callable[[int], float], limit_bytes: float) -> int:
-    """The largest power-of-two batch whose memory is within the limit (0: not even 1)."""
+def largest_fitting(memory_of: Callable[[int], float], limit_bytes: float,
+                    margin: float | None = None) -> int:
+    """The largest power-of-two batch whose memory is within the limit (0: not even 1);
+    with ``margin`` (the memory model's validated relative error), the memory grown by it
+    must be."""
+    grow = 1 + (margin or 0.0)
     best, b = 0, 1
-    while b <= MAX_BATCH and memory_of(b) <= limit_bytes:
+    while b <= MAX_BATCH and memory_of(b) * grow <= limit_bytes:
         best, b = b, b * 2
     return best
 

@@ -232,8 +232,7 @@ def _batch(net: str, size: str, mine: list[ConfigResult],
     error, cases = margins[fw] if own else margins.get(None, (None, 0))
     whose = fw if own else "all frameworks'"
     b = common.largest_fitting(
-        lambda b: (training_memory(net, size=size, batch_size=b) + held) * (1 + (error or 0.0)),
-        memory)
+        lambda b: training_memory(net, size=size, batch_size=b) + held, memory, error)
     more = " or more" if b == common.MAX_BATCH else ""
     beside = (f"and {runtime[0]}'s runtime, "
               f"{units.nbytes(held)} as calibrated here" if runtime

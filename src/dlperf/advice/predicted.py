@@ -134,7 +134,7 @@ def _batch(net: str, size: str, dev: catalogue.Device,
     limit = dev.memory_gb * 1e9
     error, basis = (gpu_error.p90, gpu_error.describe()) if gpu and gpu_error else (None, "")
     b = common.largest_fitting(lambda b: training_memory(
-        net, size=size, batch_size=b, on_device=gpu) * (1 + (error or 0.0)), limit)
+        net, size=size, batch_size=b, on_device=gpu), limit, error)
     name = common.name(net, size)
     more = " or more" if b == common.MAX_BATCH else ""
     spare = f", leaving {error:.0%} for the model's error" if error is not None else ""
