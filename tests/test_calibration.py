@@ -746,6 +746,41 @@ def test_a_prediction_past_the_cores_says_it_stands_on_the_cores_calibration(db,
                for f in dl.footnotes)
 
 
+def test_predict_here_gives_the_largest_batch_also_with_the_memory_models_error_here(
+        db, monkeypatch, capsys):
+    """With steps measured here, ``dlperf predict`` on this machine gives beside the model's
+    largest batch the one whose peak grown by the model's 90th-percentile |error| over
+    those steps still fits (the batch ``dlperf advise`` advises); with none, only the
+    model's."""
+    from dlperf.core import environment
+
+    monkeypatch.setattr(validate, "runtime_baselines", lambda store: {("torch", "cpu"): 3e8})
+    with Store(db) as store:
+        made_up.calibrated(store)
+        alone = validate.predict_here(store, "fcn5")[0]
+        assert alone.memory_margin is None and alone.max_batch_with_margin is None
+        for batch, peak in ((32, 9e8), (64, 1.3e9)):
+            r = result("fcn5", 1, 0.5, batch=batch)
+            store.add(r.model_copy(update={"metrics": r.metrics.model_copy(
+                update={"peak_rss_bytes": int(peak)})}))
+        cases, _ = validate.memory_cases(store, {("torch", "cpu"): 3e8})
+        p = validate.predict_here(store, "fcn5")[0]
+
+        def total(b):
+            return validate.predict_here(store, "fcn5", batch_size=b)[0].memory.total
+
+        error = max(abs(c.error) for c in cases)  # the 90th percentile of two, interpolated
+        assert len(cases) == 2 and 0 < p.memory_margin.error <= error
+        assert "2 steps of all frameworks" in p.memory_margin.basis
+        grow, memory = 1 + p.memory_margin.error, environment.machine()["memory_bytes"]
+        spare = p.max_batch_with_margin
+        assert spare < p.max_batch
+        assert total(spare) * grow <= memory < total(spare + 1) * grow
+    assert main(["predict", "-n", "fcn5", "--device", "cpu", "--db", str(db)]) == 0
+    assert (f"by the model, {spare} leaving {p.memory_margin.error:.1%} for its error: the "
+            "memory model's 90th percentile") in capsys.readouterr().out
+
+
 def test_a_calibration_of_other_library_versions_is_not_used(db, monkeypatch):
     from dlperf.core import environment
 

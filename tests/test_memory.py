@@ -220,6 +220,36 @@ def test_predict_gives_the_breakdown_whether_it_fits_and_the_largest_batch():
     assert "A100" in p.mfu_peak and "bf16" in p.mfu_peak
 
 
+def test_a_catalogue_gpus_largest_batch_is_also_given_with_the_measured_gpu_error(capsys):
+    """On a catalogue GPU ``dlperf predict`` gives the model's largest batch and the one
+    that still fits with the model's error over the GPU peaks dlperf measured (the batch
+    ``dlperf advise`` advises); a catalogue CPU, whose memory was never checked, has none."""
+    import json
+
+    from dlperf.cli import main
+    from dlperf.report.published_memory import gpu_memory_error
+
+    assert main(["predict", "-n", "resnet50", "-d", "a100-40gb", "--precision", "bf16",
+                 "-b", "256", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    err = gpu_memory_error()
+    assert doc["memory_margin"]["error"] == err.p90 > 0 and err.gpu in doc["memory_margin"]["basis"]
+    top, spare = doc["max_batch"], doc["max_batch_with_margin"]
+    assert spare < top
+
+    def total(b):
+        return predict("resnet50", device="a100-40gb", precision="bf16", batch_size=b).memory.total
+
+    capacity = catalogue.device("a100-40gb").memory_gb * 1e9
+    assert total(spare) * (1 + err.p90) <= capacity < total(spare + 1) * (1 + err.p90)
+    assert main(["predict", "-n", "resnet50", "-d", "a100-40gb", "--precision", "bf16",
+                 "-b", "256"]) == 0
+    assert (f"largest batch that fits: {top} by the model, {spare} leaving "
+            f"{err.p90:.1%} for its error") in capsys.readouterr().out
+    cpu = predict("resnet50", device="xeon-8280", batch_size=64)
+    assert cpu.memory_margin is None and cpu.max_batch_with_margin is None and cpu.max_batch
+
+
 def test_data_parallel_memory_is_per_device_at_its_share_of_the_batch():
     one = predict("alexnet", device="a100-40gb", batch_size=64)
     four = predict("alexnet", device="a100-40gb", batch_size=256, strategy="sync", devices=4)
@@ -359,7 +389,7 @@ def test_advice_gives_the_largest_batch_with_the_memory_models_validated_error(m
     assert "error not validated yet" in unvalidated.source.describe()
     checked = _batch("alexnet", "tiny", [], {None: (0.12, 27)})
     assert checked.value == 32  # the validated error left as margin
-    assert checked.source.error == 0.12 and "27 all frameworks' steps" in checked.source.basis
+    assert checked.source.error == 0.12 and "27 steps of all frameworks" in checked.source.basis
     assert "validated error +-12%" in checked.source.describe()
     assert "leaving 12% for the model's error" in checked.advice
     # the framework whose runtime it counts, by its own error where it has enough steps
@@ -367,7 +397,7 @@ def test_advice_gives_the_largest_batch_with_the_memory_models_validated_error(m
                  ("tensorflow", 0.0))
     assert own.value == 64 and "9 tensorflow steps" in own.source.basis
     fallback = _batch("alexnet", "tiny", [], {None: (0.12, 27)}, ("torch", 0.0))
-    assert fallback.value == 32 and "27 all frameworks'" in fallback.source.basis
+    assert fallback.value == 32 and "27 steps of all frameworks" in fallback.source.basis
 
 
 def test_the_memory_margin_is_each_frameworks_90th_percentile_with_enough_steps():

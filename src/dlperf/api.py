@@ -536,7 +536,7 @@ def advice_inputs(store: Store, db: str | Path | None, *, model: Any = None
     loader validation that opens it."""
     from dlperf.advice.section import rows_here
     from dlperf.kinds.calibrate import validate
-    from dlperf.kinds.calibrate.plan import runtime_baselines, worker_runtimes
+    from dlperf.kinds.calibrate.plan import runtime_baselines
     from dlperf.perfmodel.machine_fits import runtime_baseline
     from dlperf.report.published_memory import gpu_memory_error
     from dlperf.report.published_time import catalogue_error
@@ -544,10 +544,7 @@ def advice_inputs(store: Store, db: str | Path | None, *, model: Any = None
     # the runtimes read once (every kernel run's samples), for the validation and the advice
     runtimes = runtime_baselines(store)
     # this machine's memory: its CPU steps' resident peaks (a GPU's steps are its own)
-    cases = [c for c in validate.memory_cases(store, runtimes,
-                                              workers=worker_runtimes(store))[0]
-             if c.row.spec.device == "cpu"]
-    memory_error = validate.memory_margins(cases) if cases else None
+    memory_error = validate.device_margins(store, "cpu", runtimes)
     # per framework the least runtime its training took here (the batch advice is per
     # network, the runtime a framework's; ``runtime_baseline``)
     baselines = {fw: b for fw in {key[0] for key in runtimes if key[1] == "cpu"}

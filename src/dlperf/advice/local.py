@@ -224,13 +224,12 @@ def _batch(net: str, size: str, mine: list[ConfigResult],
             return Recommendation("batch", name, f"{name}: batch {top.spec.batch_size} ran; "
                                   f"{min(oom)} ran out of memory", float(top.spec.batch_size),
                                   "samples", measured(top))
+    from dlperf.kinds.calibrate.validate import margin_for
+
     memory = environment.machine()["memory_bytes"]
     held = runtime[1] if runtime else 0.0
-    fw = runtime[0] if runtime else None
-    margins = memory_error or {}
-    own = fw is not None and fw in margins
-    error, cases = margins[fw] if own else margins.get(None, (None, 0))
-    whose = fw if own else "all frameworks'"
+    margin = margin_for(memory_error, runtime[0] if runtime else None)
+    error = margin.error if margin else None
     b = common.largest_fitting(
         lambda b: training_memory(net, size=size, batch_size=b) + held, memory, error)
     more = " or more" if b == common.MAX_BATCH else ""
@@ -244,10 +243,8 @@ def _batch(net: str, size: str, mine: list[ConfigResult],
         f"and largest transient, {beside})", float(b),
         "samples", Predicted(
             f"memory estimate of {name} at batch {b}", error,
-            "no run here ran out of memory" + (
-                f"; the memory model's 90th percentile |error| over the {cases} {whose} "
-                "steps measured here, left as margin (dlperf validate --memory)"
-                if error is not None else "")))
+            "no run here ran out of memory"
+            + (f"; {margin.basis}, left as margin" if margin else "")))
 
 
 #: the strategies advice asks the model for, where none was measured here

@@ -120,13 +120,31 @@ LOCAL_DEVICES = ("cpu", "gpu")
 
 
 def memory_line(p) -> str:
-    """The predicted peak per device, what holds it, and whether it fits."""
+    """The predicted peak per device, what holds it, whether it fits, and the largest
+    batch that does: by the model, and leaving its validated error as margin where known
+    (the batch ``dlperf advise`` advises)."""
     m = p.memory
     parts = ", ".join(f"{name} {units.nbytes(v)}" for name, v in m.model_dump().items()
                       if name != "total" and v)
     fits = ("fits" if p.fits else "does NOT fit") + f" in {p.device}'s memory"
     top = f"; largest batch that fits: {p.max_batch}" if p.max_batch else ""
+    if p.max_batch and p.memory_margin:
+        spare = p.max_batch_with_margin or "none"
+        top += (f" by the model, {spare} leaving {units.percent(p.memory_margin.error)} for "
+                f"its error: {p.memory_margin.basis}")
     return f"peak memory {units.nbytes(m.total)} per device ({parts}); {fits}{top}"
+
+
+def _catalogue_margin(name: str):
+    """A catalogue GPU's memory margin: the model's error over the GPU peaks dlperf
+    measured (``report.published_memory``); none for a CPU, where nothing was checked."""
+    from dlperf.perfmodel import catalogue
+    from dlperf.report.published_memory import gpu_memory_error
+
+    dev = catalogue.devices().get(name)  # a name not in it: predict() says why
+    if dev is None or dev.kind != "gpu":
+        return None
+    return gpu_memory_error().margin()
 
 
 def input_line(ip, measured_share: float | None) -> str:
@@ -255,7 +273,7 @@ def cmd_predict(a: argparse.Namespace) -> int:
         measured = row.median_s if row else None
     else:
         p = predict(a.network, device=a.device, threads=a.threads, framework=a.framework,
-                    **kw)
+                    memory_margin=_catalogue_margin(a.device), **kw)
         if inputs is not None:
             p = _catalogue_input(a, p, inputs, auto)
     stall = stall_share(row) if row is not None else None

@@ -28,7 +28,7 @@ from dlperf.perfmodel.memory import (
     step_memory,
     worker_step_memory,
 )
-from dlperf.perfmodel.result import Breakdown, LayerTime, Prediction
+from dlperf.perfmodel.result import Breakdown, LayerTime, MemoryMargin, Prediction
 from dlperf.workloads.base import Layer
 
 STRATEGIES = ("single", "sync", "async", "mixed", "pipeline", "fsdp")
@@ -79,6 +79,7 @@ def predict(
     framework: str = "torch",
     cores: int | None = None,
     server_drift: bool = False,
+    memory_margin: MemoryMargin | None = None,
 ) -> Prediction:
     """Time per mini-batch of ``network`` on ``devices`` x ``device`` (spread evenly over
     ``nodes``) with ``strategy``. ``link`` joins devices in a node (default: the device's
@@ -92,8 +93,10 @@ def predict(
     the workers of a calibrated device share (this machine's, where ``dlperf parallel``
     pins them); with none given, no core is taken to be spare for communication.
     ``server_drift``: the parameter server also measures each push's drift, as ``dlperf
-    parallel``'s does (the runs it predicts); a plain server does not. Bad input raises
-    UsageError (one line)."""
+    parallel``'s does (the runs it predicts); a plain server does not. ``memory_margin``:
+    the memory model's validated error (this machine's steps, or the GPU peaks dlperf
+    measured), which the largest batch that fits is also given with
+    (``max_batch_with_margin``). Bad input raises UsageError (one line)."""
     cal = efficiencies or Efficiencies()
     wl, size, cfg = workloads.resolve(network, size, params)
     batch = wl.default_batch if batch_size is None else batch_size
@@ -106,6 +109,7 @@ def predict(
                    catalogued=isinstance(device, str), curves=curves, cores=cores,
                    threads=threads)
     ctx.server_drift = server_drift
+    ctx.margin = memory_margin
     if note:
         ctx.notes.append(note)
     if strategy == "pipeline":
@@ -185,6 +189,7 @@ class _Context:
         self.curves = curves  # whose reference curves a catalogue GPU runs on
         self.cores, self.threads = cores, threads
         self.server_drift = False  # dlperf parallel's server measures each push's drift
+        self.margin: MemoryMargin | None = None  # the memory model's validated error
         if precision == "tf32" and dev.tf32_tflops is None:
             self.notes.append(f"{dev.name} has no TF32 units: tf32 runs as fp32")
 
@@ -378,11 +383,17 @@ class _Context:
     def memory_fields(self, parts: list[list[Layer]], batch: int, scale: int,
                       strategy: str = "single", group: int | None = None) -> dict[str, Any]:
         """The breakdown at ``batch`` samples per device, whether it fits the device, and
-        the largest global batch that does (``scale`` x the per-device batch)."""
+        the largest global batch that does (``scale`` x the per-device batch), also with
+        the memory model's validated error as margin where it is known (``margin``)."""
         mem = self.memory_at(parts, batch, strategy, group)
         capacity = self.dev.memory_gb * 1e9
-        top = largest_batch(lambda b: self.memory_at(parts, b, strategy, group).total,
-                            capacity)
+
+        def total(b: int) -> float:
+            return self.memory_at(parts, b, strategy, group).total
+
+        top = largest_batch(total, capacity)
+        grow = 1 + self.margin.error if self.margin is not None else None
+        spare = largest_batch(lambda b: total(b) * grow, capacity) if grow else None
         if mem.total > capacity:
             self.notes.append(
                 f"needs about {mem.total / 1e9:.3g} GB per device, more than the "
@@ -394,7 +405,8 @@ class _Context:
                               "and cuDNN's workspace are not counted (dlperf validate "
                               "--published: its error on a lent GPU)")
         return dict(memory=mem, memory_bytes=mem.total, fits=mem.total <= capacity,
-                    max_batch=top * scale if top else None)
+                    max_batch=top * scale if top else None, memory_margin=self.margin,
+                    max_batch_with_margin=spare * scale if spare else None)
 
     def utilisation(self, flops_per_step: float, time_s: float) -> dict[str, Any]:
         """Predicted MFU on a catalogue device: the model FLOPs per second over the

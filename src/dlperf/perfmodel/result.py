@@ -30,6 +30,17 @@ class Breakdown(BaseModel):
         return sum(self.model_dump().values())
 
 
+class MemoryMargin(BaseModel):
+    """How far the memory model has erred where it was checked: the relative error a batch
+    chosen to fit leaves as margin, and what it was measured over (for example 'the 90th
+    percentile |error| over 9 tensorflow steps measured here')."""
+
+    model_config = ConfigDict(frozen=True)
+
+    error: float
+    basis: str
+
+
 class LayerTime(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -70,6 +81,10 @@ class Prediction(BaseModel):
     #: whether ``memory`` fits the device's memory, and the largest global batch that does
     fits: bool
     max_batch: int | None = None
+    #: the memory model's validated error, where the caller knows it, and the largest
+    #: global batch whose peak grown by it still fits (what ``dlperf advise`` advises)
+    memory_margin: MemoryMargin | None = None
+    max_batch_with_margin: int | None = None
     #: predicted model FLOPs utilisation, and the peak it divides by (None: a device whose
     #: peak dlperf does not know)
     mfu: float | None = None

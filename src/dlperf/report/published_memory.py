@@ -12,6 +12,7 @@ from typing import NamedTuple
 from dlperf import workloads
 from dlperf.core.stats import quantile
 from dlperf.perfmodel.memory import MemoryBreakdown, step_memory
+from dlperf.perfmodel.result import MemoryMargin
 from dlperf.reference import MeasuredPeak, measured_gpu_memory
 
 
@@ -44,9 +45,14 @@ class GpuMemoryError(NamedTuple):
     n: int
     gpu: str  # where they were measured
 
+    def margin(self) -> MemoryMargin:
+        """The error a catalogue GPU's batch chosen to fit leaves as margin."""
+        return MemoryMargin(error=self.p90, basis=(
+            f"the 90th percentile |error| over {self.n} steps' allocator peaks measured on "
+            f"{self.gpu} (median {self.median:.0%}; dlperf validate --published)"))
+
     def describe(self) -> str:
-        return (f"the 90th percentile |error| over {self.n} steps' allocator peaks measured "
-                f"on {self.gpu} (median {self.median:.0%}), left as margin")
+        return f"{self.margin().basis}, left as margin"
 
 
 def gpu_memory_error() -> GpuMemoryError:

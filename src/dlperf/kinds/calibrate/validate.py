@@ -12,7 +12,7 @@ every other network, never the one predicted; ``lofo`` leaves the whole family o
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -24,6 +24,7 @@ from dlperf.core.spec import RunSpec
 from dlperf.core.store import Store
 from dlperf.inputs.options import InputOptions
 from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
+from dlperf.kinds.calibrate.plan import runtime_baselines, worker_runtimes
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
 from dlperf.perfmodel import catalogue
 from dlperf.perfmodel.correct import Factors, fit_factors
@@ -34,7 +35,7 @@ from dlperf.perfmodel.machine_fits import (
     worker_baseline,
 )
 from dlperf.perfmodel.memory import MemoryBreakdown
-from dlperf.perfmodel.result import Prediction
+from dlperf.perfmodel.result import MemoryMargin, Prediction
 
 MODES = ("kernels", "lono", "lofo")
 #: a process whose threads were kept busy less than this share of the row's busiest
@@ -263,6 +264,35 @@ def memory_margins(cases: Sequence[MemoryCase]) -> dict[str | None, tuple[float,
         by.setdefault(framework(c.row.spec), []).append(abs(c.error))
     return {fw: (p90(errs), len(errs)) for fw, errs in by.items()
             if errs and (fw is None or len(errs) >= MARGIN_CASES)}
+
+
+def margin_for(margins: Mapping[str | None, tuple[float, int]] | None,
+               fw: str | None) -> MemoryMargin | None:
+    """The margin a batch of framework ``fw`` chosen to fit leaves (``memory_margins``):
+    that framework's error where it has enough steps, else all frameworks'; None where no
+    step was measured."""
+    if not margins:
+        return None
+    own = fw is not None and fw in margins
+    if not own and None not in margins:
+        return None
+    error, n = margins[fw] if own else margins[None]
+    steps = f"{n} {fw} steps" if own else f"{n} steps of all frameworks"
+    return MemoryMargin(error=error, basis=f"the memory model's 90th percentile |error| over "
+                        f"the {steps} measured here (dlperf validate --memory)")
+
+
+def device_margins(store: Store, device: str = "cpu",
+                   runtimes: dict[tuple[str, ...], float] | None = None
+                   ) -> dict[str | None, tuple[float, int]] | None:
+    """``memory_margins`` over the runs measured on this machine's ``device`` (None: none
+    there), each predicted with the calibrated runtimes (``memory_cases``; ``runtimes``:
+    ``plan.runtime_baselines``, read here where not given)."""
+    if runtimes is None:
+        runtimes = runtime_baselines(store)
+    cases = [c for c in memory_cases(store, runtimes, workers=worker_runtimes(store))[0]
+             if c.row.spec.device == device]
+    return memory_margins(cases) if cases else None
 
 
 def memory_cases(store: Store, baselines: dict[tuple[str, ...], float], *,
@@ -594,7 +624,8 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
                 strategy=strategy, link=link or m.link, inter_link=inter_link or m.link,
                 collective=collective, groups=groups, micro_batches=micro_batches,
                 straggler_s=straggler_s, params=params, baseline_bytes=m.baseline_bytes or 0.0,
-                cores=cal.cores, server_drift=strategy in ("async", "mixed"))
+                cores=cal.cores, server_drift=strategy in ("async", "mixed"),
+                memory_margin=margin_for(device_margins(store, device), fw))
     if m.baseline_bytes is None:
         p = p.model_copy(update={"notes": [*p.notes, (
             f"memory: {fw}'s runtime baseline here is not calibrated yet (the peak counts "
