@@ -575,6 +575,15 @@ def test_dlperf_predict_prints_and_dumps_json(capsys):
     assert sum(p["breakdown"].values()) == pytest.approx(p["time_s"])
 
 
+def test_predict_reads_a_device_count_as_advise_writes_it(capsys):
+    """--device a100-40gb:8 is --device a100-40gb --gpus 8 ('dlperf advise --hardware')."""
+    args = ["predict", "-n", "alexnet", "-b", "256", "-s", "sync", "--json"]
+    assert main([*args, "-d", "a100-40gb:8"]) == 0
+    counted = json.loads(capsys.readouterr().out)
+    assert main([*args, "-d", "a100-40gb", "--gpus", "8"]) == 0
+    assert counted == json.loads(capsys.readouterr().out) and counted["devices"] == 8
+
+
 def test_dlperf_devices_lists_the_catalogue_with_sources(capsys):
     assert main(["devices"]) == 0
     assert "h100-sxm" in capsys.readouterr().out
@@ -588,6 +597,9 @@ def test_dlperf_devices_lists_the_catalogue_with_sources(capsys):
     (["-n", "gpt2", "-d", "local"], "need its calibration"),
     (["-n", "gpt2", "-d", "v100", "-s", "hogwild"], "unknown strategy"),
     (["-n", "gpt2", "-d", "v100", "--param", "heads=5"], "not divisible by heads"),
+    (["-n", "gpt2", "-d", "v100:0", "-s", "sync"], "not NAME:COUNT"),
+    (["-n", "gpt2", "-d", "v100:two", "-s", "sync"], "not NAME:COUNT"),
+    (["-n", "gpt2", "-d", "v100:4", "--gpus", "2", "-s", "sync"], "disagree"),
 ])
 def test_dlperf_predict_bad_input(capsys, args, message):
     assert main(["predict", *args]) == 2

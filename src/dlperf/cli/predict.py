@@ -82,7 +82,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         batch_size=args.Take(help="global mini-batch (default: the network's)"),
         device=args.Take(required=True, catalogue=True, help="cpu or gpu (this machine, as "
                          "'dlperf calibrate' measured it) or a catalogue device (dlperf "
-                         "devices)"),
+                         "devices); NAME:N is N of them (--devices N)"),
         framework=args.Take(help="whose kernels (default torch): this machine's calibrated "
                             "ones, or on a catalogue GPU the reference curves of that "
                             "framework where dlperf ships them (else PyTorch's, said so)"),
@@ -246,12 +246,28 @@ def _catalogue_input(a: argparse.Namespace, p, inputs, auto: bool):
         f"{dev.name}'s host's ({cores} cores feed it)")]})
 
 
+def _device_count(a: argparse.Namespace) -> None:
+    """--device NAME:N (as 'dlperf advise --hardware' writes it) is --device NAME --devices
+    N; a count that is not a whole number of at least 1, or that another --devices
+    contradicts, is one line."""
+    name, sep, count = a.device.rpartition(":")
+    if not sep:
+        return
+    if not count.isdigit() or int(count) < 1 or not name:
+        raise UsageError(f"--device: '{a.device}' is not NAME:COUNT with a count of at least 1 "
+                         "(for example a100-40gb:8)")
+    if a.devices not in (1, int(count)):
+        raise UsageError(f"--device {a.device} and --devices {a.devices} disagree; give one")
+    a.device, a.devices = name, int(count)
+
+
 def cmd_predict(a: argparse.Namespace) -> int:
     from dlperf.kinds.dataflow.analysis import stall_share
     from dlperf.perfmodel import predict
     from dlperf.report.exporters import print_table
     from dlperf.report.tables import Table
 
+    _device_count(a)
     measured = None
     kw: dict[str, Any] = dict(
         size=a.size, batch_size=a.batch_size, precision=a.precision, devices=a.devices,
