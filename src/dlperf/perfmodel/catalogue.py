@@ -9,6 +9,7 @@ there replaces the shipped entry of the same name whole. A bad entry is one
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from importlib import resources
@@ -134,6 +135,15 @@ def _parse(raw: dict, model: type[_Entry], origin: str) -> dict[str, _Entry]:
 
 
 def _shipped(filename: str, model: type[_Entry]) -> dict:
+    """The entries of a shipped file, a new dict each call (the caller may merge into it)."""
+    return dict(_shipped_once(filename, model))
+
+
+@functools.cache
+def _shipped_once(filename: str, model: type[_Entry]) -> dict:
+    # read and validated once per process: advice on a catalogue GPU looks devices up a
+    # thousand times (every prediction), each read costing milliseconds; the entries are
+    # frozen, and the user's file is still read at every call
     text = resources.files("dlperf.perfmodel").joinpath("data", filename).read_text()
     return _parse(_read(text, filename), model, filename)
 
