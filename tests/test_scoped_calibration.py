@@ -5,6 +5,8 @@ another network adding its shapes first."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dlperf import workloads
@@ -234,3 +236,64 @@ def test_a_strided_convolution_is_timed_on_the_input_side_the_network_gives_it()
             if layer.op == "conv":
                 b, _, _, side, window, stride = nk.conv_shape(g, 1)
                 assert k.conv_out(side, window, stride) ** 2 == g.m
+
+
+def test_a_network_held_out_keeps_what_a_calibration_of_the_others_would_have_timed(db):
+    """``without_network``: a calibration scoped to fcn5 and AlexNet, AlexNet held out, has
+    exactly the samples of one scoped to fcn5 alone (AlexNet's convolutions gone, the
+    skeleton and every op that is not scoped kept); a network not in its scope, or a
+    calibration of the whole grid, is left as it is."""
+    with Store(db) as store:
+        _store_scoped(store, [("fcn5", 64), ("alexnet", 16)], 1.0)
+        (both,) = calibration.load(store)
+    held = calibration.without_network(both, "alexnet")
+    parts, labels = calibration.scoped_parts([("fcn5", 64)])
+    assert held.scope == labels == ("fcn5@64",)
+    assert {(s.op, s.shape) for s in held.samples.items} == {
+        (p.op, tuple(shape)) for p in parts for shape in p.shapes}
+    own = nk.step_shapes(workloads.get("alexnet").layers(), 16)["conv"]
+    assert own and not {("conv", s) for s in own} & {(s.op, s.shape) for s in held.samples.items}
+    assert calibration.without_network(both, "resnet50") is both
+    whole = calibration.Stored("torch", 1, "cpu", both.samples)
+    assert calibration.without_network(whole, "alexnet") is whole
+
+
+def test_a_network_the_calibration_did_not_time_is_quoted_the_error_of_networks_held_out(
+        db, capsys, monkeypatch):
+    """``dlperf validate --held-out-shapes`` predicts each network of a scoped calibration
+    with its own shapes held out; a row of a network the calibration did not time (fcn8
+    beside a calibration scoped to fcn5 and AlexNet) is quoted that error, not the error
+    of networks whose shapes were timed, and advice says its shapes were not timed."""
+    from dlperf.core import environment
+    from dlperf.core.aggregate import ConfigResult
+    from dlperf.kinds.calibrate import validate
+    from dlperf.kinds.calibrate.prediction import predict_for_spec
+    from tests.report_fixtures import result
+
+    monkeypatch.setattr(environment, "physical_cores", lambda: 1)  # advice: its 1 thread
+    with Store(db) as store:
+        _store_scoped(store, [("fcn5", 64), ("alexnet", 16)], 1.0)
+        model = validate.predictor(store)
+        for net, slower in (("fcn5", 1.1), ("alexnet", 1.3), ("fcn8", 1.0)):
+            t, _ = model(ConfigResult(spec=result(net, 1, 1.0).spec))
+            store.add(result(net, 1, t * slower))
+        untimed = validate.untimed_cases(store)
+        assert sorted(c.row.spec.network for c in untimed) == ["alexnet", "fcn5"]
+        for c in untimed:
+            held = calibration.local_calibration(store, hold_out=c.row.spec.network)
+            assert c.prediction.time_s == predict_for_spec(c.row.spec, held).time_s
+        timed, _ = validate.cases(store, calibration.local_calibration(store))
+        alex = {c.row.spec.network: c for c in timed}["alexnet"]
+        assert [c for c in untimed if c.row.spec.network == "alexnet"][0].prediction.time_s \
+            != alex.prediction.time_s  # its own convolutions moved its prediction
+        model = validate.predictor(store)
+        fcn8 = result("fcn8", 1, 1.0)
+        assert not model.timed(fcn8.spec) and model.timed(result("fcn5", 1, 1.0).spec)
+        _, error = model(ConfigResult(spec=fcn8.spec, results=[fcn8]))
+        assert error == pytest.approx(validate.p90([abs(c.error) for c in untimed]))
+    assert main(["validate", "--held-out-shapes", "--json", "--db", str(db)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mode"] == "untimed" and len(doc["cases"]) == 2
+    assert main(["advise", "--task", "image-classification", "--samples", "1M", "--db",
+                 str(db)]) == 0
+    assert "resnet50's layer shapes were not timed" in capsys.readouterr().out

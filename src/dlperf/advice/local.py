@@ -104,15 +104,20 @@ def _network(net: str, size: str, best: ConfigResult | None, samples: int, epoch
         rate = spec.batch_size / seconds
         hours = common.hours(samples, epochs, rate)
         bad = (getattr(model, "disturbed", {}) or {}).get((spec.framework, spec.threads))
+        timed = getattr(model, "timed", lambda _: True)(spec)
+        basis = ("the error: the model's 90th percentile on the other networks measured here "
+                 "with the same framework (dlperf validate)" if timed else
+                 f"{net}'s layer shapes were not timed (a skeleton of the grid stands in: "
+                 f"'dlperf calibrate --networks {net}' times them); the error: the model's "
+                 "90th percentile on the networks measured here with the same framework, "
+                 "each predicted with its own shapes held out of the calibration")
         return Recommendation(
             "network", name, f"{name}: {common.duration(hours)} for {epochs:g} epochs of "
             f"{units.count(samples)} samples at {rate:.4g} samples/s (the calibrated "
             f"model's prediction{f', +-{error:.0%}' if error is not None else ''})", hours, "h",
             Predicted(
                 spec.label(), error, "this machine's calibrated kernels (dlperf calibrate); "
-                "the error: the model's 90th percentile on the other networks measured here "
-                "with the same framework (dlperf validate)"
-                + (f"; the calibration was disturbed: {bad}" if bad else "")))
+                + basis + (f"; the calibration was disturbed: {bad}" if bad else "")))
     hours = common.hours(samples, epochs, best.samples_per_s)
     return Recommendation("network", name, f"{name}: {common.duration(hours)} for {epochs:g} "
                           f"epochs of {units.count(samples)} samples at "

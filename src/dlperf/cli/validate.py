@@ -4,6 +4,7 @@ measured on this machine and print the errors. Parsing and printing only
 
     dlperf validate                                # the kernel-calibrated model alone
     dlperf validate --leave-one-network-out        # plus factors fitted on other networks
+    dlperf validate --held-out-shapes              # each network's own shapes not timed
     dlperf validate --published                    # the catalogue against GPU times
 """
 
@@ -36,6 +37,10 @@ def add(sub: argparse._SubParsersAction) -> None:
                      help="correct each network by factors fitted on the other networks")
     how.add_argument("--leave-one-family-out", action="store_true",
                      help="stricter: fitted on other families (fcn5 without fcn8 too)")
+    how.add_argument("--held-out-shapes", action="store_true",
+                     help="each network predicted with its own layer shapes held out of a "
+                     "calibration scoped to it (dlperf calibrate --networks): how far to "
+                     "trust a network whose layers the calibration did not time")
     how.add_argument("--catalogue", metavar="DEVICE", help="predict the measured steps from "
                      "this catalogue entry alone (a GPU's: the reference GPU's curves scaled "
                      "to its datasheet; a CPU's: datasheet and public efficiency factors; no "
@@ -81,7 +86,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
         raise UsageError(f"--kinds: unknown kind '{bad[0]}' (known: step, parallel, "
                          "dataflow)")
     if "dataflow" in kinds:
-        if a.catalogue or a.leave_one_network_out or a.leave_one_family_out:
+        if a.catalogue or a.leave_one_network_out or a.leave_one_family_out or \
+                a.held_out_shapes:
             raise UsageError("--kinds dataflow validates the input-pipeline model against "
                              "this machine's kernels alone")
         from dlperf.cli.validate_dataflow import validate_dataflow
@@ -91,7 +97,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
         if not kinds:
             return rc
     mode = ("lono" if a.leave_one_network_out else "lofo" if a.leave_one_family_out
-            else "catalogue" if a.catalogue else "kernels")
+            else "catalogue" if a.catalogue else "untimed" if a.held_out_shapes
+            else "kernels")
     cases, skipped = api.validation(mode, kinds=kinds, catalogue=a.catalogue,
                                     machine=a.machine, networks=a.networks or (),
                                     frameworks=a.frameworks or (), db=a.db)
@@ -336,6 +343,10 @@ def _caption(mode: str) -> str:
                 "steps")
     if mode == "kernels":
         return "kernels: the model from this machine's kernel calibration alone (no network fitted)"
+    if mode == "untimed":
+        return ("kernels: the kernel calibration alone, each network's own layer shapes held "
+                "out of it (a skeleton of the grid and the other networks' shapes stand in), "
+                "as a network the calibration did not time is predicted")
     held = "network" if mode == "lono" else "family"
     return (f"kernels: the kernel calibration alone; {mode.upper()}: times per-framework factors "
             f"fitted on the other {held}s' measurements (never this one's)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dlperf.core import environment, framework_table, speed_probe
 from dlperf.core.spec import RunResult, RunSpec
@@ -284,12 +284,36 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
             for key, s in sorted(by_key.items()) for fw, t, dev, prec in [key]]
 
 
-def local_calibration(store: Store, *, device: str | None = "cpu") -> MachineFits:
+def without_network(stored: Stored, network: str) -> Stored:
+    """``stored`` as a calibration scoped to the other networks of its scope would have
+    timed it: only the shapes ``scoped_parts`` gives for them (the skeleton of the grid,
+    their layers' shapes, the ops of their layer kinds), ``network``'s own left out; as it
+    is where the whole grid was timed or ``network`` is not in its scope. What validation
+    predicts a network with, to say how far to trust a prediction of a network whose
+    layers the calibration never timed."""
+    if stored.scope is None:
+        return stored
+    rest = [(name, int(batch)) for label in stored.scope
+            for name, batch in [label.split("@")] if name != network]
+    if len(rest) == len(stored.scope):
+        return stored
+    parts, labels = scoped_parts(rest, stored.device)
+    timed = {(p.op, tuple(shape)) for p in parts for shape in p.shapes}
+    kept = [x for x in stored.samples.items
+            if x.op not in LOCAL_OPS or (x.op, tuple(x.shape)) in timed]
+    return replace(stored, samples=Samples.of(kept), scope=labels)
+
+
+def local_calibration(store: Store, *, device: str | None = "cpu",
+                      hold_out: str | None = None) -> MachineFits:
     """This machine's fitted calibration from the store: every (framework, threads,
     precision) on ``device`` (every device with None) whose samples cover every op (an
-    incomplete one is left out; ``find`` then says what to run)."""
-    complete = [s for s in load(store, device=device)
-                if all(s.samples.of_op(op) for op in REQUIRED_OPS)]
+    incomplete one is left out; ``find`` then says what to run). ``hold_out``: a network
+    whose own shapes are left out of every calibration scoped to it (``without_network``)."""
+    loaded = load(store, device=device)
+    if hold_out is not None:
+        loaded = [without_network(s, hold_out) for s in loaded]
+    complete = [s for s in loaded if all(s.samples.of_op(op) for op in REQUIRED_OPS)]
     memory = float(environment.machine().get("memory_bytes") or 0) / 1e9 or 1.0
     return MachineFits.of([(s.framework, s.threads, s.device, s.samples, s.precision)
                            for s in complete], memory, environment.physical_cores(),

@@ -6,7 +6,9 @@ Two models are compared. ``kernels``: the kernel curves alone, fitted on no netw
 all. ``lono`` (leave one network out): the same, times per-framework factors on its
 compute, memory and overhead terms (``perfmodel.correct``) fitted on the measurements of
 every other network, never the one predicted; ``lofo`` leaves the whole family out
-(fcn5 and fcn8 together, lstm32 and lstm64 together), which is stricter.
+(fcn5 and fcn8 together, lstm32 and lstm64 together), which is stricter. ``untimed``: each network of a calibration scoped to networks
+predicted with its own layer shapes held out of it (``untimed_cases``), as a network the
+calibration never timed is predicted.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from dlperf.core.aggregate import ConfigResult, aggregate
 from dlperf.core.spec import RunSpec
 from dlperf.core.store import Store
 from dlperf.inputs.options import InputOptions
+from dlperf.kinds.calibrate.plan import load, runtime_baselines, worker_runtimes
 from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
-from dlperf.kinds.calibrate.plan import runtime_baselines, worker_runtimes
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
 from dlperf.perfmodel import catalogue
 from dlperf.perfmodel.correct import Factors, fit_factors
@@ -37,7 +39,7 @@ from dlperf.perfmodel.machine_fits import (
 from dlperf.perfmodel.memory import MemoryBreakdown
 from dlperf.perfmodel.result import MemoryMargin, Prediction
 
-MODES = ("kernels", "lono", "lofo")
+MODES = ("kernels", "lono", "lofo", "untimed")
 #: a process whose threads were kept busy less than this share of the row's busiest
 #: process lost its cores to other work: its time is not this configuration's
 UNDISTURBED = 0.9
@@ -162,12 +164,14 @@ class Case:
 
 
 def cases(store: Store, calibration: MachineFits, *,
-          kinds: Sequence[str] = ("step", "parallel")) -> tuple[list[Case], list[tuple[ConfigResult, str]]]:
-    """Every measured configuration of this machine that the model predicts, and the
-    others with the reason they are left out."""
+          kinds: Sequence[str] = ("step", "parallel"), networks: Sequence[str] = ()
+          ) -> tuple[list[Case], list[tuple[ConfigResult, str]]]:
+    """Every measured configuration of this machine (of ``networks``, all when empty)
+    that the model predicts, and the others with the reason they are left out."""
     mine = environment.machine_id()
     rows = aggregate([r for k in kinds for r in store.results(kind=k, status="ok",
-                                                              machine_id=mine)])
+                                                              machine_id=mine)
+                      if not networks or r.spec.network in networks])
     out, skipped = [], []
     for row in rows:
         if not row.median_s:
@@ -508,18 +512,41 @@ def explain(c: Case) -> str:
     return text
 
 
+def untimed_cases(store: Store) -> list[Case]:
+    """Each step of a network that a scoped calibration timed the shapes of, predicted with
+    those shapes held out of it (``plan.without_network``): the model's error on a network
+    whose layers the calibration never timed, as it predicts a network neither measured
+    nor calibrated for here. Empty where every calibration timed the whole grid."""
+    scoped = {label.split("@")[0] for s in load(store, device=None) if s.scope
+              for label in s.scope}
+    out: list[Case] = []
+    for net in sorted(scoped):
+        held = plan_calibration(store, device=None, hold_out=net)
+        out += cases(store, held, kinds=("step",), networks=(net,))[0]
+    return out
+
+
 def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | None] | None] | None:
     """The report's model for this machine (``report.tables.Predictor``), or None when the
     store holds no calibration of it. A row of this machine gets the kernel-calibrated
     prediction and, as the validated error, the 90th percentile of the model's absolute
     error on the other networks measured here with the same framework (at least two
     of them; else None, 'not validated yet'), so that 'within it' is a check, not an echo.
-    A row of another machine gets none: this machine's curves say nothing of it."""
+    A row of another machine gets none: this machine's curves say nothing of it. A row
+    whose network's shapes the calibration did not time (scoped to other networks) gets
+    instead the error on the networks predicted with their own shapes held out
+    (``untimed_cases``, read from the store again when first needed): the kind of
+    prediction it is (``predict_row.timed`` says which)."""
     cal = plan_calibration(store, device=None)
     if not cal.fits:
         return None
     found, _ = cases(store, cal)
     mine = environment.machine_id()
+    path, untimed = store.path, []
+
+    def timed(spec: RunSpec) -> bool:
+        fit = cal.find(framework(spec), spec.threads, spec.device, spec.precision)
+        return fit is None or spec.kind != "step" or fit.covers(spec.network, spec.batch_size)
 
     def predict_row(row: ConfigResult) -> tuple[float, float | None] | None:
         if row.machine_id not in (None, mine):
@@ -527,9 +554,17 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
         p = predict_for_spec(row.spec, cal)
         if p is None:
             return None
-        others = [abs(c.error) for c in found if c.key("framework") == framework(row.spec)
-                  and c.row.spec.network != row.spec.network]
-        return p.time_s, (p90(others) if len(others) >= 2 else None)
+        if timed(row.spec):
+            pool = [c for c in found if c.row.spec.network != row.spec.network]
+        else:
+            if not untimed:
+                with Store(path) as again:
+                    untimed.append(untimed_cases(again))
+            pool = untimed[0]
+        errors = [abs(c.error) for c in pool if c.key("framework") == framework(row.spec)]
+        return p.time_s, (p90(errors) if len(errors) >= 2 else None)
+
+    predict_row.timed = timed  # type: ignore[attr-defined]
 
     # what a table of its predictions marks: the calibrations other processes disturbed,
     # and the rows measured while the machine ran at another speed than calibrated
@@ -568,7 +603,14 @@ def validation(store: Store, mode: str, *, kinds: Sequence[str] = ("step", "para
         if not cal.fits:
             raise UsageError("this machine has no calibration in the store; run 'dlperf "
                              "calibrate' first (about 17 minutes on 2 cores)")
-        found, skipped = cases(store, cal, kinds=kinds)
+        if mode == "untimed":
+            found, skipped = untimed_cases(store), []
+            if not found:
+                raise UsageError("no step here of a network a calibration timed the shapes "
+                                 "of (dlperf calibrate --networks NET, then dlperf sweep of "
+                                 "NET): nothing to hold its shapes out of")
+        else:
+            found, skipped = cases(store, cal, kinds=kinds)
     found = [c for c in found if (not networks or c.row.spec.network in networks)
              and (not frameworks or c.key("framework") in frameworks)]
     return corrected(found, mode), skipped
