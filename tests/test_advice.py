@@ -241,6 +241,26 @@ def test_a_network_not_measured_here_is_predicted_with_its_validated_error(db, c
     assert "| resnet50: not measured here |" not in advice
 
 
+def test_a_network_is_predicted_at_the_most_threads_calibrated_when_the_cores_are_not(
+        db, monkeypatch):
+    """A calibration of one thread on two cores still predicts a network not measured
+    here, at that one thread, saying so, rather than 'not measured here'."""
+    from dlperf.core import environment
+    from dlperf.kinds.calibrate import validate
+    from tests import calibration_fixtures as made_up
+
+    monkeypatch.setattr(environment, "physical_cores", lambda: 2)
+    with Store(db) as st:
+        made_up.calibrated(st, threads=(1,), allreduce=False)
+        model = validate.predictor(st)
+    a = advise("image-classification", samples=1_000_000, epochs=1, hardware="this",
+               rows=_here(db), model=model)
+    resnet = {r.subject: r for r in a.hardware[0].of("network")}["resnet50"]
+    assert isinstance(resnet.source, Predicted) and resnet.value > 0
+    assert "at 1 thread, the most calibrated here of 2 cores" in resnet.advice
+    assert "cpu x1" in resnet.source.describe()
+
+
 def test_workers_not_measured_here_are_predicted_when_the_collectives_are_calibrated(tmp_path):
     """Several worker processes on this machine, none measured: with gloo's collectives
     calibrated the advice is the model's fastest strategy, with its validated error and

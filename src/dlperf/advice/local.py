@@ -111,10 +111,13 @@ def _network(net: str, size: str, best: ConfigResult | None, samples: int, epoch
                  f"'dlperf calibrate --networks {net}' times them); the error: the model's "
                  "90th percentile on the networks measured here with the same framework, "
                  "each predicted with its own shapes held out of the calibration")
+        fewer = (f" at {spec.threads} thread{'s' if spec.threads != 1 else ''}, the most "
+                 f"calibrated here of {cores} cores" if spec.threads != cores else "")
         return Recommendation(
             "network", name, f"{name}: {common.duration(hours)} for {epochs:g} epochs of "
             f"{units.count(samples)} samples at {rate:.4g} samples/s (the calibrated "
-            f"model's prediction{f', +-{error:.0%}' if error is not None else ''})", hours, "h",
+            f"model's prediction{f', +-{error:.0%}' if error is not None else ''}{fewer})",
+            hours, "h",
             Predicted(
                 spec.label(), error, "this machine's calibrated kernels (dlperf calibrate); "
                 + basis + (f"; the calibration was disturbed: {bad}" if bad else "")))
@@ -126,15 +129,21 @@ def _network(net: str, size: str, best: ConfigResult | None, samples: int, epoch
 
 def _predicted(net: str, size: str, cores: int, model: LocalModel
                ) -> tuple[RunSpec, float, float | None] | None:
-    """The fastest calibrated framework's prediction at all the physical cores and the
-    network's default batch, or None where the calibration predicts none."""
+    """The fastest calibrated framework's prediction at the network's default batch, at
+    all the physical cores where that thread count is calibrated, else at the most threads
+    it is (halving from the cores: a calibration of one thread still predicts), or None
+    where the calibration predicts none."""
     found = []
     for fw in MODEL_FRAMEWORKS:
-        spec = RunSpec(network=net, size=size, framework=fw, threads=cores,
-                       batch_size=workloads.get(net).default_batch)
-        got = model(ConfigResult(spec=spec))
-        if got is not None:
-            found.append((spec, *got))
+        threads = cores
+        while threads >= 1:
+            spec = RunSpec(network=net, size=size, framework=fw, threads=threads,
+                           batch_size=workloads.get(net).default_batch)
+            got = model(ConfigResult(spec=spec))
+            if got is not None:
+                found.append((spec, *got))
+                break
+            threads = threads // 2 if threads > 1 else 0
     return min(found, key=lambda x: x[1], default=None)
 
 
