@@ -291,6 +291,15 @@ def test_a_network_the_calibration_did_not_time_is_quoted_the_error_of_networks_
         assert not model.timed(fcn8.spec) and model.timed(result("fcn5", 1, 1.0).spec)
         _, error = model(ConfigResult(spec=fcn8.spec, results=[fcn8]))
         assert error == pytest.approx(validate.p90([abs(c.error) for c in untimed]))
+    # the DLBench table marks the cell that stands on the skeleton
+    from dlperf import api
+
+    dl = next(s for s in api.report(db=db, out=db.parent / "rep").sections
+              if s.name == "dlbench").tables[0]
+    pred = {r[0]: r[dl.headers.index("1 thread") + 1] for r in dl.rows}
+    assert pred["fcn8"].endswith("#") and not pred["fcn5"].endswith("#")
+    assert any(f.startswith("# fcn8's layer shapes were not timed by the calibration (1 cell)")
+               for f in dl.footnotes)
     assert main(["validate", "--held-out-shapes", "--json", "--db", str(db)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["mode"] == "untimed" and len(doc["cases"]) == 2

@@ -58,6 +58,9 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
     # a cell past the cores, predicted with the cores' calibration: marked '^'
     beyond = getattr(predictor, "beyond_cores", None)
     past_cores: dict[tuple[int, int], int] = {}
+    # a cell whose network's layer shapes the calibration did not time: marked '#'
+    timed = getattr(predictor, "timed", None)
+    untimed: dict[str, int] = {}
     leaf = []
     for c in cols:
         name = "GPU" if c == "GPU" else f"{c} thread{'s' if c != '1' else ''}"
@@ -97,8 +100,12 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                     past = beyond(cell) if p and beyond else None
                     if past:
                         past_cores[past] = past_cores.get(past, 0) + 1
+                    skeleton = bool(p and timed and not timed(cell.spec))
+                    if skeleton:
+                        untimed[cell.spec.network] = untimed.get(cell.spec.network, 0) + 1
                     line.append((f"{p[0]:.4g}" + ("!" if bad else "") + ("~" if moved else "")
-                                 + ("^" if past else "")) if p else "")
+                                 + ("^" if past else "") + ("#" if skeleton else ""))
+                                if p else "")
                     vals.append(p[0] if p else None)
         out_rows.append(line)
         values.append(vals)
@@ -116,6 +123,10 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
             f"'dlperf calibrate --force' and measuring the cell again set both at one speed")
     notes_after += [f"^ more threads than the cores ({n} cell{'s' if n != 1 else ''}): "
                     + beyond_cores_text(threads, cores) for (threads, cores), n in past_cores.items()]
+    notes_after += [f"# {net}'s layer shapes were not timed by the calibration ({n} cell"
+                    f"{'s' if n != 1 else ''}): a skeleton of the grid stands in, its error "
+                    f"that of 'dlperf validate --held-out-shapes'; 'dlperf calibrate --networks "
+                    f"{net}' times them" for net, n in untimed.items()]
     return Table(
         title="Time per mini-batch (s), DLBench layout",
         headers=headers,
