@@ -286,6 +286,18 @@ def test_a_network_the_calibration_did_not_time_is_quoted_the_error_of_networks_
         alex = {c.row.spec.network: c for c in timed}["alexnet"]
         assert [c for c in untimed if c.row.spec.network == "alexnet"][0].prediction.time_s \
             != alex.prediction.time_s  # its own convolutions moved its prediction
+        # predict says so too, with the command that times them where one can
+        def shapes(net, **kw):
+            return [n for n in validate.predict_here(store, net, **kw)[0].notes
+                    if n.startswith("shapes:")]
+
+        assert not shapes("fcn5") and not shapes("alexnet", batch_size=16)
+        [note] = shapes("fcn8")
+        b8 = workloads.get("fcn8").default_batch
+        assert f"did not time fcn8 [full]'s layer shapes at batch {b8}" in note
+        assert f"'dlperf calibrate --networks fcn8 --batch-size {b8}'" in note
+        [tiny] = shapes("fcn5", size="tiny", batch_size=64)
+        assert "not of another size or parameter" in tiny
         model = validate.predictor(store)
         fcn8 = result("fcn8", 1, 1.0)
         assert not model.timed(fcn8.spec) and model.timed(result("fcn5", 1, 1.0).spec)

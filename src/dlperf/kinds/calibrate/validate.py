@@ -30,6 +30,7 @@ from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
 from dlperf.perfmodel import catalogue
 from dlperf.perfmodel.correct import Factors, fit_factors
+from dlperf.perfmodel.fit import LocalFit
 from dlperf.perfmodel.machine_fits import (
     MachineFits,
     beyond_cores_text,
@@ -512,6 +513,16 @@ def explain(c: Case) -> str:
     return text
 
 
+def shapes_timed(fit: LocalFit, spec: RunSpec) -> bool:
+    """Whether ``fit`` timed the layer shapes of ``spec``'s step: its whole grid, or a scope
+    naming the network at that batch (a scope's shapes are the network as defined: its
+    default size, no parameter changed)."""
+    if fit.scope is None:
+        return True
+    as_defined = not spec.params and spec.size == workloads.resolve(spec.network, None, {})[1]
+    return as_defined and fit.covers(spec.network, spec.batch_size)
+
+
 def untimed_cases(store: Store) -> list[Case]:
     """Each step of a network that a scoped calibration timed the shapes of, predicted with
     those shapes held out of it (``plan.without_network``): the model's error on a network
@@ -546,7 +557,7 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
 
     def timed(spec: RunSpec) -> bool:
         fit = cal.find(framework(spec), spec.threads, spec.device, spec.precision)
-        return fit is None or spec.kind != "step" or fit.covers(spec.network, spec.batch_size)
+        return fit is None or spec.kind != "step" or shapes_timed(fit, spec)
 
     def predict_row(row: ConfigResult) -> tuple[float, float | None] | None:
         if row.machine_id not in (None, mine):
@@ -679,6 +690,16 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
             f"dlperf measured its runtime when training, tens to hundreds of MiB more); "
             f"'dlperf calibrate --frameworks {fw} --threads 1 --force' measures it")]})
     p = _with_utilisation(p, spec)
+    if strategy == "single" and not shapes_timed(m.fit, spec):
+        as_defined = not params and resolved == workloads.resolve(wl.name, None, {})[1]
+        p = p.model_copy(update={"notes": [*p.notes, (
+            f"shapes: this calibration did not time {wl.name} [{resolved}]'s layer shapes at "
+            f"batch {spec.batch_size} (a skeleton of the grid stands in; its error: 'dlperf "
+            "validate --held-out-shapes')" + (
+                f"; 'dlperf calibrate --networks {wl.name} --batch-size {spec.batch_size}' "
+                "times them" if as_defined else
+                "; a calibration times the shapes of a network as defined, not of another "
+                "size or parameter"))]})
     if strategy == "single" and m.fit.threads < threads:  # the cores' fit stands in
         p = p.model_copy(update={"notes": [*p.notes, "threads: "
                                            + beyond_cores_text(threads, m.fit.threads)]})
