@@ -6,9 +6,9 @@ Two models are compared. ``kernels``: the kernel curves alone, fitted on no netw
 all. ``lono`` (leave one network out): the same, times per-framework factors on its
 compute, memory and overhead terms (``perfmodel.correct``) fitted on the measurements of
 every other network, never the one predicted; ``lofo`` leaves the whole family out
-(fcn5 and fcn8 together, lstm32 and lstm64 together), which is stricter. ``untimed``: each network of a calibration scoped to networks
-predicted with its own layer shapes held out of it (``untimed_cases``), as a network the
-calibration never timed is predicted.
+(fcn5 and fcn8 together, lstm32 and lstm64 together), which is stricter. ``untimed``:
+each network of a calibration scoped to networks predicted with its own layer shapes held
+out of it (``untimed_cases``), as a network the calibration never timed is predicted.
 """
 
 from __future__ import annotations
@@ -513,14 +513,16 @@ def explain(c: Case) -> str:
     return text
 
 
+def as_defined(spec: RunSpec) -> bool:
+    """Whether ``spec`` runs its network as defined (its default size, no parameter
+    changed): the only shapes a calibration scoped to networks times."""
+    return not spec.params and spec.size == workloads.resolve(spec.network, None, {})[1]
+
+
 def shapes_timed(fit: LocalFit, spec: RunSpec) -> bool:
     """Whether ``fit`` timed the layer shapes of ``spec``'s step: its whole grid, or a scope
-    naming the network at that batch (a scope's shapes are the network as defined: its
-    default size, no parameter changed)."""
-    if fit.scope is None:
-        return True
-    as_defined = not spec.params and spec.size == workloads.resolve(spec.network, None, {})[1]
-    return as_defined and fit.covers(spec.network, spec.batch_size)
+    naming the network, as defined, at that batch."""
+    return fit.scope is None or (as_defined(spec) and fit.covers(spec.network, spec.batch_size))
 
 
 def untimed_cases(store: Store) -> list[Case]:
@@ -565,14 +567,12 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
         p = predict_for_spec(row.spec, cal)
         if p is None:
             return None
-        if timed(row.spec):
-            pool = [c for c in found if c.row.spec.network != row.spec.network]
-        else:
-            if not untimed:
-                with Store(path) as again:
-                    untimed.append(untimed_cases(again))
-            pool = untimed[0]
-        errors = [abs(c.error) for c in pool if c.key("framework") == framework(row.spec)]
+        if not timed(row.spec) and not untimed:
+            with Store(path) as again:
+                untimed.append(untimed_cases(again))
+        pool = found if timed(row.spec) else untimed[0]
+        errors = [abs(c.error) for c in pool if c.key("framework") == framework(row.spec)
+                  and c.row.spec.network != row.spec.network]
         return p.time_s, (p90(errors) if len(errors) >= 2 else None)
 
     predict_row.timed = timed  # type: ignore[attr-defined]
@@ -691,13 +691,12 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
             f"'dlperf calibrate --frameworks {fw} --threads 1 --force' measures it")]})
     p = _with_utilisation(p, spec)
     if strategy == "single" and not shapes_timed(m.fit, spec):
-        as_defined = not params and resolved == workloads.resolve(wl.name, None, {})[1]
         p = p.model_copy(update={"notes": [*p.notes, (
             f"shapes: this calibration did not time {wl.name} [{resolved}]'s layer shapes at "
             f"batch {spec.batch_size} (a skeleton of the grid stands in; its error: 'dlperf "
             "validate --held-out-shapes')" + (
                 f"; 'dlperf calibrate --networks {wl.name} --batch-size {spec.batch_size}' "
-                "times them" if as_defined else
+                "times them" if as_defined(spec) else
                 "; a calibration times the shapes of a network as defined, not of another "
                 "size or parameter"))]})
     if strategy == "single" and m.fit.threads < threads:  # the cores' fit stands in
