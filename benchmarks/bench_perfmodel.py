@@ -149,16 +149,21 @@ def measure_parallel(db: str) -> None:
 
 
 def report(db: str, networks: list[str], frameworks: list[str]) -> None:
+    def chosen(cs):
+        return [c for c in cs if c.row.spec.kind == "step" and c.row.spec.network in networks
+                and c.row.spec.framework in frameworks and c.row.spec.size == "full"]
+
     with Store(db) as store:
         cal = calibrate.local_calibration(store, device=None)
         cases, skipped = validate.cases(store, cal)
-    steps = [c for c in cases if c.row.spec.kind == "step" and c.row.spec.network in networks
-             and c.row.spec.framework in frameworks and c.row.spec.size == "full"]
+        # a scoped calibration (--scoped): each network with its own shapes held out
+        untimed = chosen(validate.untimed_cases(store))
+    steps = chosen(cases)
     par = [c for c in cases if c.row.spec.kind == "parallel"]
     print(f"\n{len(steps)} step configurations, {len(par)} parallel ones "
           f"({len(skipped)} left out)")
     for mode in validate.MODES:
-        cs = validate.corrected(steps, mode)
+        cs = untimed if mode == "untimed" else validate.corrected(steps, mode)
         if not cs:
             continue
         (t,) = validate.summarize(cs)
