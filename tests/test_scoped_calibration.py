@@ -317,4 +317,9 @@ def test_a_network_the_calibration_did_not_time_is_quoted_the_error_of_networks_
     assert doc["mode"] == "untimed" and len(doc["cases"]) == 2
     assert main(["advise", "--task", "image-classification", "--samples", "1M", "--db",
                  str(db)]) == 0
-    assert "resnet50's layer shapes were not timed" in capsys.readouterr().out
+    advice = capsys.readouterr().out
+    assert ("resnet50's layer shapes were not timed (a skeleton of the grid stands in: "
+            "'dlperf calibrate --networks resnet50' times them)") in advice
+    # another size than the network as defined: no calibration times its shapes
+    assert "cnn [large]'s layer shapes were not timed (a skeleton of the grid stands in; " \
+        "a calibration times a network as defined)" in advice

@@ -94,6 +94,8 @@ def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: floa
 
 def _network(net: str, size: str, best: ConfigResult | None, samples: int, epochs: float,
              cores: int, model: LocalModel | None = None) -> Recommendation:
+    from dlperf.kinds.calibrate.validate import as_defined
+
     name = common.name(net, size)
     if best is None:
         guess = _predicted(net, size, cores, model) if model else None
@@ -105,12 +107,14 @@ def _network(net: str, size: str, best: ConfigResult | None, samples: int, epoch
         hours = common.hours(samples, epochs, rate)
         bad = (getattr(model, "disturbed", {}) or {}).get((spec.framework, spec.threads))
         timed = getattr(model, "timed", lambda _: True)(spec)
+        times_them = (f": 'dlperf calibrate --networks {net}' times them"
+                      if as_defined(spec) else "; a calibration times a network as defined")
         basis = ("the error: the model's 90th percentile on the other networks measured here "
                  "with the same framework (dlperf validate)" if timed else
-                 f"{net}'s layer shapes were not timed (a skeleton of the grid stands in: "
-                 f"'dlperf calibrate --networks {net}' times them); the error: the model's "
-                 "90th percentile on the networks measured here with the same framework, "
-                 "each predicted with its own shapes held out of the calibration")
+                 f"{name}'s layer shapes were not timed (a skeleton of the grid stands in"
+                 f"{times_them}); the error: the model's 90th percentile on the networks "
+                 "measured here with the same framework, each predicted with its own shapes "
+                 "held out of the calibration")
         fewer = (f" at {spec.threads} thread{'s' if spec.threads != 1 else ''}, the most "
                  f"calibrated here of {cores} cores" if spec.threads != cores else "")
         return Recommendation(
