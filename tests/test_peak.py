@@ -223,14 +223,21 @@ def test_theoretical_peak_is_cores_units_lanes_two_and_clock():
 def test_skylake_sp_fma_units_follow_the_product_tier(name, units):
     info = {**ICELAKE, "model": "85", "model name": name}
     t = cpu_peak.theoretical_peak(info, cores=1)
-    if units is None:
-        assert t.flops is None and "not in dlperf's table" in t.describe()
+    if units is None:  # said so, not "unknown CPU"
+        assert t.flops is None and "depend on the product tier" in t.describe()
+        assert "Skylake-SP" in t.describe() and "not in dlperf's table" not in t.describe()
     else:
         assert t.units.units == units and t.flops == pytest.approx(units * 16 * 2 * t.ghz * 1e9)
 
 
 def test_theoretical_peak_is_unknown_rather_than_guessed():
-    assert cpu_peak.theoretical_peak({**GENOA, "cpu family": "26"}, 1).flops is None  # Zen 5
+    zen5 = cpu_peak.theoretical_peak({**GENOA, "cpu family": "26"}, 1)
+    assert zen5.flops is None and "not in dlperf's table" in zen5.describe()
+    # Emerald Rapids under a cloud VM's generic name: its tier, hence its units, unknown
+    emerald = cpu_peak.theoretical_peak({**ICELAKE, "model": "207",
+                                         "model name": "Intel(R) Xeon(R) Processor"}, 1)
+    assert emerald.flops is None and "Emerald Rapids" in emerald.describe()
+    assert "depend on the product tier" in emerald.describe()
     assert cpu_peak.theoretical_peak({"model name": "ARM Neoverse"}, 1).flops is None
     hidden = cpu_peak.theoretical_peak({**ICELAKE, "flags": "fma avx2"}, 1)
     assert hidden.flops is None and "avx512f" in hidden.describe()

@@ -85,6 +85,17 @@ def fma_units(vendor: str, family: int, model: int, name: str) -> FmaUnits | Non
     return None
 
 
+def tier_dependent(vendor: str, family: int, model: int) -> str | None:
+    """The microarchitecture whose FMA units depend on the product tier (``fma_units``
+    needs the tier in the model name), or None."""
+    if vendor == "GenuineIntel" and family == 6:
+        if model == _INTEL_SKYLAKE_X:
+            return "Skylake-SP / Cascade Lake (Platinum and Gold 6xxx: 2, Silver and Bronze: 1)"
+        if model in _INTEL_SAPPHIRE_EMERALD:
+            return "Sapphire / Emerald Rapids (Platinum and Gold: 2)"
+    return None
+
+
 def _skylake_sp_units(name: str) -> int | None:
     """AVX-512 FMA units of a Skylake-SP / Cascade Lake part from its model name (ARK)."""
     if re.search(r"\bPlatinum\b", name) or re.search(r"\bGold 6\d{3}", name) or "Gold 5122" in name:
@@ -140,7 +151,12 @@ def theoretical_peak(cpuinfo: dict[str, str], cores: int, max_khz: int | None = 
         family, model = int(cpuinfo.get("cpu family", "")), int(cpuinfo.get("model", ""))
     except ValueError:
         return Theoretical(None, cores, reason="no CPU family and model in /proc/cpuinfo")
-    units = fma_units(cpuinfo.get("vendor_id", ""), family, model, name)
+    vendor = cpuinfo.get("vendor_id", "")
+    units = fma_units(vendor, family, model, name)
+    if units is None and (arch := tier_dependent(vendor, family, model)):
+        return Theoretical(None, cores, reason=f"the AVX-512 FMA units per core of {arch} "
+                           f"depend on the product tier, which the model name '{name}' does "
+                           "not give (a virtual machine's generic name?)")
     if units is None:
         return Theoretical(None, cores, reason=f"FMA units of '{name}' (family {family:#x}, "
                            f"model {model:#x}) not in dlperf's table")
