@@ -315,6 +315,14 @@ def test_a_network_the_calibration_did_not_time_is_quoted_the_error_of_networks_
     assert main(["validate", "--held-out-shapes", "--json", "--db", str(db)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["mode"] == "untimed" and len(doc["cases"]) == 2
+    assert not any(c["shapes_timed"] for c in doc["cases"])
+    # validate marks the row that stood on the skeleton
+    assert main(["validate", "--json", "--db", str(db)]) == 0
+    timed = {c["network"]: c["shapes_timed"] for c in json.loads(capsys.readouterr().out)["cases"]}
+    assert timed == {"fcn5": True, "alexnet": True, "fcn8": False}
+    assert main(["validate", "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "fcn8 torch/eager cpu x1" in text and "# the calibration did not time" in text
     assert main(["advise", "--task", "image-classification", "--samples", "1M", "--db",
                  str(db)]) == 0
     advice = capsys.readouterr().out

@@ -114,7 +114,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
     rows = []
     for c in sorted(cases, key=lambda c: (c.key("network"), c.key("framework"), c.row.spec.threads,
                                           c.row.spec.batch_size, c.key("strategy"))):
-        r = [validate.case_label(c.row.spec), units.seconds(c.measured_s),
+        mark = "#" if not c.timed and mode != "untimed" else ""
+        r = [validate.case_label(c.row.spec) + mark, units.seconds(c.measured_s),
              units.seconds(c.prediction.time_s), f"{c.prediction.time_s / c.measured_s - 1:+.0%}"]
         if corrected:
             r += [units.seconds(c.predicted_s), f"{c.error:+.0%}"]
@@ -125,6 +126,11 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if corrected:
         headers += [mode.upper(), "error"]
     caption = _caption(mode)
+    if mode != "untimed" and (n := sum(not c.timed for c in cases)):
+        caption += (f"; # the calibration did not time this network's layer shapes ({n} "
+                    "configuration" + ("s" if n != 1 else "") + "): a skeleton of the grid "
+                    "stood in, an error of the kind 'dlperf validate --held-out-shapes' "
+                    "measures")
     if probed:
         headers.append("speed probe")
         caption += f"; {speed_probe.legend()}"
@@ -366,6 +372,7 @@ def _json(cases: list[Case], mode: str) -> dict:
                    "speed_drift": ({"part": c.drift[0], "change": c.drift[1],
                                     "flagged": c.drifted} if c.drift else None),
                    "at_measured_speed_error": c.at_measured_speed_error,
+                   "shapes_timed": c.timed,
                    "breakdown": c.prediction.breakdown.model_dump()} for c in cases],
         "summary": {g or "all": [s.__dict__ for s in validate.summarize(cases, g)]
                     for g in (None, *validate.GROUPS)},

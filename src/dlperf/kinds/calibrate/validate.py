@@ -124,6 +124,9 @@ class Case:
     #: per part of the machine's speed probe, the measurement's time over the
     #: calibration's (``core.speed_probe.ratios``; empty: either was not probed)
     speed_ratio: dict[str, float] = field(default_factory=dict)
+    #: whether the calibration that predicts it timed its network's layer shapes
+    #: (``shapes_timed``; False: a skeleton of the grid stood in)
+    timed: bool = True
 
     @property
     def drift(self) -> tuple[str, float] | None:
@@ -185,7 +188,8 @@ def cases(store: Store, calibration: MachineFits, *,
             skipped.append((row, "the model cannot predict this workload"))
         else:
             out.append(Case(row, undisturbed_s(row) or row.median_s, p,
-                            speed_ratio=speed_ratios(row, calibration)))
+                            speed_ratio=speed_ratios(row, calibration),
+                            timed=step_shapes_timed(calibration, row.spec)))
     return out, skipped
 
 
@@ -525,6 +529,14 @@ def shapes_timed(fit: LocalFit, spec: RunSpec) -> bool:
     return fit.scope is None or (as_defined(spec) and fit.covers(spec.network, spec.batch_size))
 
 
+def step_shapes_timed(calibration: MachineFits, spec: RunSpec) -> bool:
+    """Whether the fit of ``calibration`` that predicts ``spec`` timed its layer shapes
+    (``shapes_timed``); a parallel run, or a configuration no fit predicts, counts as
+    timed (nothing stands in for it)."""
+    fit = calibration.find(framework(spec), spec.threads, spec.device, spec.precision)
+    return fit is None or spec.kind != "step" or shapes_timed(fit, spec)
+
+
 def untimed_cases(store: Store) -> list[Case]:
     """Each step of a network that a scoped calibration timed the shapes of, predicted with
     those shapes held out of it (``plan.without_network``): the model's error on a network
@@ -558,8 +570,7 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
     path, untimed = store.path, []
 
     def timed(spec: RunSpec) -> bool:
-        fit = cal.find(framework(spec), spec.threads, spec.device, spec.precision)
-        return fit is None or spec.kind != "step" or shapes_timed(fit, spec)
+        return step_shapes_timed(cal, spec)
 
     def predict_row(row: ConfigResult) -> tuple[float, float | None] | None:
         if row.machine_id not in (None, mine):
