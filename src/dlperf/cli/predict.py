@@ -141,8 +141,7 @@ def _catalogue_margin(name: str):
     from dlperf.perfmodel import catalogue
     from dlperf.report.published_memory import gpu_memory_error
 
-    dev = catalogue.devices().get(name)  # a name not in it: predict() says why
-    if dev is None or dev.kind != "gpu":
+    if catalogue.gpu(name) is None:  # a name not in it: predict() says why
         return None
     return gpu_memory_error().margin()
 

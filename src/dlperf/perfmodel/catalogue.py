@@ -202,6 +202,13 @@ def device(name: str) -> Device:
     return _get("device", devices(), name)
 
 
+def gpu(name: str) -> Device | None:
+    """The catalogue GPU of that name; None for another kind of device or a name the
+    catalogue does not hold (``device`` says why, where that is an error)."""
+    dev = devices().get(name)
+    return dev if dev is not None and dev.kind == "gpu" else None
+
+
 def on_threads(dev: Device, threads: int | None) -> Device:
     """A catalogue CPU as ``threads`` threads use it: its peak and memory bandwidth times
     the share of its physical cores they occupy, min(threads, cores) / cores. Threads past

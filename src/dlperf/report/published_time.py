@@ -55,7 +55,6 @@ def catalogue_error(p: Prediction) -> float | None:
     """The validated error (90th percentile |error|) of a catalogue GPU prediction of
     ``p``'s kind, or None where no shipped step is of that kind: advice's ``ErrorLookup``
     for catalogue hardware."""
-    dev = catalogue.devices().get(p.device)
-    if dev is None or dev.kind != "gpu":
+    if catalogue.gpu(p.device) is None:
         return None
     return time_errors().get((p.strategy, scaled(p)))
