@@ -578,10 +578,11 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
         p = predict_for_spec(row.spec, cal)
         if p is None:
             return None
-        if not timed(row.spec) and not untimed:
+        is_timed = timed(row.spec)
+        if not is_timed and not untimed:
             with Store(path) as again:
                 untimed.append(untimed_cases(again))
-        pool = found if timed(row.spec) else untimed[0]
+        pool = found if is_timed else untimed[0]
         errors = [abs(c.error) for c in pool if c.key("framework") == framework(row.spec)
                   and c.row.spec.network != row.spec.network]
         return p.time_s, (p90(errors) if len(errors) >= 2 else None)
