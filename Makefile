@@ -30,7 +30,8 @@ $(VENV)/.installed: pyproject.toml
 # The performance model calibrated here at the brief study's networks' layer shapes and a
 # skeleton of the kernel grid (4 to 7 minutes on 2 cores; kept in the store; a later
 # 'dlperf predict' of another network adds its shapes), the brief DLBench study (fcn5,
-# alexnet, lstm32 x PyTorch, TensorFlow, JAX x 1, P, 2P threads; 5.5 to 8.5 minutes with the machine's peak) with the model's prediction beside each cell, the advice for
+# alexnet, lstm32 x PyTorch, TensorFlow, JAX x 1 and P threads, fcn5 at 2P too; about 5
+# minutes with the machine's peak) with the model's prediction beside each cell, the advice for
 # this machine, the report's path last. A calibration that cannot finish ('-') leaves the
 # study to run without the predictions it lacks.
 reproduce: install

@@ -68,6 +68,19 @@ def test_every_recommendation_has_a_number_and_its_source(db):
         "dlperf dataflow sweep --network fcn5 --loader-workers 0,1,2 --prefetch 0,2")
 
 
+def test_threads_not_measured_past_the_cores_say_the_command_that_measures_them(db):
+    with Store(db) as st:  # the brief study's alexnet: 1 thread and the 2 cores only
+        for t, s in ((1, 0.9), (2, 0.5)):
+            st.add(result("alexnet", t, s, batch=16))
+    a = advise("image-classification", samples=1_000_000, epochs=1, hardware="this",
+               rows=_here(db))
+    threads = next(r for r in a.hardware[0].of("threads") if r.subject == "alexnet")
+    assert threads.value == 2
+    assert threads.advice.endswith(
+        "past the 2 physical cores not measured (dlperf sweep --networks alexnet "
+        "--frameworks torch --threads 2,4 --batch-size 16)")
+
+
 def test_an_empty_store_says_what_to_run(db, capsys):
     code = main(["advise", "--task", "image-classification", "--samples", "1.2M", "--epochs",
                  "90", "--hardware", "this", "--db", str(db)])

@@ -134,16 +134,25 @@ def test_report_html_flag_prints_the_path_last(db, tmp_path, capsys):
     assert last == str(out / "report.html")
 
 
-def test_the_brief_study_is_one_network_per_kind_at_1_p_and_2p_threads(monkeypatch):
+def test_the_brief_study_is_one_network_per_kind_at_1_and_p_threads_and_fcn5_at_2p(monkeypatch):
     from dlperf.core import environment, settings
     from dlperf.engine import plan, presets
+    from dlperf.kinds.step import guide_section
 
     monkeypatch.setattr(environment, "physical_cores", lambda: 2)
-    (name, cfg), = presets.dlbench(quick=False, brief=True, frameworks=["torch", "tensorflow"])
-    specs = plan.expand(cfg)
+    configs = presets.dlbench(quick=False, brief=True, frameworks=["torch", "tensorflow"])
+    specs = [s for _, cfg in configs for s in plan.expand(cfg)]
     assert {s.network for s in specs} == {"fcn5", "alexnet", "lstm32"}
-    assert sorted({s.threads for s in specs}) == [1, 2, 4]
-    assert len(specs) == 3 * 2 * 3
+    threads = {n: sorted({s.threads for s in specs if s.network == n})
+               for n in ("fcn5", "alexnet", "lstm32")}
+    # past the cores: the network the guide's thread findings read, and no other
+    assert threads == {"fcn5": [1, 2, 4], "alexnet": [1, 2], "lstm32": [1, 2]}
+    assert presets.BRIEF_PAST_CORES == guide_section.NETWORK
+    assert len(specs) == 3 * 2 * 2 + 2 and len({s.run_id for s in specs}) == len(specs)
     # the quick settings: a later 'reproduce dlbench --quick' counts these results as its own
     assert {s.measurement for s in specs} == {settings.QUICK_MEASUREMENT}
     assert presets.brief_threads(4) == [1, 4, 8] and presets.brief_threads(1) == [1, 2]
+    # thread counts the user gives apply to every network
+    (_, cfg), = presets.dlbench(quick=False, brief=True, frameworks=["torch"], threads=[1, 4])
+    assert {(s.network, s.threads) for s in plan.expand(cfg)} == {
+        (n, t) for n in ("fcn5", "alexnet", "lstm32") for t in (1, 4)}

@@ -204,7 +204,8 @@ def _threads(net: str, size: str, mine: list[ConfigResult], best: ConfigResult, 
         text += (f"; {t} threads on {cores} physical cores took {ratio:.2f}x the time at "
                  f"{cores}: more threads than cores {effect}")
     elif not beyond:
-        text += f"; past the {cores} physical cores not measured"
+        text += (f"; past the {cores} physical cores not measured ("
+                 f"{common.sweep_command(net, size, fw, [cores, 2 * cores], best.spec.batch_size)})")
     return Recommendation("threads", name, text, float(t_best), "threads",
                           measured(curve[t_best]))
 

@@ -34,9 +34,9 @@ def add(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("reproduce", help="reproduce a published study (dlbench)")
     p.add_argument("study", help="dlbench")
-    p.add_argument("--brief", action="store_true", help="fcn5, alexnet and lstm32 at 1, P "
-                   "and 2P threads (P: physical cores) with the quick settings: about 8 "
-                   "minutes for three frameworks on 2 cores")
+    p.add_argument("--brief", action="store_true", help="fcn5, alexnet and lstm32 at 1 and P "
+                   "threads (P: physical cores), fcn5 at 2P too, with the quick settings: "
+                   "about 5 minutes for three frameworks on 2 cores")
     p.add_argument("--quick", action="store_true", help="threads 1,2,4, default batches, one "
                    "process each: a few minutes")
     args.add_run_flags(

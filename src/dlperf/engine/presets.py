@@ -21,11 +21,36 @@ def resolve_frameworks(names: list[str]) -> list[str]:
     return [b for b in framework_table.BACKENDS if framework_table.installed(b)]
 
 
+#: Brief: the network measured past the physical cores, the one the guide's thread
+#: findings read (``kinds.step.guide_section.NETWORK``) and the cheapest; the others at 2P
+#: threads checked no finding and took a seventh of the main job (85 s of 680 on 2 cores)
+BRIEF_PAST_CORES = "fcn5"
+
+
 def brief_threads(cores: int | None = None) -> list[int]:
     """1 thread, the physical cores, and twice the physical cores: DLBench's 1, 4 and 8
     threads on its 4-core desktop, where 8 threads ran slower for Caffe."""
     cores = cores or environment.physical_cores()
     return sorted({1, cores, 2 * cores})
+
+
+def _brief(common: dict, threads: list[int] | None,
+           timeout: float | None) -> list[tuple[str, SweepConfig]]:
+    """The brief study's sweeps: every network at 1 and P threads, and ``BRIEF_PAST_CORES``
+    at 2P too; thread counts given by the user apply to every network."""
+    settings = dict(batch_sizes="default", repeat=1, timeout=timeout or 300.0,
+                    measurement=QUICK_MEASUREMENT)
+    if threads:
+        return [("dlbench table (brief)", config.build(
+            **{**common, "networks": list(BRIEF_NETWORKS)}, threads=threads, **settings))]
+    cores = environment.physical_cores()
+    within = [t for t in brief_threads(cores) if t <= cores]
+    past = [t for t in brief_threads(cores) if t > cores]
+    return [("dlbench table (brief)", config.build(
+                **{**common, "networks": list(BRIEF_NETWORKS)}, threads=within, **settings)),
+            (f"dlbench table (brief): {BRIEF_PAST_CORES} past the physical cores",
+             config.build(**{**common, "networks": [BRIEF_PAST_CORES]}, threads=past,
+                          **settings))]
 
 
 def dlbench(
@@ -40,16 +65,13 @@ def dlbench(
     memory_limit: str | int | None = None,
 ) -> list[tuple[str, SweepConfig]]:
     """The DLBench table (every network x framework x thread count at DLBench's default
-    batch sizes; ``brief``: fcn5, alexnet and lstm32 at 1, P and 2P threads, P the
-    physical cores, with the quick settings) and, in full mode, DLBench's batch-size sweep at as many threads as the
+    batch sizes; ``brief``: fcn5, alexnet and lstm32 at 1 and P threads, P the
+    physical cores, and fcn5 at 2P, with the quick settings) and, in full mode, DLBench's batch-size sweep at as many threads as the
     machine has physical cores (the curves of its Fig. 1)."""
     common = dict(networks=list(DLBENCH_NETWORKS), frameworks=resolve_frameworks(frameworks),
                   variants=variants or ["default"], size=size, memory_limit=memory_limit)
     if brief:  # the quick settings, so a later --quick run resumes from these results
-        return [("dlbench table (brief)", config.build(
-            **{**common, "networks": list(BRIEF_NETWORKS)}, threads=threads or brief_threads(),
-            batch_sizes="default", repeat=1, timeout=timeout or 300.0,
-            measurement=QUICK_MEASUREMENT))]
+        return _brief(common, threads, timeout)
     if quick:
         return [("dlbench table (quick)", config.build(
             **common, threads=threads or [1, 2, 4], batch_sizes="default", repeat=1,
