@@ -156,3 +156,30 @@ def test_the_brief_study_is_one_network_per_kind_at_1_and_p_threads_and_fcn5_at_
     (_, cfg), = presets.dlbench(quick=False, brief=True, frameworks=["torch"], threads=[1, 4])
     assert {(s.network, s.threads) for s in plan.expand(cfg)} == {
         (n, t) for n in ("fcn5", "alexnet", "lstm32") for t in (1, 4)}
+
+
+def test_a_column_of_sentences_wraps_in_the_terminal_and_leaves_room_for_the_others():
+    """The advice's second column is sentences: kept on one line it took the terminal's
+    width, cut itself short with '...' and squeezed 'number' and 'source' to nothing."""
+    import io
+
+    from rich.console import Console
+
+    from dlperf.report.exporters import print_table
+    from dlperf.report.tables import Table
+
+    advice = ("workers and synchronisation: not measured here, and this machine's "
+              "calibration does not predict it (a parallel run needs its collectives: "
+              "dlperf calibrate --frameworks torch)")
+    t = Table(title="advice", headers=["topic", "advice", "number", "source"],
+              rows=[["devices and workers", advice, "12 h", "measured here"],
+                    ["framework", "alexnet: tensorflow/graph is fastest", "854 ms", "model"]])
+    buf = io.StringIO()
+    print_table(t, Console(file=buf, width=100))
+    text = buf.getvalue()
+    assert "\u2026" not in text  # nothing cut short
+    words = " ".join(text.replace("\u2502", " ").split())
+    assert "12 h" in words and "measured here" in words and "854 ms" in words
+    assert all(w in words for w in advice.split())
+    # label columns stay on one line
+    assert "devices and workers" in words and "tensorflow/graph" in text

@@ -56,12 +56,20 @@ def to_json(t: Table) -> str:
     return json.dumps(to_json_obj(t), indent=2, default=str)
 
 
+#: the longest cell of a label column kept on one line in a terminal
+LABEL_WIDTH = 40
+
+
 def to_rich(t: Table) -> RichTable:
     rt = RichTable(title=t.title, caption=t.caption or None, caption_justify="left",
                    title_justify="left")
     for i, h in enumerate(t.flat_headers()):
-        numeric = _numeric_column([row[i] for row in t.rows if i < len(row)])
-        rt.add_column(h, justify="right" if numeric else "left", no_wrap=i < 2)
+        cells = [row[i] for row in t.rows if i < len(row)]
+        numeric = _numeric_column(cells)
+        # the leading label columns (network, framework) stay on one line; a column of
+        # sentences (advice) wraps, or it would take the table's width from the others
+        label = i < 2 and max(map(len, cells), default=0) <= LABEL_WIDTH
+        rt.add_column(h, justify="right" if numeric else "left", no_wrap=label)
     for row in t.rows:
         rt.add_row(*(escape(c) for c in row))  # 'ffn [small]' is text, not rich markup
     return rt
