@@ -165,10 +165,13 @@ class RunSpec(_Frozen):
     def identity(self, *, env: bool = True) -> dict[str, Any]:
         """What makes two specs the same configuration. Options count by what differs from
         their defaults, so a kind that gains an option keeps every stored id; so does the
-        environment (``env=False``: left out)."""
+        environment (``env=False``: left out). Options the kind names ``BESIDE`` (what
+        its worker measures besides the configuration, stored as runs of their own) do
+        not count."""
         ident = {k: getattr(self, k) for k in _IDENTITY}
         ident["measurement"] = self.measurement.model_dump()
-        options = self.options.model_dump(exclude_defaults=True)
+        beside = set(getattr(type(self.options), "BESIDE", ()))
+        options = self.options.model_dump(exclude_defaults=True, exclude=beside or None)
         if options:
             ident["options"] = options
         if env and self.env:

@@ -181,11 +181,18 @@ class Runner:
 
     def _settle(self, result: RunResult, peaks: dict[tuple[int, str], peak.Peak]) -> RunResult:
         """What follows from a result, in one place: its share of the peak (which it may
-        raise for the runs after it), then the store."""
+        raise for the runs after it), then the store, with the runs its worker measured
+        besides (``Kind.beside``: a calibration's peak kernels, kept in the machine's peak
+        store too, as a peak worker's are)."""
         if (threads := share_threads(result.spec)) is not None:
             key = (peak_threads(threads), result.spec.device)
             result, peaks[key] = self.with_share(result, peaks[key])
-        return self.store.add(result)
+        beside = KINDS[result.spec.kind].beside
+        result, others = beside(result) if beside is not None else (result, [])
+        stored = self.store.add(result)
+        others = [self.store.add(r) for r in others]
+        machine_peaks.keep(self.store, [r for r in others if r.spec.kind == "peak"])
+        return stored
 
     def run_all(self, specs: Sequence[RunSpec], stop: Callable[[], bool] | None = None,
                 still_pending: Callable[[RunSpec], bool] | None = None) -> list[RunResult]:

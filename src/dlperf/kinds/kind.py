@@ -47,3 +47,6 @@ class Kind(KindTypes):
     salvage: Callable[[list[dict[str, Any]]], Any] | None = None
     #: the latest stored result of a spec -> what its next run starts from (``resume``)
     resume_from: Callable[[RunResult], Any] | None = None
+    #: a result -> (the result without them, the runs of other kinds its worker measured
+    #: besides: a calibration's peak kernels), each stored as a run of its own
+    beside: Callable[[RunResult], tuple[RunResult, list[RunResult]]] | None = None

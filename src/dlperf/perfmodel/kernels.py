@@ -77,7 +77,7 @@ convolutions as kernels alone, beside a skeleton of the grid.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -153,6 +153,13 @@ class KernelOptions(BaseModel):
     #: the networks whose layers' shapes it times, 'alexnet@16' (network@batch), beside a
     #: skeleton of the grid (``perfmodel.network_kernels``); empty: the whole grid
     scope: tuple[str, ...] = ()
+    #: after its shapes, the worker times its framework's peak kernels at its thread count
+    #: (``kinds.peak``), stored as peak runs of their own: the framework is loaded and the
+    #: CPUs held already, where a peak worker of its own costs a framework start
+    peaks: bool = False
+    #: what the worker measures besides its configuration: not part of the run's identity
+    #: (``RunSpec.identity``), so that a calibration stored without it is not run again
+    BESIDE: ClassVar[frozenset[str]] = frozenset({"peaks"})
 
     def label(self, framework: str, device: str, threads: int) -> str:
         """'kernels torch cpu x1 (gemm, conv, ...)', 'allreduce torch cpu 4 processes'."""
@@ -222,6 +229,9 @@ class KernelOutcome(BaseModel):
     #: grid's 1-thread run, or a calibration of an older dlperf)
     train_peak_bytes: dict[str, int] = Field(default_factory=dict)
     train_runtime_bytes: dict[str, int] = Field(default_factory=dict)
+    #: the peak kernels timed after the shapes (``KernelOptions.peaks``), each a result of
+    #: kind 'peak' as JSON; the runner stores them as runs of their own and empties this
+    peak_runs: tuple[dict[str, Any], ...] = ()
 
 
 def conv_out(side: int, window: int, stride: int) -> int:

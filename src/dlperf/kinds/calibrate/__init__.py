@@ -29,6 +29,16 @@ def _resume_from(last):
     return resume_from(last)
 
 
+def _beside(result):
+    from dlperf.core.spec import RunResult
+
+    o = result.outcome
+    if not isinstance(o, KernelOutcome) or not o.peak_runs:
+        return result, []
+    runs = [RunResult.model_validate(r) for r in o.peak_runs]
+    return result.model_copy(update={"outcome": o.model_copy(update={"peak_runs": ()})}), runs
+
+
 def _sections(predictor):
     from dlperf.kinds.calibrate.section import prediction_section
 
@@ -38,4 +48,5 @@ def _sections(predictor):
 KIND = Kind(options=KernelOptions, outcome=KernelOutcome,
             label=lambda spec, label: spec.options.label(spec.framework, spec.device,
                                                          spec.threads),
-            run=_run, sections=_sections, salvage=_salvage, resume_from=_resume_from)
+            run=_run, sections=_sections, salvage=_salvage, resume_from=_resume_from,
+            beside=_beside)

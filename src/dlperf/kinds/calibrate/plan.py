@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from dlperf.core import environment, framework_table, speed_probe
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.core.store import Store
+from dlperf.kinds.calibrate import peaks
 from dlperf.kinds.calibrate.options import (
     KernelOptions,
     KernelOutcome,
@@ -132,7 +133,8 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
         versions = library_versions(fw, packages)
         for t in threads:
             o = KernelOptions(parts=parts, min_time_s=min_time, versions=versions,
-                              revision=REVISION, scope=labels)
+                              revision=REVISION, scope=labels,
+                              peaks=peaks.wanted(device, precision, t))
             out.append(RunSpec(kind="kernel", network="kernels", framework=fw, device=device,
                                threads=t, batch_size=1, precision=precision, options=o))
     if allreduce and "torch" in frameworks and device == "cpu":

@@ -45,6 +45,7 @@ from dlperf.core import disturbance, environment, speed_probe
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.timing import Timing, measure, measure_window
+from dlperf.kinds.calibrate import peaks
 from dlperf.kinds.calibrate import runtime as train_runtime
 from dlperf.perfmodel.kernels import (
     COLLECTIVES,
@@ -267,8 +268,8 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     failures: dict[str, str] = {}
     # the framework's runtime when it trains, per network: before the kernels, whose
     # buffers would count in its peak
-    peaks, trained = (train_runtime.train_runtimes(o, backend, failures)
-                      if train_runtime.measures(spec) else ({}, {}))
+    train_peaks, trained = (train_runtime.train_runtimes(o, backend, failures)
+                            if train_runtime.measures(spec) else ({}, {}))
     # the machine's speed as these kernels ran, before and after them (a step measured at
     # another speed is flagged beside its prediction); a GPU's kernels are the device's,
     # and the machine's ops (collectives, core sharing) make no curve a step is predicted by
@@ -309,14 +310,17 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     resumed = sum(1 for s in samples if done.get((s.op, s.shape)) is s)
     probe = speed_probe.typical([*probes, speed_probe.measure()]) if probed and samples \
         else {}
+    # after the last probe: nothing the calibration measured runs beside them
+    peak_runs = peaks.peak_runs(spec, backend, base) if o.peaks and samples \
+        and spec.repeat == 0 else ()
     outcome = KernelOutcome(samples=tuple(samples), failures=failures, resumed=resumed,
                             baseline_rss_bytes=baseline, other_cpu_share=others,
                             gloo_runtime_bytes=max((r.gloo_bytes for r in runtimes),
                                                    default=None),
                             ddp_runtime_bytes=max((r.ddp_bytes for r in runtimes),
                                                   default=None),
-                            speed_probe=probe, train_peak_bytes=peaks,
-                            train_runtime_bytes=trained)
+                            speed_probe=probe, train_peak_bytes=train_peaks,
+                            train_runtime_bytes=trained, peak_runs=peak_runs)
     if not samples:
         why = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:3]) or "no shapes"
         unsupported = all(v.startswith("unsupported") or "Unsupported" in v

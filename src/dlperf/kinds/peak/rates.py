@@ -4,9 +4,10 @@ One library's matrix product is not the machine's limit (PyTorch's MKL matmul ca
 under what TensorFlow reaches on the same cores), so the peak is the best of several large
 kernels across the installed frameworks (``KERNELS``), each timed in its own worker like
 any other run (kind 'peak'; the spec's network names the kernel, its framework the
-library), its timed steps taken as ``ROUNDS`` consecutive rounds, and every kernel's rate
-is kept so that each library's own best can be shown. A training run that goes faster than every kernel raises
-the peak to its own rate (a row of kernel ``RAISED``), so that no share of peak is ever
+library), or after a calibration's kernels in its worker (``kinds.calibrate.peaks``), its
+timed steps taken as ``ROUNDS`` consecutive rounds, and every kernel's rate is kept so
+that each library's own best can be shown. A training run that goes faster than every
+kernel raises the peak to its own rate (a row of kernel ``RAISED``), so that no share of peak is ever
 above 100%.
 
 A stored kernel rate is reused while it is fresh: same machine, thread count, device and
