@@ -47,8 +47,9 @@ def cmd_env(a: argparse.Namespace) -> int:
     for k in ("blas", "cpu_capability", "mkldnn", "cuda"):
         if k in peaks.software:
             out.print(f"  {'torch ' + k:14} {peaks.software[k]}")
-    out.print(f"[bold]fp32 peak[/]: the best of the libraries' kernels (size {a.peak_size}; one "
-              "worker each, its best round's median step, GFLOP/s), and the theoretical peak")
+    out.print(f"[bold]fp32 peak[/]: the best of the libraries' kernels (size {a.peak_size}; in "
+              "its own worker or after the calibration's kernels, its best round's median step, "
+              "GFLOP/s), and the theoretical peak")
     for t, pk in peaks.by_threads.items():
         print_peak("GPU" if t == "gpu" else f"{t} thread{'s' if t != 1 else ''}", pk)
     return 0
