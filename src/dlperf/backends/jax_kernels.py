@@ -9,6 +9,7 @@ import numpy as np
 import optax
 
 from dlperf.backends.base import Timed, UnsupportedError
+from dlperf.backends.operands import uniform
 from dlperf.perfmodel.kernels import DISPATCH_SIDE, POOL_STRIDE, POOL_WINDOW, conv_out, flops
 
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -25,13 +26,8 @@ class Kernel(Timed):
         rng = np.random.default_rng(0)
 
         def operand(*dims: int) -> np.ndarray:
-            # uniform in [-1, 1): a product's time does not depend on its values, and
-            # numpy draws these about nine times faster than normal ones (the operands of
-            # a calibration's large shapes took a sixth of its run)
-            a = rng.random(dims, np.float32)
-            a *= 2
-            a -= 1
-            return a
+            # values do not change a kernel's time (``backends.operands``)
+            return uniform(dims, rng)
 
         if op == "gemm":
             m, n, k = shape

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from dlperf.backends.base import Timed, UnsupportedError
+from dlperf.backends.operands import BLOCK
 from dlperf.backends.torch_amp import autocast_context
 from dlperf.perfmodel.fit import sharing_cost
 from dlperf.perfmodel.kernels import DISPATCH_SIDE, POOL_STRIDE, POOL_WINDOW, conv_out, flops
@@ -79,6 +80,19 @@ class CudaClock:
         return self.begin.elapsed_time(self.end) * 1e-3
 
 
+def repeated_uniform(dims: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """A CPU tensor of shape ``dims`` in [-1, 1): ``operands.BLOCK`` draws, repeated (values
+    do not change a kernel's time, ``backends.operands``). PyTorch's allocator holds it, so
+    it is aligned as a training step's tensors are."""
+    out = torch.empty(dims)
+    flat = out.view(-1)
+    block = torch.empty(min(flat.numel(), BLOCK)).uniform_(-1, 1, generator=gen)
+    whole = flat.numel() // block.numel() * block.numel()
+    flat[:whole].view(-1, block.numel()).copy_(block.expand(whole // block.numel(), -1))
+    flat[whole:].copy_(block[:flat.numel() - whole])
+    return out
+
+
 class Kernel(Timed):
     """One call of a calibration kernel per step."""
 
@@ -93,9 +107,7 @@ class Kernel(Timed):
         self._autocast = autocast_context(device, half)
 
         def operand(*dims: int) -> torch.Tensor:
-            # uniform in [-1, 1): a kernel's time does not depend on its values, and
-            # these draw faster than normal ones
-            return torch.empty(dims).uniform_(-1, 1, generator=gen).to(device, dtype)
+            return repeated_uniform(dims, gen).to(device, dtype)
 
         if op == "gemm":
             m, n, k = shape
@@ -112,12 +124,12 @@ class Kernel(Timed):
             self.x, self.w = operand(batch, c_in, side, side), operand(c_out, c_in, window, window)
             self.stride, self.pad = (stride, stride), (window // 2, window // 2)
             with torch.no_grad():
-                self.g = torch.empty_like(F.conv2d(self.x, self.w, stride=stride,
-                                                   padding=window // 2)).uniform_(-1, 1)
+                self.g = operand(*F.conv2d(self.x, self.w, stride=stride,
+                                           padding=window // 2).shape)
         elif op == "memory":
             self.x = operand(shape[0])
         elif op == "update":  # the fp32 weights, whatever the precision
-            self.x = torch.empty(shape[0]).uniform_(-1, 1, generator=gen).to(device)
+            self.x = repeated_uniform((shape[0],), gen).to(device)
         elif op == "bn":  # nn.BatchNorm2d in training mode, as torch_backend's ResNet
             batch, channels, side = shape
             self.x = operand(batch, channels, side, side).requires_grad_()
