@@ -90,3 +90,26 @@ def test_seconds_are_rounded_before_their_unit_is_chosen():
     assert units.seconds(0.00099996) == "1 ms"
     assert units.seconds(3.95) == "3.95 s" and units.seconds(0.0123) == "12.3 ms"
     assert units.seconds(2e-6) == "2 us" and units.seconds(None) == "-"
+
+
+def test_a_cell_whose_shapes_were_not_timed_names_the_command_that_times_them_where_one_can():
+    """A calibration scoped to networks times them as defined: the '#' footnote offers
+    'dlperf calibrate --networks NET' for such a cell, and says why not for another size."""
+
+    class Untimed:  # a model that predicts every cell from the grid's skeleton
+        def __call__(self, row):
+            return row.median_s, 0.2
+
+        def timed(self, spec):
+            return False
+
+    rows = aggregate([_ok(FCN5, 1.0), _ok(FCN5.model_copy(update={"size": "tiny"}), 0.1)])
+    notes = [n for n in dlbench_table(rows, predictor=Untimed()).footnotes
+             if n.startswith("# ")]
+    assert set(notes) == {
+        "# fcn5's layer shapes were not timed by the calibration (1 cell): a skeleton of the "
+        "grid stands in, its error that of 'dlperf validate --held-out-shapes'; 'dlperf "
+        "calibrate --networks fcn5' times them",
+        "# fcn5 [tiny]'s layer shapes were not timed by the calibration (1 cell): a skeleton "
+        "of the grid stands in, its error that of 'dlperf validate --held-out-shapes'; a "
+        "calibration times a network as defined"}

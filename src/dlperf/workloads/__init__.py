@@ -26,6 +26,12 @@ def get(name: str) -> Workload:
         ) from None
 
 
+def as_defined(name: str, size: str, params: dict[str, Any] | None = None) -> bool:
+    """Whether (size, params) run the network as defined: its default size, no parameter
+    changed (the only shapes a calibration scoped to networks times)."""
+    return not params and size == get(name).default_size
+
+
 def resolve(name: str, size: str | None, params: dict[str, Any] | None = None):
     """Validate (name, size, params) and return (workload, size, config)."""
     wl = get(name)

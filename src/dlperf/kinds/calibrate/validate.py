@@ -518,9 +518,8 @@ def explain(c: Case) -> str:
 
 
 def as_defined(spec: RunSpec) -> bool:
-    """Whether ``spec`` runs its network as defined (its default size, no parameter
-    changed): the only shapes a calibration scoped to networks times."""
-    return not spec.params and spec.size == workloads.resolve(spec.network, None, {})[1]
+    """Whether ``spec`` runs its network as defined (``workloads.as_defined``)."""
+    return workloads.as_defined(spec.network, spec.size, spec.params)
 
 
 def shapes_timed(fit: LocalFit, spec: RunSpec) -> bool:

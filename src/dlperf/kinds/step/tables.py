@@ -60,7 +60,7 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
     past_cores: dict[tuple[int, int], int] = {}
     # a cell whose network's layer shapes the calibration did not time: marked '#'
     timed = getattr(predictor, "timed", None)
-    untimed: dict[str, int] = {}
+    untimed: dict[tuple[str, bool], int] = {}
     leaf = []
     for c in cols:
         name = "GPU" if c == "GPU" else f"{c} thread{'s' if c != '1' else ''}"
@@ -102,7 +102,9 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                         past_cores[past] = past_cores.get(past, 0) + 1
                     skeleton = bool(p and timed and not timed(cell.spec))
                     if skeleton:
-                        untimed[cell.spec.network] = untimed.get(cell.spec.network, 0) + 1
+                        key = (name, workloads.as_defined(cell.spec.network,
+                                                          cell.spec.size, cell.spec.params))
+                        untimed[key] = untimed.get(key, 0) + 1
                     line.append((f"{p[0]:.4g}" + ("!" if bad else "") + ("~" if moved else "")
                                  + ("^" if past else "") + ("#" if skeleton else ""))
                                 if p else "")
@@ -125,8 +127,10 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                     + beyond_cores_text(threads, cores) for (threads, cores), n in past_cores.items()]
     notes_after += [f"# {net}'s layer shapes were not timed by the calibration ({n} cell"
                     f"{'s' if n != 1 else ''}): a skeleton of the grid stands in, its error "
-                    f"that of 'dlperf validate --held-out-shapes'; 'dlperf calibrate --networks "
-                    f"{net}' times them" for net, n in untimed.items()]
+                    f"that of 'dlperf validate --held-out-shapes'; "
+                    + (f"'dlperf calibrate --networks {net}' times them" if defined else
+                       "a calibration times a network as defined")
+                    for (net, defined), n in untimed.items()]
     return Table(
         title="Time per mini-batch (s), DLBench layout",
         headers=headers,
