@@ -244,8 +244,10 @@ def test_a_catalogue_gpus_largest_batch_is_also_given_with_the_measured_gpu_erro
     assert total(spare) * (1 + err.p90) <= capacity < total(spare + 1) * (1 + err.p90)
     assert main(["predict", "-n", "resnet50", "-d", "a100-40gb", "--precision", "bf16",
                  "-b", "256"]) == 0
+    text = capsys.readouterr().out
     assert (f"largest batch that fits: {top} by the model, {spare} leaving "
-            f"{err.p90:.1%} for its error") in capsys.readouterr().out
+            f"{err.p90:.1%} for its error") in text
+    assert "fits in a100-40gb's memory" in text
     cpu = predict("resnet50", device="xeon-8280", batch_size=64)
     assert cpu.memory_margin is None and cpu.max_batch_with_margin is None and cpu.max_batch
 
@@ -535,3 +537,12 @@ def test_a_process_can_restart_its_peak_resident_memory_from_now():
                                        text=True, check=True).stdout.split()
     assert ok == "True"
     assert int(before) - int(after) > 150 * 2**20
+
+
+def test_predict_says_whose_memory_a_prediction_is_set_against():
+    from dlperf.cli.predict import _memory_of
+
+    assert _memory_of("a100-40gb") == "a100-40gb's memory"
+    assert _memory_of("xeon-8280") == "xeon-8280's memory"
+    assert _memory_of("cpu:tensorflow:x2") == "this machine's memory"
+    assert _memory_of("gpu:torch:x1:bf16") == "this machine's GPU memory"

@@ -126,13 +126,22 @@ def memory_line(p) -> str:
     m = p.memory
     parts = ", ".join(f"{name} {units.nbytes(v)}" for name, v in m.model_dump().items()
                       if name != "total" and v)
-    fits = ("fits" if p.fits else "does NOT fit") + f" in {p.device}'s memory"
+    fits = ("fits" if p.fits else "does NOT fit") + f" in {_memory_of(p.device)}"
     top = f"; largest batch that fits: {p.max_batch}" if p.max_batch else ""
     if p.max_batch and p.memory_margin:
         spare = p.max_batch_with_margin or "none"
         top += (f" by the model, {spare} leaving {units.percent(p.memory_margin.error)} for "
                 f"its error: {p.memory_margin.basis}")
     return f"peak memory {units.nbytes(m.total)} per device ({parts}); {fits}{top}"
+
+
+def _memory_of(device: str) -> str:
+    """Whose memory a prediction is set against: this machine's (a local device is named
+    'cpu:torch:x2', ``perfmodel.local.device_name``) or a catalogue device's."""
+    kind, local, _ = device.partition(":")
+    if local and kind in LOCAL_DEVICES:
+        return "this machine's memory" if kind == "cpu" else "this machine's GPU memory"
+    return f"{device}'s memory"
 
 
 def _catalogue_margin(name: str):
