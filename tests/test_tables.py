@@ -3,6 +3,7 @@ settings measured each number."""
 
 from __future__ import annotations
 
+from dlperf import workloads
 from dlperf.core.aggregate import aggregate
 from dlperf.core.settings import FULL_MEASUREMENT, QUICK_MEASUREMENT
 from dlperf.core.spec import Measurement, Metrics, RunResult, RunSpec
@@ -103,7 +104,9 @@ def test_a_cell_whose_shapes_were_not_timed_names_the_command_that_times_them_wh
         def timed(self, spec):
             return False
 
-    rows = aggregate([_ok(FCN5, 1.0), _ok(FCN5.model_copy(update={"size": "tiny"}), 0.1)])
+    cnn = RunSpec(network="cnn", size="small", batch_size=workloads.get("cnn").default_batch)
+    rows = aggregate([_ok(FCN5, 1.0), _ok(FCN5.model_copy(update={"size": "tiny"}), 0.1),
+                      _ok(cnn, 0.5)])
     notes = [n for n in dlbench_table(rows, predictor=Untimed()).footnotes
              if n.startswith("# ")]
     assert set(notes) == {
@@ -112,4 +115,8 @@ def test_a_cell_whose_shapes_were_not_timed_names_the_command_that_times_them_wh
         "calibrate --networks fcn5' times them",
         "# fcn5 [tiny]'s layer shapes were not timed by the calibration (1 cell): a skeleton "
         "of the grid stands in, its error that of 'dlperf validate --held-out-shapes'; a "
-        "calibration times a network as defined"}
+        "calibration times a network as defined",
+        # as defined at a size other than 'full': the command names the network alone
+        "# cnn [small]'s layer shapes were not timed by the calibration (1 cell): a skeleton "
+        "of the grid stands in, its error that of 'dlperf validate --held-out-shapes'; "
+        "'dlperf calibrate --networks cnn' times them"}

@@ -60,7 +60,7 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
     past_cores: dict[tuple[int, int], int] = {}
     # a cell whose network's layer shapes the calibration did not time: marked '#'
     timed = getattr(predictor, "timed", None)
-    untimed: dict[tuple[str, bool], int] = {}
+    untimed: dict[tuple[str, str | None], int] = {}
     leaf = []
     for c in cols:
         name = "GPU" if c == "GPU" else f"{c} thread{'s' if c != '1' else ''}"
@@ -102,8 +102,9 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                         past_cores[past] = past_cores.get(past, 0) + 1
                     skeleton = bool(p and timed and not timed(cell.spec))
                     if skeleton:
-                        key = (name, workloads.as_defined(cell.spec.network,
-                                                          cell.spec.size, cell.spec.params))
+                        # the command that times them, for a network as defined
+                        key = (name, cell.spec.network if workloads.as_defined(
+                            cell.spec.network, cell.spec.size, cell.spec.params) else None)
                         untimed[key] = untimed.get(key, 0) + 1
                     line.append((f"{p[0]:.4g}" + ("!" if bad else "") + ("~" if moved else "")
                                  + ("^" if past else "") + ("#" if skeleton else ""))
@@ -128,9 +129,9 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
     notes_after += [f"# {net}'s layer shapes were not timed by the calibration ({n} cell"
                     f"{'s' if n != 1 else ''}): a skeleton of the grid stands in, its error "
                     f"that of 'dlperf validate --held-out-shapes'; "
-                    + (f"'dlperf calibrate --networks {net}' times them" if defined else
+                    + (f"'dlperf calibrate --networks {network}' times them" if network else
                        "a calibration times a network as defined")
-                    for (net, defined), n in untimed.items()]
+                    for (net, network), n in untimed.items()]
     return Table(
         title="Time per mini-batch (s), DLBench layout",
         headers=headers,
