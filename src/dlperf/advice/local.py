@@ -147,7 +147,7 @@ def _predicted(net: str, size: str, cores: int, model: LocalModel
             if got is not None:
                 found.append((spec, *got))
                 break
-            threads = threads // 2 if threads > 1 else 0
+            threads //= 2
     return min(found, key=lambda x: x[1], default=None)
 
 
