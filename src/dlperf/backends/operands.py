@@ -1,10 +1,11 @@
 """The values of a calibration kernel's operands (``torch_kernels``, ``jax_kernels``).
 
 A kernel's time does not depend on its operands' values, only on their shapes: uniform
-draws in [-1, 1) serve (float32 draws are multiples of 2^-23 there: no denormals). Drawing every element took seconds for the
-largest operands, the memory and update kernels' hundreds of MiB: 6.2 s of a 44 s PyTorch
-calibration worker (2-vCPU Intel Xeon, one thread; PyTorch's generator draws on one
-thread). A block of draws repeated to the operand's size is written at the speed of memory.
+draws in [-1, 1) serve (float32 draws are multiples of 2^-23 there: no denormals).
+Drawing every element took seconds for the largest operands, the memory and update
+kernels' hundreds of MiB: 6.2 s of a 44 s PyTorch calibration worker (2-vCPU Intel Xeon,
+one thread; PyTorch's generator draws on one thread). A block of draws repeated to the
+operand's size is written at the speed of memory.
 """
 
 from __future__ import annotations
