@@ -1,4 +1,4 @@
-"""The values of a calibration kernel's operands (``torch_kernels``, ``jax_kernels``).
+"""The values of a calibration kernel's operands (``torch_kernels``, ``tf_kernels``, ``jax_kernels``).
 
 A kernel's time does not depend on its operands' values, only on their shapes: uniform
 draws in [-1, 1) serve (float32 draws are multiples of 2^-23 there: no denormals).
