@@ -4,13 +4,22 @@ in the form the step model times them (``local.product_times``): what ``dlperf c
 
 A calibration scoped to a few networks (the main job's) times each product and
 convolution of their layers at their batch (the forward, the input's gradient, the
-weights' gradient), and of the generic grid only every ``SKELETON_STRIDE``-th shape, so
-that each curve keeps its form between and beyond those shapes. The memory passes, the
-loss, the dispatch chains, and batch normalisation and the max pool (for a network that
-has such layers) keep their whole grids: they are cheap, and interpolated over sizes
-rather than fitted. An LSTM layer (for a network that has one) is timed whole at its own
-shape, beside its grid's skeleton. The networks' shapes are timed as kernels alone, one
-at a time, never as the step they are then compared with.
+weights' gradient), and of the generic grid only every ``SKELETON_STRIDE``-th shape (of
+each window size, for a convolution: ``skeleton``), so that each curve keeps its form
+between and beyond those shapes. The memory passes, the loss, the dispatch chains, batch
+normalisation and the max pool keep their whole grids: they are cheap, and interpolated
+over sizes rather than fitted. An LSTM layer (for a network that has one) is timed whole
+at its own shape, beside its grid's skeleton. The networks' shapes are timed as kernels
+alone, one at a time, never as the step they are then compared with.
+
+What the skeleton is for: a network outside the scope (the advice's ResNet-50 after the
+main job's calibration of FCN-5, AlexNet and LSTM-32) is predicted from it. Predicted so,
+with its own shapes held out of a calibration that had them (``plan.without_network``;
+2-vCPU Intel Xeon, one thread, batch 16), ResNet-50 came out 35-44% too fast in
+TensorFlow and JAX, two terms making most of it: batch normalisation, then timed only for
+a network with such layers, taken from the memory pass's curve (TensorFlow's 1.93 s a
+step against 0.29), and JAX's 1x1 convolutions, which XLA runs at 40% of its other
+convolutions' rate, from a skeleton with a single 1x1 shape (5.57 s against 2.24).
 """
 
 from __future__ import annotations
@@ -32,11 +41,13 @@ from dlperf.workloads.base import Gemm, Layer
 #: shapes; every other op keeps its grid
 SCOPED_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "lstm")
 #: the ops timed only for a network that has a layer of that kind (each op is named after
-#: the layer kind it times)
-LAYER_KIND_OPS = ("bn", "pool", "lstm")
+#: the layer kind it times): an LSTM's grid is of whole layers, seconds each
+LAYER_KIND_OPS = ("lstm",)
 #: every this-many-th shape of a scoped op's generic grid is kept (the grids are ordered
 #: by their sides, so the kept ones span each side's range)
 SKELETON_STRIDE = 4
+#: the ops whose skeleton is taken per window size (``skeleton``)
+WINDOWED_OPS = ("conv", "conv_bwd")
 #: a network's product or convolution beyond this many FLOPs is timed on fewer rows or
 #: samples (``_bounded``): a layer that takes seconds at one thread runs where its
 #: curve has saturated in the batch, and would cost the calibration more than it tells
@@ -113,15 +124,30 @@ def _bounded(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     return (*shape[:axis], max(1, int(bound // per_row)), *shape[axis + 1:])
 
 
+def skeleton(op: str, full: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Every ``SKELETON_STRIDE``-th shape of ``op``'s grid; of a convolution's, of each
+    window size's shapes apart, the first and the last of each among them (how fast a
+    library runs a convolution depends on its window: JAX's 1x1 ones at 40% of the rate
+    of its others, which one small 1x1 shape of the whole grid's every fourth did not
+    show)."""
+    if op not in WINDOWED_OPS:
+        return full[::SKELETON_STRIDE]
+    out: list[tuple[int, ...]] = []
+    for window in dict.fromkeys(s[4] for s in full):
+        mine = [s for s in full if s[4] == window]
+        out += [*mine[::SKELETON_STRIDE], mine[-1]]
+    return list(dict.fromkeys(out))
+
+
 def scoped_grid(op: str, needed: dict[str, set[tuple[int, ...]]], *,
                 layer_kinds: Collection[str], device: str = "cpu") -> list[tuple[int, ...]]:
     """The shapes a calibration scoped to networks times for ``op``: the skeleton of its
-    grid and the networks' own shapes (``needed``, from ``step_shapes``) for a product or
-    a convolution; the whole grid for any other op (none for batch normalisation or the
-    pool where no network has such a layer: ``layer_kinds``, the networks' layer ops)."""
+    grid (``skeleton``) and the networks' own shapes (``needed``, from ``step_shapes``)
+    for a product or a convolution; the whole grid for any other op (none for an LSTM
+    where no network has one: ``layer_kinds``, the networks' layer ops)."""
     if op in LAYER_KIND_OPS and op not in layer_kinds:
         return []
     full = grid(op, device=device)
     if op not in SCOPED_OPS:
         return full
-    return list(dict.fromkeys([*full[::SKELETON_STRIDE], *sorted(needed.get(op, ()))]))
+    return list(dict.fromkeys([*skeleton(op, full), *sorted(needed.get(op, ()))]))
