@@ -1253,6 +1253,29 @@ def test_explain_names_products_tensor_cores_cannot_tile_on_a_gpu():
         assert Explanation(None, profile, ops, other, None).notes() == []
 
 
+def test_explain_says_when_the_machine_ran_at_another_speed_than_calibrated():
+    """Each op's share of its calibrated rate is read against curves timed at the
+    calibration's speed: a profiled run whose speed probe took 40% longer gets a note that
+    the shares carry it; one within the probe's spread, or not probed, gets none."""
+    from types import SimpleNamespace
+
+    from dlperf.kinds.explain.analysis import Explanation
+    from dlperf.kinds.explain.options import ProfileOutcome
+
+    cal = made_up_fit().model_copy(update={"speed_probe": {"compute": 0.010, "memory": 0.020}})
+    profile = ProfileOutcome(profiler="torch profiler", steps=1, step_s=0.1)
+
+    def notes(probe):
+        run = SimpleNamespace(metrics=SimpleNamespace(speed_probe=probe))
+        return Explanation(run, profile, [], cal, None).notes()
+
+    (note,) = notes({"compute": 0.014, "memory": 0.021})
+    assert note.startswith("the machine ran at another speed than calibrated: the speed "
+                           "probe's matrix product took 40% longer than when torch x1 was "
+                           "calibrated") and "--force" in note
+    assert notes({"compute": 0.0105, "memory": 0.019}) == [] and notes(None) == []
+
+
 def test_xla_instructions_are_read_from_the_hlo_and_the_trace():
     pytest.importorskip("jax")
     from dlperf.backends import jax_profile as jp

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlperf.core import units
+from dlperf.core import speed_probe, units
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.kinds.calibrate.prediction import predict_for_spec
 from dlperf.kinds.explain.options import ProfileOutcome
@@ -64,14 +64,34 @@ class Explanation:
                 out.append((k, sum(o.measured_s for o in mine), sum(o.model_s for o in mine)))
         return out
 
+    @property
+    def speed_move(self) -> tuple[str, float] | None:
+        """How far the machine's speed probe moved between the calibration and the profiled
+        run (``core.speed_probe.drift``); None where either was not probed."""
+        m = self.result.metrics if self.result is not None else None
+        return speed_probe.drift(m.speed_probe if m else None, self.fit.speed_probe)
+
+    def speed_note(self) -> str | None:
+        """A line when the machine ran at another speed than when it was calibrated: then
+        every op's share of its calibrated rate carries that move, not the library's."""
+        move = self.speed_move
+        if not speed_probe.moved(move):
+            return None
+        assert move is not None
+        return (f"the machine ran at another speed than calibrated: "
+                f"{speed_probe.describe(move, 'when ' + self.fit.label + ' was calibrated')}"
+                f"; every 'of calibrated' share carries that (explain again when the machine "
+                f"is steady, or calibrate again: --force)")
+
     def notes(self) -> list[str]:
-        """Causes the profile shows beyond the diagnosis: on a GPU at a tensor-core
-        precision, the products with a dimension tensor cores cannot tile (``TENSOR_ALIGN``)
-        that ran well below their calibrated rate (the calibration's shapes are powers of
-        two)."""
+        """Causes the profile shows beyond the diagnosis: a machine running at another
+        speed than calibrated (``speed_note``); on a GPU at a tensor-core precision, the
+        products with a dimension tensor cores cannot tile (``TENSOR_ALIGN``) that ran well
+        below their calibrated rate (the calibration's shapes are powers of two)."""
+        speed = [n for n in (self.speed_note(),) if n]
         align = TENSOR_ALIGN.get(self.fit.precision) if self.fit.device == "gpu" else None
         if align is None:
-            return []
+            return speed
         odd: dict[int, list[OpTime]] = {}
         for o in self.ops:
             dims = gemm_shape(o.name, o.shapes) if o.kind == "gemm" else None
@@ -90,7 +110,7 @@ class Explanation:
                        f"{units.seconds(took)} ({took / self.profile.step_s:.0%} of the step): "
                        f"tensor cores want every dimension a multiple of 16 bytes; padding it "
                        f"to {-(-d // align) * align} is the usual cure")
-        return out
+        return speed + out
 
     def diagnosis(self) -> str:
         step = self.profile.step_s

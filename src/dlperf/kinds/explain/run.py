@@ -11,6 +11,7 @@ from typing import Any
 
 from dlperf import workloads
 from dlperf.backends.base import Backend, Profiling, UnsupportedError, capability
+from dlperf.core import environment, speed_probe
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import Metrics, RunResult, RunSpec
 from dlperf.core.stats import summarize
@@ -30,6 +31,11 @@ def run_profile(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
         emit({"phase": "built", "param_count": trainer.param_count, "flops": flops})
         timing = measure(trainer.step, trainer.sync, spec.measurement,
                          on_step=lambda phase, s: emit({"phase": phase, "s": s}))
+        # the machine's speed as the steps ran: the explanation sets each op against the
+        # calibration's curves, made at the calibration's speed (``analysis.speed_note``)
+        probe = speed_probe.measure() if spec.device == "cpu" and speed_probe.fits_under_limit(
+            spec.memory_limit, environment.resident_bytes(),
+            environment.peak_resident_bytes()) else None
         ops, wall = capability(backend, Profiling).profile(trainer, o.steps, spec.device)
     except UnsupportedError as e:
         return RunResult.failed(spec, "unsupported", str(e), finished_at=time.time(), **base)
@@ -43,7 +49,7 @@ def run_profile(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
                       samples_per_s=spec.batch_size / s.median, flops_per_step=flops,
                       achieved_flops=flops / s.median if flops else None,
                       cpu_util=timing.cpu_util, warmup_steps=len(timing.warmup_s),
-                      warmup_settled=timing.settled)
+                      warmup_settled=timing.settled, speed_probe=probe or None)
     outcome = ProfileOutcome(profiler=f"{backend.name} profiler", steps=o.steps, step_s=wall,
                              ops=tuple(ProfiledOp(**op) for op in ops))
     return RunResult(spec=spec, status="ok", metrics=metrics, step_times_s=timing.steps_s,
