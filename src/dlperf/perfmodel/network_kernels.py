@@ -15,11 +15,12 @@ alone, one at a time, never as the step they are then compared with.
 What the skeleton is for: a network outside the scope (the advice's ResNet-50 after the
 main job's calibration of FCN-5, AlexNet and LSTM-32) is predicted from it. Predicted so,
 with its own shapes held out of a calibration that had them (``plan.without_network``;
-2-vCPU Intel Xeon, one thread, batch 16), ResNet-50 came out 35-44% too fast in
-TensorFlow and JAX, two terms making most of it: batch normalisation, then timed only for
-a network with such layers, taken from the memory pass's curve (TensorFlow's 1.93 s a
-step against 0.29), and JAX's 1x1 convolutions, which XLA runs at 40% of its other
-convolutions' rate, from a skeleton with a single 1x1 shape (5.57 s against 2.24).
+2-vCPU Intel Xeon, one thread, batch 16), ResNet-50's step came out 35% (TensorFlow) and
+44% (JAX) shorter than with them, two terms making most of it: batch normalisation, then
+timed only for a network with such layers, taken from the memory pass's curve
+(TensorFlow's 0.29 s a step against 1.93 s timed), and JAX's 1x1 convolutions, which XLA
+runs at 40% of its other convolutions' rate, from a skeleton with a single small 1x1
+shape (2.24 s against 5.57 s timed).
 """
 
 from __future__ import annotations
@@ -125,11 +126,11 @@ def _bounded(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def skeleton(op: str, full: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """Every ``SKELETON_STRIDE``-th shape of ``op``'s grid; of a convolution's, of each
-    window size's shapes apart, the first and the last of each among them (how fast a
-    library runs a convolution depends on its window: JAX's 1x1 ones at 40% of the rate
-    of its others, which one small 1x1 shape of the whole grid's every fourth did not
-    show)."""
+    """Every ``SKELETON_STRIDE``-th shape of ``op``'s grid; of a convolution's, every
+    ``SKELETON_STRIDE``-th of each window size's shapes and the last of them (the
+    largest), so that every window is timed at two sizes at least: how fast a library runs
+    a convolution depends on its window (XLA's 1x1 ones at 40% of the rate of its others),
+    which the one small 1x1 shape among the whole grid's every fourth did not show."""
     if op not in WINDOWED_OPS:
         return full[::SKELETON_STRIDE]
     out: list[tuple[int, ...]] = []
