@@ -44,6 +44,44 @@ def test_drift_is_the_part_that_moved_most():
                                 {"compute": 2.0}]) == {"compute": 2.0, "memory": 2.0}
 
 
+def test_a_long_measurement_spreads_its_probes_through_its_run(monkeypatch):
+    """One probe at the start, one after a part that ends EVERY_S after the last, one at
+    the end unless the last part's was the last thing done; the median of them."""
+    now = [0.0]
+    taken = iter(range(1, 100))
+    monkeypatch.setattr(speed_probe, "measure", lambda: {"compute": float(next(taken))})
+    spread = speed_probe.Spread(every_s=5.0, clock=lambda: now[0])
+    spread.probe()  # 1, at 0 s
+    for t in (2.0, 4.0, 6.0, 7.0, 12.0):  # parts ending then: probes 2 (6 s) and 3 (12 s)
+        now[0] = t
+        spread.after_part()
+    assert len(spread.probes) == 3
+    assert spread.finish() == {"compute": 2.0}  # nothing ended since: no fourth
+    now[0] = 13.0
+    spread.after_part()  # too soon for a probe: the end takes one
+    assert spread.finish() == {"compute": 2.5} and len(spread.probes) == 4
+
+
+def test_a_calibration_worker_probes_between_its_ops(monkeypatch):
+    """A kernel run probes the machine between its ops (never inside an op's watched
+    window) as well as at both ends, and keeps their median."""
+    from dlperf.core.spec import RunSpec
+    from dlperf.engine.worker import execute
+    from dlperf.kinds.calibrate.options import KernelOptions, KernelPart
+
+    calls = []
+    monkeypatch.setattr(speed_probe, "EVERY_S", 0.0)  # due after every op
+    monkeypatch.setattr(speed_probe, "measure",
+                        lambda: calls.append(1) or {"compute": 1e-3 * len(calls)})
+    parts = tuple(KernelPart(op=op, shapes=(shape,)) for op, shape in (
+        ("gemm", (8, 8, 8)), ("memory", (4096,)), ("update", (4096,))))
+    r = execute(RunSpec(kind="kernel", network="kernels", framework="torch", batch_size=1,
+                        options=KernelOptions(parts=parts, min_time_s=0.01)))
+    assert r.ok, r.failure
+    assert len(calls) == 4  # before the first op and after each of the three
+    assert r.outcome.speed_probe == {"compute": pytest.approx(2.5e-3)}
+
+
 def test_a_kernel_run_and_a_step_record_the_machines_speed():
     from dlperf.core.spec import RunSpec
     from dlperf.engine.worker import execute

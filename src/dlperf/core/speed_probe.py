@@ -25,6 +25,18 @@ Timed as a copy into a new mapping, it differed by 6-28% between kernel workers 
 workers at one moment (a process that has just freed memory gets pages the host holds
 ready), so as such it does not compare across processes.
 It imports numpy and threadpoolctl only (dependencies of dlperf itself).
+
+The speed moves within a minute, so one probe reads only the moment around it. Measured on
+a 2-vCPU Intel Xeon VM (``benchmarks/bench_speed_probe.py``, two runs of 6 minutes: one
+process on one CPU, the probe and three PyTorch kernels in turn, about 400 rounds of 0.9
+s): the kernels' times spread by 1.6x and 2.4x between their 10th and 90th percentiles,
+in spells of seconds to a minute, and a probe's compute part correlated with the kernels
+of its round at +0.72 (in the run that printed it). Set against the kernels' mean speed
+over 30 to 50 rounds (a calibration worker's half minute to minute), the probes at the
+two ends read it at +0.45 and +0.31, probes every 4 rounds through it at +0.66 to +0.75
+and +0.48. So a long measurement spreads its probes (``Spread``); a step's, seconds long,
+is probed right after its timed steps. Larger numpy products (a 1024^2 one, one streaming
+a 64 MiB weight) followed the kernels of their round little better (+0.77, +0.81).
 """
 
 from __future__ import annotations
@@ -109,6 +121,42 @@ def measure() -> dict[str, float]:
     kept = np.empty_like(src)
     kept.fill(0.0)  # its pages mapped before timing
     return {"compute": compute, "memory": _chunked(src, kept, _REPEATS["memory"])}
+
+
+#: seconds between a long measurement's probes (``Spread``): about the length of the
+#: machine's speed spells (module docstring), at 0.15 s a probe 3% of the time
+EVERY_S = 5.0
+
+
+class Spread:
+    """Probes spread through a long measurement: one at its start, one after any of its
+    parts that ends ``every_s`` or more after the last probe, and one at its end (unless
+    the last part's was the last thing done). ``finish`` gives their median, part by part:
+    the speed the whole measurement ran at (module docstring)."""
+
+    def __init__(self, every_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.every_s = EVERY_S if every_s is None else every_s
+        self._clock = clock
+        self.probes: list[dict[str, float]] = []
+        self._last = clock()
+        self._since = False  # a part ended since the last probe
+
+    def probe(self) -> None:
+        self.probes.append(measure())
+        self._last, self._since = self._clock(), False
+
+    def after_part(self) -> None:
+        """A part of the measurement ended: probe if the last probe is ``every_s`` old."""
+        if self._clock() - self._last >= self.every_s:
+            self.probe()
+        else:
+            self._since = True
+
+    def finish(self) -> dict[str, float]:
+        if self._since or not self.probes:
+            self.probe()
+        return typical(self.probes)
 
 
 def typical(probes: Sequence[Mapping[str, float]]) -> dict[str, float]:

@@ -219,9 +219,10 @@ class KernelOutcome(BaseModel):
     #: where no collective ran)
     gloo_runtime_bytes: int | None = None
     ddp_runtime_bytes: int | None = None
-    #: the machine's speed as its kernels ran: the probes before and after them, part by
-    #: part their mean (``core.speed_probe``, seconds per part; empty: not a CPU run, or
-    #: a calibration of an older dlperf)
+    #: the machine's speed as its kernels ran: the probes before, between (``Spread``)
+    #: and after them, part by part their median (``core.speed_probe``, seconds per part;
+    #: empty: not a CPU run, or a calibration of an older dlperf; an older one's probed
+    #: before and after the kernels only)
     speed_probe: dict[str, float] = Field(default_factory=dict)
     #: per network, the worker's peak resident memory after training the network's tiny
     #: size for two steps (``kinds.calibrate.runtime``), and that peak less the memory

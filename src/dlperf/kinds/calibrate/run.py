@@ -270,11 +270,13 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     # buffers would count in its peak
     train_peaks, trained = (train_runtime.train_runtimes(o, backend, failures)
                             if train_runtime.measures(spec) else ({}, {}))
-    # the machine's speed as these kernels ran, before and after them (a step measured at
-    # another speed is flagged beside its prediction); a GPU's kernels are the device's,
+    # the machine's speed as these kernels ran, probed through their run (a step measured
+    # at another speed is flagged beside its prediction); a GPU's kernels are the device's,
     # and the machine's ops (collectives, core sharing) make no curve a step is predicted by
     probed = spec.device == "cpu" and any(p.op not in MACHINE_OPS for p in o.parts)
-    probes = [speed_probe.measure()] if probed else []
+    spread = speed_probe.Spread() if probed else None
+    if spread:
+        spread.probe()
     samples: list[KernelSample] = []
     others: dict[str, float] = {}
     done = {(s.op, s.shape): s for s in (resume.samples if resume else ())
@@ -307,9 +309,10 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
             samples += got
             if share is not None:
                 others[part.op] = round(share, 4)
+            if spread:  # between two ops: outside their watched windows
+                spread.after_part()
     resumed = sum(1 for s in samples if done.get((s.op, s.shape)) is s)
-    probe = speed_probe.typical([*probes, speed_probe.measure()]) if probed and samples \
-        else {}
+    probe = spread.finish() if spread and samples else {}
     # after the last probe: nothing the calibration measured runs beside them
     peak_runs = peaks.peak_runs(spec, backend, base) if o.peaks and samples \
         and spec.repeat == 0 else ()
