@@ -24,12 +24,27 @@ import statistics
 import time
 
 
+def _times(call, n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t)
+    return times
+
+
 def _low(times: list[float]) -> float:
+    """The probe's own estimate (``speed_probe._QUANTILE``): a low quantile."""
     return sorted(times)[int(0.25 * (len(times) - 1))]
 
 
 def rounds(seconds: float) -> list[dict[str, float]]:
+    """Round after round for ``seconds``: the probe's two parts, the candidates (each at
+    its low quantile, as the probe is taken) and the kernels (each its median, as a
+    calibration's sample is), in seconds."""
+    import numpy as np
     import torch
+    from threadpoolctl import threadpool_limits
 
     from dlperf.core import speed_probe
 
@@ -41,10 +56,6 @@ def rounds(seconds: float) -> list[dict[str, float]]:
     act, w = torch.rand(64, 4096), torch.rand(4096, 4096)
     kernels = {"mm": (lambda: a @ b, 6), "conv": (lambda: conv(x), 4),
                "stream": (lambda: act @ w, 6)}
-    # framework-free candidates for the probe's compute part, larger than its in-cache one
-    import numpy as np
-    from threadpoolctl import threadpool_limits
-
     rng = np.random.default_rng(0)
     m = rng.random((1024, 1024), dtype=np.float32)
     na, nw = rng.random((64, 4096), dtype=np.float32), rng.random((4096, 4096), dtype=np.float32)
@@ -55,20 +66,9 @@ def rounds(seconds: float) -> list[dict[str, float]]:
             got = speed_probe.measure()
             rec = {"probe": got["compute"], "probe_memory": got["memory"]}
             with threadpool_limits(1):
-                for name, (call, n) in candidates.items():
-                    times = []
-                    for _ in range(n):
-                        t = time.perf_counter()
-                        call()
-                        times.append(time.perf_counter() - t)
-                    rec[name] = _low(times)
-            for name, (call, n) in kernels.items():
-                times = []
-                for _ in range(n):
-                    t = time.perf_counter()
-                    call()
-                    times.append(time.perf_counter() - t)
-                rec[name] = statistics.median(times)
+                rec |= {name: _low(_times(call, n)) for name, (call, n) in candidates.items()}
+            rec |= {name: statistics.median(_times(call, n))
+                    for name, (call, n) in kernels.items()}
             out.append(rec)
     return out
 
@@ -85,20 +85,20 @@ def report(rs: list[dict[str, float]], every: int) -> None:
     print(f"{len(rs)} rounds")
     for k in rs[0]:
         s = sorted(r[k] for r in rs)
-        print(f"  {k:7} p10 {s[len(s) // 10] * 1e3:7.2f} ms, p90/p10 "
+        print(f"  {k:12} p10 {s[len(s) // 10] * 1e3:7.2f} ms, p90/p10 "
               f"{s[9 * len(s) // 10] / s[len(s) // 10]:.2f}")
     logs = {k: [math.log(r[k]) for r in rs] for k in rs[0]}
     print("  each kernel's log time against its own some rounds later (speed spells):")
     for k in kernels:
         print(f"    {k:7} " + "  ".join(f"{lag}: {corr(logs[k][:-lag], logs[k][lag:]):+.2f}"
                                         for lag in (1, 5, 10, 25, 50) if lag < len(rs) - 2))
-    speed = [statistics.mean(logs[k][i] for k in kernels) for i in range(len(rs))]
+    per_round = [statistics.mean(logs[k][i] for k in kernels) for i in range(len(rs))]
     print("  each probe against the kernels' mean log time of its round: " + ", ".join(
-        f"{p} {corr(speed, logs[p]):+.2f}" for p in PROBES))
+        f"{p} {corr(per_round, logs[p]):+.2f}" for p in PROBES))
     print("  the probe's reading of the kernels' mean speed over a window of rounds "
           "(correlation; error sd in log time):")
     for window in (4, 8, 30, 50):
-        if window + 2 >= len(rs):
+        if len(range(1, len(rs) - window - 1, 2)) < 3:  # too short a run for this window
             continue
         speed, after, ends, spread = [], [], [], []
         for i in range(1, len(rs) - window - 1, 2):

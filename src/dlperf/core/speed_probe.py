@@ -30,8 +30,8 @@ The speed moves within a minute, so one probe reads only the moment around it. M
 a 2-vCPU Intel Xeon VM (``benchmarks/bench_speed_probe.py``, two runs of 6 minutes: one
 process on one CPU, the probe and three PyTorch kernels in turn, about 400 rounds of 0.9
 s): the kernels' times spread by 1.6x and 2.4x between their 10th and 90th percentiles,
-in spells of seconds to a minute, and a probe's compute part correlated with the kernels
-of its round at +0.72 (in the run that printed it). Set against the kernels' mean speed
+in spells of seconds to a minute; in the first run the probe's compute part correlated
+with the kernels of its own round at +0.72. Set against the kernels' mean speed
 over 30 to 50 rounds (a calibration worker's half minute to minute), the probes at the
 two ends read it at +0.45 and +0.31, probes every 4 rounds through it at +0.66 to +0.75
 and +0.48. So a long measurement spreads its probes (``Spread``); a step's, seconds long,
@@ -130,8 +130,8 @@ EVERY_S = 5.0
 
 class Spread:
     """Probes spread through a long measurement: one at its start, one after any of its
-    parts that ends ``every_s`` or more after the last probe, and one at its end (unless
-    the last part's was the last thing done). ``finish`` gives their median, part by part:
+    parts that ends ``every_s`` or more after the last probe, and one at its end (unless a
+    probe followed its last part already). ``finish`` gives their median, part by part:
     the speed the whole measurement ran at (module docstring)."""
 
     def __init__(self, every_s: float | None = None,
