@@ -106,6 +106,17 @@ def fits_under_limit(memory_limit: int | None, resident: int, peak: int) -> bool
     return memory_limit is None or resident + BYTES <= peak
 
 
+def after_steps(memory_limit: int | None, peak: int) -> dict[str, float] | None:
+    """The probe in a process that has just timed its steps and read its peak memory
+    (``peak``): under ``memory_limit`` only where its buffers keep the process within that
+    peak (``fits_under_limit``), else None."""
+    from dlperf.core import environment
+
+    if not fits_under_limit(memory_limit, environment.resident_bytes(), peak):
+        return None
+    return measure()
+
+
 def measure() -> dict[str, float]:
     """Seconds of each part of the probe (``PARTS``), on one thread, in this process.
     Empty where numpy or threadpoolctl is missing."""

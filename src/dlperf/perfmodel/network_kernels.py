@@ -134,7 +134,7 @@ def skeleton(op: str, full: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
     if op not in WINDOWED_OPS:
         return full[::SKELETON_STRIDE]
     out: list[tuple[int, ...]] = []
-    for window in dict.fromkeys(s[4] for s in full):
+    for window in dict.fromkeys(s[4] for s in full):  # (batch, c_in, c_out, side, window, stride)
         mine = [s for s in full if s[4] == window]
         out += [*mine[::SKELETON_STRIDE], mine[-1]]
     return list(dict.fromkeys(out))

@@ -33,9 +33,8 @@ def run_profile(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
                          on_step=lambda phase, s: emit({"phase": phase, "s": s}))
         # the machine's speed as the steps ran: the explanation sets each op against the
         # calibration's curves, made at the calibration's speed (``analysis.speed_note``)
-        probe = speed_probe.measure() if spec.device == "cpu" and speed_probe.fits_under_limit(
-            spec.memory_limit, environment.resident_bytes(),
-            environment.peak_resident_bytes()) else None
+        probe = speed_probe.after_steps(spec.memory_limit, environment.peak_resident_bytes()) \
+            if spec.device == "cpu" else None
         ops, wall = capability(backend, Profiling).profile(trainer, o.steps, spec.device)
     except UnsupportedError as e:
         return RunResult.failed(spec, "unsupported", str(e), finished_at=time.time(), **base)

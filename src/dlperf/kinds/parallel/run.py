@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.core import speed_probe
-from dlperf.core.environment import peak_resident_bytes, resident_bytes
+from dlperf.core.environment import peak_resident_bytes
 from dlperf.core.errors import is_out_of_memory
 from dlperf.core.spec import RunSpec
 from dlperf.kinds.parallel.status import StatusBoard
@@ -233,8 +233,8 @@ def run(spec: RunSpec, outdir: Path, status: StatusBoard, cpus: list[int],
     # after the peak is read (the probe's copies must not raise it), on rank 0 alone (the
     # others wait for its report, idle): the machine's speed as the steps ran, for the
     # prediction set beside this run (``core.speed_probe``; a step's worker does the same)
-    probe = speed_probe.measure() if rank == 0 and device.type == "cpu" and \
-        speed_probe.fits_under_limit(spec.memory_limit, resident_bytes(), peak) else None
+    probe = speed_probe.after_steps(spec.memory_limit, peak) \
+        if rank == 0 and device.type == "cpu" else None
     report = {**info, "timing": timing, "strategy": extra, "steps": log.steps,
               "evals": log.evals, "updates": strat.updates, "peak_rss_bytes": peak,
               "speed_probe": probe}

@@ -76,9 +76,8 @@ def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
     # after the peak is read (the probe's copies must not raise it): the machine's speed
     # as the steps ran, set against the calibration's beside a prediction (a peak kernel
     # is never predicted); under a memory limit only where its buffers fit the peak
-    probe = speed_probe.measure() if spec.device == "cpu" and spec.kind != "peak" and \
-        speed_probe.fits_under_limit(spec.memory_limit, environment.resident_bytes(),
-                                     peak_rss) else None
+    probe = speed_probe.after_steps(spec.memory_limit, peak_rss) \
+        if spec.device == "cpu" and spec.kind != "peak" else None
     achieved = flops / s.median if flops else None
     warnings = [w for w in (instability_warning(s.robust_cv), injection_warning()) if w]
     d = timing.disturbance
