@@ -893,10 +893,18 @@ def test_leave_one_network_out_never_fits_on_the_network_it_predicts(db, tmp_pat
         return {c.row.spec.network: c for c in validate.corrected(cases, "lono")}
 
     a = corrected(TIMES)
-    b = corrected({**TIMES, "alexnet": 3.0})  # only alexnet's measurement differs
+    # only alexnet's measurement differs: now 50% slower than predicted, as lstm32 is
+    b = corrected({**TIMES, "alexnet": 1.5})
     assert "alexnet" not in a["alexnet"].factors.fitted_on
     assert a["alexnet"].corrected_s == pytest.approx(b["alexnet"].corrected_s, rel=1e-9)
-    assert a["fcn5"].corrected_s != pytest.approx(b["fcn5"].corrected_s, rel=1e-3)
+    # fcn5's correction is fitted on alexnet and lstm32: none while they disagree (20%
+    # fast, 50% slow: a factor from either predicts the other worse than none), one
+    # factor once both are 50% slow
+    assert a["fcn5"].factors.form == "none" and a["fcn5"].corrected_s == a["fcn5"].prediction.time_s
+    assert b["fcn5"].factors.form == "scale" and b["fcn5"].factors.fitted_on == ("alexnet", "lstm32")
+    scale = b["fcn5"].factors.compute  # 1.5, a little less: the prior's pull towards 1
+    assert 1.4 < scale < 1.5 and b["fcn5"].factors.memory == scale
+    assert b["fcn5"].corrected_s == pytest.approx(scale * a["fcn5"].prediction.time_s, rel=1e-9)
 
 
 # ----------------------------------------------------------------------------- commands

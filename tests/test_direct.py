@@ -26,7 +26,7 @@ from dlperf.kinds.parallel.options import (
     Staleness,
     Training,
 )
-from dlperf.perfmodel.correct import PRIOR, Factors, fit_factors
+from dlperf.perfmodel.correct import PRIOR, Factors, choose_factors, fit_factors
 from dlperf.perfmodel.result import Breakdown
 
 
@@ -320,6 +320,41 @@ def test_fit_factors_keeps_1_where_no_point_has_the_term_and_never_goes_negative
     # fewer than two points: no correction at all
     assert fit_factors(pts[:1], ["fcn5"]) == Factors(fitted_on=("fcn5",), points=1)
     assert fit_factors([]).apply(_breakdown(0.2, 0.1, 0.05, 0.3)) == pytest.approx(0.65)
+
+
+def _networks(ratios: dict[str, float]):
+    """Two configurations of each of three networks, one compute-bound, one memory-bound,
+    one half and half, each measured at ``ratios[network]`` times its prediction."""
+    shapes = {"a": (1.0, 0.0, 0.0), "b": (0.0, 1.0, 0.0), "c": (0.5, 0.5, 0.0)}
+    points, names = [], []
+    for net, (c, m, o) in shapes.items():
+        for scale in (1.0, 2.0):
+            bd = _breakdown(c * scale, m * scale, o * scale, comm=0.01)
+            points.append((bd, ratios[net] * (bd.total_s - 0.01) + 0.01))
+            names.append(net)
+    return points, names
+
+
+def test_a_correction_that_does_not_carry_over_between_networks_is_not_applied():
+    # measured 25% slower, 20% faster, 25% slower: per-term factors fitted on any two
+    # predict the third worse than no correction (36%, 56%, 18% against 20%, 25%, 20%)
+    points, names = _networks({"a": 1.25, "b": 0.8, "c": 1.25})
+    f = choose_factors(points, names)
+    assert f.form == "none" and (f.compute, f.memory, f.overhead) == (1.0, 1.0, 1.0)
+    assert f.fitted_on == ("a", "b", "c") and f.points == 6
+    assert fit_factors(points, names).compute > 1.3  # what the per-term fit alone applies
+
+
+def test_a_correction_that_carries_over_is_fitted_on_every_training_network():
+    points, names = _networks({"a": 1.3, "b": 1.3, "c": 1.3})
+    f = choose_factors(points, names)
+    assert f.form in ("scale", "terms")
+    # a network of another make-up, measured 30% slower as well: corrected within 2%
+    bd = _breakdown(0.3, 0.7, 0.0, comm=0.05)
+    assert f.apply(bd) == pytest.approx(1.3 * 1.0 + 0.05, rel=0.02)  # uncorrected: -22%
+    # one network alone cannot say whether anything carries over: per-term factors
+    one = choose_factors(points[:2], names[:2])
+    assert one == fit_factors(points[:2], names[:2]) and one.form == "terms"
 
 
 # ----------------------------------------------------------------------------- CPU order

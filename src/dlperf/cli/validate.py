@@ -355,7 +355,8 @@ def _caption(mode: str) -> str:
                 "as a network the calibration did not time is predicted")
     held = "network" if mode == "lono" else "family"
     return (f"kernels: the kernel calibration alone; {mode.upper()}: times per-framework factors "
-            f"fitted on the other {held}s' measurements (never this one's)")
+            f"fitted on the other {held}s' measurements (never this one's), in the form (none, "
+            f"one factor, one per term) that predicts each of those from the rest best")
 
 
 def _json(cases: list[Case], mode: str) -> dict:

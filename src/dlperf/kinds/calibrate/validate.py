@@ -5,7 +5,8 @@ size and strategy, and the worst cases with the term that dominates them.
 Two models are compared. ``kernels``: the kernel curves alone, fitted on no network at
 all. ``lono`` (leave one network out): the same, times per-framework factors on its
 compute, memory and overhead terms (``perfmodel.correct``) fitted on the measurements of
-every other network, never the one predicted; ``lofo`` leaves the whole family out
+every other network, never the one predicted, in the form (none, one factor, one per
+term) that carries over best between those other networks (``correct.choose_factors``); ``lofo`` leaves the whole family out
 (fcn5 and fcn8 together, lstm32 and lstm64 together), which is stricter. ``untimed``:
 each network of a calibration scoped to networks predicted with its own layer shapes held
 out of it (``untimed_cases``), as a network the calibration never timed is predicted.
@@ -29,7 +30,7 @@ from dlperf.kinds.calibrate.plan import load, runtime_baselines, worker_runtimes
 from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
 from dlperf.perfmodel import catalogue
-from dlperf.perfmodel.correct import Factors, fit_factors
+from dlperf.perfmodel.correct import Factors, choose_factors
 from dlperf.perfmodel.fit import LocalFit
 from dlperf.perfmodel.machine_fits import (
     MachineFits,
@@ -399,7 +400,8 @@ def family(network: str) -> str:
 def corrected(all_cases: Sequence[Case], mode: str) -> list[Case]:
     """``mode`` 'kernels': the cases as they are. 'lono'/'lofo': each single-device case
     corrected by its framework's factors fitted on the single-device cases of the other
-    networks (families), never its own."""
+    networks (families), never its own, in the form chosen on those alone
+    (``correct.choose_factors``)."""
     if mode not in ("lono", "lofo"):  # the model as it is
         return list(all_cases)
     hold: Callable[[Case], str] = ((lambda c: c.row.spec.network) if mode == "lono"
@@ -412,8 +414,8 @@ def corrected(all_cases: Sequence[Case], mode: str) -> list[Case]:
             continue
         train = [x for x in single if x.row.spec.framework == c.row.spec.framework
                  and hold(x) != hold(c)]
-        f = fit_factors([(x.prediction.breakdown, x.measured_s) for x in train],
-                        [x.row.spec.network for x in train])
+        f = choose_factors([(x.prediction.breakdown, x.measured_s) for x in train],
+                           [x.row.spec.network for x in train])
         out.append(replace(c, corrected_s=f.apply(c.prediction.breakdown), factors=f))
     return out
 
