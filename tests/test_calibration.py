@@ -236,6 +236,29 @@ def test_gemm_curve_predicts_shapes_it_was_not_fitted_on():
         assert g.time(*shape) == pytest.approx(made_up.gemm_s(*shape), rel=0.05), shape
 
 
+def test_shapes_timed_beside_the_whole_grid_correct_near_themselves_and_move_no_curve():
+    """A scoped run beside the whole grid (a pipeline's micro-batch, 5 times slower than
+    the made-up machine's curve there): the curve's form stays the grid's, and the
+    added shapes correct it near themselves only, as residuals."""
+    d = fit.fit_dispatch(_samples("dispatch"))
+    grid = _samples("gemm")
+    extra = [made_up.sample("gemm", shape) for shape in ((2, 26752, 2048), (2, 2048, 26752))]
+    extra = [x.model_copy(update={"median_s": 5 * x.median_s}) for x in extra]
+    alone = fit.fit_gemm(grid, d)
+    both = grid + extra
+    anchored = fit.fit_gemm(both, d, fit.grid_anchor("gemm", [x.shape for x in both]))
+    free = fit.fit_gemm(both, d)  # every sample in the form, as before
+    assert (anchored.rate, anchored.h, anchored.t0) == (alone.rate, alone.h, alone.t0)
+    assert (free.rate, free.h) != (alone.rate, alone.h)
+    far = (2048, 1024, 512)
+    assert anchored.time(*far) == pytest.approx(alone.time(*far), rel=1e-6)
+    near = extra[0].shape
+    assert anchored.time(*near) > 3 * alone.time(*near)  # most of the x5, not all: the prior
+    # a grid not timed whole (a scoped calibration): every sample is the form's
+    assert fit.grid_anchor("gemm", [x.shape for x in grid[:-1] + extra]) is None
+    assert fit.grid_anchor("gemm", [x.shape for x in grid]) == [True] * len(grid)
+
+
 def test_the_weight_gradient_is_timed_by_the_transposed_products_curve(db):
     """fcn5's weight gradients (X^T @ dY) from the transposed curve, the rest from the plain
     one: the made-up machine's transposed form is 1.5 times as slow."""

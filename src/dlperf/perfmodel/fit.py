@@ -47,7 +47,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from dlperf.core.disturbance import DISTURBED
-from dlperf.perfmodel.kernels import TRAIN_KERNELS, KernelSample, conv_gemm, element_bytes
+from dlperf.perfmodel.kernels import TRAIN_KERNELS, KernelSample, conv_gemm, element_bytes, grid
 
 #: bandwidth of the kernel smoother, in octaves of each shape dimension
 SMOOTH_OCTAVES = 1.0
@@ -262,8 +262,26 @@ def _least_squares(fun: Callable[[np.ndarray], np.ndarray], x0: Sequence[float],
                          f_scale=0.1).x
 
 
-def fit_gemm(samples: Sequence[KernelSample], d: Dispatch) -> GemmCurve:
-    """The GEMM curve of the module docstring, fitted on log time (robust loss)."""
+def grid_anchor(op: str, shapes: Sequence[Sequence[int]], device: str = "cpu") -> list[bool] | None:
+    """Which samples a curve's form is fitted on. Where the whole grid of ``op`` was timed
+    (the standard or the fine one), its shapes: what a scoped run adds beside it (a
+    network's layers, a pipeline's micro-batch of a few samples) enters as residuals near
+    its own shapes only, and does not move the curve every other shape is read from
+    (timing PyTorch's pipeline micro-batches at 1 and 2 samples beside the whole grid
+    moved ResNet-50's one-thread steps at 16 and 32 from +21% and +4% to +37% and +18%,
+    docs/prediction.md). None (every sample) where the grid was not timed whole: a scoped
+    calibration's form rests on its skeleton and its networks' shapes together."""
+    have = {tuple(x) for x in shapes}
+    whole, fine = set(grid(op, device=device)), set(grid(op, fine=True, device=device))
+    if not (whole <= have or fine <= have):
+        return None
+    return [tuple(x) in whole or tuple(x) in fine for x in shapes]
+
+
+def fit_gemm(samples: Sequence[KernelSample], d: Dispatch,
+             anchor: Sequence[bool] | None = None) -> GemmCurve:
+    """The GEMM curve of the module docstring, fitted on log time (robust loss), its form
+    on the ``anchor`` samples (``grid_anchor``; None: all), its residuals on all."""
     shp = np.array([s.shape for s in samples], float)
     t = np.array([net_time(s, d) for s in samples])
     f = 2 * shp.prod(axis=1)
@@ -282,7 +300,8 @@ def fit_gemm(samples: Sequence[KernelSample], d: Dispatch) -> GemmCurve:
           math.log(stream * 0.5)]
     hi = [math.log(best * 20), math.log(1e5), math.log(1e5), math.log(1e5), math.log(1e-2),
           math.log(stream * 1e4)]
-    p = _least_squares(lambda p: np.log(model(p)) - np.log(t), x0, lo, hi)
+    use = np.ones(len(t), bool) if anchor is None else np.asarray(anchor, bool)
+    p = _least_squares(lambda p: (np.log(model(p)) - np.log(t))[use], x0, lo, hi)
     res = np.log(t) - np.log(model(p))
     return GemmCurve(rate=math.exp(p[0]), h=tuple(float(v) for v in np.exp(p[1:4])),
                      t0=math.exp(p[4]), bandwidth=math.exp(p[5]),
@@ -291,10 +310,12 @@ def fit_gemm(samples: Sequence[KernelSample], d: Dispatch) -> GemmCurve:
 
 
 def fit_conv(samples: Sequence[KernelSample], d: Dispatch,
-             memory: MemoryCurve | None = None, elem: int = 4) -> ConvCurve:
+             memory: MemoryCurve | None = None, elem: int = 4,
+             anchor: Sequence[bool] | None = None) -> ConvCurve:
     """A rate, its saturations in M, output and input channels, a fixed cost, and the
     memory passes its traffic costs (``conv_traffic`` at ``memory``'s bandwidth for that
-    many bytes), fitted on log time (robust loss)."""
+    many bytes), fitted on log time (robust loss), on the ``anchor`` samples as
+    ``fit_gemm``."""
     geo = [conv_gemm(s.shape) for s in samples]
     mnk = np.array(geo, float)
     m, n = mnk[:, 0], mnk[:, 1]
@@ -316,7 +337,8 @@ def fit_conv(samples: Sequence[KernelSample], d: Dispatch,
     lo = [math.log(best * 0.5), math.log(0.1), math.log(0.1), math.log(0.1), math.log(1e-8), 0.0]
     hi = [math.log(best * 20), math.log(1e5), math.log(1e5), math.log(1e5), math.log(1e-2),
           MAX_TRAFFIC_PASSES]
-    p = _least_squares(lambda p: np.log(model(p)) - np.log(t), x0, lo, hi)
+    use = np.ones(len(t), bool) if anchor is None else np.asarray(anchor, bool)
+    p = _least_squares(lambda p: (np.log(model(p)) - np.log(t))[use], x0, lo, hi)
     res = np.log(t) - np.log(model(p))
     pts = tuple((*(math.log2(v) for v in g), math.log2(s.shape[4]), math.log2(s.shape[5]))
                 for g, s in zip(geo, samples, strict=True))
@@ -624,17 +646,22 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
     def products(op: str) -> list[KernelSample]:
         return without_new_pages(samples.of_op(op), framework, device, byte_s, elem)
 
-    gemm = fit_gemm(products("gemm"), d)
+    def anchor(op: str) -> list[bool] | None:
+        return grid_anchor(op, [x.shape for x in samples.of_op(op)], device)
+
+    gemm = fit_gemm(products("gemm"), d, anchor("gemm"))
     tn = products("gemm_tn")
     # the sequence's product on (m, n, time x batch), the GEMM curve's three sides
     seq = [s.model_copy(update={"shape": (s.shape[0], s.shape[1], s.shape[2] * s.shape[3])})
            for s in products("gemm_tn_seq")]
     return LocalFit(framework=framework, threads=threads, device=device, precision=precision,
                     dispatch=d, gemm=gemm,
-                    gemm_tn=fit_gemm(tn, d) if len(tn) >= 6 else None,
-                    gemm_tn_seq=fit_gemm(seq, d) if len(seq) >= 6 else None,
-                    conv=fit_conv(samples.of_op("conv"), d, memory, elem),
-                    conv_bwd=fit_conv(samples.of_op("conv_bwd"), d, memory, elem),
+                    gemm_tn=fit_gemm(tn, d, anchor("gemm_tn")) if len(tn) >= 6 else None,
+                    gemm_tn_seq=(fit_gemm(seq, d, anchor("gemm_tn_seq")) if len(seq) >= 6
+                                 else None),
+                    conv=fit_conv(samples.of_op("conv"), d, memory, elem, anchor("conv")),
+                    conv_bwd=fit_conv(samples.of_op("conv_bwd"), d, memory, elem,
+                                      anchor("conv_bwd")),
                     memory=memory,
                     update=update,
                     xent=fit_memory(xe, d) if (xe := samples.of_op("xent")) else None,
