@@ -127,13 +127,14 @@ def spread_line(steps: list) -> str | None:
             "above are against the median of its undisturbed processes")
 
 
-def parallel_scope() -> list[tuple[str, int]]:
-    """(network, batch) at which the full-size parallel runs' processes run their layers (a
-    worker's share, a pipeline's micro-batch: ``perfmodel.predict.process_batch``), for a
-    scoped calibration; a tiny network's shapes cannot be scoped (its default size's are)."""
+def parallel_scope(strategies: tuple[str, ...] = STRATEGIES) -> list[tuple[str, int]]:
+    """(network, batch) at which the full-size parallel runs' processes of ``strategies``
+    run their layers (a worker's share, a pipeline's micro-batch:
+    ``perfmodel.predict.process_batch``), for a scoped calibration; a tiny network's
+    shapes cannot be scoped (its default size's are)."""
     return sorted({(net, process_batch(batch, strategy, workers))
                    for net, size, batch in PARALLEL_NETS if size == "full"
-                   for strategy in STRATEGIES for workers in (2, 4)})
+                   for strategy in strategies for workers in (2, 4)})
 
 
 def measure_parallel(db: str) -> None:
@@ -240,9 +241,12 @@ def main() -> int:
         started = time.perf_counter()
         scope = [(n, b) for n in networks for b in BATCHES[n]] if a.scoped else []
         api.calibrate(frameworks, threads, db=a.db, repeat=a.calibrate_repeat, scope=scope)
-        if a.scoped and not a.no_parallel:  # the parallel runs' processes' own shapes
+        if not a.no_parallel:  # the parallel runs' processes' own shapes, as 'dlperf
+            # predict' adds them: every one to a scoped calibration, a pipeline's
+            # micro-batch (which the grid's curve misses) to the whole grid too
             api.calibrate(["torch"], [1], db=a.db, repeat=a.calibrate_repeat,
-                          allreduce=False, scope=parallel_scope())
+                          allreduce=False,
+                          scope=parallel_scope() if a.scoped else parallel_scope(("pipeline",)))
         print(f"calibrated in {time.perf_counter() - started:.0f} s (the kernels this store "
               "lacked)", flush=True)
         if a.measure_again:

@@ -232,6 +232,46 @@ def test_a_parallel_prediction_adds_the_shapes_its_processes_run(db, capsys, mon
     assert len(calls) == 2
 
 
+def test_a_pipeline_prediction_adds_its_micro_batch_to_a_whole_grid_calibration(
+        db, capsys, monkeypatch):
+    """The whole grid times no product at a micro-batch of a few samples, and its curve
+    can miss those by a fifth: a pipeline's prediction adds its micro-batch's shapes to a
+    whole-grid calibration too, once; a data-parallel one (a worker's share, the grid's
+    range) and a single step add none, and the shapes a scoped run timed beside the
+    whole grid are remembered as timed."""
+    from dlperf import api
+
+    with Store(db) as store:
+        made_up.calibrated(store, allreduce=False)
+        fit = calibration.local_calibration(store).find("torch", 1)
+        assert fit.covers("alexnet", 2) and not fit.timed_exactly("alexnet", 2)
+    calls = []
+
+    def record(frameworks, threads, **kw):
+        calls.append(kw["scope"])
+        with Store(db) as store:
+            _store_scoped(store, kw["scope"], 5.0)
+
+    monkeypatch.setattr(api, "calibrate", record)
+    for strategy, extra in (("single", []), ("sync", []),
+                            ("pipeline", ["--micro-batches", "8"]),
+                            ("pipeline", ["--micro-batches", "8"])):
+        assert main(["predict", "-n", "alexnet", "--device", "cpu", "-b", "16", "-s", strategy,
+                     "--devices", "1" if strategy == "single" else "2", "--link", "eth100",
+                     *extra, "--db", str(db)]) == 0
+    assert calls == [[("alexnet", 2)]]
+    assert "(the whole grid, no product at a pipeline's micro-batch)" in capsys.readouterr().err
+    with Store(db) as store:
+        (stored,) = calibration.load(store)
+        fit = calibration.local_calibration(store).find("torch", 1)
+    assert stored.scope is None and stored.timed_at == ("alexnet@2",)
+    assert fit.timed_exactly("alexnet", 2) and not fit.timed_exactly("alexnet", 4)
+    # validation holding alexnet out forgets that its shapes were timed
+    scoped = calibration.Stored("torch", 1, "cpu", stored.samples, scope=("alexnet@2",),
+                                timed_at=("alexnet@2",))
+    assert calibration.without_network(scoped, "alexnet").timed_at == ()
+
+
 def test_a_strided_convolution_is_timed_on_the_input_side_the_network_gives_it():
     # ResNet-50's stride-2 convolutions read a 56x56 (or 28, 14) map and its stem a 224x224
     # image; the smallest input with the same output is odd (55), which oneDNN runs

@@ -262,13 +262,18 @@ def loader_costs(*, db: str | Path | None = None) -> dict[tuple[str, str], Loade
 
 def lacking_shapes(network: str, batch_size: int | None, *, framework: str, threads: int,
                    device: str = "cpu", precision: str = "fp32",
-                   db: str | Path | None = None) -> LocalFit | None:
+                   db: str | Path | None = None, exact: bool = False) -> LocalFit | None:
     """The calibration of ``framework`` at ``threads`` when it was scoped to other networks
     than ``network`` at ``batch_size`` (its default when None): the one that a scoped run
-    for it would add to; None when it covers them, or there is none to add to."""
+    for it would add to; None when it covers them, or there is none to add to. ``exact``:
+    also when it timed the whole grid but not those shapes themselves
+    (``LocalFit.timed_exactly``: a pipeline's micro-batch)."""
     fit = local_calibration(db=db, device=device).find(framework, threads, device, precision)
     batch = batch_size or workloads.get(network).default_batch
-    return None if fit is None or fit.covers(network, batch) else fit
+    if fit is None:
+        return None
+    covered = fit.timed_exactly(network, batch) if exact else fit.covers(network, batch)
+    return None if covered else fit
 
 
 def local_calibration(*, db: str | Path | None = None, device: str = "cpu") -> MachineFits:

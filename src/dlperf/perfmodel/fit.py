@@ -490,11 +490,21 @@ class LocalFit(_Frozen):
     #: the machine's speed while it was calibrated: its kernel workers' speed probes
     #: (``core.speed_probe``; empty: not measured, a calibration of an older dlperf)
     speed_probe: dict[str, float] = Field(default_factory=dict)
+    #: every network and batch whose layers' shapes a scoped run timed ('fcn5@8'), beside
+    #: the whole grid too: the shapes no curve stands in for
+    timed_at: tuple[str, ...] = ()
 
     def covers(self, network: str, batch: int) -> bool:
         """Whether its kernels were timed at the shapes of ``network`` at ``batch`` (or
         at the whole grid)."""
         return self.scope is None or f"{network}@{batch}" in self.scope
+
+    def timed_exactly(self, network: str, batch: int) -> bool:
+        """Whether a run timed the products and convolutions of ``network`` at ``batch``
+        themselves, not only a grid whose curve stands in for them: at a pipeline's
+        micro-batch of a few samples the whole grid's curve can miss by a fifth
+        (docs/prediction.md, the pipelines on the AMD EPYC)."""
+        return f"{network}@{batch}" in (*(self.scope or ()), *self.timed_at)
 
     def bn_time(self, nbytes: float, channels: float) -> float:
         """Seconds of a batch normalisation moving ``nbytes`` over ``channels`` channels:

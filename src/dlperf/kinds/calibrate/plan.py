@@ -177,6 +177,9 @@ class Stored:
     #: per network, the framework's runtime memory when it trains it (the median over
     #: its runs; ``kinds.calibrate.runtime``; empty: not measured)
     trained: dict[str, float] = field(default_factory=dict)
+    #: every network and batch a scoped run timed the shapes of ('fcn5@8'), whether or
+    #: not the whole grid was timed too (``LocalFit.timed_exactly``)
+    timed_at: tuple[str, ...] = ()
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -248,6 +251,7 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                 revision[key] = max(revision.get(key, 0), s.options.revision)
     by_key: dict[tuple[str, int, str, str], list[tuple[KernelSample, ...]]] = {}
     scopes: dict[tuple[str, int, str, str], set[str] | None] = {}
+    timed_at: dict[tuple[str, int, str, str], set[str]] = {}
     baselines: dict[tuple[str, int, str, str], list[int]] = {}
     others: dict[tuple[str, int, str, str], dict[str, list[float]]] = {}
     probes: dict[tuple[str, int, str, str], list[dict[str, float]]] = {}
@@ -260,6 +264,7 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                 continue
             covered = scopes.get(key, set())
             scopes[key] = None if covered is None or not o.scope else covered | set(o.scope)
+            timed_at.setdefault(key, set()).update(o.scope or ())
         samples = merge([x.outcome.samples for x in runs])  # type: ignore[union-attr]
         if o.revision < TRAINED_CHAIN_REVISION:  # no optimizer in its chain:
             samples = tuple(s for s in samples if s.op != "dispatch_train")  # plain stands in
@@ -282,7 +287,8 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                    {op: statistics.median(v) for op, v in others.get(key, {}).items()},
                    None if (sc := scopes.get(key)) is None else tuple(sorted(sc)),
                    speed_probe.typical(probes.get(key, ())),
-                   {net: statistics.median(v) for net, v in trained.get(key, {}).items()})
+                   {net: statistics.median(v) for net, v in trained.get(key, {}).items()},
+                   tuple(sorted(timed_at.get(key, ()))))
             for key, s in sorted(by_key.items()) for fw, t, dev, prec in [key]]
 
 
@@ -303,7 +309,8 @@ def without_network(stored: Stored, network: str) -> Stored:
     timed = {(p.op, tuple(shape)) for p in parts for shape in p.shapes}
     kept = [x for x in stored.samples.items
             if x.op not in LOCAL_OPS or (x.op, tuple(x.shape)) in timed]
-    return replace(stored, samples=Samples.of(kept), scope=labels)
+    return replace(stored, samples=Samples.of(kept), scope=labels,
+                   timed_at=tuple(t for t in stored.timed_at if t.split("@")[0] != network))
 
 
 def local_calibration(store: Store, *, device: str | None = "cpu",
@@ -322,7 +329,8 @@ def local_calibration(store: Store, *, device: str | None = "cpu",
                           baselines=_baselines(complete),
                           measured={(s.framework, s.threads, s.device, s.precision): {
                               "other_cpu_share": dict(s.other_cpu_share), "scope": s.scope,
-                              "speed_probe": dict(s.speed_probe)} for s in complete},
+                              "speed_probe": dict(s.speed_probe), "timed_at": s.timed_at}
+                                    for s in complete},
                           workers=worker_runtimes(store))
 
 
