@@ -200,10 +200,25 @@ def test_predict_of_another_network_adds_its_shapes_first(db, capsys, monkeypatc
     assert len(calls) == 1
 
 
+def _recorded_calibrations(db, monkeypatch) -> list:
+    """``api.calibrate`` made to store a made-up scoped run at once; the scopes it was
+    asked for, in order."""
+    from dlperf import api
+
+    calls = []
+
+    def record(frameworks, threads, **kw):
+        calls.append(kw["scope"])
+        with Store(db) as store:
+            _store_scoped(store, kw["scope"], 5.0)
+
+    monkeypatch.setattr(api, "calibrate", record)
+    return calls
+
+
 def test_a_parallel_prediction_adds_the_shapes_its_processes_run(db, capsys, monkeypatch):
     """Data parallelism runs a worker's share of the global batch, a pipeline its
     micro-batches: those are the shapes added (a refused configuration adds none)."""
-    from dlperf import api
     from dlperf.perfmodel.predict import process_batch
 
     assert process_batch(16, "single", 1) == 16
@@ -214,14 +229,7 @@ def test_a_parallel_prediction_adds_the_shapes_its_processes_run(db, capsys, mon
     assert process_batch(16, "pipeline", 2, micro_batches=0) is None
     with Store(db) as store:
         _store_scoped(store, [("fcn5", 64)], 1.0)
-    calls = []
-
-    def record(frameworks, threads, **kw):
-        calls.append(kw["scope"])
-        with Store(db) as store:
-            _store_scoped(store, kw["scope"], 5.0)
-
-    monkeypatch.setattr(api, "calibrate", record)
+    calls = _recorded_calibrations(db, monkeypatch)
     for strategy, extra in (("sync", []), ("pipeline", ["--micro-batches", "8"])):
         assert main(["predict", "-n", "alexnet", "--device", "cpu", "-b", "16", "-s", strategy,
                      "--devices", "2", "--link", "eth100", *extra, "--db", str(db)]) == 0
@@ -239,20 +247,12 @@ def test_a_pipeline_prediction_adds_its_micro_batch_to_a_whole_grid_calibration(
     whole-grid calibration too, once; a data-parallel one (a worker's share, the grid's
     range) and a single step add none, and the shapes a scoped run timed beside the
     whole grid are remembered as timed."""
-    from dlperf import api
 
     with Store(db) as store:
         made_up.calibrated(store, allreduce=False)
         fit = calibration.local_calibration(store).find("torch", 1)
         assert fit.covers("alexnet", 2) and not fit.timed_exactly("alexnet", 2)
-    calls = []
-
-    def record(frameworks, threads, **kw):
-        calls.append(kw["scope"])
-        with Store(db) as store:
-            _store_scoped(store, kw["scope"], 5.0)
-
-    monkeypatch.setattr(api, "calibrate", record)
+    calls = _recorded_calibrations(db, monkeypatch)
     for strategy, extra in (("single", []), ("sync", []),
                             ("pipeline", ["--micro-batches", "8"]),
                             ("pipeline", ["--micro-batches", "8"])):

@@ -113,7 +113,8 @@ def inner_error(form: str, points: Sequence[tuple[Breakdown, float]],
     for held in sorted(set(networks)):
         train = [(p, n) for p, n in zip(points, networks, strict=True) if n != held]
         f = fit_form(form, [p for p, _ in train], [n for _, n in train])
-        errors += [abs(f.apply(b) / y - 1) for (b, y), n in zip(points, networks, strict=True) if n == held]
+        errors += [abs(f.apply(b) / y - 1)
+                   for (b, y), n in zip(points, networks, strict=True) if n == held]
     return statistics.fmean(errors)
 
 

@@ -6,8 +6,9 @@ Two models are compared. ``kernels``: the kernel curves alone, fitted on no netw
 all. ``lono`` (leave one network out): the same, times per-framework factors on its
 compute, memory and overhead terms (``perfmodel.correct``) fitted on the measurements of
 every other network, never the one predicted, in the form (none, one factor, one per
-term) that carries over best between those other networks (``correct.choose_factors``); ``lofo`` leaves the whole family out
-(fcn5 and fcn8 together, lstm32 and lstm64 together), which is stricter. ``untimed``:
+term) that carries over best between those other networks (``correct.choose_factors``);
+``lofo`` leaves the whole family out (fcn5 and fcn8 together, lstm32 and lstm64
+together), which is stricter. ``untimed``:
 each network of a calibration scoped to networks predicted with its own layer shapes held
 out of it (``untimed_cases``), as a network the calibration never timed is predicted.
 """
