@@ -408,15 +408,19 @@ def corrected(all_cases: Sequence[Case], mode: str) -> list[Case]:
     hold: Callable[[Case], str] = ((lambda c: c.row.spec.network) if mode == "lono"
                                    else (lambda c: family(c.row.spec.network)))
     single = [c for c in all_cases if c.row.spec.kind == "step"]
+    # one choice and fit per framework and network (family) held out, whose cases share it
+    fitted: dict[tuple[str, str], Factors] = {}
     out = []
     for c in all_cases:
         if c.row.spec.kind != "step":
             out.append(c)
             continue
-        train = [x for x in single if x.row.spec.framework == c.row.spec.framework
-                 and hold(x) != hold(c)]
-        f = choose_factors([(x.prediction.breakdown, x.measured_s) for x in train],
-                           [x.row.spec.network for x in train])
+        key = (c.row.spec.framework, hold(c))
+        if key not in fitted:
+            train = [x for x in single if x.row.spec.framework == key[0] and hold(x) != key[1]]
+            fitted[key] = choose_factors([(x.prediction.breakdown, x.measured_s) for x in train],
+                                         [x.row.spec.network for x in train])
+        f = fitted[key]
         out.append(replace(c, corrected_s=f.apply(c.prediction.breakdown), factors=f))
     return out
 
