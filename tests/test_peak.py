@@ -230,8 +230,45 @@ def test_skylake_sp_fma_units_follow_the_product_tier(name, units):
         assert t.units.units == units and t.flops == pytest.approx(units * 16 * 2 * t.ghz * 1e9)
 
 
+def test_a_measured_busy_clock_wins_over_nominal_figures_but_not_cpufreq():
+    # a VM: no cpufreq, a nominal 'cpu MHz' below the boost its cores run at
+    turin = {**GENOA, "cpu family": "26", "model": "2", "model name": "AMD EPYC",
+             "cpu MHz": "2596.122"}
+    t = cpu_peak.theoretical_peak(turin, cores=2, busy_ghz=4.3)
+    # Zen 5 on a server: two 512-bit FMA pipes, 16 fp32 lanes each
+    assert t.units.microarch == "Zen 5" and t.units.flops_per_cycle == 64
+    assert t.flops == pytest.approx(2 * 64 * 4.3e9) and t.clock_source.startswith("measurement")
+    assert cpu_peak.theoretical_peak(turin, cores=2).ghz == pytest.approx(2.596122)
+    # the measured clock beats the nominal one in the model name; cpufreq's maximum beats it
+    assert cpu_peak.theoretical_peak(ICELAKE, 1, busy_ghz=3.5).ghz == 3.5
+    assert cpu_peak.theoretical_peak(ICELAKE, 1, max_khz=3_100_000, busy_ghz=3.5).ghz == 3.1
+
+
+def test_the_busy_clock_is_measured_where_the_code_can_run(monkeypatch):
+    import mmap
+    import platform
+    import sys
+
+    from dlperf.core import cpu_clock
+
+    ghz = cpu_clock.busy_clock_ghz.__wrapped__(trials=2, iterations=200_000)
+    if sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64"):
+        lo, hi = cpu_clock.PLAUSIBLE_GHZ
+        assert ghz is not None and lo <= ghz <= hi
+    else:
+        assert ghz is None
+    # a platform that refuses an executable page: unknown, not an error
+
+    def refuse(*_a, **_k):
+        raise PermissionError("W^X")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    assert cpu_clock.busy_clock_ghz.__wrapped__(trials=1, iterations=1000) is None
+
+
 def test_theoretical_peak_is_unknown_rather_than_guessed():
-    zen5 = cpu_peak.theoretical_peak({**GENOA, "cpu family": "26"}, 1)
+    # a mobile Zen 5 (Strix Point): 256- or 512-bit pipes by product, not by model number
+    zen5 = cpu_peak.theoretical_peak({**GENOA, "cpu family": "26", "model": "36"}, 1)
     assert zen5.flops is None and "not in dlperf's table" in zen5.describe()
     # Emerald Rapids under a cloud VM's generic name: its tier, hence its units, unknown
     emerald = cpu_peak.theoretical_peak({**ICELAKE, "model": "207",

@@ -56,10 +56,12 @@ def fma_units(vendor: str, family: int, model: int, name: str) -> FmaUnits | Non
     Sapphire/Emerald Rapids Gold and Platinum: 2). AMD: the Software Optimization Guides for
     family 17h (pub. 55723: Zen, 2 FMA pipes of 128 bits; pub. 56305: Zen 2, 256 bits) and
     family 19h (pub. 56665: Zen 3, 2 x 256 bits; pub. 57647: Zen 4, AVX-512 executed on
-    the same 2 x 256-bit pipes); the family/model ranges of each Zen generation as Linux
-    sorts them (arch/x86/kernel/cpu/amd.c, bsp_init_amd). Zen 5 is left out: its FMA width
-    differs between products of the same family (512 bits on desktop and server parts,
-    256 on mobile ones).
+    the same 2 x 256-bit pipes) and family 1Ah (pub. 58455: Zen 5, 2 FMA pipes of 512 bits
+    on the server and desktop parts); the family/model ranges of each Zen generation as
+    Linux sorts them (arch/x86/kernel/cpu/amd.c, bsp_init_amd). Of Zen 5 only the server
+    (EPYC 9005 'Turin' and 'Turin Dense', models 00h-1Fh) and desktop ('Granite Ridge',
+    40h-4Fh) parts are in the table: the mobile ones (20h-2Fh, 60h-7Fh) differ by product
+    (256-bit pipes on some, 512 on others), which the model number does not tell apart.
     """
     if vendor == "GenuineIntel" and family == 6:
         if model in _INTEL_AVX2_CLIENT_SERVER:
@@ -82,6 +84,8 @@ def fma_units(vendor: str, family: int, model: int, name: str) -> FmaUnits | Non
             return FmaUnits("Zen 3", 2, 256, "fma", "AMD Software Optimization Guide, family 19h (56665)")
         if family == 0x19 and (0x10 <= model <= 0x1F or 0x60 <= model <= 0xAF):
             return FmaUnits("Zen 4", 2, 256, "fma", "AMD Software Optimization Guide, family 19h models 10h+ (57647)")
+        if family == 0x1A and (model <= 0x1F or 0x40 <= model <= 0x4F):
+            return FmaUnits("Zen 5", 2, 512, "avx512f", "AMD Software Optimization Guide, family 1Ah (58455)")
     return None
 
 
@@ -105,12 +109,16 @@ def _skylake_sp_units(name: str) -> int | None:
     return None  # e.g. a cloud VM's generic "Intel Xeon Processor": the tier is not known
 
 
-def clock_ghz(model_name: str, cpu_mhz: str | None, max_khz: int | None) -> tuple[float | None, str]:
+def clock_ghz(model_name: str, cpu_mhz: str | None, max_khz: int | None,
+              busy_ghz: float | None = None) -> tuple[float | None, str]:
     """The clock for the theoretical peak and where it came from: the kernel's cpufreq
-    maximum (an upper bound), else the nominal clock in the model name ('@ 2.80GHz'), else
-    the current clock /proc/cpuinfo reports ('cpu MHz')."""
+    maximum (an upper bound), else the clock measured on a busy core (``cpu_clock``: the
+    boost that a virtual machine's nominal figures do not show), else the nominal clock in
+    the model name ('@ 2.80GHz'), else the clock /proc/cpuinfo reports ('cpu MHz')."""
     if max_khz:
         return max_khz / 1e6, "cpufreq maximum"
+    if busy_ghz:
+        return busy_ghz, "measurement on a busy core"
     m = re.search(r"@\s*([\d.]+)\s*GHz", model_name)
     if m:
         return float(m.group(1)), "model name"
@@ -143,9 +151,11 @@ class Theoretical:
                 f"clock from the {self.clock_source})")
 
 
-def theoretical_peak(cpuinfo: dict[str, str], cores: int, max_khz: int | None = None) -> Theoretical:
+def theoretical_peak(cpuinfo: dict[str, str], cores: int, max_khz: int | None = None,
+                     busy_ghz: float | None = None) -> Theoretical:
     """cores x FMA units x fp32 lanes x 2 x clock, from the fields of /proc/cpuinfo
-    (vendor_id, cpu family, model, model name, flags, cpu MHz) and the cpufreq maximum."""
+    (vendor_id, cpu family, model, model name, flags, cpu MHz), the cpufreq maximum and the
+    clock measured on a busy core (``clock_ghz`` says which wins)."""
     name = cpuinfo.get("model name", "")
     try:
         family, model = int(cpuinfo.get("cpu family", "")), int(cpuinfo.get("model", ""))
@@ -163,7 +173,7 @@ def theoretical_peak(cpuinfo: dict[str, str], cores: int, max_khz: int | None = 
     if units.flag not in cpuinfo.get("flags", "").split():
         return Theoretical(None, cores, units, reason=f"{units.microarch} without the "
                            f"'{units.flag}' flag (hidden by a hypervisor?)")
-    ghz, source = clock_ghz(name, cpuinfo.get("cpu MHz"), max_khz)
+    ghz, source = clock_ghz(name, cpuinfo.get("cpu MHz"), max_khz, busy_ghz)
     if not ghz:
         return Theoretical(None, cores, units, reason="no clock frequency found")
     return Theoretical(cores * units.flops_per_cycle * ghz * 1e9, cores, units, ghz, source)

@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from dlperf.core import cpu_peak
+from dlperf.core import cpu_clock, cpu_peak
 from dlperf.core.errors import UsageError
 
 # Flags worth showing: the vector extensions that decide a CPU's FLOP rate.
@@ -172,12 +172,14 @@ def cores_for(threads: int) -> int:
 
 def theoretical_peak(threads: int) -> cpu_peak.Theoretical:
     """This CPU's theoretical fp32 peak on the cores a worker with ``threads`` threads runs
-    on (``dlperf.core.cpu_peak``, from /proc/cpuinfo and the cpufreq maximum in /sys)."""
+    on (``dlperf.core.cpu_peak``, from /proc/cpuinfo, the cpufreq maximum in /sys and,
+    where /sys has none, the clock measured on a busy core: ``dlperf.core.cpu_clock``)."""
     try:
         max_khz = int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text())
     except (OSError, ValueError):
         max_khz = None
-    return cpu_peak.theoretical_peak(_cpuinfo(), cores_for(threads), max_khz)
+    busy = None if max_khz else cpu_clock.busy_clock_ghz()
+    return cpu_peak.theoretical_peak(_cpuinfo(), cores_for(threads), max_khz, busy)
 
 
 def resident_bytes() -> int:
