@@ -1120,6 +1120,58 @@ def test_profiled_ops_are_timed_by_the_curve_of_what_does_their_work():
     assert conv.kind == "conv" and conv.model_s == pytest.approx(f.conv.time(128, 4, 27, 3))
 
 
+def test_a_normalisations_and_a_pools_passes_are_timed_by_their_layers_curves():
+    """The step model times a batch normalisation and a max pool by their own calibrated
+    curves, forward and backward together; explain does the same for their ops (never a
+    plain memory pass), shares the layer's time between the two passes in the measured
+    proportion, and counts the wrappers that call them as dispatch."""
+    from dlperf.kinds.explain.options import ProfiledOp
+    from dlperf.perfmodel import ops
+    from dlperf.perfmodel.kernels import bn_bytes, pool_bytes
+
+    f = _fit()
+    assert f.bn is not None and f.pool is not None
+    x, c = (2, 256, 56, 56), 256
+    e = 2 * 256 * 56 * 56
+    fwd = ProfiledOp(name="aten::native_batch_norm", shapes=(x, (c,), (c,), (c,), (c,)),
+                     calls=1, time_s=3e-3)
+    bwd = ProfiledOp(name="aten::native_batch_norm_backward",
+                     shapes=(x, x, (c,), (c,), (c,), (c,), (c,)), calls=1, time_s=1e-3)
+    whole = f.bn_time(bn_bytes(e, c), c)
+    alone = ops.op_time(fwd, f)  # one pass alone: its share of the layer's bytes
+    assert alone.kind == "memory" and alone.bytes == 4 * (2 * e + 2 * c)
+    assert alone.model_s == pytest.approx(f.dispatch.op_s + whole * (2 * e + 2 * c)
+                                          / (5 * e + 6 * c))
+    assert alone.model_s != pytest.approx(ops.op_time(ProfiledOp(
+        name="aten::relu", shapes=(x,), calls=1, time_s=3e-3), f).model_s)
+    t = {o.name: o for o in ops.op_times([fwd, bwd], f)}
+    pair = t["aten::native_batch_norm"].model_s + t["aten::native_batch_norm_backward"].model_s
+    assert pair == pytest.approx(2 * f.dispatch.op_s + whole)
+    # both passes at the layer's ratio to its calibration: 3 to 1, as measured
+    assert t["aten::native_batch_norm"].model_s == pytest.approx(0.75 * pair)
+    # PyTorch's max pool: the forward's output from the calibrated window and stride;
+    # the backward takes (output gradient, input); TensorFlow's pool gives both shapes
+    xin, out = (2, 64, 112, 112), (2, 64, 56, 56)
+    i, o = 2 * 64 * 112 * 112, 2 * 64 * 56 * 56
+    pool = ops.op_time(ProfiledOp(name="aten::max_pool2d_with_indices", shapes=(xin,),
+                                  calls=1, time_s=9e-3), f)
+    assert pool.model_s == pytest.approx(f.dispatch.op_s + f.pool.time(pool_bytes(i, o))
+                                         * (i + o) / (3 * i + 2 * o))
+    tf_grad = ops.op_time(ProfiledOp(name="tf:_MklNativeMaxPoolGrad",
+                                     shapes=(xin, out, out, xin), calls=1, time_s=1e-3), f)
+    assert tf_grad.bytes == 4 * (o + 2 * i)
+    paired = ops.op_times([ProfiledOp(name="aten::max_pool2d_with_indices", shapes=(xin,),
+                                      calls=1, time_s=9e-3),
+                           ProfiledOp(name="aten::max_pool2d_with_indices_backward",
+                                      shapes=(out, xin), calls=1, time_s=1e-3)], f)
+    assert sum(p.model_s for p in paired) == pytest.approx(2 * f.dispatch.op_s
+                                                            + f.pool.time(pool_bytes(i, o)))
+    assert paired[0].share_of_calibrated == pytest.approx(paired[1].share_of_calibrated)
+    for name in ("aten::batch_norm", "aten::_batch_norm_impl_index", "aten::max_pool2d",
+                 "aten::log_softmax", "aten::cross_entropy_loss", "aten::nll_loss"):
+        assert ops.classify(name) == "dispatch", name
+
+
 def test_a_convolution_without_onednn_is_timed_once_on_the_op_that_does_the_work():
     """PyTorch's slow path: conv2d -> thnn_conv2d -> _slow_conv2d_forward, and
     convolution_backward -> _slow_conv2d_backward (same operands): the wrappers are calls,

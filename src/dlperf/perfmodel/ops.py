@@ -15,6 +15,14 @@ an op excludes its children, so a wrapper that only calls others costs its dispa
   output gradient's shape, or the ``_slow_conv2d_backward`` it calls where PyTorch runs a
   convolution without oneDNN (then the parent counts as dispatch);
 - ``dispatch``: wrappers, views and autograd's bookkeeping: the per-op cost alone;
+- a batch normalisation's or a max pool's forward or backward (PyTorch's
+  ``native_batch_norm``, ``max_pool2d_with_indices`` and their backwards, TensorFlow's
+  max pool and its gradient): the layer's own calibrated curve, as the step model times
+  the layer (``local.fitted_timing``), for the bytes of ``costs``' rule, of which the
+  pass takes its share (forward P + I + O, backward O + 2 I + 2 P): a library can run
+  these many times slower than one memory pass (PyTorch's max pool forward moved 0.9
+  GB/s of its operands on the 2-vCPU AMD EPYC, where a memory pass moves tens);
+  classed ``memory``;
 - ``memory``: everything else (elementwise, reductions, normalisation, pooling, the
   optimizer's update): its operands read and a result as large as the largest written
   (each at its own element size where the profiler recorded dtypes, PyTorch's: half or
@@ -46,11 +54,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from dlperf.perfmodel.fit import LocalFit
-from dlperf.perfmodel.kernels import ELEM
+from dlperf.perfmodel.kernels import ELEM, POOL_STRIDE, POOL_WINDOW, bn_bytes, conv_out, pool_bytes
 from dlperf.perfmodel.local import one_product
 
 GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "xla:dot", "xla:dot_tn",
@@ -74,7 +82,19 @@ DISPATCH = {"aten::linear", "aten::matmul", "aten::conv2d", "aten::convolution",
             "aten::thnn_conv2d",  # (calls _slow_conv2d_forward, which does the work)
             # a view's conjugate or negation bit resolved where none is set, and autograd's
             # detach as PyTorch 2.x's profiler names it: no data moved
-            "aten::resolve_conj", "aten::resolve_neg", "detach", "detach_"}
+            "aten::resolve_conj", "aten::resolve_neg", "detach", "detach_",
+            # the calls that end in a normalisation, a pool or the loss's own kernels
+            "aten::batch_norm", "aten::_batch_norm_impl_index", "aten::max_pool2d",
+            "aten::log_softmax", "aten::cross_entropy_loss", "aten::nll_loss_nd",
+            "aten::nll_loss"}
+#: ops that run a layer's forward or backward pass which the step model times with that
+#: layer's own curve (``_layer_pass``): batch normalisation (PyTorch; TensorFlow's Keras
+#: layer runs as elementwise ops and reductions) and the max pool
+BN_PASSES = {"aten::native_batch_norm": "forward", "aten::native_batch_norm_backward": "backward"}
+POOL_PASSES = {"aten::max_pool2d_with_indices": "forward",
+               "aten::max_pool2d_with_indices_backward": "backward",
+               "tf:MaxPool": "forward", "tf:_MklNativeMaxPool": "forward",
+               "tf:MaxPoolGrad": "backward", "tf:_MklNativeMaxPoolGrad": "backward"}
 
 
 class ProfiledOp(Protocol):
@@ -232,6 +252,44 @@ def _stride(x: Sequence[int], out_pixels: float) -> int:
     return max(1, round((_pixels(x) / max(out_pixels, 1.0)) ** 0.5))
 
 
+def _layer_pass(op: ProfiledOp, fit: LocalFit) -> tuple[float, float] | None:
+    """(seconds, bytes) per call of a batch normalisation's or a max pool's forward or
+    backward op (``BN_PASSES``, ``POOL_PASSES``): the layer's curve for its training
+    step's bytes by ``costs``' rule, the pass's share of them; None where the operands
+    are not such a layer's or the calibration has no such curve."""
+    s = [tuple(x) for x in op.shapes]
+    if op.name in BN_PASSES:  # (input or output gradient, NCHW; weight; ...)
+        if not s or len(s[0]) != 4:
+            return None
+        e, c = _numel(s[0]), s[0][1]
+        fwd, bwd = 2 * e + 2 * c, 3 * e + 4 * c
+        whole = fit.bn_time(bn_bytes(e, c), c)
+        forward = BN_PASSES[op.name] == "forward"
+    elif op.name in POOL_PASSES and fit.pool is not None:
+        forward = POOL_PASSES[op.name] == "forward"
+        if op.name.startswith("tf:"):  # (input, output) and (input, output, gradient, ...)
+            if len(s) < 2:
+                return None
+            i, o = _numel(s[0]), _numel(s[1])
+        elif forward:  # (input): the output as the calibrated pool's window and stride give
+            if not s or len(s[0]) != 4:
+                return None
+            n, c, h, w = s[0]
+            i = _numel(s[0])
+            o = n * c * conv_out(h, POOL_WINDOW, POOL_STRIDE) * conv_out(w, POOL_WINDOW,
+                                                                          POOL_STRIDE)
+        else:  # (output gradient, input, ...)
+            if len(s) < 2:
+                return None
+            o, i = _numel(s[0]), _numel(s[1])
+        fwd, bwd = i + o, o + 2 * i
+        whole = fit.pool.time(pool_bytes(i, o))
+    else:
+        return None
+    share = (fwd if forward else bwd) / (fwd + bwd) if fwd + bwd else 0.0
+    return whole * share, (fwd if forward else bwd) * float(ELEM)
+
+
 def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
             flops: float | None = None) -> OpTime:
     """The model's time for one op group (module docstring), per step; ``kind`` overrides
@@ -249,6 +307,9 @@ def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
         found = _conv(op, kind, fit, flops)
     if found is not None:
         per_call, flops_call = found
+    elif kind == "memory" and (layer := _layer_pass(op, fit)) is not None:
+        per_call, bytes_call = fit.dispatch.op_s + layer[0], layer[1]
+        flops_call = (op.flops or 0.0) / max(op.calls, 1e-12)
     elif kind != "dispatch" and not any(op.shapes):  # nothing recorded: no claim
         return OpTime(op.name, tuple(op.shapes), "unmodelled", op.calls, op.time_s, op.time_s,
                       op.flops or 0.0, 0.0)
@@ -279,5 +340,41 @@ def op_times(ops: Sequence[ProfiledOp], fit: LocalFit) -> list[OpTime]:
             return "dispatch"
         return None
 
-    return sorted((op_time(op, fit, kind(op), counted.get(tuple(op.shapes[:2])))
-                   for op in ops), key=lambda t: t.measured_s, reverse=True)
+    times = _layers_as_a_whole(ops, [op_time(op, fit, kind(op), counted.get(tuple(op.shapes[:2])))
+                                     for op in ops])
+    return sorted(times, key=lambda t: t.measured_s, reverse=True)
+
+
+def _layer_key(op: ProfiledOp) -> tuple | None:
+    """The layer a batch normalisation's or a max pool's pass belongs to: its input's
+    shape (a backward's output gradient has a normalisation's input shape; PyTorch's pool
+    backward takes the input second)."""
+    s = [tuple(x) for x in op.shapes]
+    if op.name in BN_PASSES and s:
+        return ("bn", s[0])
+    if op.name in POOL_PASSES and s:
+        backward_second = op.name.startswith("aten::") and POOL_PASSES[op.name] == "backward"
+        return ("pool", s[1]) if backward_second and len(s) > 1 else ("pool", s[0])
+    return None
+
+
+def _layers_as_a_whole(ops: Sequence[ProfiledOp], times: list[OpTime]) -> list[OpTime]:
+    """Where both passes of a normalisation or a max pool were profiled, their model
+    time as the calibration has it: the layer's, forward and backward together, shared
+    between the two in the measured proportion (the curve does not split a layer between
+    its passes, and a library does not split its work by bytes: PyTorch's max pool spent
+    9.0 ms in its forward and 0.4 in its backward at ResNet-50's first pool, batch 2, on
+    the AMD EPYC). Each pass then shows the layer's own ratio to its calibration."""
+    found: dict[tuple, list[int]] = {}
+    for i, op in enumerate(ops):
+        if (key := _layer_key(op)) is not None and times[i].kind == "memory":
+            found.setdefault(key, []).append(i)
+    out = list(times)
+    for pair in found.values():
+        measured = sum(times[i].measured_s for i in pair)
+        if len(pair) != 2 or measured <= 0:
+            continue
+        model = sum(times[i].model_s for i in pair)
+        for i in pair:
+            out[i] = replace(times[i], model_s=model * times[i].measured_s / measured)
+    return out
