@@ -1359,6 +1359,31 @@ def test_explain_says_when_the_machine_ran_at_another_speed_than_calibrated():
     assert notes({"compute": 0.0105, "memory": 0.019}) == [] and notes(None) == []
 
 
+def test_explain_says_when_the_ops_ran_side_by_side():
+    """Ops whose times add up to more than the profiled step ran concurrently (XLA's
+    independent instructions, TensorFlow's inter-op threads): a note says the per-op
+    shares read low; a serial step's ops get none."""
+    from types import SimpleNamespace
+
+    from dlperf.kinds.explain.analysis import Explanation
+    from dlperf.kinds.explain.options import ProfiledOp, ProfileOutcome
+    from dlperf.perfmodel import ops
+
+    cal = made_up_fit()
+    profile = ProfileOutcome(profiler="jax profiler", steps=1, step_s=0.1)
+    run = SimpleNamespace(metrics=SimpleNamespace(speed_probe=None))
+
+    def notes(*times):
+        timed = [ops.op_time(ProfiledOp(name="xla:add", shapes=((1024,),), calls=1,
+                                        time_s=t), cal) for t in times]
+        return Explanation(run, profile, timed, cal, None).notes()
+
+    (note,) = notes(0.07, 0.08)
+    assert note.startswith("the ops' times add up to 150% of the profiled step") \
+        and "side by side" in note
+    assert notes(0.05, 0.04) == []
+
+
 def test_xla_instructions_are_read_from_the_hlo_and_the_trace():
     pytest.importorskip("jax")
     from dlperf.backends import jax_profile as jp
