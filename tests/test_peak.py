@@ -3,6 +3,7 @@ above 100%, the theoretical peak from /proc/cpuinfo fields, and the limit messag
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -264,6 +265,25 @@ def test_the_busy_clock_is_measured_where_the_code_can_run(monkeypatch):
 
     monkeypatch.setattr(mmap, "mmap", refuse)
     assert cpu_clock.busy_clock_ghz.__wrapped__(trials=1, iterations=1000) is None
+
+
+def test_the_fastest_busy_clock_seen_on_the_machine_is_kept(monkeypatch, tmp_path):
+    """The boost a core reaches moves from process to process: the theoretical peak takes
+    the fastest one measured on this machine, kept between processes, so that every run
+    there is set against one figure; an unreadable cache is measured afresh."""
+    from dlperf.core import cpu_clock, environment
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for ghz, kept in ((4.1, 4.1), (3.9, 4.1), (4.3, 4.3), (None, 4.3)):
+        monkeypatch.setattr(cpu_clock, "busy_clock_ghz", lambda g=ghz: g)
+        assert environment.busy_clock_ghz() == kept
+    (tmp_path / "dlperf" / "busy_clock.json").write_text("{not json")
+    monkeypatch.setattr(cpu_clock, "busy_clock_ghz", lambda: 3.9)
+    assert environment.busy_clock_ghz() == 3.9
+    # another machine's figure is not this one's
+    other = {"0123456789abcdef": 5.0}
+    (tmp_path / "dlperf" / "busy_clock.json").write_text(json.dumps(other))
+    assert environment.busy_clock_ghz() == 3.9
 
 
 def test_theoretical_peak_is_unknown_rather_than_guessed():
