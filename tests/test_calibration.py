@@ -963,6 +963,62 @@ def test_predict_on_this_machine_prints_the_measurement_beside_it(db, capsys):
     assert "no measurement of this configuration" in capsys.readouterr().out
 
 
+def test_predict_says_how_far_to_trust_it_from_the_other_networks_measured_here(db, capsys):
+    """A prediction on this machine carries the model's validated error: the 90th
+    percentile |error| over the steps of the other networks measured here with its
+    framework, never its own network's (a check, not an echo); none from fewer than two."""
+    from dlperf.kinds.calibrate import trust
+
+    with Store(db) as store:
+        _measured_store(store)
+        p = trust.with_time_error(store, validate.predict_here(store, "fcn5")[0],
+                                  framework="torch", device="cpu", threads=1)
+        # alexnet +25%, lstm32 -33.3%; fcn5's own -20% left out
+        others = [1 / TIMES["alexnet"] - 1, 1 / TIMES["lstm32"] - 1]
+        assert p.validated_error is not None and p.validated_error.n == 2
+        assert p.validated_error.p90 == pytest.approx(validate.p90([abs(e) for e in others]))
+        assert p.validated_error.median == pytest.approx(sum(abs(e) for e in others) / 2)
+        assert "other networks measured here with torch" in p.validated_error.basis
+        # the parallel runs of a strategy: none measured, none claimed
+        cal = calibration.local_calibration(store)
+        spec = RunSpec(network="fcn5", framework="torch", threads=1, batch_size=64)
+        assert trust.time_error(store, cal, spec, "sync", 2) is None
+    assert main(["predict", "-n", "alexnet", "--device", "cpu", "--db", str(db), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["validated_error"]["n"] == 2
+    assert main(["predict", "-n", "fcn5", "--device", "cpu", "--db", str(db)]) == 0
+    assert f"validated +-{p.validated_error.p90:.0%} (90th percentile |error| over 2 steps" \
+        in capsys.readouterr().out
+    with Store(db) as store:  # steps at another precision never stand in: none, said so
+        bf16 = RunSpec(network="fcn5", framework="torch", threads=1, batch_size=64,
+                       precision="bf16")
+        assert trust.time_error(store, calibration.local_calibration(store), bf16) is None
+
+
+def test_a_parallel_prediction_is_trusted_as_far_as_its_strategy_and_workers_were(monkeypatch):
+    """A parallel run's validated error is read from runs of its strategy on as many
+    workers, of other networks at the same size: the tiny networks' runs (milliseconds of
+    fixed costs) and other worker counts never stand in."""
+    from types import SimpleNamespace
+
+    from dlperf.kinds.calibrate import trust
+
+    def case(net, strategy, workers, error, size="full"):
+        spec = SimpleNamespace(network=net, size=size)
+        return SimpleNamespace(row=SimpleNamespace(spec=spec), error=error,
+                               prediction=SimpleNamespace(strategy=strategy, devices=workers))
+
+    pool = [case("fcn5", "pipeline", 4, -0.10), case("alexnet", "pipeline", 4, 0.26),
+            case("resnet50", "pipeline", 4, -0.29), case("alexnet", "pipeline", 2, 0.9),
+            case("fcn5", "sync", 4, 0.9), case("alexnet", "pipeline", 4, 0.9, "tiny")]
+    monkeypatch.setattr(validate, "cases", lambda *a, **k: (pool, []))
+    spec = RunSpec(network="resnet50", framework="torch", threads=1, batch_size=16)
+    v = trust.time_error(None, None, spec, "pipeline", 4)
+    assert v.n == 2 and v.p90 == pytest.approx(validate.p90([0.10, 0.26]))
+    assert "pipeline runs of other networks on 4 workers" in v.basis
+    assert trust.time_error(None, None, spec, "pipeline", 8) is None
+
+
 def test_validate_command_prints_the_error_table_and_json(db, capsys):
     assert main(["validate", "--db", str(db)]) == 2
     assert "dlperf calibrate" in capsys.readouterr().err

@@ -623,10 +623,14 @@ def predict_here_row(network: str, *, db: str | Path | None = None, **kw: Any
                      ) -> tuple[Prediction, ConfigResult | None]:
     """``predict_here`` with the stored configuration itself (its processes, its
     input pipeline's measured stall) instead of its median time."""
-    from dlperf.kinds.calibrate import validate
+    from dlperf.core import framework_table
+    from dlperf.kinds.calibrate import trust, validate
 
     with Store(db) as store:
-        return validate.predict_here(store, network, **kw)
+        p, row = validate.predict_here(store, network, **kw)
+        fw = framework_table.info(kw.get("framework") or "torch").name
+        return trust.with_time_error(store, p, framework=fw, device=kw.get("device") or "cpu",
+                                     threads=kw.get("threads") or 1), row
 
 
 def validation(mode: str, *, kinds: Sequence[str] = ("step", "parallel"),

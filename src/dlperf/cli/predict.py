@@ -119,6 +119,15 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
 LOCAL_DEVICES = ("cpu", "gpu")
 
 
+def validated_line(v) -> str:
+    """How far to trust the time on this machine (``kinds.calibrate.trust``)."""
+    if v is None:
+        return ("validated - (fewer than two configurations of this kind measured here: "
+                "'dlperf run' or 'dlperf parallel' two other networks, then 'dlperf validate')")
+    return (f"validated +-{v.p90:.0%} (90th percentile |error| over {v.n} {v.basis}; "
+            f"median {v.median:.0%}: dlperf validate)")
+
+
 def memory_line(p) -> str:
     """The predicted peak per device, what holds it, whether it fits, and the largest
     batch that does: by the model, and leaving its validated error as margin where known
@@ -325,6 +334,8 @@ def cmd_predict(a: argparse.Namespace) -> int:
               f"error {p.time_s / measured - 1:+.1%}")
     elif a.device in LOCAL_DEVICES:
         print("measured  - (the store has no measurement of this configuration here)")
+    if a.device in LOCAL_DEVICES:
+        print(validated_line(p.validated_error))
     if p.input is not None:
         print(input_line(p.input, stall))
     print(memory_line(p))

@@ -41,6 +41,19 @@ class MemoryMargin(BaseModel):
     basis: str
 
 
+class ValidatedError(BaseModel):
+    """How far the model's time has erred on configurations of the kind predicted,
+    measured on this machine (``kinds.calibrate.trust``): the 90th percentile and the
+    median of the absolute error, over ``n`` configurations described by ``basis``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    p90: float
+    median: float
+    n: int
+    basis: str
+
+
 class LayerTime(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -96,6 +109,9 @@ class Prediction(BaseModel):
     curves: str | None = None
     #: the input pipeline's part (None: data already in place, as DLBench timed it)
     input: InputPrediction | None = None
+    #: on this machine, the model's validated error for this kind of configuration (None:
+    #: a catalogue device, or fewer than two such configurations measured here)
+    validated_error: ValidatedError | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
