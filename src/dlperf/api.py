@@ -630,7 +630,8 @@ def predict_here_row(network: str, *, db: str | Path | None = None, **kw: Any
         p, row = validate.predict_here(store, network, **kw)
         fw = framework_table.info(kw.get("framework") or "torch").name
         return trust.with_time_error(store, p, framework=fw, device=kw.get("device") or "cpu",
-                                     threads=kw.get("threads") or 1), row
+                                     threads=kw.get("threads") or 1,
+                                     params=kw.get("params")), row
 
 
 def validation(mode: str, *, kinds: Sequence[str] = ("step", "parallel"),

@@ -38,11 +38,12 @@ def _size(spec: RunSpec) -> str:
 
 
 def with_time_error(store: Store, p: Prediction, *, framework: str, device: str,
-                    threads: int) -> Prediction:
-    """``p``, a prediction of this machine's ``device`` by ``validate.predict_here``, with
-    its validated error (``time_error``)."""
+                    threads: int, params: dict | None = None) -> Prediction:
+    """``p``, a prediction of this machine's ``device`` by ``validate.predict_here`` (of
+    the network with ``params``), with its validated error (``time_error``)."""
     spec = RunSpec(network=p.network, size=p.size, framework=framework, device=device,
-                   threads=threads, precision=p.precision, batch_size=p.batch_size)
+                   threads=threads, precision=p.precision, batch_size=p.batch_size,
+                   params=params or {})
     calibration = local_calibration(store, device=device)
     return p.model_copy(update={"validated_error": time_error(
         store, calibration, spec, p.strategy, p.devices)})
