@@ -191,7 +191,7 @@ def busy_clock_ghz() -> float | None:
     """The fastest clock measured on a busy core of this machine (``cpu_clock``), by this
     process or an earlier one (kept per machine in ``$XDG_CACHE_HOME/dlperf/
     busy_clock.json``): the boost a core reaches moves from one process to the next
-    (3.98-4.35 GHz in one main job on a 2-vCPU AMD EPYC guest), and the theoretical peak
+    (3.98-4.35 GHz between processes on a 2-vCPU AMD EPYC guest), and the theoretical peak
     is the fastest the cores run, one figure for every run on the machine, as cpufreq's
     maximum is where the kernel gives one. None where it cannot be measured."""
     measured = cpu_clock.busy_clock_ghz()
