@@ -625,11 +625,14 @@ def predict_here_row(network: str, *, db: str | Path | None = None, **kw: Any
     input pipeline's measured stall) instead of its median time."""
     from dlperf.core import framework_table
     from dlperf.kinds.calibrate import trust, validate
+    from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
 
+    device = kw.get("device") or "cpu"
     with Store(db) as store:
-        p, row = validate.predict_here(store, network, **kw)
+        cal = plan_calibration(store, device=device)  # loaded once, for both
+        p, row = validate.predict_here(store, network, calibration=cal, **kw)
         fw = framework_table.info(kw.get("framework") or "torch").name
-        return trust.with_time_error(store, p, framework=fw, device=kw.get("device") or "cpu",
+        return trust.with_time_error(store, cal, p, framework=fw, device=device,
                                      threads=kw.get("threads") or 1,
                                      params=kw.get("params")), row
 

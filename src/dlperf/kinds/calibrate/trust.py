@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dlperf.core.spec import RunSpec
 from dlperf.core.store import Store
 from dlperf.kinds.calibrate import validate
-from dlperf.kinds.calibrate.plan import local_calibration
 from dlperf.perfmodel.machine_fits import MachineFits
 from dlperf.perfmodel.result import Prediction, ValidatedError
 
@@ -37,14 +36,14 @@ def _size(spec: RunSpec) -> str:
     return spec.size or "full"
 
 
-def with_time_error(store: Store, p: Prediction, *, framework: str, device: str,
-                    threads: int, params: dict | None = None) -> Prediction:
-    """``p``, a prediction of this machine's ``device`` by ``validate.predict_here`` (of
-    the network with ``params``), with its validated error (``time_error``)."""
+def with_time_error(store: Store, calibration: MachineFits, p: Prediction, *, framework: str,
+                    device: str, threads: int, params: dict | None = None) -> Prediction:
+    """``p``, a prediction of this machine's ``device`` from ``calibration`` by
+    ``validate.predict_here`` (of the network with ``params``), with its validated error
+    (``time_error``)."""
     spec = RunSpec(network=p.network, size=p.size, framework=framework, device=device,
                    threads=threads, precision=p.precision, batch_size=p.batch_size,
                    params=params or {})
-    calibration = local_calibration(store, device=device)
     return p.model_copy(update={"validated_error": time_error(
         store, calibration, spec, p.strategy, p.devices)})
 

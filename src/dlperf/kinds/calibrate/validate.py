@@ -652,7 +652,8 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
                  micro_batches: int | None = None, straggler_s: float = 0.0,
                  params: dict | None = None, link: str | None = None,
                  inter_link: str | None = None, collective: str = "ring",
-                 inputs: InputOptions | None = None, auto_workers: bool = False
+                 inputs: InputOptions | None = None, auto_workers: bool = False,
+                 calibration: MachineFits | None = None
                  ) -> tuple[Prediction, ConfigResult | None]:
     """``dlperf predict`` on this machine's ``device`` (cpu or gpu): the prediction from its
     calibration at ``framework``, ``threads`` and ``precision`` (``strategy`` other than
@@ -660,7 +661,8 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
     measurement of the same configuration (``measured``; None when there is none). A
     one-line UsageError when the machine is not calibrated for it. ``inputs``: the step on
     that input pipeline (``kinds.dataflow.prediction.with_input``), ``auto_workers`` with
-    the smallest loader-worker count that removes its stall."""
+    the smallest loader-worker count that removes its stall. ``calibration``: the store's
+    calibration of ``device`` where the caller has loaded it already."""
     from dlperf.core import framework_table
     from dlperf.core.errors import UsageError
     from dlperf.kinds.calibrate.plan import check_precision
@@ -671,7 +673,7 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
     params = dict(params or {})
     wl, resolved, _ = workloads.resolve(network, size, params)  # a bad name first
     check_precision(precision, device, [fw])  # (never calibrated)
-    cal = plan_calibration(store, device=device)
+    cal = calibration if calibration is not None else plan_calibration(store, device=device)
     if strategy == "single":
         m = cal.model(fw, threads, device, precision=precision, network=wl.name)
         spec = RunSpec(network=wl.name, size=resolved, framework=fw, device=device,
