@@ -235,14 +235,22 @@ def test_a_measured_busy_clock_wins_over_nominal_figures_but_not_cpufreq():
     # a VM: no cpufreq, a nominal 'cpu MHz' below the boost its cores run at
     turin = {**GENOA, "cpu family": "26", "model": "2", "model name": "AMD EPYC",
              "cpu MHz": "2596.122"}
-    t = cpu_peak.theoretical_peak(turin, cores=2, busy_ghz=4.3)
+    t = cpu_peak.theoretical_peak(turin, cores=2, busy_ghz=lambda: 4.3)
     # Zen 5 on a server: two 512-bit FMA pipes, 16 fp32 lanes each
     assert t.units.microarch == "Zen 5" and t.units.flops_per_cycle == 64
     assert t.flops == pytest.approx(2 * 64 * 4.3e9) and t.clock_source.startswith("measurement")
     assert cpu_peak.theoretical_peak(turin, cores=2).ghz == pytest.approx(2.596122)
     # the measured clock beats the nominal one in the model name; cpufreq's maximum beats it
-    assert cpu_peak.theoretical_peak(ICELAKE, 1, busy_ghz=3.5).ghz == 3.5
-    assert cpu_peak.theoretical_peak(ICELAKE, 1, max_khz=3_100_000, busy_ghz=3.5).ghz == 3.1
+    assert cpu_peak.theoretical_peak(ICELAKE, 1, busy_ghz=lambda: 3.5).ghz == 3.5
+    assert cpu_peak.theoretical_peak(ICELAKE, 1, max_khz=3_100_000, busy_ghz=lambda: 3.5).ghz == 3.1
+    # measured only where the peak needs it: not with cpufreq's maximum, nor for a CPU
+    # whose FMA units are unknown
+
+    def refuse():
+        raise AssertionError("measured for nothing")
+
+    assert cpu_peak.theoretical_peak(ICELAKE, 1, max_khz=3_100_000, busy_ghz=refuse).ghz == 3.1
+    assert cpu_peak.theoretical_peak({**turin, "model": "36"}, 1, busy_ghz=refuse).flops is None
 
 
 def test_the_busy_clock_is_measured_where_the_code_can_run(monkeypatch):

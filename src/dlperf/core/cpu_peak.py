@@ -13,6 +13,7 @@ peak: dlperf says "unknown" rather than guess. Imports no framework and reads no
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 #: Intel's x86 family-6 model numbers: Linux, arch/x86/include/asm/intel-family.h.
@@ -152,10 +153,12 @@ class Theoretical:
 
 
 def theoretical_peak(cpuinfo: dict[str, str], cores: int, max_khz: int | None = None,
-                     busy_ghz: float | None = None) -> Theoretical:
+                     busy_ghz: Callable[[], float | None] | None = None) -> Theoretical:
     """cores x FMA units x fp32 lanes x 2 x clock, from the fields of /proc/cpuinfo
     (vendor_id, cpu family, model, model name, flags, cpu MHz), the cpufreq maximum and the
-    clock measured on a busy core (``clock_ghz`` says which wins)."""
+    clock measured on a busy core (``clock_ghz`` says which wins). ``busy_ghz`` measures
+    that clock; it is called only where the peak needs it: FMA units known, no cpufreq
+    maximum."""
     name = cpuinfo.get("model name", "")
     try:
         family, model = int(cpuinfo.get("cpu family", "")), int(cpuinfo.get("model", ""))
@@ -173,7 +176,8 @@ def theoretical_peak(cpuinfo: dict[str, str], cores: int, max_khz: int | None = 
     if units.flag not in cpuinfo.get("flags", "").split():
         return Theoretical(None, cores, units, reason=f"{units.microarch} without the "
                            f"'{units.flag}' flag (hidden by a hypervisor?)")
-    ghz, source = clock_ghz(name, cpuinfo.get("cpu MHz"), max_khz, busy_ghz)
+    busy = busy_ghz() if busy_ghz is not None and not max_khz else None
+    ghz, source = clock_ghz(name, cpuinfo.get("cpu MHz"), max_khz, busy)
     if not ghz:
         return Theoretical(None, cores, units, reason="no clock frequency found")
     return Theoretical(cores * units.flops_per_cycle * ghz * 1e9, cores, units, ghz, source)

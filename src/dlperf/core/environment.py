@@ -178,8 +178,7 @@ def theoretical_peak(threads: int) -> cpu_peak.Theoretical:
         max_khz = int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text())
     except (OSError, ValueError):
         max_khz = None
-    busy = None if max_khz else busy_clock_ghz()
-    return cpu_peak.theoretical_peak(_cpuinfo(), cores_for(threads), max_khz, busy)
+    return cpu_peak.theoretical_peak(_cpuinfo(), cores_for(threads), max_khz, busy_clock_ghz)
 
 
 def _clock_cache() -> Path:
