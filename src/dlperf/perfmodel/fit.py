@@ -47,7 +47,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from dlperf.core.disturbance import DISTURBED
-from dlperf.perfmodel.kernels import TRAIN_KERNELS, KernelSample, conv_gemm, element_bytes, grid
+from dlperf.perfmodel.kernels import (
+    TRAIN_KERNELS,
+    KernelSample,
+    conv_gemm,
+    element_bytes,
+    whole_grids,
+)
 
 #: bandwidth of the kernel smoother, in octaves of each shape dimension
 SMOOTH_OCTAVES = 1.0
@@ -272,10 +278,10 @@ def grid_anchor(op: str, shapes: Sequence[Sequence[int]], device: str = "cpu") -
     docs/prediction.md). None (every sample) where the grid was not timed whole: a scoped
     calibration's form rests on its skeleton and its networks' shapes together."""
     have = {tuple(x) for x in shapes}
-    whole, fine = set(grid(op, device=device)), set(grid(op, fine=True, device=device))
-    if not (whole <= have or fine <= have):
+    grids = whole_grids(op, device)
+    if not any(g <= have for g in grids):
         return None
-    return [tuple(x) in whole or tuple(x) in fine for x in shapes]
+    return [any(tuple(x) in g for g in grids) for x in shapes]
 
 
 def fit_gemm(samples: Sequence[KernelSample], d: Dispatch,

@@ -77,6 +77,7 @@ convolutions as kernels alone, beside a skeleton of the grid.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -114,8 +115,9 @@ ELEM = 4
 #: every convolution also at a training batch's size, operands drawn uniform; 12: the
 #: products also at a few rows (``SMALL_ROWS``), the all-reduce up to 256 MB; 13: the max
 #: pool and its gradient (pool); 14: an LSTM layer whole (lstm); 15: a network's strided
-#: convolutions at the input side the network gives them (``network_kernels.conv_shape``)
-REVISION = 15
+#: convolutions at the input side the network gives them (``network_kernels.conv_shape``);
+#: 16: the first layers' 7x7 and 11x11 windows also at 64 outputs (``CONV_LAYERS``)
+REVISION = 16
 #: the core-sharing step's batch beside ``torch_kernels.SHARE_BATCH``'s: a step of about
 #: 0.1 s on one core, longer than the scheduler's time slices, as a network's step is
 SHARE_LONG_BATCH = 512
@@ -381,11 +383,18 @@ MAX_GEMM_FLOPS = 8e9
 SEQ_FEATURES_FLOPS = 4 * MAX_GEMM_FLOPS
 #: Convolutions: (c_in, c_out, side, window, stride), at the batch that brings each to
 #: about CONV_FLOPS: 1x1 to 11x11 windows (the large strided window of a first layer that
-#: reads an image), few and many channels, large and small maps.
+#: reads an image), few and many channels, large and small maps. The first layers' large
+#: windows at 32 outputs and again at 64 (ResNet's stem, VGG's and torchvision's AlexNet's
+#: first layer; DLBench's AlexNet has 96): XLA:CPU runs a 3-channel convolution with 32
+#: outputs at 30-37 GFLOP/s at every batch and side timed, with 64 or 96 at 190-245 (one
+#: thread, a 2-vCPU AMD EPYC Zen 5, 11x11/4 and 7x7/2 windows), a cliff that the curve's
+#: saturation in output channels cannot draw from the 32-output side alone (JAX's AlexNet
+#: first layer predicted 2.9 times too slow from it).
+FIRST_LAYERS_AT_64 = ((3, 64, 128, 7, 2), (3, 64, 128, 11, 4))
 CONV_LAYERS = (
-    (3, 32, 64, 3, 1), (3, 32, 128, 7, 2), (3, 32, 128, 11, 4), (32, 32, 32, 3, 1),
-    (32, 128, 32, 1, 1), (128, 32, 32, 1, 1), (128, 128, 16, 3, 1), (64, 64, 32, 5, 1),
-    (256, 256, 8, 3, 1), (256, 512, 8, 1, 2), (512, 512, 4, 3, 1),
+    (3, 32, 64, 3, 1), (3, 32, 128, 7, 2), (3, 32, 128, 11, 4), *FIRST_LAYERS_AT_64,
+    (32, 32, 32, 3, 1), (32, 128, 32, 1, 1), (128, 32, 32, 1, 1), (128, 128, 16, 3, 1),
+    (64, 64, 32, 5, 1), (256, 256, 8, 3, 1), (256, 512, 8, 1, 2), (512, 512, 4, 3, 1),
 )
 CONV_FLOPS = 4e8
 CONV_SMALL_FLOPS = 4e6
@@ -446,15 +455,16 @@ def gemm_grid(fine: bool = False, scale: float = 1) -> list[tuple[int, int, int]
     return [(m, n, k) for m in sides for n in sides for k in inner if 2 * m * n * k <= cap]
 
 
-def conv_grid(fine: bool = False, scale: float = 1) -> list[tuple[int, ...]]:
-    """Each of ``CONV_LAYERS`` at the batch that brings it to about ``CONV_FLOPS``, and
+def conv_grid(fine: bool = False, scale: float = 1,
+              layers: Sequence[tuple[int, ...]] = CONV_LAYERS) -> list[tuple[int, ...]]:
+    """Each of ``layers`` at the batch that brings it to about ``CONV_FLOPS``, and
     again at ``CONV_SMALL_FLOPS`` (a quarter of its side where even one sample is more):
     the small convolutions of a small network or batch, where the library's fixed cost
     per call, not its rate, sets the time; on a CPU, also at a training batch's size
     (``CONV_LARGE_ELEMS``, ``CONV_LARGE_FLOPS``; a GPU's grid, ``scale`` times larger,
     reaches such sizes already)."""
     out = []
-    for c_in, c_out, side, window, stride in CONV_LAYERS:
+    for c_in, c_out, side, window, stride in layers:
         per_sample = flops("conv", (1, c_in, c_out, side, window, stride))
         batch = max(1, round(CONV_FLOPS * (2 if fine else 1) * scale / per_sample))
         out.append((batch, c_in, c_out, side, window, stride))
@@ -510,6 +520,19 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
     if op == "share":  # the short step (batch SHARE_BATCH), then the long one
         return [(1,), (2,), (1, SHARE_LONG_BATCH), (2, SHARE_LONG_BATCH)]
     raise ValueError(f"unknown kernel op '{op}' (known: {', '.join(OPS)})")
+
+
+def whole_grids(op: str, device: str = "cpu") -> list[set[tuple[int, ...]]]:
+    """The shape sets a calibration of the whole grid of ``op`` may have timed: the
+    standard and the fine grid, and for a convolution each as a calibration of revision
+    15 or older timed it (without ``FIRST_LAYERS_AT_64``), which stays a whole grid until
+    it is calibrated again."""
+    out = [set(grid(op, device=device)), set(grid(op, fine=True, device=device))]
+    if op in ("conv", "conv_bwd"):
+        scale = GPU_SCALE if device == "gpu" else 1
+        older = tuple(x for x in CONV_LAYERS if x not in FIRST_LAYERS_AT_64)
+        out += [set(conv_grid(fine, scale, older)) for fine in (False, True)]
+    return out
 
 
 def grid_seconds(op: str, shapes: list[tuple[int, ...]], flops_per_s: float,
