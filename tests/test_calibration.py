@@ -259,6 +259,23 @@ def test_shapes_timed_beside_the_whole_grid_correct_near_themselves_and_move_no_
     assert fit.grid_anchor("gemm", [x.shape for x in grid]) == [True] * len(grid)
 
 
+def test_first_layers_are_timed_on_both_sides_of_xlas_32_output_cliff():
+    """The image-reading first layers' large windows (7x7/2, 11x11/4 over 3 channels) are
+    timed at 32 and at 64 outputs (XLA:CPU runs the first 6 times slower than the second);
+    a whole-grid calibration of revision 15, without the 64-output ones, still anchors its
+    curve on its grid until it is calibrated again."""
+    grid = k.grid("conv")
+    for window, stride in ((7, 2), (11, 4)):
+        outs = {s[2] for s in grid if (s[1], s[4], s[5]) == (3, window, stride)}
+        assert outs == {32, 64}, (window, outs)
+    older = [s for s in grid if (s[1], s[2]) != (3, 64)]
+    extra = (16, 3, 96, 224, 11, 4)  # a network's own first layer, timed beside
+    for op in ("conv", "conv_bwd"):
+        assert fit.grid_anchor(op, [*older, extra]) == [True] * len(older) + [False]
+        assert fit.grid_anchor(op, [*grid, extra]) == [True] * len(grid) + [False]
+        assert fit.grid_anchor(op, [*older[1:], extra]) is None  # not whole: a scoped run
+
+
 def test_the_weight_gradient_is_timed_by_the_transposed_products_curve(db):
     """fcn5's weight gradients (X^T @ dY) from the transposed curve, the rest from the plain
     one: the made-up machine's transposed form is 1.5 times as slow."""
@@ -1018,6 +1035,27 @@ def test_a_parallel_prediction_is_trusted_as_far_as_its_strategy_and_workers_wer
     assert v.n == 2 and v.p90 == pytest.approx(validate.p90([0.10, 0.26]))
     assert "pipeline runs of other networks on 4 workers" in v.basis
     assert trust.time_error(None, None, spec, "pipeline", 8) is None
+
+
+def test_a_step_is_vouched_for_by_steps_of_its_framework_device_and_precision_only():
+    """The errors the DLBench table's 'validated error' column and ``predict``'s validated
+    line read for a step: other networks' steps at the step's framework, device and
+    precision; never its own network, a parallel run (whose workers are PyTorch's), a
+    step at another precision or on another device."""
+    from types import SimpleNamespace
+
+    def case(net, error, *, kind="step", fw="torch", device="cpu", precision="fp32"):
+        spec = SimpleNamespace(kind=kind, network=net, framework=fw, device=device,
+                               precision=precision)
+        return SimpleNamespace(row=SimpleNamespace(spec=spec), error=error)
+
+    pool = [case("alexnet", -0.10), case("lstm32", 0.20), case("fcn5", 0.5),
+            case("alexnet", 0.9, kind="parallel"), case("lstm32", 0.9, precision="bf16"),
+            case("lstm32", 0.9, device="gpu"), case("alexnet", 0.9, fw="jax")]
+    spec = RunSpec(network="fcn5", framework="torch", threads=1, batch_size=64)
+    assert sorted(validate.other_steps_errors(pool, spec)) == [0.10, 0.20]
+    jax = RunSpec(network="fcn5", framework="jax", threads=1, batch_size=64)
+    assert validate.other_steps_errors(pool, jax) == [0.9]
 
 
 def test_validate_command_prints_the_error_table_and_json(db, capsys):
