@@ -20,7 +20,6 @@ count; none from fewer than two configurations.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 
 from dlperf.core.spec import RunSpec
 from dlperf.core.store import Store
@@ -57,12 +56,9 @@ def time_error(store: Store, calibration: MachineFits, spec: RunSpec,
         timed = validate.step_shapes_timed(calibration, spec)
         pool = (validate.cases(store, calibration, kinds=("step",))[0] if timed
                 else validate.untimed_cases(store))
-        same: Callable[[RunSpec], bool] = lambda s: (  # noqa: E731
-            validate.framework(s) == fw and s.device == spec.device
-            and s.precision == spec.precision)
         what = (f"steps of other networks measured here with {fw} at {spec.precision}"
                 + ("" if timed else ", predicted with their own layer shapes held out"))
-        errors = [abs(c.error) for c in pool if c.row.spec.network != net and same(c.row.spec)]
+        errors = validate.other_steps_errors(pool, spec)
     else:
         pool = validate.cases(store, calibration, kinds=("parallel",))[0]
         errors = [abs(c.error) for c in pool

@@ -561,8 +561,9 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
     """The report's model for this machine (``report.tables.Predictor``), or None when the
     store holds no calibration of it. A row of this machine gets the kernel-calibrated
     prediction and, as the validated error, the 90th percentile of the model's absolute
-    error on the other networks measured here with the same framework (at least two
-    of them; else None, 'not validated yet'), so that 'within it' is a check, not an echo.
+    error on the other networks measured here with the same framework, device and
+    precision (at least two of them, ``other_steps_errors``; else None, 'not
+    validated yet'), so that 'within it' is a check, not an echo.
     A row of another machine gets none: this machine's curves say nothing of it. A row
     whose network's shapes the calibration did not time (scoped to other networks) gets
     instead the error on the networks predicted with their own shapes held out
@@ -588,9 +589,7 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
         if not is_timed and not untimed:
             with Store(path) as again:
                 untimed.append(untimed_cases(again))
-        pool = found if is_timed else untimed[0]
-        errors = [abs(c.error) for c in pool if c.key("framework") == framework(row.spec)
-                  and c.row.spec.network != row.spec.network]
+        errors = other_steps_errors(found if is_timed else untimed[0], row.spec)
         return p.time_s, (p90(errors) if len(errors) >= 2 else None)
 
     predict_row.timed = timed  # type: ignore[attr-defined]
@@ -607,6 +606,18 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
         and (at := cal.beyond_cores(row.spec.framework, row.spec.threads, row.spec.device,
                                     row.spec.precision)) else None)
     return predict_row
+
+
+def other_steps_errors(pool: Sequence[Case], spec: RunSpec) -> list[float]:
+    """The absolute errors a step prediction of ``spec`` is vouched for by: of the steps in
+    ``pool`` with its framework, device and precision, of other networks (so that a
+    measured configuration never vouches for itself). The DLBench table's 'validated
+    error' column and ``dlperf predict``'s validated line (``trust.time_error``) both read
+    it."""
+    return [abs(c.error) for c in pool
+            if c.row.spec.kind == "step" and c.row.spec.network != spec.network
+            and framework(c.row.spec) == framework(spec) and c.row.spec.device == spec.device
+            and c.row.spec.precision == spec.precision]
 
 
 def framework(spec: RunSpec) -> str:
