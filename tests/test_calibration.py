@@ -620,6 +620,29 @@ def test_tensorflow_pads_its_convolution_kernels_as_its_keras_layers_do():
             window, window, c_in, c_out)
 
 
+def test_a_calibration_by_older_kernels_says_so_with_the_command_that_times_them_again(db):
+    """A calibration timed with an older revision of dlperf's kernels is still used, and
+    its description says what changed since and how to time them again; a current one
+    says nothing of it."""
+    with Store(db) as store:
+        for r in made_up.kernel_results(threads=(1,), allreduce=False):
+            o = r.spec.options.model_copy(update={"revision": k.REVISION - 1})
+            store.add(r.model_copy(update={"spec": r.spec.model_copy(update={"options": o})}))
+        (old,) = calibration.local_calibration(store).fits
+    assert old.revision == k.REVISION - 1
+    note = old.older_kernels()
+    assert f"revision {k.REVISION - 1} (now {k.REVISION}" in note
+    assert "'dlperf calibrate --frameworks torch --threads 1'" in note
+    assert note in old.describe()
+    with Store(db) as store:  # calibrated again: the current kernels, no note
+        for r in made_up.kernel_results(threads=(1,), allreduce=False):
+            t = r.finished_at + 10
+            store.add(r.model_copy(update={"started_at": t, "finished_at": t}))
+        (new,) = calibration.local_calibration(store).fits
+    assert new.revision == k.REVISION and new.older_kernels() is None
+    assert "revision" not in new.describe()
+
+
 def test_a_trained_chain_without_the_optimizer_is_not_read_as_one_with_it(db):
     """Revisions before 5 trained their chain without an optimizer (three kernels a
     layer): their trained samples are left out and the plain chain stands in."""

@@ -48,6 +48,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlperf.core.disturbance import DISTURBED
 from dlperf.perfmodel.kernels import (
+    REVISION,
+    REVISION_CHANGES,
     TRAIN_KERNELS,
     KernelSample,
     conv_gemm,
@@ -499,6 +501,9 @@ class LocalFit(_Frozen):
     #: every network and batch whose layers' shapes a scoped run timed ('fcn5@8'), beside
     #: the whole grid too: the shapes no curve stands in for
     timed_at: tuple[str, ...] = ()
+    #: the revision of dlperf's kernels its samples were timed with (``kernels.REVISION``;
+    #: None: not known, curves not from this machine's calibration)
+    revision: int | None = None
 
     def covers(self, network: str, batch: int) -> bool:
         """Whether its kernels were timed at the shapes of ``network`` at ``batch`` (or
@@ -569,7 +574,17 @@ class LocalFit(_Frozen):
                 f"{self.dispatch.step_call_s * 1e6:.3g} us per step call"
                 + (f"; products and convolutions timed at the shapes of "
                    f"{', '.join(self.scope)} and a skeleton of the grid" if self.scope else "")
-                + (f"; {self.quality()}" if self.disturbed else ""))
+                + (f"; {self.quality()}" if self.disturbed else "")
+                + (f"; {note}" if (note := self.older_kernels()) else ""))
+
+    def older_kernels(self) -> str | None:
+        """What a calibration timed with an older revision of dlperf's kernels lacks, and
+        the command that times them again; None where its kernels are the current ones."""
+        if self.revision is None or self.revision >= REVISION:
+            return None
+        return (f"timed with dlperf's kernels of revision {self.revision} (now {REVISION}: "
+                f"{REVISION_CHANGES.get(REVISION, 'kernels changed')}); 'dlperf calibrate "
+                f"--frameworks {self.framework} --threads {self.threads}' times them again")
 
 
 #: Frameworks whose CPU tensors are allocated and freed one by one with glibc's malloc

@@ -180,6 +180,8 @@ class Stored:
     #: every network and batch a scoped run timed the shapes of ('fcn5@8'), whether or
     #: not the whole grid was timed too (``LocalFit.timed_exactly``)
     timed_at: tuple[str, ...] = ()
+    #: the newest revision of dlperf's kernels among its runs (``kernels.REVISION``)
+    revision: int | None = None
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -288,7 +290,7 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                    None if (sc := scopes.get(key)) is None else tuple(sorted(sc)),
                    speed_probe.typical(probes.get(key, ())),
                    {net: statistics.median(v) for net, v in trained.get(key, {}).items()},
-                   tuple(sorted(timed_at.get(key, ()))))
+                   tuple(sorted(timed_at.get(key, ()))), revision.get(key))
             for key, s in sorted(by_key.items()) for fw, t, dev, prec in [key]]
 
 
@@ -329,7 +331,8 @@ def local_calibration(store: Store, *, device: str | None = "cpu",
                           baselines=_baselines(complete),
                           measured={(s.framework, s.threads, s.device, s.precision): {
                               "other_cpu_share": dict(s.other_cpu_share), "scope": s.scope,
-                              "speed_probe": dict(s.speed_probe), "timed_at": s.timed_at}
+                              "speed_probe": dict(s.speed_probe), "timed_at": s.timed_at,
+                              "revision": s.revision}
                                     for s in complete},
                           workers=worker_runtimes(store))
 
