@@ -582,9 +582,12 @@ class LocalFit(_Frozen):
         the command that times them again; None where its kernels are the current ones."""
         if self.revision is None or self.revision >= REVISION:
             return None
+        where = (("" if self.device == "cpu" else f" --device {self.device}")
+                 + ("" if self.precision == "fp32" else f" --precision {self.precision}"))
         return (f"timed with dlperf's kernels of revision {self.revision} (now {REVISION}: "
                 f"{REVISION_CHANGES.get(REVISION, 'kernels changed')}); 'dlperf calibrate "
-                f"--frameworks {self.framework} --threads {self.threads}' times them again")
+                f"--frameworks {self.framework} --threads {self.threads}{where}' times them "
+                f"again")
 
 
 #: Frameworks whose CPU tensors are allocated and freed one by one with glibc's malloc

@@ -389,8 +389,9 @@ SEQ_FEATURES_FLOPS = 4 * MAX_GEMM_FLOPS
 #: reads an image), few and many channels, large and small maps. The first layers' large
 #: windows at 32 outputs and again at 64 (ResNet's stem, VGG's and torchvision's AlexNet's
 #: first layer; DLBench's AlexNet has 96): XLA:CPU runs a 3-channel convolution with 32
-#: outputs at 30-37 GFLOP/s at every batch and side timed, with 64 or 96 at 190-245 (one
-#: thread, a 2-vCPU AMD EPYC Zen 5, 11x11/4 and 7x7/2 windows), a cliff that the curve's
+#: outputs at 30-37 GFLOP/s at every batch and side timed, with 64 or 96 at 190-245 over a
+#: 128-pixel side and AlexNet's 224 (103 at ResNet's stem: one thread, a 2-vCPU AMD EPYC
+#: Zen 5, 11x11/4 and 7x7/2 windows), a cliff that the curve's
 #: saturation in output channels cannot draw from the 32-output side alone (JAX's AlexNet
 #: first layer predicted 2.9 times too slow from it).
 FIRST_LAYERS_AT_64 = ((3, 64, 128, 7, 2), (3, 64, 128, 11, 4))
