@@ -281,7 +281,7 @@ def _layer_pass(op: ProfiledOp, fit: LocalFit) -> tuple[float, float] | None:
         else:  # (output gradient, input, ...)
             if len(s) < 2:
                 return None
-            o, i = _numel(s[0]), _numel(s[1])
+            o, i = _numel(s[0]), _numel(s[_input_at(op)])
         fwd, bwd = i + o, o + 2 * i
         whole = fit.pool.time(pool_bytes(i, o))
     else:
@@ -345,16 +345,21 @@ def op_times(ops: Sequence[ProfiledOp], fit: LocalFit) -> list[OpTime]:
     return sorted(times, key=lambda t: t.measured_s, reverse=True)
 
 
+def _input_at(op: ProfiledOp) -> int:
+    """Where a pass's operands hold its layer's input: second in PyTorch's pool backward
+    (output gradient, input, ...), else first (a backward's output gradient has a
+    normalisation's input shape; TensorFlow's pool gradient takes the input first)."""
+    return 1 if op.name.startswith("aten::") and POOL_PASSES.get(op.name) == "backward" else 0
+
+
 def _layer_key(op: ProfiledOp) -> tuple | None:
     """The layer a batch normalisation's or a max pool's pass belongs to: its input's
-    shape (a backward's output gradient has a normalisation's input shape; PyTorch's pool
-    backward takes the input second)."""
+    shape (``_input_at``)."""
     s = [tuple(x) for x in op.shapes]
     if op.name in BN_PASSES and s:
         return ("bn", s[0])
     if op.name in POOL_PASSES and s:
-        backward_second = op.name.startswith("aten::") and POOL_PASSES[op.name] == "backward"
-        return ("pool", s[1]) if backward_second and len(s) > 1 else ("pool", s[0])
+        return ("pool", s[_input_at(op)] if len(s) > _input_at(op) else s[0])
     return None
 
 
