@@ -12,7 +12,7 @@ from dlperf.kinds.calibrate.prediction import predict_for_spec
 from dlperf.kinds.parallel.make import make_spec
 from dlperf.perfmodel import formulas as f
 from dlperf.perfmodel.machine_fits import MachineFits
-from dlperf.perfmodel.sharing import Unit, blocks_of, unit_rates
+from dlperf.perfmodel.sharing import Unit, blocks_of, polling_unit_rates, unit_rates
 from tests import calibration_fixtures as made_up
 
 MIB = 2**20
@@ -118,6 +118,38 @@ def test_a_server_that_cannot_keep_up_sets_the_pace():
     assert sum(rates) == pytest.approx(1.0, rel=1e-6)
 
 
+def test_processes_that_poll_keep_their_share_of_a_core_while_they_wait():
+    """Four ranks on two blocks, the server in rank 0's process with no compute of its
+    own, each push costing it 1 s: where every process stays runnable, the server's
+    process gets half of block 0 all the time, so a round of four pushes takes 8 s; where
+    a waiting process leaves its core, rank 2's short compute hardly slows the server."""
+    units = [Unit((b,), (0.0 if r == 0 else 0.01,), serve=1.0)
+             for r, b in enumerate(blocks_of(4, 2))]
+    assert 4 / sum(polling_unit_rates(units, 0)) == pytest.approx(8.0, rel=1e-6)
+    assert 4 / sum(unit_rates(units, server_block=0)) < 4.5
+
+
+def test_a_polled_message_is_copied_once_by_its_receiver():
+    # the push copied by the server's process, the pull by the worker's: on a block of
+    # its own the worker's cycle is its work and the two halves; on the server's block,
+    # where two processes split it, all of it at half speed
+    idle_rank_0 = Unit((0,), (0.0,))
+    (_, apart) = polling_unit_rates([idle_rank_0, Unit((1,), (1.0,), transfer=0.5)], 0)
+    (_, beside) = polling_unit_rates([idle_rank_0, Unit((0,), (1.0,), transfer=0.5)], 0)
+    assert apart == pytest.approx(1 / 1.5) and beside == pytest.approx(1 / 3.0)
+    with pytest.raises(ValueError, match="runs the server"):
+        polling_unit_rates([Unit((1,), (1.0,))], 0)
+
+
+def test_rank_0s_compute_and_the_servers_work_split_its_process_share():
+    # rank 0 busy computing slows the server's work for the others, and the others'
+    # pushes slow rank 0, inside the one share of block 0 its process gets
+    others = [Unit((1,), (1.0,), serve=0.5)]
+    (_, lone) = polling_unit_rates([Unit((0,), (0.0,)), *others], 0)
+    (busy0, crowded) = polling_unit_rates([Unit((0,), (1.0,)), *others], 0)
+    assert crowded < lone and busy0 < 1.0
+
+
 # ----------------------------------------------------------------------------- predict
 def _calibration(db) -> MachineFits:
     with Store(db) as store:
@@ -164,6 +196,26 @@ def test_free_running_workers_pay_for_the_server_beside_rank_0(db, strategy, gro
         assert p.breakdown.total_s == pytest.approx(p.time_s)
         assert min(p.breakdown.model_dump().values()) >= 0
     assert any("share rank 0's cores with the ranks pinned beside it" in n for n in two.notes)
+
+
+def test_where_sessions_share_cores_the_rpc_groups_processes_keep_their_shares(db, monkeypatch):
+    """Four async workers on two cores: where the kernel shares a core among sessions
+    (autogroup), every process keeps its share while it waits for the server, which
+    slows the server's process on rank 0's core; the prediction says which it took."""
+    from dlperf.core import environment
+
+    cal = _calibration(db)
+    spec = make_spec("fcn5", strategy="async", workers=4, batch_size=64)
+    fits = MachineFits(cal.fits, cal.memory_gb, 2)
+    got = {}
+    for sessions in (True, False):
+        monkeypatch.setattr(environment, "sessions_share_cores", lambda s=sessions: s)
+        got[sessions] = predict_for_spec(spec, fits)
+    assert got[True].time_s > got[False].time_s
+    assert any("shares a core among sessions" in n for n in got[True].notes)
+    assert any("copied once, by its receiver" in n for n in got[True].notes)
+    assert not any("among sessions" in n for n in got[False].notes)
+    assert any("copies by both ends' cores" in n for n in got[False].notes)
 
 
 def test_the_calibrated_loopback_link_is_taken_as_measured(db):

@@ -156,6 +156,17 @@ def machine_id() -> str:
     return hashlib.sha1(json.dumps(m, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def sessions_share_cores() -> bool:
+    """Whether this kernel shares a core among sessions rather than among threads
+    (autogroup, sched(7): ``/proc/sys/kernel/sched_autogroup_enabled`` is 1). torchrun
+    starts each rank in a session of its own, so there each rank's process gets an
+    equal share of a core it shares, however many of its threads are runnable."""
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
 def cores_for(threads: int) -> int:
     """Physical cores under a worker with this many threads: a second thread on a core's
     sibling CPU adds no FMA units."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dlperf import workloads
+from dlperf.core import environment
 from dlperf.core.errors import UsageError
 from dlperf.perfmodel import catalogue, local, scaled, schedule, sharing
 from dlperf.perfmodel import formulas as f
@@ -581,11 +582,14 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
     u k + k - 1, the server in rank 0's process. The server's work for every push and
     pull (``server_work_s``) runs on rank 0's block, beside rank 0 and whoever shares
     it; rank 0's group calls it directly (no transfer), the others push and pull over
-    loopback, whose transfers are copies by the cores of both ends (priced at the link
-    calibrated between two processes, each on a core of its own, and shared like any
-    work); so are a group's all-reduce and the leader's broadcast of the pulled weights,
-    work of every member's cores. Each group's rate comes from ``sharing.unit_rates``; a
-    global mini-batch is one push of every group's share."""
+    loopback (priced at the link calibrated between two processes, each on a core of
+    its own); a group's all-reduce and the leader's broadcast of the pulled weights are
+    work of every member's cores. Where the kernel shares a core among sessions
+    (``environment.sessions_share_cores``), every process of the RPC group keeps its
+    share of its core all the time and each message is copied once, by its receiver
+    (``sharing.polling_unit_rates``); elsewhere a process waiting for the server leaves
+    its core to the others, and a transfer is copies by both ends' cores
+    (``sharing.unit_rates``). A global mini-batch is one push of every group's share."""
     share = ctx.share()  # the calibrated timings run this much slower than one alone
     place = sharing.blocks_of(ctx.devices, ctx.blocks(ctx.devices))
     link = _pair_link(ctx)
@@ -602,8 +606,11 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
                               transfer=push if u else 0.0,
                               wait=delay if u == g - 1 else 0.0)
                  for u in range(g)]
-        rates = sharing.unit_rates(units, server_block=place[0], cost=cost)
+        rates = (sharing.polling_unit_rates(units, place[0], cost) if polls
+                 else sharing.unit_rates(units, server_block=place[0], cost=cost))
         return g / sum(rates)
+
+    polls = environment.sessions_share_cores()
 
     if k > 1:
         ctx.notes.append(f"each group's all-reduce and broadcast, {group * 1e3:.3g} ms, are "
@@ -612,12 +619,22 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
     if g == 1:
         ctx.notes.append("one group: the parameter server lives in its leader's process, "
                          "so the push and pull cross no link")
+    drift = " (the drift measured too)" if ctx.server_drift else ""
+    copies = (f"its copies of the other groups' pushes ({push * 1e3 / 2:.3g} ms each: a "
+              "message is copied once, by its receiver)" if polls else
+              f"its side of the other groups' {push * 1e3:.3g} ms of transfers (loopback: "
+              "copies by both ends' cores)")
     ctx.notes.append(
         f"the parameter server works in rank 0's process: its {serve * 1e3:.3g} ms per "
-        f"push and pull{' (the drift measured too)' if ctx.server_drift else ''}, and its side of the other groups' {push * 1e3:.3g} ms of "
-        f"transfers (loopback: copies by both ends' cores), share rank 0's cores with "
+        f"push and pull{drift}, and {copies}, share rank 0's cores with "
         + ("the ranks pinned beside it" if share > 1 else "rank 0")
         + "; each group's rate by processor sharing of its cores (perfmodel/sharing.py)")
+    if polls and share > 1:
+        ctx.notes.append(
+            "every process of the RPC group stays runnable (TensorPipe's reactor polls) "
+            "and this kernel shares a core among sessions (autogroup): each process "
+            "pinned to a core gets an equal share of it all the time, rank 0's compute "
+            "and the server's work splitting rank 0's")
     return per_batch(ctx.straggler), per_batch(0.0)
 
 

@@ -28,6 +28,7 @@ calibrated cost beyond processor sharing, which falls as their steps grow longer
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -152,6 +153,71 @@ def unit_rates(units: Sequence[Unit], server_block: int | None = None,
                 new[("m", u, m)] = min(1.0, rates[u] * (member[u][m] + extra))
         change = max(abs(new[k] - busy[k]) for k in busy)
         busy = {k: (busy[k] + new[k]) / 2 for k in busy}  # damped: the plain map may cycle
+        if change < _TOL:
+            break
+    return rates
+
+
+def polling_unit_rates(units: Sequence[Unit], server_block: int,
+                       cost: float = 1.0) -> list[float]:
+    """Cycles per second of each unit where every process stays runnable, as the
+    processes of a TensorPipe RPC group do (``torch.distributed.rpc``, dlperf parallel's
+    async and mixed): TensorPipe's shared-memory reactor polls without sleeping, giving
+    way to the other threads of its process but never leaving the core to another
+    process, and torchrun starts each rank in a session of its own, which the kernel
+    schedules as a group (autogroup, sched(7)): each of the n processes pinned to a block
+    gets 1/n of it all the time (times ``cost`` where n > 1), and its own busy threads
+    share that (processor sharing inside the process, as ``unit_rates`` among
+    processes). Measured on dlperf's 2-vCPU EPYC, FCN-5 async on 4 workers: each rank's
+    process used half a core over the window, its reactor thread taking whatever its
+    other threads left (7-10 s of 25).
+
+    The server lives in unit 0's leader's process (rank 0) on ``server_block``: its
+    compute, the server's work for every push and pull (one at a time: its lock) and
+    its side of the other units' messages are threads of that one process. A message
+    is copied once, by its receiver (TensorPipe's cross-memory-attach channel,
+    process_vm_readv): the push by the server's process, the pull by the leader's;
+    ``Unit.transfer`` is the two together, half each."""
+    if not units or units[0].blocks[0] != server_block:
+        raise ValueError("unit 0's leader runs the server, on the server's block")
+    procs = Counter(b for unit in units for b in unit.blocks)
+
+    def stretch(block: int, company: float = 0.0) -> float:
+        n = procs[block]  # every process there is runnable: a share of 1/n
+        return n * (cost if n > 1 else 1.0) * (1.0 + company)
+
+    # the server's process: rank 0's compute ("m"), the work for unit u's push and pull
+    # ("s", u) and the copy of its push ("t", u); busy: each one's share of wall time
+    busy: dict[tuple, float] = {("m", 0): 0.0}
+    busy.update({(k, u): 0.0 for u in range(len(units)) for k in "st"})
+
+    def company(skip: Callable[[tuple], bool]) -> float:
+        return sum(v for k, v in busy.items() if not skip(k))
+
+    rates = [0.0] * len(units)
+    for _ in range(_MAX_ITER):
+        times: dict[tuple, float] = {}
+        cycles = []
+        for u, unit in enumerate(units):
+            half = unit.transfer / 2
+            own = lambda k, u=u: k[1] == u  # noqa: E731 - a unit waits on its own
+            served = unit.serve * stretch(server_block, company(
+                lambda k, own=own: k[0] == "s" or own(k)))
+            pushed = half * stretch(server_block, company(own))
+            pulled = half * stretch(unit.blocks[0])
+            members = [w * (stretch(b, company(own)) if (u, m) == (0, 0) else stretch(b))
+                       for m, (b, w) in enumerate(zip(unit.blocks, unit.work, strict=True))]
+            times[("s", u)], times[("t", u)] = served, pushed
+            if u == 0:
+                times[("m", 0)] = members[0]
+            cycles.append(max(members) + unit.wait + served + pushed + pulled)
+        rates = [1.0 / c if c > 0 else 0.0 for c in cycles]
+        load = sum(r * times[("s", u)] for u, r in enumerate(rates))
+        if load > 1:  # the server, one push at a time, cannot keep up: the units wait
+            rates = [r / load for r in rates]
+        new = {k: min(1.0, rates[k[1]] * times[k]) for k in busy}
+        change = max(abs(new[k] - busy[k]) for k in busy)
+        busy = {k: (busy[k] + new[k]) / 2 for k in busy}  # damped, as in unit_rates
         if change < _TOL:
             break
     return rates
