@@ -634,6 +634,10 @@ def test_a_calibration_by_older_kernels_says_so_with_the_command_that_times_them
     assert f"revision {k.REVISION - 1} (now {k.REVISION}" in note
     assert "'dlperf calibrate --frameworks torch --threads 1'" in note
     assert note in old.describe()
+    assert k.REVISION_CHANGES[k.REVISION] in note
+    # two revisions behind: both changes, the older first
+    older = old.model_copy(update={"revision": 14}).older_kernels()
+    assert f"revision 14 (now {k.REVISION}: {k.REVISION_CHANGES[15]}; " in older
     with Store(db) as store:  # calibrated again: the current kernels, no note
         for r in made_up.kernel_results(threads=(1,), allreduce=False):
             t = r.finished_at + 10

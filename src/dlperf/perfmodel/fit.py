@@ -49,9 +49,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from dlperf.core.disturbance import DISTURBED
 from dlperf.perfmodel.kernels import (
     REVISION,
-    REVISION_CHANGES,
     TRAIN_KERNELS,
     KernelSample,
+    changes_since,
     conv_gemm,
     element_bytes,
     whole_grids,
@@ -585,7 +585,7 @@ class LocalFit(_Frozen):
         where = (("" if self.device == "cpu" else f" --device {self.device}")
                  + ("" if self.precision == "fp32" else f" --precision {self.precision}"))
         return (f"timed with dlperf's kernels of revision {self.revision} (now {REVISION}: "
-                f"{REVISION_CHANGES.get(REVISION, 'kernels changed')}); 'dlperf calibrate "
+                f"{'; '.join(changes_since(self.revision))}); 'dlperf calibrate "
                 f"--frameworks {self.framework} --threads {self.threads}{where}' times them "
                 f"again")
 

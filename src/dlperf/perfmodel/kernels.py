@@ -119,8 +119,20 @@ ELEM = 4
 #: 16: the first layers' 7x7 and 11x11 windows also at 64 outputs (``CONV_LAYERS``)
 REVISION = 16
 #: what a revision changed, in a user's words (``LocalFit.older_kernels``)
-REVISION_CHANGES = {16: "the first layers' 7x7 and 11x11 windows timed at 64 outputs too, "
-                        "where XLA runs them six times faster than at 32"}
+REVISION_CHANGES = {
+    13: "the max pool and its gradient timed",
+    14: "an LSTM layer timed whole",
+    15: "a network's strided convolutions timed at the input side the network gives them",
+    16: "the first layers' 7x7 and 11x11 windows timed at 64 outputs too, where XLA runs "
+        "them six times faster than at 32",
+}
+
+
+def changes_since(revision: int) -> list[str]:
+    """What each revision after ``revision`` changed, oldest first (``REVISION_CHANGES``;
+    'kernels changed' for one not described)."""
+    return [REVISION_CHANGES.get(r, f"revision {r}: kernels changed")
+            for r in range(revision + 1, REVISION + 1)]
 #: the core-sharing step's batch beside ``torch_kernels.SHARE_BATCH``'s: a step of about
 #: 0.1 s on one core, longer than the scheduler's time slices, as a network's step is
 SHARE_LONG_BATCH = 512
