@@ -12,7 +12,12 @@ import pytest
 
 from dlperf.cli import main
 from dlperf.kinds.parallel.make import make_spec
-from dlperf.kinds.parallel.results import drift_stats, server_loads, server_series
+from dlperf.kinds.parallel.results import (
+    drift_stats,
+    oversubscribed_warning,
+    server_loads,
+    server_series,
+)
 from dlperf.perfmodel.partition import shard_layout
 from tests.conftest import FAST
 from tests.test_parallel import as_dict, launch, load, reference
@@ -202,3 +207,12 @@ def test_bad_input_is_one_line_and_status_2(args, message, capsys):
     assert main(["parallel", "-n", "fcn5", "--size", "tiny", "--dry-run", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("dlperf: error:") and message in err[0], err
+
+
+def test_an_oversubscribed_rpc_run_says_its_waits_keep_their_cores():
+    """More threads than cores: every strategy's warning says the workers compete; async
+    and mixed, whose processes poll while they wait for the server, say that too."""
+    for strategy in ("sync", "pipeline", "async", "mixed"):
+        text = oversubscribed_warning(strategy, 4, 2)
+        assert text.startswith("4 threads on 2 physical cores: the workers compete")
+        assert ("TensorPipe polls" in text) == (strategy in ("async", "mixed"))

@@ -35,6 +35,27 @@ from dlperf.perfmodel.formulas import pipeline_bubble_fraction
 PARTS = ("compute", "comm", "wait", "server")
 
 
+
+#: the strategies whose processes join an RPC group (torch.distributed.rpc over TensorPipe:
+#: ``ps_client``, ``ps_server``)
+RPC_STRATEGIES = ("async", "mixed")
+
+
+def oversubscribed_warning(strategy: str, threads: int, cores: int) -> str:
+    """The warning of a run with more threads than physical cores; for an RPC strategy,
+    also what its waits cost there: TensorPipe's shared-memory reactor polls without
+    sleeping, and torchrun starts each rank in a session of its own, so where the kernel
+    shares cores among sessions every process keeps its share of its core while it
+    waits for the server (docs/parallel.md)."""
+    text = (f"{threads} threads on {cores} physical cores: the workers compete for cores "
+            "(lower --threads to avoid it)")
+    if strategy in RPC_STRATEGIES:
+        text += ("; each process of the parameter server's RPC group also keeps its share of "
+                 "its core while it waits for the server (TensorPipe polls), time a worker "
+                 "on a core of its own does not lose")
+    return text
+
+
 def union_length(intervals: Iterable[tuple[float, float]]) -> float:
     """Total length covered by possibly overlapping intervals."""
     total, end = 0.0, -math.inf
@@ -346,8 +367,8 @@ def assemble(spec: RunSpec, reports: list[dict[str, Any]], *,
     metrics = _metrics(spec, series, reports, warm)
     warnings = []
     if extra["oversubscribed"]:
-        warnings.append(f"{extra['total_threads']} threads on {extra['physical_cores']} physical "
-                        "cores: the workers compete for cores (lower --threads to avoid it)")
+        warnings.append(oversubscribed_warning(o.strategy, extra["total_threads"],
+                                               extra["physical_cores"]))
     if o.data:
         extra["training"] = training = _training(o, spec, reports)
         if o.has_target and not training["reached"]:
