@@ -133,6 +133,8 @@ def changes_since(revision: int) -> list[str]:
     'kernels changed' for one not described)."""
     return [REVISION_CHANGES.get(r, f"revision {r}: kernels changed")
             for r in range(revision + 1, REVISION + 1)]
+
+
 #: the core-sharing step's batch beside ``torch_kernels.SHARE_BATCH``'s: a step of about
 #: 0.1 s on one core, longer than the scheduler's time slices, as a network's step is
 SHARE_LONG_BATCH = 512

@@ -599,6 +599,7 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
     group = 0.0 if k == 1 else (  # the group's all-reduce, then the broadcast
         f.ring_allreduce_time(g_bytes, k, ctx.bw(link), link.latency_s)
         + _broadcast_s(ctx, g_bytes, k, link))
+    polls = environment.sessions_share_cores()  # each process keeps its share of a core
 
     def per_batch(delay: float) -> float:
         units = [sharing.Unit(blocks=tuple(place[u * k:(u + 1) * k]),
@@ -609,8 +610,6 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
         rates = (sharing.polling_unit_rates(units, place[0], cost) if polls
                  else sharing.unit_rates(units, server_block=place[0], cost=cost))
         return g / sum(rates)
-
-    polls = environment.sessions_share_cores()
 
     if k > 1:
         ctx.notes.append(f"each group's all-reduce and broadcast, {group * 1e3:.3g} ms, are "

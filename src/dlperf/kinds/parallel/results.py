@@ -35,7 +35,6 @@ from dlperf.perfmodel.formulas import pipeline_bubble_fraction
 PARTS = ("compute", "comm", "wait", "server")
 
 
-
 #: the strategies whose processes join an RPC group (torch.distributed.rpc over TensorPipe:
 #: ``ps_client``, ``ps_server``)
 RPC_STRATEGIES = ("async", "mixed")
