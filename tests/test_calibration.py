@@ -276,6 +276,23 @@ def test_first_layers_are_timed_on_both_sides_of_xlas_32_output_cliff():
         assert fit.grid_anchor(op, [*older[1:], extra]) is None  # not whole: a scoped run
 
 
+def test_pointwise_convolutions_are_timed_over_a_large_map_too():
+    """1x1 windows over a 48-pixel map, widening and narrowing, beside the 32- and
+    8-pixel ones; a whole grid of revision 16 (without them) or 15 (without the 64-output
+    first layers too) still anchors its curves until calibrated again."""
+    grid = k.grid("conv")
+    pointwise = {(s[1], s[2], s[3]) for s in grid if s[4] == 1 and s[5] == 1}
+    assert {(96, 384, 48), (384, 96, 48)} <= pointwise
+    assert {32, 48} <= {side for _, _, side in pointwise}
+    at_16 = [s for s in grid if (s[1], s[2], s[3], s[4], s[5]) not in k.POINTWISE_LARGE_MAPS]
+    at_15 = [s for s in at_16 if (s[1], s[2]) != (3, 64)]
+    extra = (16, 64, 256, 56, 1, 1)  # a network's own layer, timed beside
+    for op in ("conv", "conv_bwd"):
+        for older in (at_16, at_15):
+            assert fit.grid_anchor(op, [*older, extra]) == [True] * len(older) + [False]
+    assert k.changes_since(16) == [k.REVISION_CHANGES[17]]
+
+
 def test_the_weight_gradient_is_timed_by_the_transposed_products_curve(db):
     """fcn5's weight gradients (X^T @ dY) from the transposed curve, the rest from the plain
     one: the made-up machine's transposed form is 1.5 times as slow."""

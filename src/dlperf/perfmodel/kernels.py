@@ -116,8 +116,9 @@ ELEM = 4
 #: products also at a few rows (``SMALL_ROWS``), the all-reduce up to 256 MB; 13: the max
 #: pool and its gradient (pool); 14: an LSTM layer whole (lstm); 15: a network's strided
 #: convolutions at the input side the network gives them (``network_kernels.conv_shape``);
-#: 16: the first layers' 7x7 and 11x11 windows also at 64 outputs (``CONV_LAYERS``)
-REVISION = 16
+#: 16: the first layers' 7x7 and 11x11 windows also at 64 outputs (``CONV_LAYERS``);
+#: 17: pointwise convolutions over a 48-pixel map (``POINTWISE_LARGE_MAPS``)
+REVISION = 17
 #: what a revision changed, in a user's words (``LocalFit.older_kernels``)
 REVISION_CHANGES = {
     13: "the max pool and its gradient timed",
@@ -125,6 +126,8 @@ REVISION_CHANGES = {
     15: "a network's strided convolutions timed at the input side the network gives them",
     16: "the first layers' 7x7 and 11x11 windows timed at 64 outputs too, where XLA runs "
         "them six times faster than at 32",
+    17: "pointwise (1x1) convolutions timed over a large map too, as a bottleneck block "
+        "runs them",
 }
 
 
@@ -409,10 +412,18 @@ SEQ_FEATURES_FLOPS = 4 * MAX_GEMM_FLOPS
 #: saturation in output channels cannot draw from the 32-output side alone (JAX's AlexNet
 #: first layer predicted 2.9 times too slow from it).
 FIRST_LAYERS_AT_64 = ((3, 64, 128, 7, 2), (3, 64, 128, 11, 4))
+#: Pointwise (1x1) convolutions over a large map, widening and narrowing (a bottleneck
+#: block's, a depthwise-separable network's), at channel counts no network dlperf is
+#: validated on has; the grid's other 1x1 windows are over 32- and 8-pixel maps, and
+#: from those the curves missed ResNet-50's 1x1 layers over 56- and 28-pixel maps
+#: (PyTorch's step at one thread predicted 43-49% too slow from the whole grid; with
+#: these timed, nothing else changed, 30%: docs/prediction.md)
+POINTWISE_LARGE_MAPS = ((96, 384, 48, 1, 1), (384, 96, 48, 1, 1))
 CONV_LAYERS = (
     (3, 32, 64, 3, 1), (3, 32, 128, 7, 2), (3, 32, 128, 11, 4), *FIRST_LAYERS_AT_64,
     (32, 32, 32, 3, 1), (32, 128, 32, 1, 1), (128, 32, 32, 1, 1), (128, 128, 16, 3, 1),
     (64, 64, 32, 5, 1), (256, 256, 8, 3, 1), (256, 512, 8, 1, 2), (512, 512, 4, 3, 1),
+    *POINTWISE_LARGE_MAPS,
 )
 CONV_FLOPS = 4e8
 CONV_SMALL_FLOPS = 4e6
@@ -542,14 +553,16 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
 
 def whole_grids(op: str, device: str = "cpu") -> list[set[tuple[int, ...]]]:
     """The shape sets a calibration of the whole grid of ``op`` may have timed: the
-    standard and the fine grid, and for a convolution each as a calibration of revision
-    15 or older timed it (without ``FIRST_LAYERS_AT_64``), which stays a whole grid until
-    it is calibrated again."""
+    standard and the fine grid, and for a convolution each as a calibration of an older
+    revision timed it (16: without ``POINTWISE_LARGE_MAPS``; 15 or older: without
+    ``FIRST_LAYERS_AT_64`` too), which stays a whole grid until it is calibrated again."""
     out = [set(grid(op, device=device)), set(grid(op, fine=True, device=device))]
     if op in ("conv", "conv_bwd"):
         scale = GPU_SCALE if device == "gpu" else 1
-        older = tuple(x for x in CONV_LAYERS if x not in FIRST_LAYERS_AT_64)
-        out += [set(conv_grid(fine, scale, older)) for fine in (False, True)]
+        at_16 = tuple(x for x in CONV_LAYERS if x not in POINTWISE_LARGE_MAPS)
+        at_15 = tuple(x for x in at_16 if x not in FIRST_LAYERS_AT_64)
+        out += [set(conv_grid(fine, scale, older))
+                for older in (at_16, at_15) for fine in (False, True)]
     return out
 
 
