@@ -284,8 +284,10 @@ def test_pointwise_convolutions_are_timed_over_a_large_map_too():
     pointwise = {(s[1], s[2], s[3]) for s in grid if s[4] == 1 and s[5] == 1}
     assert {(96, 384, 48), (384, 96, 48)} <= pointwise
     assert {32, 48} <= {side for _, _, side in pointwise}
-    at_16 = [s for s in grid if (s[1], s[2], s[3], s[4], s[5]) not in k.POINTWISE_LARGE_MAPS]
-    at_15 = [s for s in at_16 if (s[1], s[2]) != (3, 64)]
+    layers_16 = [x for x in k.CONV_LAYERS if x not in k.POINTWISE_LARGE_MAPS]
+    layers_15 = [x for x in layers_16 if x not in k.FIRST_LAYERS_AT_64]
+    at_16, at_15 = (k.conv_grid(layers=layers) for layers in (layers_16, layers_15))
+    assert len(at_15) < len(at_16) < len(grid)
     extra = (16, 64, 256, 56, 1, 1)  # a network's own layer, timed beside
     for op in ("conv", "conv_bwd"):
         for older in (at_16, at_15):
