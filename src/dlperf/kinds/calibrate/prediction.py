@@ -19,7 +19,7 @@ from __future__ import annotations
 from dlperf.core import framework_table
 from dlperf.core.errors import UsageError
 from dlperf.core.spec import RunSpec
-from dlperf.kinds.parallel.options import ParallelOptions
+from dlperf.kinds.parallel.options import THROUGH_A_SERVER, ParallelOptions
 from dlperf.perfmodel import predict
 from dlperf.perfmodel.machine_fits import MachineFits
 from dlperf.perfmodel.result import Prediction
@@ -82,6 +82,6 @@ def predict_for_spec(spec: RunSpec, calibration: MachineFits) -> Prediction | No
                        micro_batches=o.micro_batches if o.strategy == "pipeline" else None,
                        straggler_s=o.straggler_delay_s, link=m.link, inter_link=m.link,
                        baseline_bytes=m.baseline_bytes or 0.0, cores=calibration.cores,
-                       server_drift=o.strategy in ("async", "mixed"))
+                       server_drift=o.strategy in THROUGH_A_SERVER)
     except UsageError:
         return None

@@ -30,6 +30,7 @@ from dlperf.inputs.options import InputOptions
 from dlperf.kinds.calibrate.plan import load, runtime_baselines, worker_runtimes
 from dlperf.kinds.calibrate.plan import local_calibration as plan_calibration
 from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
+from dlperf.kinds.parallel.options import THROUGH_A_SERVER
 from dlperf.perfmodel import catalogue
 from dlperf.perfmodel.correct import Factors, choose_factors
 from dlperf.perfmodel.fit import LocalFit
@@ -708,7 +709,7 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
                 strategy=strategy, link=link or m.link, inter_link=inter_link or m.link,
                 collective=collective, groups=groups, micro_batches=micro_batches,
                 straggler_s=straggler_s, params=params, baseline_bytes=m.baseline_bytes or 0.0,
-                cores=cal.cores, server_drift=strategy in ("async", "mixed"),
+                cores=cal.cores, server_drift=strategy in THROUGH_A_SERVER,
                 memory_margin=margin_for(device_margins(store, device), fw))
     if m.baseline_bytes is None:
         p = p.model_copy(update={"notes": [*p.notes, (

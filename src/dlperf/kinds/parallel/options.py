@@ -21,6 +21,9 @@ from dlperf.kinds.peak.options import Peak
 STRATEGIES = ("sync", "async", "mixed", "pipeline", "hybrid", "fsdp")
 #: strategies whose workers move in lockstep (every rank runs every step)
 LOCKSTEP = ("sync", "pipeline", "hybrid", "fsdp")
+#: strategies whose workers exchange through the parameter server (torch.distributed.rpc;
+#: every other strategy's workers move in lockstep)
+THROUGH_A_SERVER = ("async", "mixed")
 #: hybrid layouts: what the ranks of one group share (consecutive ranks: one machine)
 HYBRID_WITHIN = ("model", "data")
 DEFAULT_LR = 0.01  # torch_backend.LEARNING_RATE; repeated here to stay framework-free

@@ -29,15 +29,10 @@ from typing import Any
 from dlperf.core.spec import Metrics, RunResult, RunSpec
 from dlperf.core.stats import summarize
 from dlperf.core.target_rules import Budget, accuracy_and_loss_goals, reached
-from dlperf.kinds.parallel.options import ParallelOptions, ParallelOutcome
+from dlperf.kinds.parallel.options import THROUGH_A_SERVER, ParallelOptions, ParallelOutcome
 from dlperf.perfmodel.formulas import pipeline_bubble_fraction
 
 PARTS = ("compute", "comm", "wait", "server")
-
-
-#: the strategies whose processes join an RPC group (torch.distributed.rpc over TensorPipe:
-#: ``ps_client``, ``ps_server``)
-RPC_STRATEGIES = ("async", "mixed")
 
 
 def oversubscribed_warning(strategy: str, threads: int, cores: int) -> str:
@@ -48,7 +43,7 @@ def oversubscribed_warning(strategy: str, threads: int, cores: int) -> str:
     waits for the server (docs/parallel.md)."""
     text = (f"{threads} threads on {cores} physical cores: the workers compete for cores "
             "(lower --threads to avoid it)")
-    if strategy in RPC_STRATEGIES:
+    if strategy in THROUGH_A_SERVER:  # their processes join an RPC group (TensorPipe)
         text += ("; each process of the parameter server's RPC group also keeps its share of "
                  "its core while it waits for the server (TensorPipe polls), time a worker "
                  "on a core of its own does not lose")
