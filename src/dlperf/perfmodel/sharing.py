@@ -96,6 +96,23 @@ def _slow(block: int, busy: dict, where: dict, skip: Callable[[tuple], bool],
     return (1.0 + others) * (1.0 + (cost - 1.0) * min(1.0, others))
 
 
+def _paced(cycles: Sequence[float], served: Sequence[float]) -> list[float]:
+    """Each unit's cycles per second from its cycle's seconds, all slowed alike where the
+    server, one push at a time, cannot keep up with the pushes they make (``served``:
+    the server's seconds per cycle of each): then the units wait for it."""
+    rates = [1.0 / c if c > 0 else 0.0 for c in cycles]
+    load = sum(r * t for r, t in zip(rates, served, strict=True))
+    return [r / load for r in rates] if load > 1 else rates
+
+
+def _damped(busy: dict[tuple, float], new: dict[tuple, float]
+            ) -> tuple[dict[tuple, float], bool]:
+    """Half-way from ``busy`` to ``new`` (the plain map may cycle), and whether the busy
+    shares have settled (``_TOL``)."""
+    change = max(abs(new[k] - busy[k]) for k in busy)
+    return {k: (busy[k] + new[k]) / 2 for k in busy}, change < _TOL
+
+
 def unit_rates(units: Sequence[Unit], server_block: int | None = None,
                cost: float = 1.0) -> list[float]:
     """Cycles per second of each unit at the fixed point (see the module's docstring).
@@ -139,10 +156,7 @@ def unit_rates(units: Sequence[Unit], server_block: int | None = None,
                     ends, _slow(unit.blocks[0], busy, where, own(u), cost)))
         cycles = [max(member[u]) + unit.wait + served[u] + moved[u]
                   for u, unit in enumerate(units)]
-        rates = [1.0 / c if c > 0 else 0.0 for c in cycles]
-        load = sum(r * t for r, t in zip(rates, served, strict=True))
-        if load > 1:  # the server, one push at a time, cannot keep up: the units wait
-            rates = [r / load for r in rates]
+        rates = _paced(cycles, served)
         new = {}
         for u, unit in enumerate(units):
             if server_block is not None:
@@ -151,9 +165,8 @@ def unit_rates(units: Sequence[Unit], server_block: int | None = None,
             for m in range(len(unit.blocks)):
                 extra = moved[u] if m == 0 and server_block is not None else 0.0
                 new[("m", u, m)] = min(1.0, rates[u] * (member[u][m] + extra))
-        change = max(abs(new[k] - busy[k]) for k in busy)
-        busy = {k: (busy[k] + new[k]) / 2 for k in busy}  # damped: the plain map may cycle
-        if change < _TOL:
+        busy, settled = _damped(busy, new)
+        if settled:
             break
     return rates
 
@@ -211,14 +224,9 @@ def polling_unit_rates(units: Sequence[Unit], server_block: int,
             if u == 0:
                 times[("m", 0)] = members[0]
             cycles.append(max(members) + unit.wait + served + pushed + pulled)
-        rates = [1.0 / c if c > 0 else 0.0 for c in cycles]
-        load = sum(r * times[("s", u)] for u, r in enumerate(rates))
-        if load > 1:  # the server, one push at a time, cannot keep up: the units wait
-            rates = [r / load for r in rates]
-        new = {k: min(1.0, rates[k[1]] * times[k]) for k in busy}
-        change = max(abs(new[k] - busy[k]) for k in busy)
-        busy = {k: (busy[k] + new[k]) / 2 for k in busy}  # damped, as in unit_rates
-        if change < _TOL:
+        rates = _paced(cycles, [times[("s", u)] for u in range(len(units))])
+        busy, settled = _damped(busy, {k: min(1.0, rates[k[1]] * times[k]) for k in busy})
+        if settled:
             break
     return rates
 
