@@ -54,6 +54,8 @@ from dlperf.perfmodel.kernels import (
     changes_since,
     conv_gemm,
     element_bytes,
+    flops,
+    nbytes,
     whole_grids,
 )
 
@@ -373,17 +375,21 @@ def fit_memory(samples: Sequence[KernelSample], d: Dispatch) -> MemoryCurve:
 
 
 def _between(curves: dict[int, MemoryCurve], side: float, nbytes: float) -> float:
-    """The time of ``nbytes`` between the two calibrated sides around ``side`` (channels,
-    hidden units), interpolated in log time and log side; outside them, the nearest
-    one's curve."""
-    keys = sorted(curves)
+    """The time of ``nbytes`` between the two calibrated sides around ``side`` (channels),
+    interpolated in log time and log side; outside them, the nearest one's curve."""
+    return _log_between(sorted(curves), side, lambda k: curves[k].time(nbytes))
+
+
+def _log_between(keys: Sequence[int], side: float, value: Callable[[int], float]) -> float:
+    """``value`` at ``side`` from the two of ``keys`` around it, interpolated in log value
+    and log side; outside them, the nearest one's."""
     lo = max((k for k in keys if k <= side), default=keys[0])
     hi = min((k for k in keys if k >= side), default=keys[-1])
-    t_lo, t_hi = curves[lo].time(nbytes), curves[hi].time(nbytes)
-    if lo == hi or t_lo <= 0 or t_hi <= 0:
-        return t_lo
+    v_lo, v_hi = value(lo), value(hi)
+    if lo == hi or v_lo <= 0 or v_hi <= 0:
+        return v_lo
     w = math.log(side / lo) / math.log(hi / lo)
-    return math.exp((1 - w) * math.log(t_lo) + w * math.log(t_hi))
+    return math.exp((1 - w) * math.log(v_lo) + w * math.log(v_hi))
 
 
 def fit_by_side(samples: Sequence[KernelSample], d: Dispatch, axis: int,
@@ -525,10 +531,27 @@ class LocalFit(_Frozen):
             return (self.bn or self.memory).time(nbytes)
         return _between(self.bn_channels, channels, nbytes)
 
-    def lstm_time(self, nbytes: float, hidden: float) -> float | None:
-        """Seconds of an LSTM layer's training step moving ``nbytes`` at ``hidden`` units,
-        as ``bn_time`` interpolates between channel counts; None where it was not timed."""
-        return _between(self.lstm, hidden, nbytes) if self.lstm else None
+    def lstm_time(self, shape: tuple[float, float, float, float]) -> float | None:
+        """Seconds of an LSTM layer's training step of ``shape`` (batch, steps, inputs,
+        hidden units); None where no LSTM was timed. Its products set its time (the four
+        gates' input and recurrent products, forward and both gradients: ``kernels.flops``'
+        op 'lstm'), so it is read as a FLOP rate: on each calibrated hidden size around the
+        layer's, the rate its curve gives for a layer of that width at the same batch and
+        steps (at that layer's bytes, ``kernels.nbytes``), interpolated in log rate and log
+        width. A width's curve read at the layer's own bytes instead stands for another
+        batch at another width (at equal bytes a wider layer does more FLOPs): DLBench's
+        LSTM, 256 units at batch 128, took 57 ms a layer from JAX's curves at 128 and 512
+        units, whose rates at batch 128 (112 and 118 GFLOP/s) give 111 ms."""
+        if not self.lstm:
+            return None
+        batch, steps, inputs, hidden = shape
+        elem = element_bytes(self.precision)
+
+        def rate(width: int) -> float:
+            at = (batch, steps, width, width)
+            return flops("lstm", at) / self.lstm[width].time(nbytes("lstm", at, elem))
+
+        return flops("lstm", shape) / _log_between(sorted(self.lstm), hidden, rate)
 
     @property
     def in_place(self) -> MemoryCurve:

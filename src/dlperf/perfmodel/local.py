@@ -10,9 +10,9 @@ A layer's time per step (batch B):
   product's, and by the sequence's where the layer runs on every step of a sequence:
   m > 1 rows per sample); a convolution by the convolution
   curves (forward; both gradients together), on its implicit GEMM;
-- an LSTM layer takes the calibrated LSTM kernel's time for its bytes at its hidden size
-  (the library's recurrence, gates and products together: ``lstm_time``), where the
-  calibration timed one;
+- an LSTM layer takes the calibrated LSTM kernel's time at its shape, read as a FLOP
+  rate between the hidden sizes timed (the library's recurrence, gates and products
+  together: ``lstm_time``), where the calibration timed one;
 - a dense or convolution layer with a bias adds it to its output (one pass that writes
   over what it reads) and sums the output's gradient into the bias's (a pass that reads
   it), at the in-place update's bandwidth (``bias_times``);
@@ -147,7 +147,7 @@ def bias_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, float]
     return fit.in_place.time(2 * out), fit.in_place.time(out + n * WEIGHT_BYTES)
 
 
-def lstm_shape(layer: Layer, batch: int) -> tuple[int, int, int, int] | None:
+def lstm_shape(layer: Layer, batch: float) -> tuple[float, int, int, int] | None:
     """The LSTM kernel's (batch, steps, inputs, hidden) of an LSTM layer, from its input
     projection of every step, (steps x 4 hidden x inputs) per sample
     (``workloads.dlbench``); None for a layer without products."""
@@ -157,13 +157,13 @@ def lstm_shape(layer: Layer, batch: int) -> tuple[int, int, int, int] | None:
     return batch, into.m, into.k, into.n // 4
 
 
-def lstm_time(layer: Layer, moved: float, fit: LocalFit) -> float | None:
+def lstm_time(layer: Layer, batch: float, fit: LocalFit) -> float | None:
     """An LSTM layer's training step from the calibrated LSTM kernel (``kernels``' op
-    'lstm': the framework's own layer, timed whole) for the layer's bytes (``moved``, by
-    ``costs``' rule) at its hidden size; None where no LSTM was calibrated (its products
-    then stand in)."""
-    shape = lstm_shape(layer, 1)
-    return fit.lstm_time(moved, shape[3]) if shape else None
+    'lstm': the framework's own layer, timed whole) at the layer's shape
+    (``LocalFit.lstm_time``); None where no LSTM was calibrated (its products then stand
+    in)."""
+    shape = lstm_shape(layer, batch)
+    return fit.lstm_time(shape) if shape else None
 
 
 def _unfused_conv(fit: LocalFit, g: Gemm, batch: float) -> bool:
@@ -239,7 +239,7 @@ def fitted_timing(layer: Layer, cost: LayerCost, batch: float, fit: LocalFit) ->
     """One layer's step on this machine from the fitted curves (module docstring)."""
     fwd, bwd = product_times(layer, batch, fit)
     moved = cost.fwd_bytes + cost.bwd_bytes
-    if layer.op == "lstm" and (whole := lstm_time(layer, moved, fit)) is not None:
+    if layer.op == "lstm" and (whole := lstm_time(layer, batch, fit)) is not None:
         # the layer's own kernel: its recurrence and gates as the library loops over them
         compute, memory, trained = whole, 0.0, layer.train_flops()
         forward = whole * layer.fwd_flops / trained if trained else 0.0
