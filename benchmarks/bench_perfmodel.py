@@ -11,8 +11,9 @@ and the model's error, leave-one-network-out; then the parallel strategies on lo
         # the main job's), instead of the whole grid: a store of its own, since scoped and
         # whole-grid runs in one store add up
     python benchmarks/bench_perfmodel.py --db again.db --measure-again  # every step once
-        # more after the calibration: the machine's own spread between the two processes
-        # of a configuration, beside the model's error
+        # more after the calibration, every parallel configuration twice: the machine's
+        # own spread between the two processes (runs) of a configuration, beside the
+        # model's error
 
 Everything goes through the store, so a second run resumes where the first stopped and
 ``--no-measure`` recomputes the figures from what is stored. A configuration whose worker
@@ -110,18 +111,19 @@ def measure_again(db: str, networks: list[str], frameworks: list[str],
                        measurement=QUICK_MEASUREMENT), db=db)
 
 
-def spread_line(steps: list) -> str | None:
+def spread_line(cases: list, when: str = "before and after the calibration") -> str | None:
     """The machine's own spread over the benchmark: per configuration measured in two or
-    more processes, the first one's time against the last one's (|last / first - 1|),
-    the median and 90th percentile over configurations. A model error near it is as
-    close as this machine lets a measurement check a prediction."""
-    pairs = [(ok[0].metrics.median_s, ok[-1].metrics.median_s) for c in steps
+    more processes (runs, for a parallel one), the first one's time against the last
+    one's (|last / first - 1|), the median and 90th percentile over configurations. A
+    model error near it is as close as this machine lets a measurement check a
+    prediction."""
+    pairs = [(ok[0].metrics.median_s, ok[-1].metrics.median_s) for c in cases
              if len(ok := sorted(c.row.ok, key=lambda r: r.spec.repeat)) >= 2]
     if not pairs:
         return None
     spread = [abs(b / a - 1) for a, b in pairs]
     return (f"machine's own spread: the same configuration in its first and last process "
-            f"(before and after the calibration) differs by {statistics.median(spread):.1%} "
+            f"({when}) differs by {statistics.median(spread):.1%} "
             f"at the median, {validate.p90(spread):.1%} at the 90th percentile "
             f"(n={len(pairs)}); the errors "
             "above are against the median of its undisturbed processes")
@@ -137,14 +139,18 @@ def parallel_scope(strategies: tuple[str, ...] = STRATEGIES) -> list[tuple[str, 
                    for strategy in strategies for workers in (2, 4)})
 
 
-def measure_parallel(db: str) -> None:
+def measure_parallel(db: str, runs: int = 1) -> None:
+    """Every parallel configuration, ``runs`` times (its repetitions 0 .. runs - 1; a
+    second run shows the machine's own spread beside the model's error, as
+    ``measure_again`` does for the steps)."""
     specs = []
     for net, size, batch in PARALLEL_NETS:
         for strategy in STRATEGIES:
             for workers in (2, 4):
-                specs.append(make_spec(net, size=size, strategy=strategy, workers=workers,
-                                       batch_size=batch, threads=1,
-                                       measurement=PARALLEL_MEASUREMENT))
+                spec = make_spec(net, size=size, strategy=strategy, workers=workers,
+                                 batch_size=batch, threads=1,
+                                 measurement=PARALLEL_MEASUREMENT)
+                specs += [spec.model_copy(update={"repeat": r}) for r in range(runs)]
     print(f"measuring {len(specs)} parallel runs on loopback ...", flush=True)
     api.run_specs(specs, db=db, timeout_s=900.0)
 
@@ -203,6 +209,10 @@ def report(db: str, networks: list[str], frameworks: list[str]) -> None:
         for line in (validate.drift_line(cs), validate.at_speed_line(cs)):
             if line:  # rank 0's speed probe against the calibration's
                 print(f"  {line}")
+        for workers in (2, 4):
+            mine = [c for c in cs if c.row.spec.options.workers == workers]
+            if line := spread_line(mine, "one run after the other"):
+                print(f"  {workers} workers, {line}")
         for c in validate.worst(cs, 4):
             print(f"    {c.row.spec.label()}: measured {c.measured_s:.3g} s, predicted "
                   f"{c.predicted_s:.3g} s; {validate.explain(c)}")
@@ -228,8 +238,9 @@ def main() -> int:
     ap.add_argument("--no-measure", action="store_true", help="only read the store")
     ap.add_argument("--no-parallel", action="store_true", help="skip the parallel strategies")
     ap.add_argument("--measure-again", action="store_true", help="measure every step "
-                    "configuration once more after the calibration, and report the machine's "
-                    "own spread between the two beside the model's error")
+                    "configuration once more after the calibration, and every parallel one "
+                    "twice, and report the machine's own spread between the two beside the "
+                    "model's error")
     ap.add_argument("--no-dataflow", action="store_true", help="skip the input pipelines "
                     "(benchmarks/bench_dataflow_model.py's grid, in the same store)")
     a = ap.parse_args()
@@ -252,7 +263,7 @@ def main() -> int:
         if a.measure_again:
             measure_again(a.db, networks, frameworks, threads)
         if not a.no_parallel:
-            measure_parallel(a.db)
+            measure_parallel(a.db, runs=2 if a.measure_again else 1)
         if not a.no_dataflow:
             dataflow.measure(a.db, frameworks)
     report(a.db, networks, frameworks)
