@@ -364,9 +364,12 @@ def test_a_product_takes_at_least_the_memory_pass_of_its_fresh_result(db):
     layer = conv("c", 64, 256, 1, 56)
     (g,) = layer.gemms
     fwd, bwd = product_times(layer, 16, f)
-    assert fwd == f.memory.time(2 * 4 * 16 * 56 * 56 * 256) > f.conv.time(16 * 56 * 56, 256,
-                                                                          64, 1)
-    grads = f.memory.time(2 * 4 * (16 * 56 * 56 * 64 + 64 * 256))
+    out, d_input = 16 * 56 * 56 * 256, 16 * 56 * 56 * 64  # 51 and 13 MB: the first new
+    assert new_pages_s(f, out) > 0 and new_pages_s(f, d_input) == 0  # pages at every call
+    fresh = f.memory.time(2 * 4 * out)
+    assert fresh > f.conv.time(16 * 56 * 56, 256, 64, 1)
+    assert fwd == max(f.conv.time(16 * 56 * 56, 256, 64, 1) + new_pages_s(f, out), fresh)
+    grads = f.memory.time(2 * 4 * (d_input + 64 * 256))
     assert bwd == max(f.conv_bwd.time(16 * 56 * 56, 256, 64, 1), grads)
     slow = f.model_copy(update={"memory": fit.MemoryCurve(nbytes=(1e3, 1e9),
                                                           seconds=(1e-5, 10.0))})
@@ -392,7 +395,7 @@ def test_a_products_new_pages_are_counted_once_even_at_a_timed_shape():
     assert byte_s > 0
 
     def faulted(s):  # what the worker measures: the arithmetic and the result's pages
-        if not s.op.startswith("gemm") or 4 * s.shape[0] * s.shape[1] <= MMAP_THRESHOLD_MAX:
+        if not s.op.startswith("gemm") or 4 * s.shape[0] * s.shape[1] < MMAP_THRESHOLD_MAX:
             return s
         return s.model_copy(update={"median_s": s.median_s + 4 * s.shape[0] * s.shape[1]
                                     * byte_s})
@@ -406,6 +409,56 @@ def test_a_products_new_pages_are_counted_once_even_at_a_timed_shape():
     # a framework that pools its memory keeps its samples as measured
     tf = fit.fit_local(measured, "tensorflow", 1)
     assert tf.gemm_tn.time(*wide) == pytest.approx(sample.median_s - made_up.CALL_S, rel=0.03)
+
+
+def test_a_convolutions_new_pages_are_counted_once_at_a_timed_shape():
+    """As the products': PyTorch's calibration convolution makes fresh results per call,
+    so a backward sample whose input gradient is beyond glibc's mmap threshold carries its
+    new pages; the fit takes them out (``fit.conv_without_new_pages``) and the step adds
+    them per result: at the very shape timed, the prediction is the sample. Its traffic
+    is priced without new pages (the in-place update's curve), a pooling framework's by
+    the memory pass as timed (``fit.traffic_curve``)."""
+    from dlperf.perfmodel.fit import MMAP_THRESHOLD_MAX
+    from dlperf.perfmodel.local import new_pages_s
+
+    shapes = {op: [tuple(s) for s in k.grid(op)] for op in calibration.LOCAL_OPS
+              if op not in ("bn", "pool", "lstm")}
+
+    def mapped(s):  # a machine whose fresh results beyond the threshold fault at 1 GB/s
+        if s.op != "memory" or 4 * s.shape[0] < MMAP_THRESHOLD_MAX:
+            return s
+        return s.model_copy(update={"median_s": s.median_s + 4 * s.shape[0] / 1e9})
+
+    clean = fit.Samples.of([mapped(made_up.sample(op, s)) for op, ss in shapes.items()
+                            for s in ss])
+    plain = fit.fit_local(clean, "torch", 1)
+    byte_s = fit.new_page_byte_s(plain.memory, plain.update)
+
+    def faulted(s):  # what the worker measures: the convolution and its results' pages
+        if not s.op.startswith("conv"):
+            return s
+        big = [4 * e for e in fit.conv_results(s.op, s.shape) if 4 * e >= MMAP_THRESHOLD_MAX]
+        return s.model_copy(update={"median_s": s.median_s + sum(big) * byte_s})
+
+    measured = fit.Samples.of([faulted(s) for s in clean.items])
+    f = fit.fit_local(measured, "torch", 1)
+    wide = (256, 128, 32, 32, 1, 1)  # a 1x1 backward: its input's gradient is 134 MB
+    (sample,) = [s for s in measured.of_op("conv_bwd") if s.shape == wide]
+    d_input, d_weights = fit.conv_results("conv_bwd", wide)
+    pages = new_pages_s(f, d_input) + new_pages_s(f, d_weights)
+    assert new_pages_s(f, d_weights) == 0 and pages > 0.3 * sample.median_s
+    m, n, kk = k.conv_gemm(wide)
+    (before,) = [s for s in clean.of_op("conv_bwd") if s.shape == wide]
+    # the pages taken off, the curve gives the sample without them, and the step adds them
+    assert f.conv_bwd.time(m, n, kk, 1, 1) == pytest.approx(before.median_s - made_up.CALL_S,
+                                                            rel=0.03)
+    assert f.conv_bwd.time(m, n, kk, 1, 1) + pages == pytest.approx(
+        sample.median_s - made_up.CALL_S, rel=0.03)
+    assert f.conv_bwd.memory == f.update  # the traffic's curve: no new pages in it
+    tf = fit.fit_local(measured, "tensorflow", 1)
+    assert tf.conv_bwd.memory == tf.memory
+    # TensorFlow's samples kept as measured: its curve carries most of the sample's pages
+    assert tf.conv_bwd.time(m, n, kk, 1, 1) > before.median_s + 0.5 * pages
 
 
 def _layer_and_cost(network: str, name: str, batch: int):
@@ -1186,7 +1239,8 @@ def test_pytorchs_one_thread_1x1_convolution_of_a_small_batch_is_timed_as_per_sa
                                      + max(f.gemm_tn.time(256, 64, px),
                                            local._fresh(f, 256 * 64))))
     conv_fwd = lambda batch, stride=1: max(  # noqa: E731
-        f.conv.time(batch * px, 256, 64, 1, stride), local._fresh(f, batch * px * 256))
+        f.conv.time(batch * px, 256, 64, 1, stride) + local.new_pages_s(f, batch * px * 256),
+        local._fresh(f, batch * px * 256))
     assert local.product_times(layer, 16, f)[0] == pytest.approx(conv_fwd(16))
     two = f.model_copy(update={"threads": 2})
     assert local.product_times(layer, 8, two)[0] == pytest.approx(conv_fwd(8))
@@ -1208,12 +1262,15 @@ def test_pytorchs_one_thread_1x1_convolution_of_a_small_batch_is_timed_as_per_sa
 def test_profiled_ops_are_timed_by_the_curve_of_what_does_their_work():
     from dlperf.kinds.explain.options import ProfiledOp
     from dlperf.perfmodel import ops
+    from dlperf.perfmodel.local import one_product
 
     f = _fit()
     mm = ops.op_time(ProfiledOp(name="aten::mm", shapes=((2048, 64), (64, 4096)), calls=2,
                                 time_s=0.01), f)
     assert mm.kind == "gemm" and mm.flops == 2 * 2 * 2048 * 4096 * 64
-    assert mm.model_s == pytest.approx(2 * f.gemm.time(2048, 4096, 64), rel=1e-12)
+    # its 32 MiB result: new pages at every call, beside the curve (``local.one_product``)
+    assert mm.model_s == pytest.approx(2 * one_product(f, f.gemm, 2048, 4096, 64), rel=1e-12)
+    assert one_product(f, f.gemm, 2048, 4096, 64) > f.gemm.time(2048, 4096, 64)
     assert "(2048x64) @ (64x4096), inner dimension 64" == mm.shape_text()
     # XLA's dots by their layout: a transposed first operand by the transposed product's
     # curve, both transposed by the sequence's weight gradient's, the rest by the GEMM's
@@ -1350,7 +1407,7 @@ def test_a_strided_library_convolution_takes_its_rows_from_its_conv2d_flop_count
     input's pixels (a stride of 4 would make them 16 times too many); the stride, for
     the input's traffic, from the input's pixels over the output's."""
     from dlperf.kinds.explain.options import ProfiledOp
-    from dlperf.perfmodel import ops
+    from dlperf.perfmodel import local, ops
 
     f = _fit()
     x, w = (8, 3, 224, 224), (64, 3, 11, 11)
@@ -1366,8 +1423,10 @@ def test_a_strided_library_convolution_takes_its_rows_from_its_conv2d_flop_count
     assert lib.kind == "conv" and lib.flops == pytest.approx(flops)
     assert lib.model_s == pytest.approx(f.conv.time(rows, 64, 363, 11, 4))
     assert lib.model_s > f.conv.time(rows, 64, 363, 11, 1)  # 16 times the input's pixels
-    alone = ops.op_times(profiled[1:], f)[0]  # no conv2d record: the input's pixels
-    assert alone.model_s == pytest.approx(f.conv.time(8 * 224 * 224, 64, 363, 11, 1))
+    alone = ops.op_times(profiled[1:], f)[0]  # no conv2d record: the input's pixels (and
+    # their output's new pages, 103 MB of it: ``local.new_pages_s``)
+    assert alone.model_s == pytest.approx(f.conv.time(8 * 224 * 224, 64, 363, 11, 1)
+                                          + local.new_pages_s(f, 8 * 224 * 224 * 64))
     # on a GPU conv2d launches no kernel of its own (no device time): the profile keeps it
     # for its FLOPs all the same, and drops a timeless event that counts none
     from dlperf.backends.torch_profile import kept
@@ -1918,7 +1977,7 @@ def test_reference_curves_are_written_from_a_gpu_calibration(db, tmp_path):
     assert e.value.code == 2
 
 
-def test_a_jax_step_pays_the_new_pages_of_its_temporaries_block(db):
+def test_a_jax_step_pays_the_new_pages_of_its_temporaries_block(db, monkeypatch):
     """XLA:CPU allocates a step's temporaries as one block per call (``local.FRESH_BLOCK``):
     a JAX step adds its activations' bytes at what a fresh result costs over an in-place
     one; a PyTorch step, on the same machine's curves, does not. On the made-up machine a
@@ -1939,16 +1998,13 @@ def test_a_jax_step_pays_the_new_pages_of_its_temporaries_block(db):
     assert local.fresh_block_s(cfg.layers(), 16, torch_fit) == 0.0
     p = {fw: predict_for_spec(RunSpec(network="alexnet", framework=fw, threads=1,
                                       batch_size=16), cal) for fw in ("torch", "jax")}
-    # the same kernels on both (one made-up machine): the steps differ by the block, less
-    # PyTorch's own new pages: its weight gradients beyond glibc's mmap threshold (fc1's
-    # and fc2's), allocated at every step (``local.new_pages_s``)
-    assert p["jax"].breakdown.memory_s - p["torch"].breakdown.memory_s == pytest.approx(
+    # JAX's step is its kernels and the block: without the block's term, the block less
+    monkeypatch.setattr(local, "FRESH_BLOCK", ())
+    kernels_only = predict_for_spec(RunSpec(network="alexnet", framework="jax", threads=1,
+                                            batch_size=16), cal)
+    assert p["jax"].breakdown.memory_s - kernels_only.breakdown.memory_s == pytest.approx(
         block, rel=0.02)
-    torch_pages = sum(local.new_pages_s(torch_fit, layer.params - layer.out_elems)
-                      for layer in cfg.layers() if layer.op == "dense")
-    assert torch_pages > 0
-    assert p["jax"].time_s - p["torch"].time_s == pytest.approx(block - torch_pages,
-                                                                rel=0.02)
+    assert p["jax"].time_s - kernels_only.time_s == pytest.approx(block, rel=0.02)
     assert any("temporaries afresh" in n for n in p["jax"].notes)
     assert not any("temporaries afresh" in n for n in p["torch"].notes)
 

@@ -339,9 +339,10 @@ def test_new_pages_are_paid_by_pytorch_results_beyond_the_mmap_threshold(calibra
 
     with Store(calibrated_db) as store:
         f = local_calibration(store).find("torch", 1)
-    below = MMAP_THRESHOLD_MAX // 4  # elements of 4 bytes: exactly the threshold
+    below = MMAP_THRESHOLD_MAX // 4 - 1024  # elements of 4 bytes: 4 KiB below the threshold
     assert new_pages_s(f, below) == 0  # malloc reuses its own memory up to there
-    big = 2 * below
+    assert new_pages_s(f, below + 1024) > 0  # an allocation of 32 MiB is mapped afresh
+    big = 2 * (below + 1024)
     assert new_pages_s(f, big) == pytest.approx(big * 4 * fresh_byte_s(f))
     # a framework that pools its memory (TensorFlow) or allocates one block per step
     # (JAX, its own term) pays none here

@@ -100,13 +100,16 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
             fwd, bwd = fwd + fwd_s, bwd + bwd_s
             continue
         if layer.op in CONV_OPS:  # results: the output (rows x n); the input's gradient
-            # (rows x input channels, a stride of 1 taken: at least that) and the weights'
-            fwd += calls * max(fit.conv.time(rows, g.n, g.k, g.window, g.stride), _fresh(fit, rows * g.n))
+            # (rows x stride^2 pixels of the input channels) and the weights'; each
+            # result's new pages beside the curve (``fit.conv_without_new_pages``)
+            fwd += calls * max(fit.conv.time(rows, g.n, g.k, g.window, g.stride)
+                               + new_pages_s(fit, rows * g.n), _fresh(fit, rows * g.n))
             share = (1.0 if layer.input_grad else 0.0) + (1.0 if layer.params else 0.0)
-            grads = ((rows * g.k / g.window**2 if layer.input_grad else 0.0)
-                     + (g.n * g.k if layer.params else 0.0))
-            bwd += calls * max(fit.conv_bwd.time(rows, g.n, g.k, g.window, g.stride) * share / 2,
-                               _fresh(fit, grads))
+            d_input = rows * g.stride**2 * g.k / g.window**2 if layer.input_grad else 0.0
+            d_weights = g.n * g.k if layer.params else 0.0
+            bwd += calls * max(fit.conv_bwd.time(rows, g.n, g.k, g.window, g.stride) * share / 2
+                               + new_pages_s(fit, d_input) + new_pages_s(fit, d_weights),
+                               _fresh(fit, d_input + d_weights))
             continue
         fwd += calls * one_product(fit, fit.gemm, rows, g.n, g.k)
         if layer.input_grad:  # dX = dY @ W^T; two inputs (attention): one product each

@@ -59,7 +59,7 @@ from typing import Protocol
 
 from dlperf.perfmodel.fit import LocalFit
 from dlperf.perfmodel.kernels import ELEM, POOL_STRIDE, POOL_WINDOW, bn_bytes, conv_out, pool_bytes
-from dlperf.perfmodel.local import one_product
+from dlperf.perfmodel.local import new_pages_s, one_product
 
 GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "xla:dot", "xla:dot_tn",
         "xla:dot_nt", "xla:dot_tt", "tf:matmul"}
@@ -222,7 +222,8 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit,
         o, cg, kh, kw = w
         k = cg * kh * kw
         rows = total / calls / (2 * o * k) if total else _pixels(x)
-        return fit.conv.time(rows, o, k, kh, _stride(x, rows)), 2.0 * rows * o * k
+        return (fit.conv.time(rows, o, k, kh, _stride(x, rows)) + new_pages_s(fit, rows * o),
+                2.0 * rows * o * k)
     if op.name == XLA_WGRAD:  # (input, output gradient, window): the weight gradient alone,
         x, g, win = op.shapes[:3]  # half the calibrated pair, as a step's layer is timed
         if len(x) != 4 or len(g) != 4 or len(win) != 2:
@@ -236,7 +237,8 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit,
     k = cg * kh * kw
     rows = _pixels(g)
     x = op.shapes[1]  # convolution_backward(grad_output, input, weight, ...)
-    return fit.conv_bwd.time(rows, o, k, kh, _stride(x, rows)), 4.0 * rows * o * k
+    pages = new_pages_s(fit, _numel(x)) + new_pages_s(fit, _numel(w))  # both gradients'
+    return fit.conv_bwd.time(rows, o, k, kh, _stride(x, rows)) + pages, 4.0 * rows * o * k
 
 
 def _pixels(x: Sequence[int]) -> int:
