@@ -364,8 +364,8 @@ def test_a_product_takes_at_least_the_memory_pass_of_its_fresh_result(db):
     layer = conv("c", 64, 256, 1, 56)
     (g,) = layer.gemms
     fwd, bwd = product_times(layer, 16, f)
-    out, d_input = 16 * 56 * 56 * 256, 16 * 56 * 56 * 64  # 51 and 13 MB: the first new
-    assert new_pages_s(f, out) > 0 and new_pages_s(f, d_input) == 0  # pages at every call
+    out, d_input = 16 * 56 * 56 * 256, 16 * 56 * 56 * 64  # 51 and 13 MB: only the output's
+    assert new_pages_s(f, out) > 0 and new_pages_s(f, d_input) == 0  # pages are new each call
     fresh = f.memory.time(2 * 4 * out)
     assert fresh > f.conv.time(16 * 56 * 56, 256, 64, 1)
     assert fwd == max(f.conv.time(16 * 56 * 56, 256, 64, 1) + new_pages_s(f, out), fresh)
@@ -1998,7 +1998,7 @@ def test_a_jax_step_pays_the_new_pages_of_its_temporaries_block(db, monkeypatch)
     assert local.fresh_block_s(cfg.layers(), 16, torch_fit) == 0.0
     p = {fw: predict_for_spec(RunSpec(network="alexnet", framework=fw, threads=1,
                                       batch_size=16), cal) for fw in ("torch", "jax")}
-    # JAX's step is its kernels and the block: without the block's term, the block less
+    # JAX's step is its kernels plus the block: without the block's term, shorter by it
     monkeypatch.setattr(local, "FRESH_BLOCK", ())
     kernels_only = predict_for_spec(RunSpec(network="alexnet", framework="jax", threads=1,
                                             batch_size=16), cal)
