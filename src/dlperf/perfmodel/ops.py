@@ -80,6 +80,9 @@ DISPATCH = {"aten::linear", "aten::matmul", "aten::conv2d", "aten::convolution",
             "aten::select", "aten::slice", "aten::alias", "aten::lift_fresh", "aten::zeros",
             "aten::_unsafe_view", "aten::numpy_T", "aten::contiguous", "aten::flatten",
             "aten::thnn_conv2d",  # (calls _slow_conv2d_forward, which does the work)
+            # ATen's relu is clamp_min(self, 0) and relu_ clamp_min_ (native/Activation.cpp):
+            # the child, profiled beside it, moves the data
+            "aten::relu", "aten::relu_",
             # a view's conjugate or negation bit resolved where none is set, and autograd's
             # detach as PyTorch 2.x's profiler names it: no data moved
             "aten::resolve_conj", "aten::resolve_neg", "detach", "detach_",
