@@ -414,7 +414,7 @@ def test_a_products_new_pages_are_counted_once_even_at_a_timed_shape():
 def test_a_convolutions_new_pages_are_counted_once_at_a_timed_shape():
     """As the products': PyTorch's calibration convolution makes fresh results per call,
     so a backward sample whose input gradient is beyond glibc's mmap threshold carries its
-    new pages; the fit takes them out (``fit.conv_without_new_pages``) and the step adds
+    new pages; the fit takes them out (``fit.without_new_pages``) and the step adds
     them per result: at the very shape timed, the prediction is the sample. Its traffic
     is priced without new pages (the in-place update's curve), a pooling framework's by
     the memory pass as timed (``fit.traffic_curve``)."""

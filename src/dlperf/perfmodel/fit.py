@@ -28,7 +28,7 @@ times the model adds up.
   and backward fitted apart, and its residuals. PyTorch's results beyond glibc's mmap
   threshold are new pages at every call: taken off its samples and added per result
   by the step model, its traffic priced by the in-place update's curve, without them
-  (``conv_without_new_pages``, ``traffic_curve``).
+  (``without_new_pages``, ``traffic_curve``).
 - ``MemoryCurve``: time against bytes moved, interpolated in log-log over the sizes
   measured (caches, then DRAM), the op's fixed cost taken off; the same form serves the
   in-place update, the softmax cross-entropy (against its logits' bytes), batch
@@ -637,28 +637,20 @@ def new_page_byte_s(memory: MemoryCurve, update: MemoryCurve | None) -> float:
     return max(memory.time(moved) - update.time(moved), 0.0) / (moved / 2)
 
 
+def allocates_per_tensor(framework: str, device: str) -> bool:
+    """Whether the framework's results come from glibc's malloc one by one
+    (``MALLOC_PER_TENSOR``, on a CPU): only there is a large result new pages at every
+    call."""
+    return framework in MALLOC_PER_TENSOR and device == "cpu"
+
+
 def mapped_afresh_s(framework: str, device: str, nbytes: float, byte_s: float) -> float:
     """Seconds of the new pages of an ``nbytes`` result at ``byte_s`` a byte: only where
-    the framework allocates tensor by tensor on a CPU (``MALLOC_PER_TENSOR``) and the
-    block is beyond ``MMAP_THRESHOLD_MAX`` (``local.new_pages_s`` says why)."""
-    if framework not in MALLOC_PER_TENSOR or device != "cpu" or nbytes < MMAP_THRESHOLD_MAX:
+    the framework allocates tensor by tensor (``allocates_per_tensor``) and the block is
+    at least ``MMAP_THRESHOLD_MAX`` (``local.new_pages_s`` says why)."""
+    if not allocates_per_tensor(framework, device) or nbytes < MMAP_THRESHOLD_MAX:
         return 0.0
     return nbytes * byte_s
-
-
-def without_new_pages(samples: Sequence[KernelSample], framework: str, device: str,
-                      byte_s: float, elem: int) -> list[KernelSample]:
-    """The products' samples less their results' new pages (``mapped_afresh_s``): the
-    calibration's product makes a fresh result per call, so such a sample carries them,
-    and the step model adds them on its own (``local.new_pages_s``); left in, a product
-    timed at a network's own shape would count them twice. Never below half the sample
-    (noise must not make a product free)."""
-    out = []
-    for s in samples:
-        if pages := mapped_afresh_s(framework, device, s.shape[0] * s.shape[1] * elem, byte_s):
-            s = s.model_copy(update={"median_s": max(s.median_s - pages, 0.5 * s.median_s)})
-        out.append(s)
-    return out
 
 
 def conv_results(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -670,21 +662,30 @@ def conv_results(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     return batch * c_in * side * side, window * window * c_in * c_out
 
 
-def conv_without_new_pages(samples: Sequence[KernelSample], framework: str, device: str,
-                           byte_s: float, elem: int) -> list[KernelSample]:
-    """A convolution's samples less their results' new pages, as ``without_new_pages``
-    does for the products: a result beyond glibc's threshold is mapped afresh at each
-    call, a cost the step model adds per result (``local.new_pages_s``), while the
-    curve's traffic term prices the layout copies by a curve without new pages
-    (``traffic_curve``). Left in, they made the fitted traffic charge the 65 MB a 1x1
-    backward over 512 x 28 x 28 at batch 16 moves (its 24.5 MiB input and 6 MiB output
-    gradient, twice) at the fault rate of one fresh 32 MiB result: 66 ms modelled, 29 ms
-    in PyTorch's step."""
+def results(sample: KernelSample) -> tuple[int, ...]:
+    """Elements of each result one call of a product (m x n) or a convolution
+    (``conv_results``) makes."""
+    if sample.op in ("conv", "conv_bwd"):
+        return conv_results(sample.op, sample.shape)
+    return (sample.shape[0] * sample.shape[1],)
+
+
+def without_new_pages(samples: Sequence[KernelSample], framework: str, device: str,
+                      byte_s: float, elem: int) -> list[KernelSample]:
+    """The products' and convolutions' samples less their results' new pages
+    (``mapped_afresh_s``, per result: ``results``): the calibration's kernel makes fresh
+    results at each call, so such a sample carries them, and the step model adds them on
+    its own (``local.new_pages_s``); left in, a kernel timed at a network's own shape
+    would count them twice, and a convolution's fitted traffic would charge every large
+    working set the fault rate (the 65 MB a 1x1 backward over 512 x 28 x 28 at batch 16
+    moves, its 24.5 MiB input and 6 MiB output gradient twice, at the rate of one fresh
+    32 MiB result: 66 ms modelled, 29 ms in PyTorch's step; its traffic is priced without
+    new pages instead, ``traffic_curve``). Never below half the sample (noise must not
+    make a kernel free)."""
     out = []
     for s in samples:
-        pages = sum(mapped_afresh_s(framework, device, e * elem, byte_s)
-                    for e in conv_results(s.op, s.shape))
-        if pages:
+        if pages := sum(mapped_afresh_s(framework, device, e * elem, byte_s)
+                        for e in results(s)):
             s = s.model_copy(update={"median_s": max(s.median_s - pages, 0.5 * s.median_s)})
         out.append(s)
     return out
@@ -693,14 +694,14 @@ def conv_without_new_pages(samples: Sequence[KernelSample], framework: str, devi
 def traffic_curve(memory: MemoryCurve, update: MemoryCurve | None, framework: str,
                   device: str) -> MemoryCurve:
     """The bandwidth a convolution's layout copies get. Where the samples' new pages are
-    taken off and charged per result (``conv_without_new_pages``: PyTorch on a CPU), the
+    taken off and charged per result (``allocates_per_tensor``: PyTorch on a CPU), the
     in-place update's: the working set's caches, then DRAM, without new pages (the
     memory pass makes a fresh result at each call, and beyond 32 MiB that is a page
     fault per page, ten times slower here: a cost of the result, not of the bytes
     moved). Elsewhere the memory pass's, fresh pages and all, as the samples carry
     them: XLA's step makes its temporaries afresh too (``local.FRESH_BLOCK``), and
     TensorFlow's pool makes both passes alike."""
-    if framework in MALLOC_PER_TENSOR and device == "cpu" and update is not None:
+    if allocates_per_tensor(framework, device) and update is not None:
         return update
     return memory
 
@@ -750,11 +751,8 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
     elem = element_bytes(precision)
     byte_s = new_page_byte_s(memory, update)
 
-    def products(op: str) -> list[KernelSample]:
+    def products(op: str) -> list[KernelSample]:  # and convolutions
         return without_new_pages(samples.of_op(op), framework, device, byte_s, elem)
-
-    def convs(op: str) -> list[KernelSample]:
-        return conv_without_new_pages(samples.of_op(op), framework, device, byte_s, elem)
 
     traffic = traffic_curve(memory, update, framework, device)
 
@@ -771,8 +769,8 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     gemm_tn=fit_gemm(tn, d, anchor("gemm_tn")) if len(tn) >= 6 else None,
                     gemm_tn_seq=(fit_gemm(seq, d, anchor("gemm_tn_seq")) if len(seq) >= 6
                                  else None),
-                    conv=fit_conv(convs("conv"), d, traffic, elem, anchor("conv")),
-                    conv_bwd=fit_conv(convs("conv_bwd"), d, traffic, elem,
+                    conv=fit_conv(products("conv"), d, traffic, elem, anchor("conv")),
+                    conv_bwd=fit_conv(products("conv_bwd"), d, traffic, elem,
                                       anchor("conv_bwd")),
                     memory=memory,
                     update=update,

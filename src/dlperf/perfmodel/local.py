@@ -101,7 +101,7 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
             continue
         if layer.op in CONV_OPS:  # results: the output (rows x n); the input's gradient
             # (rows x stride^2 pixels of the input channels) and the weights'; each
-            # result's new pages beside the curve (``fit.conv_without_new_pages``)
+            # result's new pages beside the curve (``fit.without_new_pages``)
             fwd += calls * max(fit.conv.time(rows, g.n, g.k, g.window, g.stride)
                                + new_pages_s(fit, rows * g.n), _fresh(fit, rows * g.n))
             share = (1.0 if layer.input_grad else 0.0) + (1.0 if layer.params else 0.0)
@@ -205,7 +205,7 @@ def one_product(fit: LocalFit, curve: GemmCurve, m: float, n: float, k: float) -
 
 def new_pages_s(fit: LocalFit, elems: float) -> float:
     """The first touch of a result's new pages, where the framework allocates it with
-    glibc's malloc (``MALLOC_PER_TENSOR``) and it is beyond ``MMAP_THRESHOLD_MAX``: such a
+    glibc's malloc (``MALLOC_PER_TENSOR``) and it is at least ``MMAP_THRESHOLD_MAX``: such a
     block is mapped afresh at every allocation and unmapped when freed (mallopt(3),
     M_MMAP_THRESHOLD: the dynamic threshold rises at most to 32 MiB on 64-bit systems),
     so a product that writes it takes a page fault per page on its own thread, beside
