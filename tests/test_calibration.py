@@ -2117,6 +2117,107 @@ def test_a_kernel_timed_beside_a_busy_process_records_it_and_the_calibration_say
     assert "predicted from a disturbed calibration: torch x1" in md
 
 
+def test_a_busy_sample_whose_calls_spread_was_timed_while_the_machine_moved():
+    """``steadiness.unsteady``: a sample whose median call took more than UNSTEADY times
+    its fastest tenth, its threads busy; not one that kept a thread idle (XLA's small ops
+    spread of their own accord), nor a steady one, nor one of two calls."""
+    from dlperf.perfmodel import steadiness
+
+    def at(times, cpu):
+        return k.KernelSample(op="memory", shape=(4096,), median_s=sorted(times)[len(times) // 2],
+                              times_s=tuple(times), cpu_util=cpu)
+
+    spread = [1.0] * 3 + [1.5] * 7
+    assert steadiness.spread(at(spread, 1.0)) == pytest.approx(1.5)
+    assert steadiness.unsteady(at(spread, 1.0), threads=1)
+    assert not steadiness.unsteady(at(spread, 1.0), threads=2)  # a thread idle half the time
+    assert not steadiness.unsteady(at(spread, None), threads=1)  # not measured
+    assert not steadiness.unsteady(at([1.0] * 9 + [1.2], 1.0), threads=1)
+    assert steadiness.spread(at([1.0, 2.0], 1.0)) == 1.0
+    shares = steadiness.unsteady_share([at(spread, 1.0)] * 2 + [at([1.0] * 5, 1.0)] * 2, 1)
+    assert shares == {"memory": 0.5}
+    assert steadiness.unsteady_share([at(spread, 1.0)] * 3, 1) == {}  # too few to tell
+
+
+def test_an_unsteady_sample_is_timed_again_at_the_end_and_the_steadier_kept(monkeypatch):
+    """At the end of a kernel run each unsteady sample is timed once more and replaced
+    only by a steadier timing (its spread, never its time); a resumed one and a GPU's are
+    kept as they were. The outcome counts them."""
+    from dlperf.backends.base import Trainer
+    from dlperf.core.timing import Timing
+    from dlperf.engine.worker import execute
+    from dlperf.kinds.calibrate import run as cw
+    from dlperf.perfmodel import steadiness
+
+    class Idle(Trainer):
+        def step(self):
+            pass
+
+        def sync(self):
+            pass
+
+    class Fake:
+        def kernel(self, op, shape, device):
+            return Idle()
+
+    def sample(op, times):
+        return k.KernelSample(op=op, shape=(4096,), median_s=sorted(times)[len(times) // 2],
+                              times_s=tuple(times), cpu_util=1.0)
+
+    spread = [1.0] * 3 + [1.5] * 7
+    again = iter([[1.6] * 10, [0.9] * 3 + [1.8] * 7])  # steadier (though slower); more spread
+    monkeypatch.setattr(cw, "_timed", lambda *a: Timing(steps_s=next(again), cpu_s=1.0,
+                                                        wall_s=1.0))
+    o = KernelOptions(parts=(KernelPart(op="memory", shapes=((4096,),)),), versions={},
+                      revision=1)
+    spec = RunSpec(kind="kernel", network="kernels", framework="torch", batch_size=1,
+                   threads=1, options=o)
+    steady, memory, update = sample("gemm", [1.0] * 10), sample("memory", spread), sample(
+        "update", spread)
+    emitted = []
+    got, retimed, replaced = cw._steadier(o, spec, Fake(), emitted.append,
+                                          [steady, memory, update], {("update", (4096,))})
+    assert (retimed, replaced) == (1, 1) and got[0] is steady and got[2] is update
+    assert got[1].median_s == 1.6 and [e["op"] for e in emitted] == ["memory"]
+    got, retimed, replaced = cw._steadier(o, spec, Fake(), emitted.append, [memory], set())
+    assert (retimed, replaced) == (1, 0) and got == [memory]
+    gpu = spec.model_copy(update={"device": "gpu"})
+    assert cw._steadier(o, gpu, Fake(), emitted.append, [memory], set()) == ([memory], 0, 0)
+    # a real kernel run: every product taken as unsteady is timed again, and counted
+    monkeypatch.undo()
+    monkeypatch.setattr(steadiness, "unsteady", lambda s, threads: s.op == "gemm")
+    run = spec.model_copy(update={"options": KernelOptions(parts=(
+        KernelPart(op="gemm", shapes=((64, 64, 64), (128, 64, 64))),
+        KernelPart(op="memory", shapes=((4096,),))), min_time_s=0.01, revision=k.REVISION)})
+    r = execute(run)
+    assert r.ok and r.outcome.retimed == 2 and 0 <= r.outcome.steadier <= 2
+    assert len(r.outcome.samples) == 3
+
+
+def test_a_calibration_timed_while_the_machine_moved_says_so_where_it_predicts(db, capsys):
+    """A stored calibration whose memory passes spread with their threads busy (timed
+    twice, still unsteady) is UNSTEADY: its quality line names the op and the share, and
+    its predictions say so with the command that fixes it. Read off the samples, so a
+    calibration stored before dlperf looked says it too."""
+    from dlperf.cli.calibrate import quality_line
+
+    with Store(db) as store:
+        for res in made_up.kernel_results(threads=(1,), allreduce=False):
+            moved = tuple(s.model_copy(update={
+                "cpu_util": 1.0, "times_s": (s.median_s / 1.5,) * 3 + (s.median_s,) * 7})
+                if s.op == "memory" else s for s in res.outcome.samples)
+            store.add(res.model_copy(update={"outcome": res.outcome.model_copy(
+                update={"samples": moved, "other_cpu_share": {"memory": 0.01}})}))
+        fit_ = calibration.local_calibration(store).find("torch", 1)
+        store.add(result("fcn5", 1, 0.05))
+    assert fit_.unsteady_ops == {"memory": 1.0} and fit_.doubtful and not fit_.disturbed
+    line = quality_line([fit_])
+    assert "UNSTEADY" in line and "memory 100%" in line and "--force" in line
+    assert "undisturbed" in quality_line([fit_.model_copy(update={"unsteady": {"memory": 0.1}})])
+    assert main(["predict", "-n", "fcn5", "--device", "cpu", "--db", str(db)]) == 0
+    assert "UNSTEADY" in capsys.readouterr().out
+
+
 def test_an_uncalibrated_machine_names_the_calibration_of_its_device():
     from dlperf.core.errors import UsageError
     from dlperf.perfmodel.machine_fits import MachineFits

@@ -181,8 +181,9 @@ def _dataflow(a: argparse.Namespace, frameworks: list[str]) -> int:
 
 def quality_line(fits) -> str:
     """The calibration's one line on its own quality: undisturbed, or which kernels other
-    processes disturbed and by how much (``LocalFit.quality``)."""
-    bad = [f for f in fits if f.disturbed]
+    processes disturbed or the machine's own speed moved under, and by how much
+    (``LocalFit.quality``)."""
+    bad = [f for f in fits if f.doubtful]
     speed = f"; {line}" if (line := speed_steadiness(fits)) else ""
     if bad:
         return "calibration quality: " + "; ".join(

@@ -50,6 +50,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from dlperf.core.disturbance import DISTURBED
+from dlperf.perfmodel import steadiness
 from dlperf.perfmodel.kernels import (
     REVISION,
     TRAIN_KERNELS,
@@ -514,6 +515,9 @@ class LocalFit(_Frozen):
     #: the revision of dlperf's kernels its samples were timed with (``kernels.REVISION``;
     #: None: not known, curves not from this machine's calibration)
     revision: int | None = None
+    #: per op, the share of its samples timed while the machine's own speed moved
+    #: (``perfmodel.steadiness``; empty: not read, curves not from this machine)
+    unsteady: dict[str, float] = Field(default_factory=dict)
 
     def covers(self, network: str, batch: int) -> bool:
         """Whether its kernels were timed at the shapes of ``network`` at ``batch`` (or
@@ -574,18 +578,44 @@ class LocalFit(_Frozen):
         """The ops timed while other processes took more than ``DISTURBED`` of the CPUs."""
         return {op: v for op, v in self.other_cpu_share.items() if v > DISTURBED}
 
+    @property
+    def unsteady_ops(self) -> dict[str, float]:
+        """The ops with more than ``steadiness.UNSTEADY_OP`` of their samples timed while
+        the machine's own speed moved, even after they were timed again."""
+        return {op: v for op, v in self.unsteady.items() if v > steadiness.UNSTEADY_OP}
+
+    @property
+    def doubtful(self) -> bool:
+        """Whether its predictions should say how it was timed (``quality``)."""
+        return bool(self.disturbed or self.unsteady_ops)
+
     def quality(self) -> str:
-        """One line: whether other processes disturbed this calibration, and the fix."""
+        """One line: whether other processes disturbed this calibration or the machine's
+        own speed moved under it, and the fix."""
+        fix = (f"run 'dlperf calibrate --frameworks {self.framework} --threads "
+               f"{self.threads} --force'")
+        moved = ", ".join(f"{op} {v:.0%}" for op, v in
+                          sorted(self.unsteady_ops.items(), key=lambda x: -x[1]))
+        unsteady = (f"UNSTEADY: the machine's own speed moved while these kernels were timed "
+                    f"({moved} of their samples had calls spread by more "
+                    f"than {steadiness.UNSTEADY - 1:.0%} with the threads busy)")
         if not self.other_cpu_share:
+            if moved:
+                return f"{unsteady}; its predictions may be off: {fix} on a steadier machine"
             return "disturbance not measured (calibrated by an older dlperf, or no /proc/stat)"
         bad = self.disturbed
         if not bad:
+            if moved:
+                return (f"{unsteady}; other processes took at most "
+                        f"{max(self.other_cpu_share.values()):.0%} of the CPUs; its "
+                        f"predictions may be off: {fix} when the machine is steadier, or "
+                        f"with --repeat 3")
             return (f"undisturbed (other processes took at most "
                     f"{max(self.other_cpu_share.values()):.0%} of the CPUs while it was timed)")
         worst = ", ".join(f"{op} {v:.0%}" for op, v in sorted(bad.items(), key=lambda x: -x[1]))
         return (f"DISTURBED: other processes took {worst} of the CPUs while those kernels "
-                f"were timed; its predictions may be off: run 'dlperf calibrate --frameworks "
-                f"{self.framework} --threads {self.threads} --force' on a quiet machine")
+                f"were timed{'; ' + unsteady if moved else ''}; its predictions may be off: "
+                f"{fix} on a quiet machine")
 
     def describe(self) -> str:
         g = self.gemm
@@ -601,7 +631,7 @@ class LocalFit(_Frozen):
                 f"{self.dispatch.step_call_s * 1e6:.3g} us per step call"
                 + (f"; products and convolutions timed at the shapes of "
                    f"{', '.join(self.scope)} and a skeleton of the grid" if self.scope else "")
-                + (f"; {self.quality()}" if self.disturbed else "")
+                + (f"; {self.quality()}" if self.doubtful else "")
                 + (f"; {note}" if (note := self.older_kernels()) else ""))
 
     def older_kernels(self) -> str | None:

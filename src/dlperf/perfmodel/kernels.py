@@ -229,6 +229,10 @@ class KernelOutcome(BaseModel):
     failures: dict[str, str] = Field(default_factory=dict)  # 'm x n x k' -> reason
     #: samples kept from an interrupted run of the same spec instead of timed again
     resumed: int = 0
+    #: samples timed while the machine's own speed moved, timed once more at the end of
+    #: the run (``perfmodel.steadiness``), and of them those the second timing replaced
+    retimed: int = 0
+    steadier: int = 0
     #: the worker's resident memory with the framework loaded, before any kernel: the
     #: framework's runtime baseline (``perfmodel.memory``)
     baseline_rss_bytes: int | None = None

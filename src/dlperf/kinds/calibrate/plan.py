@@ -26,7 +26,7 @@ from dlperf.kinds.calibrate.options import (
     KernelSample,
 )
 from dlperf.kinds.peak.rates import versions as library_versions
-from dlperf.perfmodel import network_kernels
+from dlperf.perfmodel import network_kernels, steadiness
 from dlperf.perfmodel.fit import Samples
 from dlperf.perfmodel.kernels import COLLECTIVES, MACHINE_OPS, REVISION, grid
 from dlperf.perfmodel.machine_fits import MachineFits
@@ -182,6 +182,9 @@ class Stored:
     timed_at: tuple[str, ...] = ()
     #: the newest revision of dlperf's kernels among its runs (``kernels.REVISION``)
     revision: int | None = None
+    #: per op, the share of its samples timed while the machine's speed moved (the median
+    #: over its runs; ``perfmodel.steadiness``)
+    unsteady: dict[str, float] = field(default_factory=dict)
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -258,6 +261,7 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
     others: dict[tuple[str, int, str, str], dict[str, list[float]]] = {}
     probes: dict[tuple[str, int, str, str], list[dict[str, float]]] = {}
     trained: dict[tuple[str, int, str, str], dict[str, list[int]]] = {}
+    unsteady: dict[tuple[str, int, str, str], dict[str, list[float]]] = {}
     collective = []
     for key, runs in groups:
         o = runs[0].spec.options
@@ -280,6 +284,9 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
         for x in runs:
             for op, share in x.outcome.other_cpu_share.items():  # type: ignore[union-attr]
                 others.setdefault(key, {}).setdefault(op, []).append(share)
+            for op, share in steadiness.unsteady_share(
+                    x.outcome.samples, key[1]).items():  # type: ignore[union-attr]
+                unsteady.setdefault(key, {}).setdefault(op, []).append(share)
             for net, b in x.outcome.train_runtime_bytes.items():  # type: ignore[union-attr]
                 trained.setdefault(key, {}).setdefault(net, []).append(b)
             if x.outcome.speed_probe:  # type: ignore[union-attr]
@@ -290,7 +297,8 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                    None if (sc := scopes.get(key)) is None else tuple(sorted(sc)),
                    speed_probe.typical(probes.get(key, ())),
                    {net: statistics.median(v) for net, v in trained.get(key, {}).items()},
-                   tuple(sorted(timed_at.get(key, ()))), revision.get(key))
+                   tuple(sorted(timed_at.get(key, ()))), revision.get(key),
+                   {op: statistics.median(v) for op, v in unsteady.get(key, {}).items()})
             for key, s in sorted(by_key.items()) for fw, t, dev, prec in [key]]
 
 
@@ -332,7 +340,7 @@ def local_calibration(store: Store, *, device: str | None = "cpu",
                           measured={(s.framework, s.threads, s.device, s.precision): {
                               "other_cpu_share": dict(s.other_cpu_share), "scope": s.scope,
                               "speed_probe": dict(s.speed_probe), "timed_at": s.timed_at,
-                              "revision": s.revision}
+                              "revision": s.revision, "unsteady": dict(s.unsteady)}
                                     for s in complete},
                           workers=worker_runtimes(store))
 

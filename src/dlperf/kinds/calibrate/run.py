@@ -23,6 +23,13 @@ that other processes took. An op timed while others took more than
 ``disturbance.DISTURBED`` is timed once more and the less disturbed timing kept; the
 share stays in the outcome (``KernelOutcome.other_cpu_share``), so that the calibration
 says it was disturbed, and every prediction made from it.
+
+Neither sees the machine itself slow down, in spells of seconds that leave no trace in
+its counters; a sample's own calls do (``perfmodel.steadiness``: busy, and spread). Each
+unsteady sample is timed once more after every op has been, seconds to minutes later, when
+such a spell has likely passed, and the steadier of the two is kept (by its spread, never
+by its time). What stays unsteady is read off the stored samples when the calibration is
+fitted, and said like a disturbance.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from dlperf.core.spec import Measurement, RunResult, RunSpec
 from dlperf.core.timing import Timing, measure, measure_window
 from dlperf.kinds.calibrate import peaks
 from dlperf.kinds.calibrate import runtime as train_runtime
+from dlperf.perfmodel import steadiness
 from dlperf.perfmodel.kernels import (
     COLLECTIVES,
     MACHINE_OPS,
@@ -59,9 +67,8 @@ from dlperf.perfmodel.kernels import (
     label,
     nbytes,
 )
+from dlperf.perfmodel.steadiness import BUSY
 
-#: the share of its threads a kernel must keep busy to count as undisturbed
-BUSY = 0.85
 ATTEMPTS = 3
 #: two attempts this close in CPU use (share of one thread) and in time are alike
 ALIKE = 0.1
@@ -256,6 +263,38 @@ def _watched_shapes(o: KernelOptions, part: KernelPart, spec: RunSpec,
     return (again, share2) if better else (samples, share)
 
 
+def _steadier(o: KernelOptions, spec: RunSpec, backend: CalibrationKernels,
+              emit: Callable[[dict], None], samples: list[KernelSample],
+              resumed: set[tuple]) -> tuple[list[KernelSample], int, int]:
+    """``samples`` with each one timed unsteadily (``perfmodel.steadiness``) timed once
+    more, the steadier of the two kept (module docstring), and how many were timed again
+    and replaced. On a GPU the device's clock times a kernel, whatever the host does;
+    resumed samples are kept as they were."""
+    if spec.device != "cpu":
+        return samples, 0, 0
+    out, retimed, replaced = [], 0, 0
+    for s in samples:
+        if s.op in MACHINE_OPS or (s.op, s.shape) in resumed \
+                or not steadiness.unsteady(s, spec.threads):
+            out.append(s)
+            continue
+        retimed += 1
+        try:
+            trainer = Queued(backend.kernel(s.op, s.shape, spec.device), 1)
+            timing = _timed(trainer, o, spec.threads, spec.device)
+        except Exception:  # it ran once: keep that sample rather than lose the shape
+            out.append(s)
+            continue
+        again = _sample(s.op, s.shape, trainer.per_call(timing.steps_s),
+                        cpu_util=timing.cpu_util, precision=spec.precision)
+        del trainer
+        if steadiness.spread(again) < steadiness.spread(s):
+            _emit(emit, again)  # a run killed later keeps the later sample of the shape
+            s, replaced = again, replaced + 1
+        out.append(s)
+    return out, retimed, replaced
+
+
 def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]], None],
                 base: dict[str, Any], resume: KernelOutcome | None = None) -> RunResult:
     """Time every shape of every op of ``spec``'s kernel options; a failing shape is
@@ -311,12 +350,16 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
                 others[part.op] = round(share, 4)
             if spread:  # between two ops: outside their watched windows
                 spread.after_part()
+    retimed = replaced = 0
+    if kernels is not None:
+        samples, retimed, replaced = _steadier(o, spec, kernels, emit, samples, set(done))
     resumed = sum(1 for s in samples if done.get((s.op, s.shape)) is s)
     probe = spread.finish() if spread and samples else {}
     # after the last probe: nothing the calibration measured runs beside them
     peak_runs = peaks.peak_runs(spec, backend, base) if o.peaks and samples \
         and spec.repeat == 0 else ()
     outcome = KernelOutcome(samples=tuple(samples), failures=failures, resumed=resumed,
+                            retimed=retimed, steadier=replaced,
                             baseline_rss_bytes=baseline, other_cpu_share=others,
                             gloo_runtime_bytes=max((r.gloo_bytes for r in runtimes),
                                                    default=None),

@@ -595,10 +595,11 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
 
     predict_row.timed = timed  # type: ignore[attr-defined]
 
-    # what a table of its predictions marks: the calibrations other processes disturbed,
-    # and the rows measured while the machine ran at another speed than calibrated
+    # what a table of its predictions marks: the calibrations other processes disturbed or
+    # timed unsteadily, and the rows measured while the machine ran at another speed than
+    # calibrated
     predict_row.disturbed = {(f.framework, f.threads): f"{f.framework} x{f.threads}: "  # type: ignore[attr-defined]
-                             f"{f.quality()}" for f in cal.fits if f.disturbed}
+                             f"{f.quality()}" for f in cal.fits if f.doubtful}
     predict_row.drift = lambda row: (  # type: ignore[attr-defined]
         machine_drift(row, cal) if row.machine_id in (None, mine) else None)
     # the rows past the cores, predicted with the cores' calibration: (threads, cores)
