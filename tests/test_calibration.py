@@ -1465,6 +1465,31 @@ def test_the_diagnosis_names_a_kind_of_op_that_loses_in_many_small_groups():
     assert "0.1 times" in faster.diagnosis() and "faster" in faster.diagnosis()
 
 
+def test_the_diagnosis_names_the_op_whose_many_shapes_lose_most_of_a_kind():
+    """XLA names a fusion after what it does, one name at many shapes: twelve
+    transpose_copy_fusion groups, none alone notable, lose most of the memory-bound ops'
+    gap, and the diagnosis names them with their calls, time and model; a kind whose loss
+    is spread over ops of different names names none."""
+    from dlperf.kinds.explain.analysis import Explanation
+    from dlperf.kinds.explain.options import ProfileOutcome
+    from dlperf.perfmodel.ops import OpTime
+
+    ops = [OpTime("xla:transpose_copy_fusion", ((i + 1, 8),), "memory", 2, 0.06, 0.01, 0.0,
+                  1e6) for i in range(12)]
+    ops += [OpTime(f"xla:add_fusion#{i}", (), "memory", 1, 0.02, 0.01, 0.0, 1e6)
+            for i in range(5)]
+    profile = ProfileOutcome(profiler="jax", steps=1, step_s=2.0, ops=())
+    e = Explanation(result=None, profile=profile, ops=ops, fit=_fit(), prediction=None)
+    text = e.diagnosis()
+    assert text.startswith("memory-bound ops take")
+    assert "most of it in 24 calls of xla:transpose_copy_fusion (12 shapes)" in text
+    assert "720 ms against 120 ms modelled" in text
+    spread = Explanation(result=None, profile=profile, fit=_fit(), prediction=None,
+                         ops=[OpTime(f"xla:fusion#{i}", (), "memory", 1, 0.1, 0.05, 0.0, 1e6)
+                              for i in range(10)])
+    assert "most of it" not in spread.diagnosis()
+
+
 def test_explain_profiles_a_torch_step_and_names_the_op_that_loses_most(db, capsys):
     with Store(db) as store:
         made_up.calibrated(store)

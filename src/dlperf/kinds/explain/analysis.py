@@ -131,6 +131,26 @@ class Explanation:
                        f"to {-(-d // align) * align} is the usual cure")
         return speed + out
 
+    def _losing_op(self, kind: str, excess: float) -> str:
+        """'; most of it in 154 calls of xla:transpose_copy_fusion (55 shapes), ...': the
+        op whose groups of ``kind`` together lose more than half of ``excess``, the kind's
+        time over its model, where each group alone loses too little to be named (one op
+        of a compiled step runs at many shapes: XLA names its fusions after what they do);
+        '' where none does."""
+        by: dict[str, list[OpTime]] = {}
+        for o in self.ops:
+            if o.kind == kind:
+                by.setdefault(o.name, []).append(o)
+        name, groups = max(by.items(), key=lambda kv: sum(o.excess_s for o in kv[1]))
+        lost = sum(o.excess_s for o in groups)
+        if len(groups) < 2 or lost < excess / 2:
+            return ""
+        calls = sum(o.calls for o in groups)
+        took, model = sum(o.measured_s for o in groups), sum(o.model_s for o in groups)
+        return (f"; most of it in {calls:g} call{'s' if calls != 1 else ''} of {name} "
+                f"({len(groups)} shapes): {units.seconds(took)} against "
+                f"{units.seconds(model)} modelled")
+
     def diagnosis(self) -> str:
         step = self.profile.step_s
         worst = max(self.ops, key=lambda o: o.excess_s, default=None)
@@ -156,7 +176,8 @@ class Explanation:
                     f"the {units.seconds(model)} their calibrated curves give")
             if measured > model:
                 return (f"{head} ({groups} op group{'s' if groups != 1 else ''}, none alone "
-                        f"{NOTABLE:.0%} of the step over its model)")
+                        f"{NOTABLE:.0%} of the step over its model)"
+                        + self._losing_op(k, measured - model))
             return (f"{head}: the library runs them faster in the step than the "
                     f"calibration's kernels of the same shapes")
         if self.outside_s >= 0.2 * step:
