@@ -2206,6 +2206,10 @@ def test_an_unsteady_sample_is_timed_again_at_the_end_and_the_steadier_kept(monk
     assert got[1].median_s == 1.6 and [e["op"] for e in emitted] == ["memory"]
     got, retimed, replaced = cw._steadier(o, spec, Fake(), emitted.append, [memory], set())
     assert (retimed, replaced) == (1, 0) and got == [memory]
+    # steadier, but with its thread idle half the time (another process took it): kept out
+    monkeypatch.setattr(cw, "_timed", lambda *a: Timing(steps_s=[1.6] * 10, cpu_s=0.5,
+                                                        wall_s=1.0))
+    assert cw._steadier(o, spec, Fake(), emitted.append, [memory], set())[0] == [memory]
     gpu = spec.model_copy(update={"device": "gpu"})
     assert cw._steadier(o, gpu, Fake(), emitted.append, [memory], set()) == ([memory], 0, 0)
     # a real kernel run: every product taken as unsteady is timed again, and counted

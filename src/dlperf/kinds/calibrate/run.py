@@ -267,9 +267,9 @@ def _steadier(o: KernelOptions, spec: RunSpec, backend: CalibrationKernels,
               emit: Callable[[dict], None], samples: list[KernelSample],
               resumed: set[tuple]) -> tuple[list[KernelSample], int, int]:
     """``samples`` with each one timed unsteadily (``perfmodel.steadiness``) timed once
-    more, the steadier of the two kept (module docstring), and how many were timed again
-    and replaced. On a GPU the device's clock times a kernel, whatever the host does;
-    resumed samples are kept as they were."""
+    more, the steadier of the two kept where the second kept its threads busy (module
+    docstring), and how many were timed again and replaced. On a GPU the device's clock
+    times a kernel, whatever the host does; resumed samples are kept as they were."""
     if spec.device != "cpu":
         return samples, 0, 0
     out, retimed, replaced = [], 0, 0
@@ -288,7 +288,9 @@ def _steadier(o: KernelOptions, spec: RunSpec, backend: CalibrationKernels,
         again = _sample(s.op, s.shape, trainer.per_call(timing.steps_s),
                         cpu_util=timing.cpu_util, precision=spec.precision)
         del trainer
-        if steadiness.spread(again) < steadiness.spread(s):
+        # steadier, and flat out: a timing that another process slowed keeps a thread idle
+        if steadiness.spread(again) < steadiness.spread(s) \
+                and timing.cpu_util >= BUSY * spec.threads:
             _emit(emit, again)  # a run killed later keeps the later sample of the shape
             s, replaced = again, replaced + 1
         out.append(s)
