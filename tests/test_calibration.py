@@ -2236,13 +2236,17 @@ def test_a_calibration_timed_while_the_machine_moved_says_so_where_it_predicts(d
                 "cpu_util": 1.0, "times_s": (s.median_s / 1.5,) * 3 + (s.median_s,) * 7})
                 if s.op == "memory" else s for s in res.outcome.samples)
             store.add(res.model_copy(update={"outcome": res.outcome.model_copy(
-                update={"samples": moved, "other_cpu_share": {"memory": 0.01}})}))
+                update={"samples": moved, "other_cpu_share": {"memory": 0.01},
+                        "retimed": 15, "steadier": 4})}))
         fit_ = calibration.local_calibration(store).find("torch", 1)
         store.add(result("fcn5", 1, 0.05))
     assert fit_.unsteady_ops == {"memory": 1.0} and fit_.doubtful and not fit_.disturbed
+    assert fit_.retimed == (15, 4)
     line = quality_line([fit_])
     assert "UNSTEADY" in line and "memory 100%" in line and "--force" in line
-    assert "undisturbed" in quality_line([fit_.model_copy(update={"unsteady": {"memory": 0.1}})])
+    steady = fit_.model_copy(update={"unsteady": {"memory": 0.1}, "retimed": (3, 2)})
+    line = quality_line([steady, steady.model_copy(update={"threads": 2, "retimed": (1, 1)})])
+    assert "undisturbed" in line and "4 samples timed again" in line and "3 replaced" in line
     assert main(["predict", "-n", "fcn5", "--device", "cpu", "--db", str(db)]) == 0
     assert "UNSTEADY" in capsys.readouterr().out
 

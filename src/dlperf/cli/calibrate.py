@@ -188,9 +188,13 @@ def quality_line(fits) -> str:
     if bad:
         return "calibration quality: " + "; ".join(
             f"{f.framework} x{f.threads}: {f.quality()}" for f in bad) + speed
-    # the most disturbed of the undisturbed speaks for them all
+    # the most disturbed of the undisturbed speaks for them all, with every one's samples
+    # timed again
     worst = max(fits, key=lambda f: max(f.other_cpu_share.values(), default=-1.0),
                 default=None)
+    if worst is not None:
+        worst = worst.model_copy(update={"retimed": tuple(
+            sum(f.retimed[i] for f in fits) for i in (0, 1))})
     return ("calibration quality: " + (worst.quality() if worst else "nothing calibrated")
             + speed)
 

@@ -518,6 +518,8 @@ class LocalFit(_Frozen):
     #: per op, the share of its samples timed while the machine's own speed moved
     #: (``perfmodel.steadiness``; empty: not read, curves not from this machine)
     unsteady: dict[str, float] = Field(default_factory=dict)
+    #: samples its kernel runs timed again for that, and those the second timing replaced
+    retimed: tuple[int, int] = (0, 0)
 
     def covers(self, network: str, batch: int) -> bool:
         """Whether its kernels were timed at the shapes of ``network`` at ``batch`` (or
@@ -610,8 +612,13 @@ class LocalFit(_Frozen):
                         f"{max(self.other_cpu_share.values()):.0%} of the CPUs; its "
                         f"predictions may be off: {fix} when the machine is steadier, or "
                         f"with --repeat 3")
+            again, kept = self.retimed
+            timed_again = (f"; {again} sample{'s' if again != 1 else ''} timed again where "
+                           f"the machine's own speed moved ({kept} replaced by a steadier "
+                           f"timing)" if again else "")
             return (f"undisturbed (other processes took at most "
-                    f"{max(self.other_cpu_share.values()):.0%} of the CPUs while it was timed)")
+                    f"{max(self.other_cpu_share.values()):.0%} of the CPUs while it was "
+                    f"timed{timed_again})")
         worst = ", ".join(f"{op} {v:.0%}" for op, v in sorted(bad.items(), key=lambda x: -x[1]))
         return (f"DISTURBED: other processes took {worst} of the CPUs while those kernels "
                 f"were timed{'; ' + unsteady if moved else ''}; its predictions may be off: "

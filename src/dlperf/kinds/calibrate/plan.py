@@ -185,6 +185,9 @@ class Stored:
     #: per op, the share of its samples timed while the machine's speed moved (the median
     #: over its runs; ``perfmodel.steadiness``)
     unsteady: dict[str, float] = field(default_factory=dict)
+    #: samples its runs timed again for that, and of them those replaced by the second
+    #: timing (``KernelOutcome.retimed``, ``steadier``)
+    retimed: tuple[int, int] = (0, 0)
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -262,6 +265,7 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
     probes: dict[tuple[str, int, str, str], list[dict[str, float]]] = {}
     trained: dict[tuple[str, int, str, str], dict[str, list[int]]] = {}
     unsteady: dict[tuple[str, int, str, str], dict[str, list[float]]] = {}
+    retimed: dict[tuple[str, int, str, str], tuple[int, int]] = {}
     collective = []
     for key, runs in groups:
         o = runs[0].spec.options
@@ -287,6 +291,9 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
             for op, share in steadiness.unsteady_share(
                     x.outcome.samples, key[1]).items():  # type: ignore[union-attr]
                 unsteady.setdefault(key, {}).setdefault(op, []).append(share)
+            again, kept = retimed.get(key, (0, 0))
+            retimed[key] = (again + x.outcome.retimed,  # type: ignore[union-attr]
+                            kept + x.outcome.steadier)  # type: ignore[union-attr]
             for net, b in x.outcome.train_runtime_bytes.items():  # type: ignore[union-attr]
                 trained.setdefault(key, {}).setdefault(net, []).append(b)
             if x.outcome.speed_probe:  # type: ignore[union-attr]
@@ -298,7 +305,8 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                    speed_probe.typical(probes.get(key, ())),
                    {net: statistics.median(v) for net, v in trained.get(key, {}).items()},
                    tuple(sorted(timed_at.get(key, ()))), revision.get(key),
-                   {op: statistics.median(v) for op, v in unsteady.get(key, {}).items()})
+                   {op: statistics.median(v) for op, v in unsteady.get(key, {}).items()},
+                   retimed.get(key, (0, 0)))
             for key, s in sorted(by_key.items()) for fw, t, dev, prec in [key]]
 
 
@@ -340,7 +348,8 @@ def local_calibration(store: Store, *, device: str | None = "cpu",
                           measured={(s.framework, s.threads, s.device, s.precision): {
                               "other_cpu_share": dict(s.other_cpu_share), "scope": s.scope,
                               "speed_probe": dict(s.speed_probe), "timed_at": s.timed_at,
-                              "revision": s.revision, "unsteady": dict(s.unsteady)}
+                              "revision": s.revision, "unsteady": dict(s.unsteady),
+                              "retimed": s.retimed}
                                     for s in complete},
                           workers=worker_runtimes(store))
 
