@@ -594,35 +594,35 @@ class LocalFit(_Frozen):
     def quality(self) -> str:
         """One line: whether other processes disturbed this calibration or the machine's
         own speed moved under it, and the fix."""
-        fix = (f"run 'dlperf calibrate --frameworks {self.framework} --threads "
-               f"{self.threads} --force'")
+        bad = self.disturbed
         moved = ", ".join(f"{op} {v:.0%}" for op, v in
                           sorted(self.unsteady_ops.items(), key=lambda x: -x[1]))
-        unsteady = (f"UNSTEADY: the machine's own speed moved while these kernels were timed "
-                    f"({moved} of their samples had calls spread by more "
-                    f"than {steadiness.UNSTEADY - 1:.0%} with the threads busy)")
-        if not self.other_cpu_share:
-            if moved:
-                return f"{unsteady}; its predictions may be off: {fix} on a steadier machine"
-            return "disturbance not measured (calibrated by an older dlperf, or no /proc/stat)"
-        bad = self.disturbed
-        if not bad:
-            if moved:
-                return (f"{unsteady}; other processes took at most "
-                        f"{max(self.other_cpu_share.values()):.0%} of the CPUs; its "
-                        f"predictions may be off: {fix} when the machine is steadier, or "
-                        f"with --repeat 3")
+        others = max(self.other_cpu_share.values(), default=0.0)
+        if not bad and not moved:
+            if not self.other_cpu_share:
+                return "disturbance not measured (calibrated by an older dlperf, or no /proc/stat)"
             again, kept = self.retimed
             timed_again = (f"; {again} sample{'s' if again != 1 else ''} timed again where "
                            f"the machine's own speed moved ({kept} replaced by a steadier "
                            f"timing)" if again else "")
-            return (f"undisturbed (other processes took at most "
-                    f"{max(self.other_cpu_share.values()):.0%} of the CPUs while it was "
-                    f"timed{timed_again})")
-        worst = ", ".join(f"{op} {v:.0%}" for op, v in sorted(bad.items(), key=lambda x: -x[1]))
-        return (f"DISTURBED: other processes took {worst} of the CPUs while those kernels "
-                f"were timed{'; ' + unsteady if moved else ''}; its predictions may be off: "
-                f"{fix} on a quiet machine")
+            return (f"undisturbed (other processes took at most {others:.0%} of the CPUs "
+                    f"while it was timed{timed_again})")
+        unsteady = (f"UNSTEADY: the machine's own speed moved while these kernels were timed "
+                    f"({moved} of their samples had calls spread by more "
+                    f"than {steadiness.UNSTEADY - 1:.0%} with the threads busy)")
+        if bad:
+            worst = ", ".join(f"{op} {v:.0%}"
+                              for op, v in sorted(bad.items(), key=lambda x: -x[1]))
+            said = (f"DISTURBED: other processes took {worst} of the CPUs while those "
+                    f"kernels were timed" + (f"; {unsteady}" if moved else ""))
+            where = "on a quiet machine"
+        elif self.other_cpu_share:
+            said = f"{unsteady}; other processes took at most {others:.0%} of the CPUs"
+            where = "when the machine is steadier, or with --repeat 3"
+        else:
+            said, where = unsteady, "on a steadier machine"
+        return (f"{said}; its predictions may be off: run 'dlperf calibrate --frameworks "
+                f"{self.framework} --threads {self.threads} --force' {where}")
 
     def describe(self) -> str:
         g = self.gemm

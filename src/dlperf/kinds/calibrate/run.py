@@ -219,10 +219,7 @@ def _shapes(o: KernelOptions, part: KernelPart, spec: RunSpec, backend: Calibrat
             _emit(emit, kept)
             continue
         try:
-            trainer = Queued(backend.kernel(part.op, tuple(shape), spec.device),
-                             GPU_CALLS if spec.device != "cpu" else 1)
-            timing = _timed(trainer, o, spec.threads, spec.device)
-            times = trainer.per_call(timing.steps_s)
+            samples.append(_time_shape(o, spec, backend, part.op, tuple(shape)))
         except UnsupportedError as e:
             failures[f"{part.op} {label(shape)}"] = f"unsupported: {e}"
             continue
@@ -230,12 +227,19 @@ def _shapes(o: KernelOptions, part: KernelPart, spec: RunSpec, backend: Calibrat
             reason = "oom" if is_out_of_memory(e) else "error"
             failures[f"{part.op} {label(shape)}"] = f"{reason}: {type(e).__name__}: {e}"[:300]
             continue
-        samples.append(_sample(part.op, tuple(shape), times, cpu_util=timing.cpu_util,
-                               precision=spec.precision,
-                               device_clock=trainer.clock is not None))
         _emit(emit, samples[-1])
-        del trainer
     return samples
+
+
+def _time_shape(o: KernelOptions, spec: RunSpec, backend: CalibrationKernels, op: str,
+                shape: tuple[int, ...]) -> KernelSample:
+    """One shape of ``op`` timed (``_timed``) as its sample; raises where its kernel
+    fails."""
+    trainer = Queued(backend.kernel(op, shape, spec.device),
+                     GPU_CALLS if spec.device != "cpu" else 1)
+    timing = _timed(trainer, o, spec.threads, spec.device)
+    return _sample(op, shape, trainer.per_call(timing.steps_s), cpu_util=timing.cpu_util,
+                   precision=spec.precision, device_clock=trainer.clock is not None)
 
 
 def _watched_shapes(o: KernelOptions, part: KernelPart, spec: RunSpec,
@@ -280,17 +284,13 @@ def _steadier(o: KernelOptions, spec: RunSpec, backend: CalibrationKernels,
             continue
         retimed += 1
         try:
-            trainer = Queued(backend.kernel(s.op, s.shape, spec.device), 1)
-            timing = _timed(trainer, o, spec.threads, spec.device)
+            again = _time_shape(o, spec, backend, s.op, s.shape)
         except Exception:  # it ran once: keep that sample rather than lose the shape
             out.append(s)
             continue
-        again = _sample(s.op, s.shape, trainer.per_call(timing.steps_s),
-                        cpu_util=timing.cpu_util, precision=spec.precision)
-        del trainer
         # steadier, and flat out: a timing that another process slowed keeps a thread idle
         if steadiness.spread(again) < steadiness.spread(s) \
-                and timing.cpu_util >= BUSY * spec.threads:
+                and (again.cpu_util or 0.0) >= BUSY * spec.threads:
             _emit(emit, again)  # a run killed later keeps the later sample of the shape
             s, replaced = again, replaced + 1
         out.append(s)
