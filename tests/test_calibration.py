@@ -411,6 +411,34 @@ def test_a_products_new_pages_are_counted_once_even_at_a_timed_shape():
     assert tf.gemm_tn.time(*wide) == pytest.approx(sample.median_s - made_up.CALL_S, rel=0.03)
 
 
+def test_an_outer_products_sample_keeps_its_arithmetic_beside_its_pages():
+    """A weight gradient at a micro-batch of one sample is an outer product: its result's
+    new pages are most of its sample (PyTorch: 4096 x 9216 from one row, 59 ms into fresh
+    pages, 5 ms into kept ones). The fit keeps the sample less its pages, not half the
+    sample, and never less than writing the result into kept pages, a copy's traffic at
+    the in-place curve (noise in the pages' price must not make a product free)."""
+    from dlperf.perfmodel.kernels import KernelSample
+
+    kept = fit.MemoryCurve(nbytes=(1e3, 1e9), seconds=(1e-7, 0.02))  # 50 GB/s
+    byte_s = 0.4e-9  # new pages at 2.5 GB/s
+    m, n = 12544, 4096
+    result = 4 * m * n
+    pages = result * byte_s  # 82 ms
+    floor = kept.time(2 * result)  # 8.2 ms
+    outer = KernelSample(op="gemm_tn", shape=(m, n, 1), median_s=pages + 0.012)
+    (got,) = fit.without_new_pages([outer], "torch", "cpu", byte_s, 4, kept)
+    assert got.median_s == pytest.approx(0.012)  # the arithmetic, not half of 94 ms
+    noisy = outer.model_copy(update={"median_s": 0.9 * pages})  # pages priced too high
+    (got,) = fit.without_new_pages([noisy], "torch", "cpu", byte_s, 4, kept)
+    assert got.median_s == pytest.approx(floor)
+    tiny = outer.model_copy(update={"median_s": 0.5 * floor})  # faster than the floor
+    (got,) = fit.without_new_pages([tiny], "torch", "cpu", byte_s, 4, kept)
+    assert got.median_s == tiny.median_s  # never raised above the sample
+    # a framework that pools its memory keeps the sample as measured
+    (got,) = fit.without_new_pages([outer], "tensorflow", "cpu", byte_s, 4, kept)
+    assert got.median_s == outer.median_s
+
+
 def test_a_convolutions_new_pages_are_counted_once_at_a_timed_shape():
     """As the products': PyTorch's calibration convolution makes fresh results per call,
     so a backward sample whose input gradient is beyond glibc's mmap threshold carries its

@@ -708,7 +708,7 @@ def results(sample: KernelSample) -> tuple[int, ...]:
 
 
 def without_new_pages(samples: Sequence[KernelSample], framework: str, device: str,
-                      byte_s: float, elem: int) -> list[KernelSample]:
+                      byte_s: float, elem: int, kept: MemoryCurve) -> list[KernelSample]:
     """The products' and convolutions' samples less their results' new pages
     (``mapped_afresh_s``, per result: ``results``): the calibration's kernel makes fresh
     results at each call, so such a sample carries them, and the step model adds them on
@@ -717,13 +717,21 @@ def without_new_pages(samples: Sequence[KernelSample], framework: str, device: s
     working set the fault rate (the 65 MB a 1x1 backward over 512 x 28 x 28 at batch 16
     moves, its 24.5 MiB input and 6 MiB output gradient twice, at the rate of one fresh
     32 MiB result: 66 ms modelled, 29 ms in PyTorch's step; its traffic is priced without
-    new pages instead, ``traffic_curve``). Never below half the sample (noise must not
-    make a kernel free)."""
+    new pages instead, ``traffic_curve``). Never below writing its results into pages
+    already mapped, a copy's traffic at the ``kept`` curve (noise in the pages' price must
+    not make a kernel free), and no more than that floor either: a weight gradient at a
+    micro-batch of one sample is an outer product, little more than its result's pages
+    (PyTorch at one thread on this project's 2-vCPU AMD EPYC: 4096 x 9216 from one row
+    59 ms into fresh pages, 5 ms into kept ones; a floor of half the sample had kept 45
+    of AlexNet's 90 ms at 12544 x 4096 beside the pages, its 4-stage pipeline's last
+    stage 36% too slow)."""
     out = []
     for s in samples:
         if pages := sum(mapped_afresh_s(framework, device, e * elem, byte_s)
                         for e in results(s)):
-            s = s.model_copy(update={"median_s": max(s.median_s - pages, 0.5 * s.median_s)})
+            floor = kept.time(2 * elem * sum(results(s)))
+            s = s.model_copy(update={"median_s": max(s.median_s - pages,
+                                                     min(floor, s.median_s))})
         out.append(s)
     return out
 
@@ -788,10 +796,11 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
     elem = element_bytes(precision)
     byte_s = new_page_byte_s(memory, update)
 
-    def products(op: str) -> list[KernelSample]:  # and convolutions
-        return without_new_pages(samples.of_op(op), framework, device, byte_s, elem)
-
     traffic = traffic_curve(memory, update, framework, device)
+
+    def products(op: str) -> list[KernelSample]:  # and convolutions
+        return without_new_pages(samples.of_op(op), framework, device, byte_s, elem,
+                                 traffic)
 
     def anchor(op: str) -> list[bool] | None:
         return grid_anchor(op, [x.shape for x in samples.of_op(op)], device)
