@@ -347,3 +347,31 @@ def test_a_pipelines_layers_are_listed_at_the_speed_its_stages_compute(db):
     listed = max(sum(by[n] for n in stage) for stage in p.stages)
     b = p.breakdown  # the slowest stage's own work, at full speed
     assert listed <= (b.compute_s + b.memory_s + b.overhead_s) * 1.05
+
+
+def test_a_stages_later_micro_batches_make_their_gradients_in_new_pages(db, monkeypatch):
+    """In a pipeline stage each micro-batch after the first makes weight gradients that
+    AccumulateGrad adds and frees: where the weights below glibc's mmap threshold come to
+    more than its largest trim threshold, they are new pages every micro-batch
+    (``local.accumulated_pages_s``); a larger gradient's pages are its product's already,
+    fewer stay in the heap, and a framework that pools its memory pays none."""
+    from dlperf.perfmodel import local
+    from dlperf.workloads.base import Layer
+
+    fit = _calibration(db).find("torch", 1)
+    per = local.fresh_byte_s(fit) * fit.slowdown
+    assert per > 0
+    small = [Layer(f"c{i}", "conv", params=2_000_000) for i in range(10)]  # 80 MB
+    assert local.accumulated_pages_s(small, fit) == pytest.approx(80e6 * per)
+    assert local.accumulated_pages_s(small[:6], fit) == 0.0  # 48 MB stay in the heap
+    wide = Layer("fc", "dense", params=40_000_000)  # 160 MB: mapped afresh as a result
+    assert local.accumulated_pages_s([wide, *small[:6]], fit) == 0.0
+    assert local.accumulated_pages_s(small, fit.model_copy(update={"framework": "tensorflow"})) == 0.0
+
+    cal = MachineFits(_calibration(db).fits, 16.0, 2)
+    spec = make_spec("resnet50", strategy="pipeline", workers=2, batch_size=8)
+    with_pages = predict_for_spec(spec, cal)
+    monkeypatch.setattr(local, "accumulated_pages_s", lambda layers, fit: 0.0)
+    without = predict_for_spec(spec, cal)
+    assert with_pages is not None and without is not None
+    assert with_pages.time_s > without.time_s

@@ -824,6 +824,9 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
         # every micro-batch after the first adds its weight gradients into the stage's:
         # read both, write one, the update's 3 x P bytes (gradient accumulation, GPipe)
         accumulate = f.accumulation_time(update, m) / m
+        if fit is not None:  # and the later micro-batches' gradients, new pages each
+            accumulate += local.accumulated_pages_s([ctx.layers[i] for i in idx], fit) \
+                * (m - 1) / m
         fwd.append((sum(t.forward_s for t in stage) + shown[-1] / 2) / share)
         bwd.append((sum(t.compute_s + t.memory_s - t.forward_s for t in stage) + shown[-1] / 2
                     + accumulate) / share)
