@@ -439,6 +439,28 @@ def test_an_outer_products_sample_keeps_its_arithmetic_beside_its_pages():
     assert got.median_s == outer.median_s
 
 
+def test_a_dense_layers_weight_gradient_has_the_sides_its_framework_stores():
+    """PyTorch keeps a dense layer's weights as outputs x inputs (``nn.Linear.weight``),
+    so its weight gradient is dY^T @ X, outputs rows; Keras and flax keep inputs x outputs,
+    X^T @ dY. The transposed product's curve is not symmetric in its sides, so the step
+    model reads it in the framework's order."""
+    from dlperf.perfmodel.local import one_product, product_times
+    from dlperf.workloads.base import dense
+
+    fitted = made_up_fit()
+    lopsided = fitted.gemm_tn.model_copy(update={"h": (512.0, 16.0, fitted.gemm_tn.h[2]),
+                                                 "points": (), "residuals": ()})
+    torch_fit = fitted.model_copy(update={"gemm_tn": lopsided})
+    tf_fit = torch_fit.model_copy(update={"framework": "tensorflow"})
+    layer = dense("fc", 3000, 64)  # 3000 inputs, 64 outputs
+    out_in = one_product(torch_fit, torch_fit.gemm_tn, 64, 3000, 8)
+    in_out = one_product(torch_fit, torch_fit.gemm_tn, 3000, 64, 8)
+    assert abs(out_in / in_out - 1) > 0.01  # the order shows
+    d_input = one_product(torch_fit, torch_fit.gemm, 8, 3000, 64)
+    assert product_times(layer, 8, torch_fit)[1] == pytest.approx(d_input + out_in)
+    assert product_times(layer, 8, tf_fit)[1] == pytest.approx(d_input + in_out)
+
+
 def test_a_convolutions_new_pages_are_counted_once_at_a_timed_shape():
     """As the products': PyTorch's calibration convolution makes fresh results per call,
     so a backward sample whose input gradient is beyond glibc's mmap threshold carries its

@@ -23,12 +23,18 @@ from tests import calibration_fixtures as made_up
 
 def test_a_dense_layer_times_its_forward_its_inputs_gradient_and_its_weights():
     first, second = dense("fc1", 300, 200, first=True), dense("fc2", 200, 10)
-    shapes = nk.step_shapes([first, second], 8)
+    shapes = nk.step_shapes([first, second], 8, "tensorflow")
     # forward (B x in) @ (in x out); the input's gradient (B x out) @ (out x in), not for
     # the first layer; the weights' gradient in^T @ dY, the batch inner
     assert shapes["gemm"] == {(8, 200, 300), (8, 10, 200), (8, 200, 10)}
     assert shapes["gemm_tn"] == {(300, 200, 8), (200, 10, 8)}
     assert not shapes["conv"] and not shapes["gemm_tn_seq"]
+    # PyTorch keeps a dense layer's weights as outputs x inputs: dY^T @ X
+    torch = nk.step_shapes([first, second], 8, "torch")
+    assert torch["gemm"] == shapes["gemm"]
+    assert torch["gemm_tn"] == {(200, 300, 8), (10, 200, 8)}
+    # any framework's (what a calibration's held-out networks are read against): both
+    assert nk.step_shapes([first, second], 8)["gemm_tn"] == shapes["gemm_tn"] | torch["gemm_tn"]
 
 
 def test_a_convolutions_kernel_has_the_layers_implicit_gemm():
@@ -43,7 +49,7 @@ def test_a_convolutions_kernel_has_the_layers_implicit_gemm():
 
 def test_a_sequences_weight_gradient_contracts_time_and_batch():
     (lstm,) = [x for x in workloads.get("lstm32").layers() if x.op == "lstm"][:1]
-    shapes = nk.step_shapes([lstm], 4)
+    shapes = nk.step_shapes([lstm], 4, "tensorflow")
     proj, rec = lstm.gemms
     # the input projection of all 32 steps at once: its weights' gradient over time x batch
     assert shapes["gemm_tn_seq"] == {(proj.k, proj.n, k.SEQ_STEPS, 32 * 4 // k.SEQ_STEPS)}

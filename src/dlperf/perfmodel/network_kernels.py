@@ -35,7 +35,12 @@ from dlperf.perfmodel.kernels import (
     flops,
     grid,
 )
-from dlperf.perfmodel.local import CONV_OPS, UNFUSED_CONV_BATCH, lstm_shape
+from dlperf.perfmodel.local import (
+    CONV_OPS,
+    UNFUSED_CONV_BATCH,
+    lstm_shape,
+    weight_gradient_sides,
+)
 from dlperf.workloads.base import Gemm, Layer
 
 #: the ops whose grid a scoped calibration thins to its skeleton, adding the networks'
@@ -66,9 +71,13 @@ def label(network: str, batch: int) -> str:
     return f"{network}@{batch}"
 
 
-def step_shapes(layers: Iterable[Layer], batch: int) -> dict[str, set[tuple[int, ...]]]:
-    """Per op, the shapes one training step of ``layers`` at ``batch`` runs."""
+def step_shapes(layers: Iterable[Layer], batch: int, framework: str | None = None
+                ) -> dict[str, set[tuple[int, ...]]]:
+    """Per op, the shapes one training step of ``layers`` at ``batch`` runs in
+    ``framework`` (a weight gradient's sides in the order it stores the weights,
+    ``local.weight_gradient_sides``); None: in any framework (both orders)."""
     out: dict[str, set[tuple[int, ...]]] = {op: set() for op in SCOPED_OPS}
+    frameworks = [framework] if framework is not None else ["torch", "tensorflow"]
     for layer in layers:
         if layer.op == "lstm" and (shape := lstm_shape(layer, batch)):  # the layer whole
             out["lstm"].add(shape)
@@ -87,10 +96,12 @@ def step_shapes(layers: Iterable[Layer], batch: int) -> dict[str, set[tuple[int,
             if layer.input_grad:
                 out["gemm"].add((rows, g.k, g.n))
             if layer.params:
-                if g.batch_rows and g.m > 1 and g.count == 1:  # over a sequence
-                    out["gemm_tn_seq"].add((g.k, g.n, SEQ_STEPS, max(1, rows // SEQ_STEPS)))
-                else:
-                    out["gemm_tn"].add((g.k, g.n, rows))
+                for fw in frameworks:
+                    m, n = weight_gradient_sides(g, fw)
+                    if g.batch_rows and g.m > 1 and g.count == 1:  # over a sequence
+                        out["gemm_tn_seq"].add((m, n, SEQ_STEPS, max(1, rows // SEQ_STEPS)))
+                    else:
+                        out["gemm_tn"].add((m, n, rows))
     return {op: {_bounded(op, s) for s in shapes} for op, shapes in out.items()}
 
 

@@ -98,10 +98,12 @@ def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "c
     return [s.model_copy(update={"repeat": r}) for r in range(repeat) for s in once]
 
 
-def scoped_parts(scope: Sequence[tuple[str, int]], device: str = "cpu"
+def scoped_parts(scope: Sequence[tuple[str, int]], device: str = "cpu",
+                 framework: str | None = None
                  ) -> tuple[tuple[KernelPart, ...], tuple[str, ...]]:
-    """The parts of a calibration scoped to ``scope``'s networks at their batches
-    (``perfmodel.network_kernels``), and the scope's labels ('alexnet@16')."""
+    """The parts of a calibration of ``framework`` scoped to ``scope``'s networks at their
+    batches (``perfmodel.network_kernels``; None: the shapes any framework times), and the
+    scope's labels ('alexnet@16')."""
     from dlperf import workloads
 
     needed: dict[str, set[tuple[int, ...]]] = {}
@@ -109,7 +111,7 @@ def scoped_parts(scope: Sequence[tuple[str, int]], device: str = "cpu"
     for network, batch in scope:
         layers = workloads.get(network).layers()
         kinds |= {layer.op for layer in layers}
-        for op, shapes in network_kernels.step_shapes(layers, batch).items():
+        for op, shapes in network_kernels.step_shapes(layers, batch, framework).items():
             needed.setdefault(op, set()).update(shapes)
     parts = tuple(KernelPart(op=op, shapes=tuple(shapes)) for op in LOCAL_OPS
                   if (shapes := network_kernels.scoped_grid(op, needed, layer_kinds=kinds,
@@ -122,14 +124,11 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
                 scope: Sequence[tuple[str, int]] = ()) -> list[RunSpec]:
     packages = environment.packages()
     min_time = FINE_MIN_TIME_S if fine else SCOPED_MIN_TIME_S if scope else MIN_TIME_S
-    if scope:
-        parts, labels = scoped_parts(scope, device)
-    else:
-        parts, labels = tuple(KernelPart(op=op, shapes=tuple(grid(op, fine, device)))
-                              for op in LOCAL_OPS), ()
+    whole = tuple(KernelPart(op=op, shapes=tuple(grid(op, fine, device))) for op in LOCAL_OPS)
     out = []
     for fw in frameworks:
         framework_table.require(fw)
+        parts, labels = scoped_parts(scope, device, fw) if scope else (whole, ())
         versions = library_versions(fw, packages)
         for t in threads:
             o = KernelOptions(parts=parts, min_time_s=min_time, versions=versions,
@@ -323,6 +322,8 @@ def without_network(stored: Stored, network: str) -> Stored:
             for name, batch in [label.split("@")] if name != network]
     if len(rest) == len(stored.scope):
         return stored
+    # a weight gradient's sides in either order: a store that timed PyTorch's in the
+    # order of another framework's weights keeps those samples
     parts, labels = scoped_parts(rest, stored.device)
     timed = {(p.op, tuple(shape)) for p in parts for shape in p.shapes}
     kept = [x for x in stored.samples.items
