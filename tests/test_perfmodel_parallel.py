@@ -375,26 +375,3 @@ def test_a_stages_later_micro_batches_make_their_gradients_in_new_pages(db, monk
     without = predict_for_spec(spec, cal)
     assert with_pages is not None and without is not None
     assert with_pages.time_s > without.time_s
-
-
-def test_a_push_to_the_server_on_this_machine_is_a_fresh_copy_not_a_gloo_transfer(db):
-    """The parameter server's RPC moves a tensor between processes of one host by one
-    copy into the receiver's new tensor: on this machine a push or pull is priced at a
-    fresh copy of its bytes (``predict.rpc_transfer_s``), not at gloo's loopback link,
-    which the all-reduce calibrates. A gloo link ten times slower leaves async unchanged
-    and slows sync."""
-    cal = _calibration(db)
-    fit = cal.find("torch", 1)
-    slow_gloo = fit.model_copy(update={"allreduce": {
-        w: ab.model_copy(update={"beta_bytes_per_s": ab.beta_bytes_per_s / 10})
-        for w, ab in fit.allreduce.items()}})
-    fits = tuple(slow_gloo if x is fit else x for x in cal.fits)
-
-    def time(strategy: str, fitted) -> float:
-        spec = make_spec("fcn5", strategy=strategy, workers=2, batch_size=64)
-        p = predict_for_spec(spec, MachineFits(fitted, cal.memory_gb, 2))
-        assert p is not None
-        return p.time_s
-
-    assert time("async", fits) == pytest.approx(time("async", cal.fits))
-    assert time("sync", fits) > 1.5 * time("sync", cal.fits)

@@ -593,7 +593,7 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
     share = ctx.share()  # the calibrated timings run this much slower than one alone
     place = sharing.blocks_of(ctx.devices, ctx.blocks(ctx.devices))
     link = _pair_link(ctx)
-    push = 2 * rpc_transfer_s(ctx, g_bytes)
+    push = 2 * f.p2p_time(g_bytes, ctx.bw(link), link.latency_s)
     serve = ctx.server_work_s(g_bytes) / share
     cost = ctx.sharing_cost(step / share)
     group = 0.0 if k == 1 else (  # the group's all-reduce, then the broadcast
@@ -635,18 +635,6 @@ def _on_shared_cores(ctx: _Context, step: float, g: int, k: int,
             "pinned to a core gets an equal share of it all the time, rank 0's compute "
             "and the server's work splitting rank 0's")
     return per_batch(ctx.straggler), per_batch(0.0)
-
-
-def rpc_transfer_s(ctx: _Context, nbytes: float) -> float:
-    """One message of ``nbytes`` between two processes of this machine through the
-    parameter server's RPC (``torch.distributed.rpc``): TensorPipe moves a CPU tensor
-    between processes of one host by one copy into the receiver's new tensor (its
-    cross-memory-attach channel, process_vm_readv), so a fresh copy of its bytes on this
-    machine's memory curve, at full speed. Measured on the 2-vCPU AMD EPYC, two processes
-    on a core each: 448 MB pulled in 211 ms and pushed in 236 ms, where a fresh copy of
-    as many bytes took about 200 ms and gloo's loopback link, calibrated from its
-    all-reduce, gives 322 ms (its TCP sockets copy through the kernel)."""
-    return ctx.copy_s(nbytes, fresh=True) / ctx.share()  # copy_s is slowed by the share
 
 
 def _broadcast_s(ctx: _Context, nbytes: float, k: int, link: Link) -> float:
