@@ -77,7 +77,6 @@ def step_shapes(layers: Iterable[Layer], batch: int, framework: str | None = Non
     ``framework`` (a weight gradient's sides in the order it stores the weights,
     ``local.weight_gradient_sides``); None: in any framework (both orders)."""
     out: dict[str, set[tuple[int, ...]]] = {op: set() for op in SCOPED_OPS}
-    frameworks = [framework] if framework is not None else ["torch", "tensorflow"]
     for layer in layers:
         if layer.op == "lstm" and (shape := lstm_shape(layer, batch)):  # the layer whole
             out["lstm"].add(shape)
@@ -96,8 +95,9 @@ def step_shapes(layers: Iterable[Layer], batch: int, framework: str | None = Non
             if layer.input_grad:
                 out["gemm"].add((rows, g.k, g.n))
             if layer.params:
-                for fw in frameworks:
-                    m, n = weight_gradient_sides(g, fw)
+                sides = ({weight_gradient_sides(g, framework)} if framework is not None
+                         else {(g.k, g.n), (g.n, g.k)})
+                for m, n in sides:
                     if g.batch_rows and g.m > 1 and g.count == 1:  # over a sequence
                         out["gemm_tn_seq"].add((m, n, SEQ_STEPS, max(1, rows // SEQ_STEPS)))
                     else:
