@@ -719,17 +719,17 @@ def without_new_pages(samples: Sequence[KernelSample], framework: str, device: s
     32 MiB result: 66 ms modelled, 29 ms in PyTorch's step; its traffic is priced without
     new pages instead, ``traffic_curve``). Never below writing its results into pages
     already mapped, a copy's traffic at the ``kept`` curve (noise in the pages' price must
-    not make a kernel free), and no more than that floor either: a weight gradient at a
-    micro-batch of one sample is an outer product, little more than its result's pages
-    (PyTorch at one thread on this project's 2-vCPU AMD EPYC: 4096 x 9216 from one row
-    59 ms into fresh pages, 5 ms into kept ones; a floor of half the sample had kept 45
-    of AlexNet's 90 ms at 12544 x 4096 beside the pages, its 4-stage pipeline's last
-    stage 36% too slow)."""
+    not make a kernel free), nor above the sample itself. That floor and no higher one: a
+    weight gradient at a micro-batch of one sample is an outer product, little more than
+    its result's pages (PyTorch at one thread on this project's 2-vCPU AMD EPYC: 4096 x
+    9216 from one row 59 ms into fresh pages, 5 ms into kept ones; a floor of half the
+    sample had kept 45 of AlexNet's 90 ms at 12544 x 4096 beside the pages, its 4-stage
+    pipeline's last stage 36% too slow)."""
     out = []
     for s in samples:
-        if pages := sum(mapped_afresh_s(framework, device, e * elem, byte_s)
-                        for e in results(s)):
-            floor = kept.time(2 * elem * sum(results(s)))
+        made = results(s)
+        if pages := sum(mapped_afresh_s(framework, device, e * elem, byte_s) for e in made):
+            floor = kept.time(2 * elem * sum(made))
             s = s.model_copy(update={"median_s": max(s.median_s - pages,
                                                      min(floor, s.median_s))})
         out.append(s)
