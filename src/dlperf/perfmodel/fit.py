@@ -153,10 +153,10 @@ def _smooth(point: Sequence[float], points: Sequence[Sequence[float]],
     prior weight on zero so that a lone or distant sample moves the curve little; at a
     shape that was timed itself (``EXACT_OCTAVES``), that timing's residual (the mean of
     its repetitions'): a shape timed is read as timed, the whole of what the curve misses
-    there. The prior's shrinkage left PyTorch's one-thread convolutions at a pipeline's
-    micro-batch of 2 ResNet-50 samples up to 25% under or 31% over their own timings
-    (1.94 ms timed, 1.39 read, for 256 to 1024 channels over 14 x 14), on a 2-vCPU AMD
-    EPYC."""
+    there. With the prior's shrinkage, PyTorch's one-thread convolutions at a pipeline's
+    micro-batches of one and two samples (AlexNet's and ResNet-50's, 68 shapes) read
+    between 31% under and 45% over their own timings (1.94 ms timed, 1.39 read, for 256
+    to 1024 channels over 14 x 14 at two samples), on a 2-vCPU AMD EPYC."""
     if not points:
         return 0.0
     p = np.asarray(points, float)
