@@ -185,6 +185,33 @@ def test_kerass_sgd_makes_each_weights_step_apart():
         (20 + 20) * 64 * 4  # a larger batch: the backward's pair is the larger
 
 
+def test_kerass_networks_keep_the_padded_copy_of_each_input_they_pad_apart():
+    """dlperf's Keras networks pad a max pool's input, and a convolution's that 'same'
+    would pad otherwise than PyTorch, in a layer of their own (``memory.PADS_APART``):
+    the window keeps that padded copy for its backward, beside the output its predecessor
+    keeps. A stride-1 convolution padded by (window - 1) / 2 is Keras' 'same': no copy."""
+    from dlperf.workloads.base import conv, max_pool
+
+    strided = conv("c1", 3, 4, 3, 3, first=True, stride=2, pad=1, in_hw=6)  # 6x6 -> 3x3
+    same = conv("c2", 4, 4, 3, 3, pad=1, in_hw=3)
+    pool = max_pool("pool", channels=4, in_hw=3)  # 3x3 -> 2x2, padded to 5x5
+    plain = conv("c3", 4, 4, 1, 2)
+    assert [memory.padded_copy_elems(x) for x in (strided, same, pool, plain)] == \
+        [3 * 8 * 8, 0, 4 * 5 * 5, 0]
+    net = [strided, Layer("relu1", "act", out_elems=4 * 3 * 3), same,
+           Layer("relu2", "act", out_elems=4 * 3 * 3), pool, plain]
+    copies = (3 * 8 * 8 + 4 * 5 * 5) * 2 * 4  # two samples in fp32
+    assert memory.padded_copies_bytes(net, 2, "fp32") == copies
+    tf, torch = (memory.step_memory(net, 2, "fp32", framework=f).activations
+                 for f in ("tensorflow", "torch"))
+    assert "torch" not in memory.PADS_APART and tf - torch == copies
+    # DLBench's AlexNet pads its first convolution and its three pools apart in Keras
+    from dlperf import workloads
+
+    padded = [x.name for x in workloads.get("alexnet").layers() if memory.padded_copy_elems(x)]
+    assert padded == ["conv1", "pool1", "pool2", "pool5"]
+
+
 def test_optimizer_state_per_parameter():
     assert memory.optimizer_bytes(LAYERS, "momentum") == PARAMS * 4
     assert memory.optimizer_bytes(LAYERS, "adam") == PARAMS * 8

@@ -155,9 +155,32 @@ EXPANDED_POOL = ("jax",)
 #: and its peak moves by as much). PyTorch's SGD subtracts in place
 #: (``torch._foreach_add_``); JAX's update is fused into the step (``FUSED_UPDATE``).
 UPDATE_COPY = ("tensorflow",)
+#: the frameworks whose networks pad a window's input as a tensor of its own: Keras'
+#: 'same' pads asymmetrically where the stride is not 1, so dlperf's Keras networks pad
+#: every max pool's input, and a convolution's that 'same' would pad otherwise than
+#: PyTorch does, with a ZeroPadding2D layer (``backends.keras_models``); the padded copy
+#: is the window's input, kept for its backward beside the unpadded output its ReLU keeps.
+#: Read in TensorFlow's memory profile of AlexNet's step (``tf.profiler`` on the CPU
+#: allocator, batch 16): its three pools' and its first convolution's padded inputs (23.7,
+#: 14.1, 4.0 and 16.0 MiB) live at the step's peak beside the ReLUs' outputs. PyTorch's
+#: and XLA's convolutions and pools pad inside the kernel.
+PADS_APART = ("tensorflow",)
 #: bytes of an int32 position, and the dimensions of a 2-D pool's input (batch, height,
 #: width, channels)
 INDEX, POOL_DIMS = 4, 4
+
+
+def padded_copy_elems(layer: Layer) -> int:
+    """Elements per sample of the padded copy of ``layer``'s input that a framework which
+    pads apart (``PADS_APART``) keeps: every padded pool's; a padded convolution's unless
+    Keras' 'same' pads it as PyTorch does (stride 1, (window - 1) / 2 on every side)."""
+    if not layer.padded_in_elems:
+        return 0
+    if layer.op == "conv":
+        g = layer.gemms[0]
+        if g.stride == 1 and 2 * layer.pad == g.window - 1:
+            return 0
+    return layer.padded_in_elems
 
 
 def saves(layer: Layer) -> int:
@@ -245,6 +268,13 @@ def resident_activation_bytes(layers: Sequence[Layer], batch: float,
     return total
 
 
+def padded_copies_bytes(layers: Sequence[Layer], batch: float, precision: str) -> float:
+    """The padded inputs a framework that pads apart keeps for the backward
+    (``PADS_APART``, ``padded_copy_elems``), at the element size the window saves."""
+    return sum(padded_copy_elems(layer) * batch * saved_elem(layer, precision)
+               for layer in layers)
+
+
 def transient_bytes(layers: Sequence[Layer], batch: float, elem: int,
                     in_place_loss: bool = False, expanded_pool: bool = False) -> float:
     """The largest working set beyond what is kept: the backward of a layer holds the
@@ -304,7 +334,8 @@ def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
     or device; ``baseline``: the framework's runtime (``dlperf calibrate`` measures it);
     ``on_device``: the peak of a device's allocator (a GPU's), else a CPU process's
     resident memory (see the module's docstring); ``framework``: the one that trains it
-    (``FUSED_UPDATE``, ``IN_PLACE_LOSS``, ``EXPANDED_POOL``, ``UPDATE_COPY``; None: one
+    (``FUSED_UPDATE``, ``IN_PLACE_LOSS``, ``EXPANDED_POOL``, ``UPDATE_COPY``,
+    ``PADS_APART``; None: one
     that keeps every gradient until the update, makes the loss's gradient apart from its
     logits, runs a max pool's backward as one kernel and updates in place, as PyTorch
     does). The transient is the larger of the backward's and the update's: the two run
@@ -316,7 +347,8 @@ def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
         gradients=gradient_bytes(layers, framework in FUSED_UPDATE),
         optimizer=optimizer_bytes(layers, optimizer),
         activations=(saved_activation_bytes(layers, batch, precision, in_place) if on_device
-                     else resident_activation_bytes(layers, batch, precision, in_place)),
+                     else resident_activation_bytes(layers, batch, precision, in_place))
+        + (padded_copies_bytes(layers, batch, precision) if framework in PADS_APART else 0.0),
         transient=max(transient_bytes(layers, batch, elem, in_place,
                                       framework in EXPANDED_POOL and not on_device),
                       update_copy_bytes(layers) if framework in UPDATE_COPY else 0.0),

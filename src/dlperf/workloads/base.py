@@ -69,6 +69,11 @@ class Layer:
     #: the elements a window's padding adds around its input, per sample (a padded
     #: pooling layer's border: C x ((H + 2p)^2 - H^2)); 0 where its window pads nothing
     pad_elems: int = 0
+    #: rows and columns of zeros a window (a convolution's, a pool's) adds on every side
+    #: of its input, and that input's elements with them per sample (C x (H + 2p)^2);
+    #: 0 where it pads nothing
+    pad: int = 0
+    padded_in_elems: int = 0
 
     def train_flops(self) -> int:
         """Forward + weight gradient + (input gradient) matmul FLOPs for one sample."""
@@ -143,7 +148,13 @@ def conv(
     bias: bool = True,
     first: bool = False,
     stride: int = 1,
+    pad: int = 0,
+    in_hw: int = 0,
 ) -> Layer:
+    """A convolution of ``c_in`` maps of ``in_hw`` x ``in_hw`` (needed where it pads:
+    ``pad`` rows of zeros on every side) into ``c_out`` of ``out_hw`` x ``out_hw``."""
+    if pad and not in_hw:
+        raise ValueError(f"{name}: a padded convolution needs its input's side")
     return Layer(
         name,
         "conv",
@@ -153,6 +164,8 @@ def conv(
         input_grad=not first,
         # the implicit GEMM: one row per output pixel, one column per output channel
         gemms=(Gemm(out_hw * out_hw, c_out, k * k * c_in, window=k, stride=stride),),
+        pad=pad,
+        padded_in_elems=c_in * (in_hw + 2 * pad) ** 2 if pad else 0,
     )
 
 
@@ -162,4 +175,5 @@ def max_pool(name: str, channels: int, in_hw: int, *, kernel: int = 3, stride: i
     of padding on every side: DLBench's AlexNet and ResNet-50's stem)."""
     out_hw = conv_out(in_hw, kernel, stride, pad)
     return Layer(name, "pool", out_elems=channels * out_hw * out_hw,
-                 pad_elems=channels * ((in_hw + 2 * pad) ** 2 - in_hw * in_hw))
+                 pad_elems=channels * ((in_hw + 2 * pad) ** 2 - in_hw * in_hw), pad=pad,
+                 padded_in_elems=channels * (in_hw + 2 * pad) ** 2 if pad else 0)

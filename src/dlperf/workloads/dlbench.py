@@ -73,9 +73,9 @@ class AlexNetConfig:
         out: list[Layer] = []
         side, c_in = self.image, self.channels_in
         for i, c in enumerate(self.convs):
-            side = conv_out(side, c.kernel, c.stride, c.pad)
+            in_hw, side = side, conv_out(side, c.kernel, c.stride, c.pad)
             out.append(conv(f"conv{i + 1}", c_in, c.out, c.kernel, side, first=(i == 0),
-                            stride=c.stride))
+                            stride=c.stride, pad=c.pad, in_hw=in_hw))
             out.append(Layer(f"relu{i + 1}", "act", out_elems=c.out * side * side))
             if c.pool_after:
                 out.append(max_pool(f"pool{i + 1}", c.out, side))
@@ -112,7 +112,7 @@ class ResNetConfig:
         out: list[Layer] = []
         side = conv_out(self.image, 7, 2, 3)
         out.append(conv("stem", self.channels_in, self.stem, 7, side, bias=False, first=True,
-                        stride=2))
+                        stride=2, pad=3, in_hw=self.image))
         out.append(bn("stem_bn", self.stem, side))
         out.append(Layer("stem_relu", "act", out_elems=self.stem * side * side))
         out.append(max_pool("stem_pool", self.stem, side))
@@ -129,7 +129,8 @@ class ResNetConfig:
                 out.append(Layer(f"{name}_relu1", "act", out_elems=width * side * side))
                 new_side = conv_out(side, 3, st, 1)
                 pixels = new_side * new_side
-                out.append(conv(f"{name}_c2", width, width, 3, new_side, bias=False, stride=st))
+                out.append(conv(f"{name}_c2", width, width, 3, new_side, bias=False, stride=st,
+                                pad=1, in_hw=side))
                 out.append(bn(f"{name}_bn2", width, new_side))
                 out.append(Layer(f"{name}_relu2", "act", out_elems=width * pixels))
                 out.append(conv(f"{name}_c3", width, c_out, 1, new_side, bias=False))
