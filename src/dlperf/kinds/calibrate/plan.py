@@ -124,7 +124,9 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
                 scope: Sequence[tuple[str, int]] = ()) -> list[RunSpec]:
     packages = environment.packages()
     min_time = FINE_MIN_TIME_S if fine else SCOPED_MIN_TIME_S if scope else MIN_TIME_S
-    whole = tuple(KernelPart(op=op, shapes=tuple(grid(op, fine, device))) for op in LOCAL_OPS)
+    # the whole grid, built once for every framework; a scoped run times its own shapes
+    whole = () if scope else tuple(KernelPart(op=op, shapes=tuple(grid(op, fine, device)))
+                                   for op in LOCAL_OPS)
     out = []
     for fw in frameworks:
         framework_table.require(fw)
