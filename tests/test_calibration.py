@@ -413,6 +413,55 @@ def test_a_products_new_pages_are_counted_once_even_at_a_timed_shape():
     assert tf.gemm_tn.time(*wide) == pytest.approx(sample.median_s - made_up.CALL_S, rel=0.03)
 
 
+def test_a_jax_products_result_pages_are_its_steps_block_and_its_convolutions_keep_theirs():
+    """XLA's jitted product, a calibration kernel alone, returns a result beyond glibc's
+    mmap threshold in new pages at every call; in a step the result lies in the step's
+    temporaries block, whose pages the step pays once (``local.fresh_block_s``). So the
+    fit takes a JAX product's pages off its sample and the step model adds none to the
+    product: at the very shape timed, a product is its sample without its pages, never
+    less than writing its result into kept pages. XLA's convolutions map scratch of their
+    own in a step as alone: their samples stay as measured."""
+    from dlperf.perfmodel.fit import MMAP_THRESHOLD_MAX
+    from dlperf.perfmodel.local import new_pages_s, one_product
+
+    shapes = {op: [tuple(s) for s in k.grid(op)] for op in calibration.LOCAL_OPS
+              if op not in ("bn", "pool", "lstm")}
+    wide = (26752, 2048, 8)  # FCN-5's weight gradient, 219 MB, at a small batch
+    shapes["gemm_tn"].append(wide)
+    clean = fit.Samples.of([made_up.sample(op, s) for op, ss in shapes.items() for s in ss])
+    plain = fit.fit_local(clean, "jax", 1)
+    byte_s = fit.new_page_byte_s(plain.memory, plain.update)
+    assert byte_s > 0
+
+    def faulted(s):  # what the worker measures: the kernel and its results' pages
+        made = fit.results(s) if s.op.startswith(("gemm", "conv")) else ()
+        big = [4 * e for e in made if 4 * e >= MMAP_THRESHOLD_MAX]
+        return s.model_copy(update={"median_s": s.median_s + sum(big) * byte_s})
+
+    measured = fit.Samples.of([faulted(s) for s in clean.items])
+    f = fit.fit_local(measured, "jax", 1)
+    (sample,) = [s for s in measured.of_op("gemm_tn") if s.shape == wide]
+    (before,) = [s for s in clean.of_op("gemm_tn") if s.shape == wide]
+    pages = 4 * wide[0] * wide[1] * byte_s
+    assert pages > 0.1 * sample.median_s  # pages that matter
+    assert new_pages_s(f, wide[0] * wide[1]) == 0  # the step adds none per product
+    got = one_product(f, f.gemm_tn, *wide)
+    assert got == pytest.approx(max(before.median_s - made_up.CALL_S,
+                                    f.in_place.time(2 * 4 * wide[0] * wide[1])), rel=0.03)
+    assert got < sample.median_s - 0.5 * pages
+    # the same samples read as PyTorch's: the pages come back per result
+    torch = fit.fit_local(measured, "torch", 1)
+    assert one_product(torch, torch.gemm_tn, *wide) == pytest.approx(
+        sample.median_s - made_up.CALL_S, rel=0.03)
+    # a convolution whose input's gradient (134 MB) is beyond the threshold keeps its pages
+    conv = (256, 128, 32, 32, 1, 1)
+    (timed,) = [s for s in measured.of_op("conv_bwd") if s.shape == conv]
+    (kept,) = fit.without_new_pages([timed], "jax", "cpu", byte_s, 4, f.in_place)
+    assert kept.median_s == timed.median_s
+    (taken,) = fit.without_new_pages([timed], "torch", "cpu", byte_s, 4, f.in_place)
+    assert taken.median_s < timed.median_s
+
+
 def test_an_outer_products_sample_keeps_its_arithmetic_beside_its_pages():
     """A weight gradient at a micro-batch of one sample is an outer product: its result's
     new pages are most of its sample (PyTorch: 4096 x 9216 from one row, 59 ms into fresh
@@ -2062,12 +2111,13 @@ def test_reference_curves_are_written_from_a_gpu_calibration(db, tmp_path):
 
 def test_a_jax_step_pays_the_new_pages_of_its_temporaries_block(db, monkeypatch):
     """XLA:CPU allocates a step's temporaries as one block per call (``local.FRESH_BLOCK``):
-    a JAX step adds its activations' bytes at what a fresh result costs over an in-place
-    one; a PyTorch step, on the same machine's curves, does not. On the made-up machine a
+    a JAX step adds its temporaries' bytes (the memory model's activations, live gradient
+    and transient) at what a fresh result costs over an in-place one; a PyTorch step, on
+    the same machine's curves, does not. On the made-up machine a
     fresh result moves at DRAM_BPS and an in-place update at UPDATE_BPS, both reading and
     writing each element: a byte of result costs 2 / DRAM_BPS - 2 / UPDATE_BPS more."""
     from dlperf.perfmodel import local
-    from dlperf.perfmodel.costs import activation_bytes
+    from dlperf.perfmodel.memory import largest_layer_bytes, step_memory
 
     with Store(db) as store:
         made_up.calibrated(store, frameworks=("torch", "jax"))
@@ -2076,7 +2126,11 @@ def test_a_jax_step_pays_the_new_pages_of_its_temporaries_block(db, monkeypatch)
     jax_fit, torch_fit = cal.find("jax", 1), cal.find("torch", 1)
     assert local.fresh_byte_s(jax_fit) == pytest.approx(per_byte, rel=0.02)
     _, _, cfg = workloads.resolve("alexnet", None)
-    block = activation_bytes(cfg.layers(), 16, 4) * per_byte
+    # the block: what the memory model counts of JAX's step beyond its weights and
+    # runtime, its one live weight gradient (the largest layer's) among them
+    m = step_memory(cfg.layers(), 16, "fp32", framework="jax")
+    assert m.gradients == largest_layer_bytes(cfg.layers()) > 0
+    block = (m.activations + m.gradients + m.transient) * per_byte
     assert local.fresh_block_s(cfg.layers(), 16, jax_fit) == pytest.approx(block, rel=0.02)
     assert local.fresh_block_s(cfg.layers(), 16, torch_fit) == 0.0
     p = {fw: predict_for_spec(RunSpec(network="alexnet", framework=fw, threads=1,

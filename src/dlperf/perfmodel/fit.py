@@ -25,10 +25,12 @@ times the model adds up.
   that size (the layout copies and fresh pages of a large map: XLA:CPU transposes both
   operands of every weight gradient, and its 1x1 backward over a 56x56 map at batch 16
   took six times what its FLOPs take at a 3x3 window's rate on this machine), forward
-  and backward fitted apart, and its residuals. PyTorch's results beyond glibc's mmap
-  threshold are new pages at every call: taken off its samples and added per result
-  by the step model, its traffic priced by the in-place update's curve, without them
-  (``without_new_pages``, ``traffic_curve``).
+  and backward fitted apart, and its residuals. A kernel's results beyond glibc's mmap
+  threshold are new pages at every call, PyTorch's and JAX's: taken off the samples of
+  PyTorch's products and convolutions and of JAX's products (``without_new_pages``) and
+  added by the step model, PyTorch's per result, its traffic priced by the in-place
+  update's curve, without them (``traffic_curve``), JAX's in its step's temporaries
+  block (``local.fresh_block_s``).
 - ``MemoryCurve``: time against bytes moved, interpolated in log-log over the sizes
   measured (caches, then DRAM), the op's fixed cost taken off; the same form serves the
   in-place update, the softmax cross-entropy (against its logits' bytes), batch
@@ -685,6 +687,41 @@ def new_page_byte_s(memory: MemoryCurve, update: MemoryCurve | None) -> float:
     return max(memory.time(moved) - update.time(moved), 0.0) / (moved / 2)
 
 
+#: Frameworks whose matrix product, a calibration kernel on its own, gets a result of
+#: at least ``MMAP_THRESHOLD_MAX`` in pages mapped afresh at every call, where in a
+#: training step the result lies in the step's temporaries block, whose pages the step
+#: pays once (``local.FRESH_BLOCK``, ``local.fresh_block_s``). XLA's jitted call returns
+#: its result in a buffer of its own: JAX at one thread on this project's 2-vCPU AMD
+#: EPYC, a (64 x 2048)^T (64 x 26752) product, results of 4 to 23 MiB took no fault, of
+#: 32, 64 and 209 MiB one per page, 209 MiB in 126 ms alone against 30 ms as FCN-5's
+#: weight gradient in its step. A convolution's samples keep theirs: XLA's convolutions
+#: map scratch buffers of their own at every call, in a step as alone (its ResNet-50 step
+#: at batch 16 faults 3.5 GB, its temporaries block 2.2 GB).
+PRODUCT_IN_BLOCK = ("jax",)
+#: the calibration's matrix products (the others of ``without_new_pages``' ops are
+#: convolutions)
+PRODUCT_OPS = ("gemm", "gemm_tn", "gemm_tn_seq")
+
+
+def kernel_results_afresh(framework: str, device: str, op: str) -> bool:
+    """Whether the framework's calibration kernel ``op`` makes a large result in new
+    pages at every call that the step model adds on its own: PyTorch's every product and
+    convolution (``allocates_per_tensor``: per result, ``local.new_pages_s``), JAX's
+    matrix products (``PRODUCT_IN_BLOCK``: in its temporaries block)."""
+    return allocates_per_tensor(framework, device) or (
+        framework in PRODUCT_IN_BLOCK and device == "cpu" and op in PRODUCT_OPS)
+
+
+def alone_afresh_s(framework: str, device: str, op: str, nbytes: float,
+                   byte_s: float) -> float:
+    """Seconds of the new pages of an ``nbytes`` result that the calibration kernel
+    ``op`` makes on its own (``kernel_results_afresh``), at ``byte_s`` a byte: a block of
+    at least ``MMAP_THRESHOLD_MAX``."""
+    if not kernel_results_afresh(framework, device, op) or nbytes < MMAP_THRESHOLD_MAX:
+        return 0.0
+    return nbytes * byte_s
+
+
 def allocates_per_tensor(framework: str, device: str) -> bool:
     """Whether the framework's results come from glibc's malloc one by one
     (``MALLOC_PER_TENSOR``, on a CPU): only there is a large result new pages at every
@@ -721,9 +758,10 @@ def results(sample: KernelSample) -> tuple[int, ...]:
 def without_new_pages(samples: Sequence[KernelSample], framework: str, device: str,
                       byte_s: float, elem: int, kept: MemoryCurve) -> list[KernelSample]:
     """The products' and convolutions' samples less their results' new pages
-    (``mapped_afresh_s``, per result: ``results``): the calibration's kernel makes fresh
+    (``alone_afresh_s``, per result: ``results``): the calibration's kernel makes fresh
     results at each call, so such a sample carries them, and the step model adds them on
-    its own (``local.new_pages_s``); left in, a kernel timed at a network's own shape
+    its own (PyTorch's result by result, ``local.new_pages_s``; XLA's once, in its step's
+    temporaries block, ``local.fresh_block_s``); left in, a kernel timed at a network's own shape
     would count them twice, and a convolution's fitted traffic would charge every large
     working set the fault rate (the 65 MB a 1x1 backward over 512 x 28 x 28 at batch 16
     moves, its 24.5 MiB input and 6 MiB output gradient twice, at the rate of one fresh
@@ -739,7 +777,8 @@ def without_new_pages(samples: Sequence[KernelSample], framework: str, device: s
     out = []
     for s in samples:
         made = results(s)
-        if pages := sum(mapped_afresh_s(framework, device, e * elem, byte_s) for e in made):
+        if pages := sum(alone_afresh_s(framework, device, s.op, e * elem, byte_s)
+                        for e in made):
             floor = kept.time(2 * elem * sum(made))
             s = s.model_copy(update={"median_s": max(s.median_s - pages,
                                                      min(floor, s.median_s))})
@@ -810,8 +849,10 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
     traffic = traffic_curve(memory, update, framework, device)
 
     def products(op: str) -> list[KernelSample]:  # and convolutions
-        return without_new_pages(samples.of_op(op), framework, device, byte_s, elem,
-                                 traffic)
+        # a result whose new pages are taken off is written, at least, into kept pages
+        kept = update if update is not None and kernel_results_afresh(
+            framework, device, op) else traffic
+        return without_new_pages(samples.of_op(op), framework, device, byte_s, elem, kept)
 
     def anchor(op: str) -> list[bool] | None:
         return grid_anchor(op, [x.shape for x in samples.of_op(op)], device)

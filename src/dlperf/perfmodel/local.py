@@ -25,17 +25,19 @@ A layer's time per step (batch B):
   bandwidth;
 - every kernel launch costs the framework's per-op time, and a training step one call;
 - where the framework's compiled step allocates its temporaries as one block per call
-  (``FRESH_BLOCK``: JAX), the step pays that block's new pages: its kept activations'
-  bytes at what a fresh result costs over an in-place one (``fresh_block_s``).
+  (``FRESH_BLOCK``: JAX), the step pays that block's new pages: its
+  temporaries' bytes as the memory model counts them, at what a fresh result costs over
+  an in-place one (``fresh_block_s``).
 """
 
 from __future__ import annotations
 
 from dlperf.perfmodel.catalogue import Device, Link
 from dlperf.perfmodel.compute import LayerTiming
-from dlperf.perfmodel.costs import WEIGHT_BYTES, LayerCost, activation_bytes
+from dlperf.perfmodel.costs import WEIGHT_BYTES, LayerCost
 from dlperf.perfmodel.fit import (
     MMAP_THRESHOLD_MAX,
+    PRODUCT_IN_BLOCK,
     AlphaBeta,
     GemmCurve,
     LocalFit,
@@ -44,6 +46,7 @@ from dlperf.perfmodel.fit import (
     new_page_byte_s,
 )
 from dlperf.perfmodel.kernels import element_bytes, xent_bytes
+from dlperf.perfmodel.memory import step_memory
 from dlperf.workloads.base import Gemm, Layer
 
 #: ops whose products run as convolutions (the others as matrix products)
@@ -215,7 +218,7 @@ def one_product(fit: LocalFit, curve: GemmCurve, m: float, n: float, k: float) -
     fresh, as the memory pass does (a roofline's memory side, Williams et al. 2009). A weight gradient of a wide layer at a small batch is such a product: its
     result's new pages, not its FLOPs, set its time, at a shape the GEMM grid (its
     inner dimension at least 16) only approaches."""
-    return max(curve.time(m, n, k) + new_pages_s(fit, m * n), _fresh(fit, m * n))
+    return max(curve.time(m, n, k) + new_pages_s(fit, m * n), _product_result(fit, m * n))
 
 
 def new_pages_s(fit: LocalFit, elems: float) -> float:
@@ -235,6 +238,15 @@ def new_pages_s(fit: LocalFit, elems: float) -> float:
 def _fresh(fit: LocalFit, elems: float) -> float:
     """Seconds to make a fresh result of ``elems`` elements, as the memory pass does."""
     return fit.memory.time(2 * element_bytes(fit.precision) * elems)
+
+
+def _product_result(fit: LocalFit, elems: float) -> float:
+    """Seconds to write a matrix product's result of ``elems`` elements: fresh
+    (``_fresh``), or into pages already mapped where the step's temporaries block pays
+    them (``fit.PRODUCT_IN_BLOCK``, ``fresh_block_s``)."""
+    if fit.framework in PRODUCT_IN_BLOCK and fit.device == "cpu":
+        return fit.in_place.time(2 * element_bytes(fit.precision) * elems)
+    return _fresh(fit, elems)
 
 
 def _guess(layer: Layer) -> tuple[Gemm, ...]:
@@ -338,11 +350,15 @@ def accumulated_pages_s(layers: list[Layer], fit: LocalFit) -> float:
 
 def fresh_block_s(layers: list[Layer], batch: float, fit: LocalFit) -> float:
     """A step's new pages for its temporaries block (``FRESH_BLOCK``; 0 for others and on
-    a GPU): the activations the step keeps for its backward pass, most of the block (the
-    backward's own temporaries come on top, and a result the memory curve already times
-    as fresh counts again: on ResNet-50 they about cancel, 2.4 GB of activations against
-    3.5 GB faulted per step at batch 16)."""
+    a GPU): the step's temporaries as the memory model counts them for the framework
+    (``memory.step_memory``: the activations kept for the backward pass, the one weight
+    gradient live at a time under its fused update, the backward's largest working set).
+    Per step, ``getrusage`` around JAX's steps at one thread on this project's 2-vCPU AMD
+    EPYC faulted 227 MiB for FCN-5 at batch 64 (this count: 238 MiB) and 525 MiB for the
+    LSTM at 128 (530 MiB). A result the memory curve already times as fresh counts again,
+    and XLA's convolutions map scratch of their own (``fit.PRODUCT_IN_BLOCK``): ResNet-50
+    at batch 16 faults 3.5 GB, this count 2.4 GB."""
     if fit.framework not in FRESH_BLOCK or fit.device != "cpu":
         return 0.0
-    return (activation_bytes(layers, batch, element_bytes(fit.precision)) * fresh_byte_s(fit)
-            * fit.slowdown)
+    m = step_memory(layers, batch, fit.precision, framework=fit.framework)
+    return (m.activations + m.gradients + m.transient) * fresh_byte_s(fit) * fit.slowdown

@@ -236,7 +236,8 @@ class _Context:
         if fit is None or (took := local.fresh_block_s(self.layers, batch, fit)) <= 0:
             return 0.0
         self.notes.append(f"{fit.framework} allocates the step's temporaries afresh at every "
-                          f"call: {took * 1e3:.3g} ms of new pages for its activations")
+                          f"call: {took * 1e3:.3g} ms of new pages for its activations, live "
+                          "gradient and backward working set")
         return took
 
     def call_s(self) -> float:
