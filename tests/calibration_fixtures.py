@@ -9,7 +9,7 @@ import time
 from dlperf.core.spec import RunResult
 from dlperf.kinds.calibrate import plan as calibration
 from dlperf.kinds.calibrate.options import KernelOutcome, KernelSample
-from dlperf.perfmodel.fit import conv_traffic, mapped_afresh_s
+from dlperf.perfmodel.fit import alone_afresh_s, conv_traffic
 from dlperf.perfmodel.kernels import ELEM, conv_gemm, element_bytes, flops, nbytes
 
 # the made-up machine
@@ -27,6 +27,8 @@ BN_BPS = 2e9  # batch normalisation: several passes over its activation
 POOL_BPS = 1e9  # the max pool's gradient scatters its maxima back
 LSTM_RATE = 20e9  # FLOP/s of an LSTM layer whole: small products in a loop, and the gates
 TN_SLOWER = 1.5
+#: the product with its second operand stored transposed (gemm_nt), against the plain one
+NT_SLOWER = 4 / 3
 SHARE_STEP_S, SHARE_COST = 8e-3, 1.25  # two processes on one core: x1.25 beyond sharing
 SHARE_LONG_S = 12 * SHARE_STEP_S
 SEQ_SLOWER = 3.0
@@ -65,6 +67,8 @@ def true_s(op: str, shape: tuple[int, ...], world: int = 1, elem: int = ELEM) ->
         return CALL_S + gemm_s(*shape)
     if op == "gemm_tn":  # the transposed form, half again as slow
         return CALL_S + TN_SLOWER * gemm_s(*shape)
+    if op == "gemm_nt":  # the weights read transposed: a third slower
+        return CALL_S + NT_SLOWER * gemm_s(*shape)
     if op == "gemm_tn_seq":  # over a sequence: time x batch contracted, slower still
         m, n, t, b = shape
         return CALL_S + SEQ_SLOWER * gemm_s(m, n, t * b)
@@ -108,11 +112,12 @@ def sample(op: str, shape: tuple[int, ...], world: int = 1, elem: int = ELEM) ->
 
 
 def _allocated(s: KernelSample, spec, elem: int) -> KernelSample:
-    """A product's sample as PyTorch's calibration on a CPU measures it: a result beyond
-    glibc's mmap threshold is new pages at every call, at what a fresh result costs over
-    an in-place one on the made-up machine (``fit.without_new_pages`` takes them out)."""
-    if not s.op.startswith("gemm") or not (extra := mapped_afresh_s(
-            spec.framework, spec.device, elem * s.shape[0] * s.shape[1],
+    """A product's sample as PyTorch's and JAX's calibrations on a CPU measure it: a result
+    beyond glibc's mmap threshold is new pages at every call, at what a fresh result costs
+    over an in-place one on the made-up machine (``fit.without_new_pages`` takes them
+    out)."""
+    if not s.op.startswith("gemm") or not (extra := alone_afresh_s(
+            spec.framework, spec.device, s.op, elem * s.shape[0] * s.shape[1],
             2 / DRAM_BPS - 2 / UPDATE_BPS)):
         return s
     return s.model_copy(update={"median_s": s.median_s + extra,

@@ -35,6 +35,11 @@ def test_a_dense_layer_times_its_forward_its_inputs_gradient_and_its_weights():
     assert torch["gemm_tn"] == {(200, 300, 8), (10, 200, 8)}
     # any framework's (what a calibration's held-out networks are read against): both
     assert nk.step_shapes([first, second], 8)["gemm_tn"] == shapes["gemm_tn"] | torch["gemm_tn"]
+    # the product that reads the weights transposed: Keras' input gradient dY W^T (none
+    # for the first layer); PyTorch's forward x W^T
+    assert shapes["gemm_nt"] == {(8, 200, 10)}
+    assert torch["gemm_nt"] == {(8, 200, 300), (8, 10, 200)}
+    assert nk.step_shapes([first, second], 8)["gemm_nt"] == shapes["gemm_nt"] | torch["gemm_nt"]
 
 
 def test_a_convolutions_kernel_has_the_layers_implicit_gemm():

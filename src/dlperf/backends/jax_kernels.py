@@ -41,6 +41,12 @@ class Kernel(Timed):
 
             def fn(a, b):
                 return jnp.matmul(a.T, b, precision=HIGHEST)
+        elif op == "gemm_nt":  # flax's Dense input gradient: its kernel transposed
+            m, n, k = shape
+            args = (operand(m, k), operand(n, k))
+
+            def fn(a, b):
+                return jnp.matmul(a, b.T, precision=HIGHEST)
         elif op == "gemm_tn_seq":  # Flax's Dense on a (time, batch, features) tensor: in
             # the compiled training step (an LSTM's, read in its HLO) XLA lays the output
             # gradient out transposed, (n, time x batch), and runs the weight gradient as

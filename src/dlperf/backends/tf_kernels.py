@@ -42,6 +42,12 @@ class Kernel(Timed):
 
                 def fn(a, b):
                     return tf.linalg.matmul(a, b, transpose_a=True)
+            elif op == "gemm_nt":  # Keras' Dense input gradient: its kernel transposed
+                m, n, k = shape
+                args = (operand((m, k)), operand((n, k)))
+
+                def fn(a, b):
+                    return tf.linalg.matmul(a, b, transpose_b=True)
             elif op == "gemm_tn_seq":  # Keras' Dense on 3-D: time and batch flattened
                 m, n, t, b = shape
                 args = (operand((t, b, m)), operand((t, b, n)))

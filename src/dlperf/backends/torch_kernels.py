@@ -25,7 +25,14 @@ from dlperf.backends.base import Timed, UnsupportedError
 from dlperf.backends.operands import BLOCK
 from dlperf.backends.torch_amp import autocast_context
 from dlperf.perfmodel.fit import sharing_cost
-from dlperf.perfmodel.kernels import DISPATCH_SIDE, POOL_STRIDE, POOL_WINDOW, conv_out, flops
+from dlperf.perfmodel.kernels import (
+    DISPATCH_SIDE,
+    POOL_STRIDE,
+    POOL_WINDOW,
+    PRODUCTS,
+    conv_out,
+    flops,
+)
 
 
 def _device(device: str) -> torch.device:
@@ -115,6 +122,9 @@ class Kernel(Timed):
         elif op == "gemm_tn":  # A stored k x m, used transposed (a view, as autograd does)
             m, n, k = shape
             self.a, self.b = operand(k, m).t(), operand(k, n)
+        elif op == "gemm_nt":  # nn.Linear's forward: its (out, in) weight transposed (a view)
+            m, n, k = shape
+            self.a, self.b = operand(m, k), operand(n, k).t()
         elif op == "gemm_tn_seq":  # nn.Linear's backward flattens time and batch: a view
             m, n, t, b = shape
             self.a = operand(t, b, m).reshape(t * b, m).t()
@@ -175,7 +185,7 @@ class Kernel(Timed):
         op = self.op
         # a fresh result per call, as autograd and eager layers make theirs: a large one
         # costs the allocator's new pages, which a reused output would hide
-        if op in ("gemm", "gemm_tn", "gemm_tn_seq"):
+        if op in PRODUCTS:
             self.out = torch.mm(self.a, self.b)
         elif op == "conv":
             with torch.no_grad():

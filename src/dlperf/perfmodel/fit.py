@@ -469,6 +469,9 @@ class LocalFit(_Frozen):
     #: the weight gradient's transposed product (None: calibrated before it was timed; the
     #: plain product's curve stands in)
     gemm_tn: GemmCurve | None = None
+    #: a dense layer's product that reads its weights transposed (``kernels``' gemm_nt;
+    #: None: calibrated before it was timed; the plain product's curve stands in)
+    gemm_nt: GemmCurve | None = None
     #: the same over a sequence (time and batch contracted), on (m, n, time x batch)
     #: (None: calibrated before it was timed; ``gemm_tn`` stands in)
     gemm_tn_seq: GemmCurve | None = None
@@ -700,7 +703,7 @@ def new_page_byte_s(memory: MemoryCurve, update: MemoryCurve | None) -> float:
 PRODUCT_IN_BLOCK = ("jax",)
 #: the calibration's matrix products (the others of ``without_new_pages``' ops are
 #: convolutions)
-PRODUCT_OPS = ("gemm", "gemm_tn", "gemm_tn_seq")
+PRODUCT_OPS = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq")
 
 
 def kernel_results_afresh(framework: str, device: str, op: str) -> bool:
@@ -858,13 +861,14 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
         return grid_anchor(op, [x.shape for x in samples.of_op(op)], device)
 
     gemm = fit_gemm(products("gemm"), d, anchor("gemm"))
-    tn = products("gemm_tn")
+    tn, nt = products("gemm_tn"), products("gemm_nt")
     # the sequence's product on (m, n, time x batch), the GEMM curve's three sides
     seq = [s.model_copy(update={"shape": (s.shape[0], s.shape[1], s.shape[2] * s.shape[3])})
            for s in products("gemm_tn_seq")]
     return LocalFit(framework=framework, threads=threads, device=device, precision=precision,
                     dispatch=d, gemm=gemm,
                     gemm_tn=fit_gemm(tn, d, anchor("gemm_tn")) if len(tn) >= 6 else None,
+                    gemm_nt=fit_gemm(nt, d, anchor("gemm_nt")) if len(nt) >= 6 else None,
                     gemm_tn_seq=(fit_gemm(seq, d, anchor("gemm_tn_seq")) if len(seq) >= 6
                                  else None),
                     conv=fit_conv(products("conv"), d, traffic, elem, anchor("conv")),

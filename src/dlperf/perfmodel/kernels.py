@@ -11,6 +11,11 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
 - ``gemm_tn`` (m, n, k): C = A^T @ B with A stored k x m: the weight gradient's form
   (inputs transposed against the output gradient, inner dimension the batch), which a
   BLAS can run at another speed than the plain product;
+- ``gemm_nt`` (m, n, k): C = A @ B^T with B stored n x k: a dense layer's product that
+  reads its weights transposed (the input gradient where the weights are stored inputs x
+  outputs, as Keras' and flax's are; the forward where outputs x inputs, as PyTorch's),
+  which a library can run at another speed at a few rows (TensorFlow at one thread on
+  this project's 2-vCPU AMD EPYC: 64 x 2048 over 26752, 32 ms plain, 60 ms transposed);
 - ``gemm_tn_seq`` (m, n, t, b): the same weight gradient of a layer applied to a
   sequence: inputs (t x b x m) and output gradients (t x b x n), contracted over time and
   batch, the way each framework's dense layer on a 3-D tensor runs it (PyTorch and
@@ -84,13 +89,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlperf.perfmodel.catalogue import PRECISIONS
 
-Op = Literal["gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
+Op = Literal["gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
              "xent", "bn", "pool", "lstm", "dispatch", "dispatch_train", "allreduce",
              "allgather", "reducescatter", "broadcast", "share"]
-OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "memory",
-                        "update", "xent", "bn", "pool", "lstm", "dispatch",
+OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq", "conv", "conv_bwd",
+                        "memory", "update", "xent", "bn", "pool", "lstm", "dispatch",
                         "dispatch_train", "allreduce", "allgather", "reducescatter",
                         "broadcast", "share")
+#: the matrix products among the ops
+PRODUCTS = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq")
 #: the collectives among processes the calibration times (gloo, on loopback)
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
 #: ops timed among processes, of the machine rather than of one framework's threads
@@ -117,8 +124,9 @@ ELEM = 4
 #: pool and its gradient (pool); 14: an LSTM layer whole (lstm); 15: a network's strided
 #: convolutions at the input side the network gives them (``network_kernels.conv_shape``);
 #: 16: the first layers' 7x7 and 11x11 windows also at 64 outputs (``CONV_LAYERS``);
-#: 17: pointwise convolutions over a 48-pixel map (``POINTWISE_LARGE_MAPS``)
-REVISION = 17
+#: 17: pointwise convolutions over a 48-pixel map (``POINTWISE_LARGE_MAPS``); 18: the
+#: product with its second operand stored transposed (gemm_nt)
+REVISION = 18
 #: what a revision changed, in a user's words (``LocalFit.older_kernels``)
 REVISION_CHANGES = {
     13: "the max pool and its gradient timed",
@@ -128,6 +136,9 @@ REVISION_CHANGES = {
         "them six times faster than at 32",
     17: "pointwise (1x1) convolutions timed over a large map too, as a bottleneck block "
         "runs them",
+    18: "a dense layer's product that reads its weights transposed timed as such (the "
+        "input gradient in TensorFlow and JAX, up to twice the plain product's time at a "
+        "few rows)",
 }
 
 
@@ -276,7 +287,7 @@ def conv_gemm(shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 def flops(op: str, shape: tuple[int, ...]) -> float:
     """FLOPs of one call (2 per multiply-add, the convention of ``dlperf.workloads``)."""
-    if op in ("gemm", "gemm_tn", "gemm_tn_seq"):
+    if op in PRODUCTS:
         m, n, *k = shape
         return 2.0 * m * n * math.prod(k)
     if op in ("conv", "conv_bwd"):
@@ -296,7 +307,7 @@ def nbytes(op: str, shape: tuple[int, ...], elem: int = ELEM) -> float:
     """Bytes one call must move at least (each operand read once, each result written
     once): the memory side of the roofline. ``elem``: the bytes of an activation's element
     at the run's precision (``element_bytes``); the update and the loss stay fp32."""
-    if op in ("gemm", "gemm_tn", "gemm_tn_seq"):
+    if op in PRODUCTS:
         m, n, *ks = shape
         k = math.prod(ks)
         return float(elem * (m * k + k * n + m * n))
@@ -381,6 +392,8 @@ GEMM_SIDES = (64, 512, 4096, 32768)
 GEMM_INNER = (16, 128, 1024, 8192)
 #: the transposed form is timed at inner dimensions up to this (batches, not layers)
 GEMM_TN_INNER_MAX = 1024
+#: the product with its weights read transposed is timed at rows up to this (a batch)
+GEMM_NT_ROWS_MAX = 512
 #: A product's rows are also timed at these counts, the rows of a dense layer's forward
 #: and input gradient at a batch or a pipeline's micro-batch of a few samples: there the
 #: product streams the weights at a rate of the library's own (on this project's 2-core
@@ -522,6 +535,8 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
         return list(gemm_grid(fine, scale)) + (small if scale == 1 else [])
     if op == "gemm_tn":  # a weight gradient's inner dimension is a batch: small to medium
         return [s for s in gemm_grid(fine, scale) if s[2] <= GEMM_TN_INNER_MAX]
+    if op == "gemm_nt":  # a dense layer's weights read transposed: rows a batch
+        return [s for s in grid("gemm", fine, device) if s[0] <= GEMM_NT_ROWS_MAX]
     if op == "gemm_tn_seq":  # time x batch as the inner dimension: a sequence's rows
         # on a CPU only (a GPU's grid, ``scale`` times larger, is unchanged); the fine
         # grid's sides hold 256 already, so a shape both give is timed once

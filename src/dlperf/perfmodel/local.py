@@ -67,6 +67,16 @@ def weight_gradient_sides(g: Gemm, framework: str) -> tuple[int, int]:
     return (g.n, g.k) if framework in WEIGHTS_OUT_IN else (g.k, g.n)
 
 
+def transposed_weights_pass(framework: str | None) -> tuple[str, ...]:
+    """Which of a dense layer's products read its stored weights transposed (``gemm_nt``):
+    the forward where the framework stores them outputs x inputs (``WEIGHTS_OUT_IN``:
+    ``nn.Linear`` computes x W^T), else the input gradient (Keras' and flax's dY W^T);
+    None: either framework's (both)."""
+    if framework is None:
+        return ("forward", "input_grad")
+    return ("forward",) if framework in WEIGHTS_OUT_IN else ("input_grad",)
+
+
 def device_name(framework: str, threads: int, device: str = "cpu",
                 precision: str = "fp32") -> str:
     return f"{device}:{framework}:x{threads}" + ("" if precision == "fp32" else f":{precision}")
@@ -127,9 +137,15 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
                                + new_pages_s(fit, d_input) + new_pages_s(fit, d_weights),
                                _fresh(fit, d_input + d_weights))
             continue
-        fwd += calls * one_product(fit, fit.gemm, rows, g.n, g.k)
+        # the product that reads the layer's weights transposed, at its own curve where
+        # timed (``transposed_weights_pass``); a product of two inputs (attention) has none
+        nt = (transposed_weights_pass(fit.framework)
+              if layer.params and fit.gemm_nt is not None else ())
+        fwd += calls * one_product(fit, fit.gemm_nt if "forward" in nt else fit.gemm,
+                                   rows, g.n, g.k)
         if layer.input_grad:  # dX = dY @ W^T; two inputs (attention): one product each
-            bwd += calls * one_product(fit, fit.gemm, rows, g.k, g.n) * (1 if layer.params else 2)
+            curve = fit.gemm_nt if "input_grad" in nt else fit.gemm
+            bwd += calls * one_product(fit, curve, rows, g.k, g.n) * (1 if layer.params else 2)
         if layer.params:  # dW = X^T @ dY (dY^T @ X in PyTorch, ``weight_gradient_sides``):
             # transposed inputs, the batch the inner dimension
             # (time x batch for a layer applied to each step of a sequence)

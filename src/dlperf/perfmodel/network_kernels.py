@@ -39,13 +39,14 @@ from dlperf.perfmodel.local import (
     CONV_OPS,
     UNFUSED_CONV_BATCH,
     lstm_shape,
+    transposed_weights_pass,
     weight_gradient_sides,
 )
 from dlperf.workloads.base import Gemm, Layer
 
 #: the ops whose grid a scoped calibration thins to its skeleton, adding the networks'
 #: shapes; every other op keeps its grid
-SCOPED_OPS = ("gemm", "gemm_tn", "gemm_tn_seq", "conv", "conv_bwd", "lstm")
+SCOPED_OPS = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq", "conv", "conv_bwd", "lstm")
 #: the ops timed only for a network that has a layer of that kind (each op is named after
 #: the layer kind it times): an LSTM's grid is of whole layers, seconds each
 LAYER_KIND_OPS = ("lstm",)
@@ -63,7 +64,8 @@ MAX_SHAPE_FLOPS = 8e9
 #: batch 256 is 26 GFLOP)
 MAX_LSTM_FLOPS = SEQ_FEATURES_FLOPS
 #: the dimension of each scoped op's shape that the batch scales
-BATCH_AXIS = {"gemm": 0, "gemm_tn": 2, "gemm_tn_seq": 3, "conv": 0, "conv_bwd": 0, "lstm": 0}
+BATCH_AXIS = {"gemm": 0, "gemm_tn": 2, "gemm_nt": 0, "gemm_tn_seq": 3, "conv": 0,
+              "conv_bwd": 0, "lstm": 0}
 
 
 def label(network: str, batch: int) -> str:
@@ -94,7 +96,12 @@ def step_shapes(layers: Iterable[Layer], batch: int, framework: str | None = Non
             out["gemm"].add((rows, g.n, g.k))
             if layer.input_grad:
                 out["gemm"].add((rows, g.k, g.n))
-            if layer.params:
+            if layer.params:  # the product that reads the weights transposed
+                nt = transposed_weights_pass(framework)
+                if "forward" in nt:
+                    out["gemm_nt"].add((rows, g.n, g.k))
+                if "input_grad" in nt and layer.input_grad:
+                    out["gemm_nt"].add((rows, g.k, g.n))
                 sides = ({weight_gradient_sides(g, framework)} if framework is not None
                          else {(g.k, g.n), (g.n, g.k)})
                 for m, n in sides:

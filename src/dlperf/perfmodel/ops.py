@@ -37,7 +37,8 @@ an op excludes its children, so a wrapper that only calls others costs its dispa
 XLA's instructions (JAX, ``backends/jax_profile``) come as ``xla:dot`` (m x k, k x n;
 ``xla:dot_tn`` with its first operand transposed, timed by the transposed product's curve,
 ``xla:dot_tt`` with both, by the sequence's weight gradient's, which JAX's calibration
-times in that form; ``xla:dot_nt`` by the GEMM's),
+times in that form; ``xla:dot_nt`` by the product's with its second operand stored
+transposed, ``gemm_nt``, where calibrated, else the GEMM's),
 ``xla:convolution`` (input NCHW, kernel OIHW, and its FLOPs) and ``xla:<opcode>`` for the
 rest, a fusion by the kind XLA names it after (fusions of elementwise ops, reductions,
 copies such as ``xla:transpose_copy_fusion``: memory-bound; a while loop's own
@@ -306,7 +307,8 @@ def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
     if kind == "gemm" and (mnk := gemm_shape(op.name, op.shapes)):
         b, m, n, k = mnk
         curve = ((fit.gemm_tn_seq or fit.gemm_tn) if op.name == "xla:dot_tt"
-                 else fit.gemm_tn if op.name == "xla:dot_tn" else None) or fit.gemm
+                 else fit.gemm_tn if op.name == "xla:dot_tn"
+                 else fit.gemm_nt if op.name == "xla:dot_nt" else None) or fit.gemm
         found = b * one_product(fit, curve, m, n, k), 2.0 * b * m * n * k
     elif kind in ("conv", "conv_bwd"):
         found = _conv(op, kind, fit, flops)
