@@ -7,7 +7,8 @@ The trace names an op 'node:OpType' after grappler's rewrites: oneDNN's fused ke
 keep the name of the node they end in (a MatMul fused with its BiasAdd and Sigmoid is
 named after the Sigmoid), so a fused product is found by walking the traced graph from
 that node back to its MatMul or Conv2D. Products are given as ``tf:matmul`` with operands
-(m x k) and (k x n) (transposes applied), convolutions and their two gradients as
+(m x k) and (k x n) (transposes applied; ``tf:matmul_tn`` with its first operand stored
+transposed, ``tf:matmul_nt`` with its second), convolutions and their two gradients as
 ``tf:conv2d`` with their FLOPs (input NCHW, kernel OIHW), everything else as
 ``tf:<OpType>`` with its operands' and output's shapes (none where the graph has no node
 of that name: unmodelled).
@@ -75,6 +76,14 @@ def matmul_operands(op: tf.Operation) -> tuple[tuple[int, ...], ...] | None:
     return ((*batch, m, k), (*batch, k, n))
 
 
+def matmul_layout(op: tf.Operation) -> str:
+    """'_tn' for a product of its first operand transposed (a weight gradient, X^T dY),
+    '_nt' of its second (Keras' input gradient, dY W^T), '' otherwise: the layouts the
+    calibration times apart (``kernels``' gemm_tn and gemm_nt)."""
+    ta, tb = _flag(op, "transpose_a", "adj_x"), _flag(op, "transpose_b", "adj_y")
+    return "_tn" if ta and not tb else "_nt" if tb and not ta else ""
+
+
 def conv_operands(op: tf.Operation) -> tuple[tuple[tuple[int, ...], ...], float] | None:
     """((input NCHW, kernel OIHW), FLOPs) of a Conv2D or either of its gradients (NHWC):
     2 x output-gradient (or output) elements x the window x the input channels."""
@@ -100,7 +109,7 @@ def describe(node: str, op_type: str, graph_ops: dict[str, tf.Operation]
         return f"tf:{op_type}", (), None
     if any(f in op_type for f in MATMUL) and (p := _product(op, MATMUL)) is not None \
             and (shapes := matmul_operands(p)):
-        return "tf:matmul", shapes, None
+        return f"tf:matmul{matmul_layout(p)}", shapes, None
     if any(f in op_type for f in CONV) and (p := _product(op, CONV)) is not None \
             and (found := conv_operands(p)):
         return "tf:conv2d", found[0], found[1]

@@ -54,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dlperf.core.disturbance import DISTURBED
 from dlperf.perfmodel import steadiness
 from dlperf.perfmodel.kernels import (
+    PRODUCTS,
     REVISION,
     TRAIN_KERNELS,
     KernelSample,
@@ -701,9 +702,6 @@ def new_page_byte_s(memory: MemoryCurve, update: MemoryCurve | None) -> float:
 #: map scratch buffers of their own at every call, in a step as alone (its ResNet-50 step
 #: at batch 16 faults 3.5 GB, its temporaries block 2.2 GB).
 PRODUCT_IN_BLOCK = ("jax",)
-#: the calibration's matrix products (the others of ``without_new_pages``' ops are
-#: convolutions)
-PRODUCT_OPS = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq")
 
 
 def kernel_results_afresh(framework: str, device: str, op: str) -> bool:
@@ -712,7 +710,7 @@ def kernel_results_afresh(framework: str, device: str, op: str) -> bool:
     convolution (``allocates_per_tensor``: per result, ``local.new_pages_s``), JAX's
     matrix products (``PRODUCT_IN_BLOCK``: in its temporaries block)."""
     return allocates_per_tensor(framework, device) or (
-        framework in PRODUCT_IN_BLOCK and device == "cpu" and op in PRODUCT_OPS)
+        framework in PRODUCT_IN_BLOCK and device == "cpu" and op in PRODUCTS)
 
 
 def alone_afresh_s(framework: str, device: str, op: str, nbytes: float,
@@ -764,8 +762,8 @@ def without_new_pages(samples: Sequence[KernelSample], framework: str, device: s
     (``alone_afresh_s``, per result: ``results``): the calibration's kernel makes fresh
     results at each call, so such a sample carries them, and the step model adds them on
     its own (PyTorch's result by result, ``local.new_pages_s``; XLA's once, in its step's
-    temporaries block, ``local.fresh_block_s``); left in, a kernel timed at a network's own shape
-    would count them twice, and a convolution's fitted traffic would charge every large
+    temporaries block, ``local.fresh_block_s``); left in, a kernel timed at a network's
+    own shape would count them twice, and a convolution's fitted traffic would charge every large
     working set the fault rate (the 65 MB a 1x1 backward over 512 x 28 x 28 at batch 16
     moves, its 24.5 MiB input and 6 MiB output gradient twice, at the rate of one fresh
     32 MiB result: 66 ms modelled, 29 ms in PyTorch's step; its traffic is priced without

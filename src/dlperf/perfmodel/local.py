@@ -25,9 +25,9 @@ A layer's time per step (batch B):
   bandwidth;
 - every kernel launch costs the framework's per-op time, and a training step one call;
 - where the framework's compiled step allocates its temporaries as one block per call
-  (``FRESH_BLOCK``: JAX), the step pays that block's new pages: its
-  temporaries' bytes as the memory model counts them, at what a fresh result costs over
-  an in-place one (``fresh_block_s``).
+  (``FRESH_BLOCK``: JAX), the step pays that block's new pages: its temporaries' bytes
+  as the memory model counts them, at what a fresh result costs over an in-place one
+  (``fresh_block_s``).
 """
 
 from __future__ import annotations

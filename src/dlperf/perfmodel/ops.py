@@ -47,7 +47,8 @@ convolutions too: the input gradient is timed by the forward convolution curve, 
 weight gradient (``xla:convolution_wgrad``, on the layer's input, output gradient and
 window) by half the calibrated backward pair, as the step model times a layer's weight
 gradient alone. TensorFlow's graph ops (``backends/tf_profile``) come the same way:
-``tf:matmul``, ``tf:conv2d`` (forward and both gradients, with their FLOPs) and
+``tf:matmul`` (``tf:matmul_tn`` and ``tf:matmul_nt`` by their layout's curves, as
+XLA's), ``tf:conv2d`` (forward and both gradients, with their FLOPs) and
 ``tf:<OpType>``.
 """
 
@@ -63,7 +64,7 @@ from dlperf.perfmodel.kernels import ELEM, POOL_STRIDE, POOL_WINDOW, bn_bytes, c
 from dlperf.perfmodel.local import new_pages_s, one_product
 
 GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "xla:dot", "xla:dot_tn",
-        "xla:dot_nt", "xla:dot_tt", "tf:matmul"}
+        "xla:dot_nt", "xla:dot_tt", "tf:matmul", "tf:matmul_tn", "tf:matmul_nt"}
 CONV = {"aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::_slow_conv2d_forward",
         "aten::_nnpack_spatial_convolution", "xla:convolution", "tf:conv2d"}
 #: XLA's weight gradient of a convolution, run as a convolution (``backends/jax_profile``)
@@ -307,8 +308,9 @@ def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
     if kind == "gemm" and (mnk := gemm_shape(op.name, op.shapes)):
         b, m, n, k = mnk
         curve = ((fit.gemm_tn_seq or fit.gemm_tn) if op.name == "xla:dot_tt"
-                 else fit.gemm_tn if op.name == "xla:dot_tn"
-                 else fit.gemm_nt if op.name == "xla:dot_nt" else None) or fit.gemm
+                 else fit.gemm_tn if op.name in ("xla:dot_tn", "tf:matmul_tn")
+                 else fit.gemm_nt if op.name in ("xla:dot_nt", "tf:matmul_nt")
+                 else None) or fit.gemm
         found = b * one_product(fit, curve, m, n, k), 2.0 * b * m * n * k
     elif kind in ("conv", "conv_bwd"):
         found = _conv(op, kind, fit, flops)
