@@ -231,7 +231,9 @@ def _per_sample_conv(layer: Layer, g: Gemm, batch: float, fit: LocalFit) -> tupl
 def one_product(fit: LocalFit, curve: GemmCurve, m: float, n: float, k: float) -> float:
     """One (m x k) @ (k x n) product: its curve plus its result's new pages where they are
     new at every call (``new_pages_s``), and never less than making its m x n result
-    fresh, as the memory pass does (a roofline's memory side, Williams et al. 2009). A weight gradient of a wide layer at a small batch is such a product: its
+    fresh, as the memory pass does, or into kept pages where the step's temporaries
+    block pays them (``_product_result``; a roofline's memory side, Williams et al.
+    2009). A weight gradient of a wide layer at a small batch is such a product: its
     result's new pages, not its FLOPs, set its time, at a shape the GEMM grid (its
     inner dimension at least 16) only approaches."""
     return max(curve.time(m, n, k) + new_pages_s(fit, m * n), _product_result(fit, m * n))
