@@ -691,26 +691,39 @@ def new_page_byte_s(memory: MemoryCurve, update: MemoryCurve | None) -> float:
     return max(memory.time(moved) - update.time(moved), 0.0) / (moved / 2)
 
 
-#: Frameworks whose matrix product, a calibration kernel on its own, gets a result of
-#: at least ``MMAP_THRESHOLD_MAX`` in pages mapped afresh at every call, where in a
-#: training step the result lies in the step's temporaries block, whose pages the step
-#: pays once (``local.FRESH_BLOCK``, ``local.fresh_block_s``). XLA's jitted call returns
-#: its result in a buffer of its own: JAX at one thread on this project's 2-vCPU AMD
-#: EPYC, a (64 x 2048)^T (64 x 26752) product, results of 4 to 23 MiB took no fault, of
-#: 32, 64 and 209 MiB one per page, 209 MiB in 126 ms alone against 30 ms as FCN-5's
-#: weight gradient in its step. A convolution's samples keep theirs: XLA's convolutions
-#: map scratch buffers of their own at every call, in a step as alone (its ResNet-50 step
-#: at batch 16 faults 3.5 GB, its temporaries block 2.2 GB).
-PRODUCT_IN_BLOCK = ("jax",)
+#: Frameworks whose compiled training step allocates its temporaries as one block per
+#: call. XLA:CPU's buffer assignment packs a step's intermediate results into one
+#: temporary allocation (2.2 GB for ResNet-50 at batch 16: ``Compiled.memory_analysis``),
+#: made at every call, far beyond the 32 MB at which glibc's malloc maps an allocation
+#: of its own; so the activations' pages are new at every step: 856,000 minor page faults
+#: (3.5 GB) and 1.27 s of system time in a 7.9 s step at one thread on this machine
+#: (``getrusage``; with glibc's mappings off, GLIBC_TUNABLES=glibc.malloc.mmap_max=0,
+#: 544,000 faults and 7.3 s). PyTorch frees and allocates tensor by tensor (only a
+#: result beyond that size gets new pages, as the memory pass times it); TensorFlow
+#: pools its memory (its fresh and in-place passes take the same time).
+FRESH_BLOCK = ("jax",)
+
+
+def in_step_block(framework: str, device: str) -> bool:
+    """Whether the framework's step keeps its temporaries in one block made per call
+    (``FRESH_BLOCK``, on a CPU): there a product's result lies in pages the step pays
+    once (``local.fresh_block_s``), not at each product. XLA's jitted product alone
+    returns its result in a buffer of its own: JAX at one thread on this project's
+    2-vCPU AMD EPYC, a (64 x 2048)^T (64 x 26752) product, results of 4 to 23 MiB took
+    no fault, of 32, 64 and 209 MiB one per page, 209 MiB in 126 ms alone against 30 ms
+    as FCN-5's weight gradient in its step. A convolution's samples keep theirs: XLA's
+    convolutions map scratch buffers of their own at every call, in a step as alone (its
+    ResNet-50 step at batch 16 faults 3.5 GB, its temporaries block 2.2 GB)."""
+    return framework in FRESH_BLOCK and device == "cpu"
 
 
 def kernel_results_afresh(framework: str, device: str, op: str) -> bool:
     """Whether the framework's calibration kernel ``op`` makes a large result in new
     pages at every call that the step model adds on its own: PyTorch's every product and
     convolution (``allocates_per_tensor``: per result, ``local.new_pages_s``), JAX's
-    matrix products (``PRODUCT_IN_BLOCK``: in its temporaries block)."""
+    matrix products (``in_step_block``: in its temporaries block)."""
     return allocates_per_tensor(framework, device) or (
-        framework in PRODUCT_IN_BLOCK and device == "cpu" and op in PRODUCTS)
+        in_step_block(framework, device) and op in PRODUCTS)
 
 
 def alone_afresh_s(framework: str, device: str, op: str, nbytes: float,
@@ -795,7 +808,7 @@ def traffic_curve(memory: MemoryCurve, update: MemoryCurve | None, framework: st
     memory pass makes a fresh result at each call, and beyond 32 MiB that is a page
     fault per page, ten times slower here: a cost of the result, not of the bytes
     moved). Elsewhere the memory pass's, fresh pages and all, as the samples carry
-    them: XLA's step makes its temporaries afresh too (``local.FRESH_BLOCK``), and
+    them: XLA's step makes its temporaries afresh too (``FRESH_BLOCK``), and
     TensorFlow's pool makes both passes alike."""
     if allocates_per_tensor(framework, device) and update is not None:
         return update

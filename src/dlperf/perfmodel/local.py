@@ -36,12 +36,13 @@ from dlperf.perfmodel.catalogue import Device, Link
 from dlperf.perfmodel.compute import LayerTiming
 from dlperf.perfmodel.costs import WEIGHT_BYTES, LayerCost
 from dlperf.perfmodel.fit import (
+    FRESH_BLOCK,
     MMAP_THRESHOLD_MAX,
-    PRODUCT_IN_BLOCK,
     AlphaBeta,
     GemmCurve,
     LocalFit,
     allocates_per_tensor,
+    in_step_block,
     mapped_afresh_s,
     new_page_byte_s,
 )
@@ -261,8 +262,8 @@ def _fresh(fit: LocalFit, elems: float) -> float:
 def _product_result(fit: LocalFit, elems: float) -> float:
     """Seconds to write a matrix product's result of ``elems`` elements: fresh
     (``_fresh``), or into pages already mapped where the step's temporaries block pays
-    them (``fit.PRODUCT_IN_BLOCK``, ``fresh_block_s``)."""
-    if fit.framework in PRODUCT_IN_BLOCK and fit.device == "cpu":
+    them (``fit.in_step_block``, ``fresh_block_s``)."""
+    if in_step_block(fit.framework, fit.device):
         return fit.in_place.time(2 * element_bytes(fit.precision) * elems)
     return _fresh(fit, elems)
 
@@ -322,17 +323,6 @@ def call_timing(fit: LocalFit) -> LayerTiming:
                        bytes=0.0)
 
 
-#: Frameworks whose compiled training step allocates its temporaries as one block per
-#: call. XLA:CPU's buffer assignment packs a step's intermediate results into one
-#: temporary allocation (2.2 GB for ResNet-50 at batch 16: ``Compiled.memory_analysis``),
-#: made at every call, far beyond the 32 MB at which glibc's malloc maps an allocation
-#: of its own; so the activations' pages are new at every step: 856,000 minor page faults
-#: (3.5 GB) and 1.27 s of system time in a 7.9 s step at one thread on this machine
-#: (``getrusage``; with glibc's mappings off, GLIBC_TUNABLES=glibc.malloc.mmap_max=0,
-#: 544,000 faults and 7.3 s). PyTorch frees and allocates tensor by tensor (only a
-#: result beyond that size gets new pages, as the memory pass times it); TensorFlow
-#: pools its memory (its fresh and in-place passes take the same time).
-FRESH_BLOCK = ("jax",)
 def fresh_byte_s(fit: LocalFit) -> float:
     """Seconds per byte that a new page costs (``fit.new_page_byte_s``)."""
     return new_page_byte_s(fit.memory, fit.update)
@@ -374,7 +364,7 @@ def fresh_block_s(layers: list[Layer], batch: float, fit: LocalFit) -> float:
     Per step, ``getrusage`` around JAX's steps at one thread on this project's 2-vCPU AMD
     EPYC faulted 227 MiB for FCN-5 at batch 64 (this count: 238 MiB) and 525 MiB for the
     LSTM at 128 (530 MiB). A result the memory curve already times as fresh counts again,
-    and XLA's convolutions map scratch of their own (``fit.PRODUCT_IN_BLOCK``): ResNet-50
+    and XLA's convolutions map scratch of their own (``fit.kernel_results_afresh``): ResNet-50
     at batch 16 faults 3.5 GB, this count 2.4 GB."""
     if fit.framework not in FRESH_BLOCK or fit.device != "cpu":
         return 0.0

@@ -153,7 +153,8 @@ def scale(fit: LocalFit, flops: float, bandwidth: float,
 
     return fit.model_copy(update={
         "gemm": _gemm(fit.gemm, flops, bandwidth, peak), "gemm_tn": opt_gemm(fit.gemm_tn),
-        "gemm_nt": opt_gemm(fit.gemm_nt), "gemm_tn_seq": opt_gemm(fit.gemm_tn_seq), "conv": _conv(fit.conv, flops, mem, peak),
+        "gemm_nt": opt_gemm(fit.gemm_nt), "gemm_tn_seq": opt_gemm(fit.gemm_tn_seq),
+        "conv": _conv(fit.conv, flops, mem, peak),
         # the backward's curve times both gradients, twice the forward's FLOPs per call
         "conv_bwd": _conv(fit.conv_bwd, flops, mem, peak and peak / 2),
         "memory": mem(fit.memory),
