@@ -151,3 +151,46 @@ def test_summary_statistics():
     assert s.robust_cv == pytest.approx(1.4826 / 3)
     assert stats.instability_warning(0.01) is None
     assert "--min-time" in stats.instability_warning(0.2)
+
+
+def _fresh_pages_step(pages: int):
+    """A step that maps ``pages`` new pages, touches each and unmaps them (no huge pages,
+    whatever the machine's setting), as a step whose results are made afresh does."""
+    import mmap
+
+    size = pages * mmap.PAGESIZE
+
+    def step() -> None:
+        m = mmap.mmap(-1, size)
+        if hasattr(mmap, "MADV_NOHUGEPAGE"):
+            m.madvise(mmap.MADV_NOHUGEPAGE)
+        for off in range(0, size, mmap.PAGESIZE):
+            m[off] = 1
+        m.close()
+
+    return step
+
+
+@pytest.mark.parametrize("measure", [timing.measure, timing.measure_window])
+def test_the_timed_steps_count_the_new_pages_they_touch(measure):
+    """Minor faults and kernel time are the timed steps' own: a step that touches 2048
+    new pages faults at least that often per step, one that touches none far less."""
+    m = Measurement(min_steps=3, min_time_s=0.01, warmup_max_steps=4)
+    t = measure(_fresh_pages_step(2048), lambda: None, m)
+    n = len(t.steps_s)
+    assert t.minor_faults >= 2048 * n and t.system_s >= 0.0
+    quiet = measure(lambda: None, lambda: None, m)
+    assert quiet.minor_faults < 200 * len(quiet.steps_s)
+
+
+def test_the_faults_line_shows_the_new_pages_and_the_kernels_share(monkeypatch):
+    from types import SimpleNamespace
+
+    from dlperf.cli.run import faults_line
+
+    monkeypatch.setattr("resource.getpagesize", lambda: 4096)
+    row = SimpleNamespace(minor_faults_per_step=262144.0, system_s_per_step=0.5, median_s=2.0)
+    line = faults_line(row)
+    assert "262,144 minor faults (1 GiB)" in line and "500 ms, 25.0% of the step" in line
+    old = SimpleNamespace(minor_faults_per_step=None, system_s_per_step=None, median_s=2.0)
+    assert faults_line(old) is None  # a run an older dlperf stored

@@ -125,6 +125,8 @@ def print_run(row, db) -> None:
               + (f"; device {units.nbytes(m.device_peak_bytes)}" if m.device_peak_bytes else ""))
     busy = f" (CPU busy {row.cpu_util:.2f} cores)" if row.cpu_util is not None else ""
     out.print(f"  threads in force     {r0.threads_in_force} on CPUs {r0.cpus}{busy}")
+    if (faults := faults_line(row)) is not None:
+        out.print(escape(faults))
     from dlperf.kinds.dataflow.section import dataflow_lines
 
     for line in dataflow_lines(row, db):  # stall, preparation, loader alone
@@ -132,6 +134,20 @@ def print_run(row, db) -> None:
     for w in row.warnings:
         out.print(f"  [yellow]warning[/]: {escape(w)}")
     out.print(f"  stored in {api.store_path(db)}", style="dim")
+
+
+def faults_line(row) -> str | None:
+    """The new pages the timed steps touched (minor page faults, at the base page size)
+    and the kernel's CPU time per step, as a share of the step; None where not measured
+    (an older dlperf's run)."""
+    import resource
+
+    faults, system = row.minor_faults_per_step, row.system_s_per_step
+    if faults is None or system is None or not row.median_s:
+        return None
+    pages = units.nbytes(faults * resource.getpagesize())
+    return (f"  new pages per step   {faults:,.0f} minor faults ({pages}); the kernel's CPU "
+            f"time {units.seconds(system)}, {units.percent(system / row.median_s)} of the step")
 
 
 def utilisation_line(row) -> str:

@@ -162,6 +162,14 @@ class ConfigResult:
         return self._metric("cpu_util")
 
     @property
+    def minor_faults_per_step(self) -> float | None:
+        return self._metric("minor_faults_per_step")
+
+    @property
+    def system_s_per_step(self) -> float | None:
+        return self._metric("system_s_per_step")
+
+    @property
     def threads_in_force(self) -> int | None:
         vals = {r.threads_in_force for r in self.ok if r.threads_in_force is not None}
         return vals.pop() if len(vals) == 1 else None

@@ -292,6 +292,13 @@ class Metrics(_Frozen):
     #: the machine's speed right after the timed steps (``core.speed_probe``, seconds per
     #: part; None: not a CPU step, or measured by an older dlperf)
     speed_probe: dict[str, float] | None = None
+    #: per timed step, the process's minor page faults (pages it touched for the first
+    #: time since they were mapped: a new heap or mmap block, an allocator's fresh
+    #: region) and the kernel's CPU time, mostly those faults' (``getrusage``; None:
+    #: measured by an older dlperf). What the kernels timed alone may not pay: PyTorch's
+    #: steps fault their activations in at every step (docs/prediction.md)
+    minor_faults_per_step: float | None = None
+    system_s_per_step: float | None = None
 
 
 class RunResult(_Frozen):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ class Timing:
     settled: bool = False
     cpu_s: float = 0.0  # process CPU time during the timed steps
     wall_s: float = 0.0  # wall time of the timed steps
+    #: minor page faults and the kernel's CPU time (``getrusage``, the whole process)
+    #: during the timed steps: the new pages its steps touch (``Metrics``)
+    minor_faults: int = 0
+    system_s: float = 0.0
     #: what other processes took of this process's CPUs while it was timed (None: the
     #: window was too short to tell, or no /proc/stat)
     disturbance: disturbance.Disturbance | None = None
@@ -87,10 +92,12 @@ class _Steps:
     clock: Callable[[], float] | None
     cpu: list[float] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
+    faults: list[int] = field(default_factory=list)
+    system: list[float] = field(default_factory=list)
     slow: float = field(default_factory=injected_slowdown)
 
     def run(self) -> float:
-        c0 = time.process_time()
+        c0, r0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
         t = _timed(self.step, self.sync)
         if self.slow:
             t += _spin(t * self.slow)
@@ -98,7 +105,17 @@ class _Steps:
         if self.clock is not None:
             t = self.clock()
         self.cpu.append(time.process_time() - c0)
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        self.faults.append(r1.ru_minflt - r0.ru_minflt)
+        self.system.append(r1.ru_stime - r0.ru_stime)
         return t
+
+    def timing(self, start: int, **kw) -> Timing:
+        """The steps from ``start`` on as the timed sample: their CPU, wall and kernel
+        time and their faults."""
+        return Timing(cpu_s=sum(self.cpu[start:]), wall_s=sum(self.wall[start:]),
+                      minor_faults=sum(self.faults[start:]), system_s=sum(self.system[start:]),
+                      **kw)
 
 
 class WarmUp:
@@ -167,15 +184,11 @@ def measure(
 
     while not over:
         over = warm.add(one("warmup"))
-    t = Timing(warmup_s=list(warm.times), settled=warm.settled)
     start = len(steps.cpu)
     before = disturbance.read()
-    t.steps_s = [one("step")
-                 for _ in range(warm.timed_steps(min(steps.wall[-2:], default=None)))]
-    t.disturbance = disturbance.between(before, disturbance.read())
-    t.cpu_s = sum(steps.cpu[start:])
-    t.wall_s = sum(steps.wall[start:])
-    return t
+    timed = [one("step") for _ in range(warm.timed_steps(min(steps.wall[-2:], default=None)))]
+    return steps.timing(start, warmup_s=list(warm.times), settled=warm.settled, steps_s=timed,
+                        disturbance=disturbance.between(before, disturbance.read()))
 
 
 def measure_window(
@@ -218,6 +231,5 @@ def measure_window(
         spent = n >= m.warmup_max_steps + k or (
             n - k >= skip and time.perf_counter() - start - window_wall >= m.warmup_max_time_s)
         if agree or spent:
-            return Timing(warmup_s=times[:-k], steps_s=last, settled=agree,
-                          cpu_s=sum(steps.cpu[-k:]), wall_s=window_wall,
-                          disturbance=disturbance.between(before, disturbance.read()))
+            return steps.timing(n - k, warmup_s=times[:-k], steps_s=last, settled=agree,
+                                disturbance=disturbance.between(before, disturbance.read()))
