@@ -361,3 +361,30 @@ def test_the_largest_batch_counts_the_calibrated_runtime(db, monkeypatch):
         in beside.advice
     # a network measured in no framework: the largest runtime calibrated
     assert _runtime(None, {"jax": 1.0, "tensorflow": 3.0}) == ("tensorflow", 3.0)
+
+
+def _faulting(network: str, median: float, system: float | None, framework: str = "torch"):
+    r = result(network, 2, median, framework=framework)
+    got = {} if system is None else {"minor_faults_per_step": 262144.0,
+                                     "system_s_per_step": system, "peak_rss_bytes": 3 * 2**30}
+    return r.model_copy(update={"metrics": r.metrics.model_copy(update=got)})
+
+
+@pytest.mark.parametrize(("system", "advised"), [(0.15, True), (0.01, False), (None, False)])
+def test_a_step_that_maps_its_memory_again_at_every_step_is_told_to_keep_it(
+        db, monkeypatch, system, advised):
+    """The kernel's share of the fastest run's step (30% here) is what an allocator that
+    keeps its pages saves at most; below 5%, or a run an older dlperf stored, no advice."""
+    monkeypatch.setattr("resource.getpagesize", lambda: 4096)
+    with Store(db) as st:
+        st.add(_faulting("fcn5", 0.5, system))
+    h = advise("simple-tabular", samples=1000, epochs=1, hardware="this",
+               rows=_here(db)).hardware[0]
+    got = [r for r in h.of("allocator") if r.subject == "fcn5"]
+    assert bool(got) == advised
+    if advised:
+        (rec,) = got
+        assert rec.value == pytest.approx(30.0) and number(rec) == "30.0% of the step"
+        assert isinstance(rec.source, Measured)
+        assert "mapping 1 GiB of new pages" in rec.advice
+        assert "trim_threshold=4294967296" in rec.advice and "jemalloc" in rec.advice

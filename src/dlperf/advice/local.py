@@ -7,6 +7,7 @@ memory. What was not measured becomes the command that measures it.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 
@@ -80,6 +81,8 @@ def advise_here(task: Task, rows: list[ConfigResult], samples: int, epochs: floa
                 best_of[(cand.network, size)] = best
                 recs += _framework(cand.network, size, mine, best, cores)
                 recs.append(_threads(cand.network, size, mine, best, cores))
+                if (kept := _allocator(cand.network, size, best)) is not None:
+                    recs.append(kept)
             recs.append(_batch(cand.network, size, mine, memory_error,
                                _runtime(best, baselines or {})))
     # devices and data for the task's first candidate measured here (the candidates are
@@ -208,6 +211,42 @@ def _threads(net: str, size: str, mine: list[ConfigResult], best: ConfigResult, 
                  f"{common.sweep_command(net, size, fw, [cores, 2 * cores], best.spec.batch_size)})")
     return Recommendation("threads", name, text, float(t_best), "threads",
                           measured(curve[t_best]))
+
+
+#: the kernel's share of a step past which the allocator's pages are worth advice: the
+#: run-to-run spread a measurement warns of (``core.timing``'s 5% robust CV)
+ALLOCATOR_SHARE = 0.05
+
+
+def _allocator(net: str, size: str, best: ConfigResult) -> Recommendation | None:
+    """Where the fastest run spent a share of its step in the kernel (``ALLOCATOR_SHARE``
+    or more of ``Metrics.system_s_per_step``; on a CPU), nearly all of it mapping new
+    pages: the framework's allocator gave its memory back and took it again at every step,
+    and one that keeps it saves up to that share. Measured (2-vCPU AMD EPYC, PyTorch's
+    ResNet-50 at batch 16 on one thread, two processes each): 5.74-6.29 s a step with
+    glibc's defaults, 12.7-19.9% of it the kernel's and 1.5-2.7 GiB of new pages; 5.01-5.08
+    s and no new page with glibc keeping its memory (``GLIBC_TUNABLES=glibc.malloc.
+    mmap_max=0:glibc.malloc.trim_threshold=...``), the same peak memory. None where not
+    measured (an older dlperf's run) or below the share."""
+    faults, system = best.minor_faults_per_step, best.system_s_per_step
+    if best.spec.device != "cpu" or faults is None or system is None or not best.median_s:
+        return None
+    share = system / best.median_s
+    if share < ALLOCATOR_SHARE:
+        return None
+    import resource
+
+    name = common.name(net, size)
+    pages = units.nbytes(faults * resource.getpagesize())
+    limit = 2 ** math.ceil(math.log2(max(best.peak_rss_bytes or 2**30, 2**20)))
+    return Recommendation(
+        "allocator", name,
+        f"{name}: {units.percent(share)} of each step is the kernel's, mapping {pages} of new "
+        f"pages ({best.spec.framework} gives its memory back and takes it again at every "
+        "step); an allocator that keeps it saves up to that: glibc's own, "
+        f"GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold={limit}, "
+        "or jemalloc or tcmalloc preloaded (LD_PRELOAD)",
+        share * 100, "% of the step", measured(best))
 
 
 def _runtime(best: ConfigResult | None, baselines: Mapping[str, float]

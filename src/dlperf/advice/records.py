@@ -20,7 +20,7 @@ from dlperf.perfmodel.result import Prediction
 #: provides one; advice passes None until then and says "error not validated yet".
 ErrorLookup = Callable[[Prediction], float | None]
 
-Topic = Literal["network", "framework", "threads", "devices", "data", "batch"]
+Topic = Literal["network", "framework", "threads", "allocator", "devices", "data", "batch"]
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ from dlperf.report.base import Filters, Section
 from dlperf.report.tables import Table
 
 TOPICS = {"network": "network and size", "framework": "framework", "threads":
-           "processing unit and threads", "devices": "devices and synchronisation",
-           "data": "input and storage", "batch": "largest mini-batch"}
+           "processing unit and threads", "allocator": "memory allocator",
+           "devices": "devices and synchronisation", "data": "input and storage",
+           "batch": "largest mini-batch"}
 
 
 def number(r: Recommendation) -> str:
