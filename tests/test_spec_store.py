@@ -257,3 +257,30 @@ def test_a_version_2_store_opens_with_typed_options_and_outcomes_and_new_ids(db)
         assert st.done([t.spec.run_id, p.spec.run_id]) == {t.spec.run_id, p.spec.run_id}
         # a spec made today for the same configuration is the stored one
         assert RunSpec(**train).run_id == t.spec.run_id
+
+
+def test_the_allocator_is_this_processs_setting(monkeypatch):
+    for var in environment.ALLOCATOR_VARS:
+        monkeypatch.delenv(var, raising=False)
+    assert environment.allocator() == environment.DEFAULT_ALLOCATOR
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_max=0")
+    monkeypatch.setenv("LD_PRELOAD", "libjemalloc.so.2")
+    assert environment.allocator() == ("LD_PRELOAD=libjemalloc.so.2; "
+                                       "GLIBC_TUNABLES=glibc.malloc.mmap_max=0")
+
+
+def test_processes_under_different_allocators_are_flagged_as_not_comparable():
+    from tests.report_fixtures import result
+
+    def under(allocator: str | None, median: float) -> RunResult:
+        r = result("fcn5", 1, median)
+        return r if allocator is None else r.model_copy(
+            update={"software": {**r.software, "allocator": allocator}})
+
+    default = environment.DEFAULT_ALLOCATOR
+    (mixed,) = aggregate([under(default, 1.0), under("GLIBC_TUNABLES=x", 0.8)])
+    assert any("different memory allocators" in w and "GLIBC_TUNABLES=x" in w
+               for w in mixed.warnings)
+    for same in ([under(default, 1.0), under(default, 1.0)], [under(None, 1.0), under(default, 1.0)]):
+        (row,) = aggregate(same)  # one setting, or one an older dlperf did not record
+        assert not any("allocators" in w for w in row.warnings)

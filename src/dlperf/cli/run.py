@@ -11,6 +11,7 @@ from dlperf.cli import args
 from dlperf.cli.dataflow_flags import add_input_flags, input_for_run
 from dlperf.cli.progress import ProgressListener, out
 from dlperf.core import units
+from dlperf.core.environment import DEFAULT_ALLOCATOR
 from dlperf.core.errors import UsageError
 
 
@@ -127,6 +128,9 @@ def print_run(row, db) -> None:
     out.print(f"  threads in force     {r0.threads_in_force} on CPUs {r0.cpus}{busy}")
     if (faults := faults_line(row)) is not None:
         out.print(escape(faults))
+    allocators = sorted({r.software["allocator"] for r in row.ok if "allocator" in r.software})
+    if allocators and allocators != [DEFAULT_ALLOCATOR]:
+        out.print(escape(f"  memory allocator     {' | '.join(allocators)}"))
     from dlperf.kinds.dataflow.section import dataflow_lines
 
     for line in dataflow_lines(row, db):  # stall, preparation, loader alone

@@ -182,6 +182,11 @@ class ConfigResult:
                 seen.setdefault(w, None)
         if self.over_peak:
             seen.setdefault(over_peak_note(self.achieved_flops, self._metric("peak_flops")), None)
+        if len(mixed := {r.software["allocator"] for r in self.ok if "allocator" in r.software}) > 1:
+            seen.setdefault(
+                "its processes ran under different memory allocators ("
+                + " | ".join(sorted(mixed)) + "): their times do not compare; measure each "
+                "setting into a store of its own (--db)", None)
         cv = self.between_cv
         if cv is not None and cv > 0.05:
             seen.setdefault(

@@ -226,6 +226,24 @@ def busy_clock_ghz() -> float | None:
     return best
 
 
+#: the environment variables that change how the C library's allocator (or one preloaded
+#: in its place) hands out memory, and so a step's new pages and its time
+#: (``Metrics.system_s_per_step``): glibc's tunables and its older MALLOC_* variables
+#: (mallopt(3)), jemalloc's MALLOC_CONF, a preloaded library
+ALLOCATOR_VARS = ("LD_PRELOAD", "GLIBC_TUNABLES", "MALLOC_ARENA_MAX", "MALLOC_MMAP_MAX_",
+                  "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_TRIM_THRESHOLD_",
+                  "MALLOC_CONF")
+#: ``allocator()`` where none of them is set
+DEFAULT_ALLOCATOR = "the C library's defaults"
+
+
+def allocator() -> str:
+    """This process's allocator settings as the ``ALLOCATOR_VARS`` set them ('LD_PRELOAD=
+    ...; GLIBC_TUNABLES=...'), or ``DEFAULT_ALLOCATOR``."""
+    set_ = [f"{k}={v}" for k in ALLOCATOR_VARS if (v := os.environ.get(k))]
+    return "; ".join(set_) or DEFAULT_ALLOCATOR
+
+
 def resident_bytes() -> int:
     """This process's resident memory now."""
     import psutil

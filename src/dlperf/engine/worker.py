@@ -61,7 +61,10 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
         with skipping_extras() if lean_import else nullcontext():
             backend = backends.load(spec.framework)
         in_force = backend.set_threads(spec.threads)
-        software = backend.software()
+        # the allocator too: it sets a step's new pages (``Metrics.system_s_per_step``)
+        from dlperf.core.environment import allocator
+
+        software = {**backend.software(), "allocator": allocator()}
     except Exception as e:  # import failure of the framework itself
         return RunResult.failed(spec, "error", f"{type(e).__name__}: {e}", cpus=cpus,
                                 started_at=started, finished_at=time.time())
