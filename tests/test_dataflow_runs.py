@@ -44,6 +44,7 @@ def test_every_step_is_split_into_its_stall_and_its_compute(network, fmt):
     assert (o.prep.decode_s > o.prep.read_s / 100) if fmt != "raw" else True
     assert o.data_set.endswith(f"-{fmt}-v1") and o.data_set_bytes > 0
     assert r.metrics.flops_per_step > 0 and r.param_count > 0
+    assert r.metrics.minor_faults_per_step >= 0 and r.metrics.system_s_per_step >= 0
 
 
 def test_a_slow_loader_stalls_every_step_by_its_delay():

@@ -146,6 +146,8 @@ def _measure(spec: RunSpec, opts: InputOptions, source: Source, trainer: Any, pi
         model_rss_bytes=max(0, peak_rss - rss_before),
         device_peak_bytes=trainer.device_peak_bytes() if trainer is not None else None,
         cpu_util=timing.cpu_util, warmup_steps=n_warm, warmup_settled=timing.settled,
+        # the training process's own (a loader worker's pages are its process's)
+        minor_faults_per_step=timing.minor_faults / s.n, system_s_per_step=timing.system_s / s.n,
     )
     outcome = DataflowOutcome(
         kind="loader" if spec.kind == "loader" else "step",
