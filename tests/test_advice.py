@@ -388,3 +388,17 @@ def test_a_step_that_maps_its_memory_again_at_every_step_is_told_to_keep_it(
         assert isinstance(rec.source, Measured)
         assert "mapping 1 GiB of new pages" in rec.advice
         assert "trim_threshold=4294967296" in rec.advice and "jemalloc" in rec.advice
+
+
+
+def test_a_runtime_that_maps_its_own_memory_gets_the_share_and_no_setting(db, monkeypatch):
+    """JAX kept its new pages under glibc's keeping setting (measured): the share is said,
+    no allocator is advised."""
+    monkeypatch.setattr("resource.getpagesize", lambda: 4096)
+    with Store(db) as st:
+        st.add(_faulting("fcn5", 0.5, 0.15, framework="jax"))
+    h = advise("simple-tabular", samples=1000, epochs=1, hardware="this",
+               rows=_here(db)).hardware[0]
+    (rec,) = [r for r in h.of("allocator") if r.subject == "fcn5"]
+    assert rec.value == pytest.approx(30.0) and "jax's runtime maps them itself" in rec.advice
+    assert "GLIBC_TUNABLES" not in rec.advice
