@@ -184,13 +184,17 @@ def test_the_timed_steps_count_the_new_pages_they_touch(measure):
 
 
 def test_the_faults_line_shows_the_new_pages_and_the_kernels_share(monkeypatch):
-    from types import SimpleNamespace
-
     from dlperf.cli.run import faults_line
+    from dlperf.core.aggregate import aggregate
+    from tests.report_fixtures import result
+
+    def row(faults: float | None, system: float | None):
+        r = result("fcn5", 1, 2.0)
+        got = {"minor_faults_per_step": faults, "system_s_per_step": system}
+        (out,) = aggregate([r.model_copy(update={"metrics": r.metrics.model_copy(update=got)})])
+        return out
 
     monkeypatch.setattr("resource.getpagesize", lambda: 4096)
-    row = SimpleNamespace(minor_faults_per_step=262144.0, system_s_per_step=0.5, median_s=2.0)
-    line = faults_line(row)
+    line = faults_line(row(262144.0, 0.5))
     assert "262,144 minor faults (1 GiB)" in line and "500 ms, 25.0% of the step" in line
-    old = SimpleNamespace(minor_faults_per_step=None, system_s_per_step=None, median_s=2.0)
-    assert faults_line(old) is None  # a run an older dlperf stored
+    assert faults_line(row(None, None)) is None  # a run an older dlperf stored

@@ -232,19 +232,17 @@ def _allocator(net: str, size: str, best: ConfigResult) -> Recommendation | None
     JAX's LSTM at 128 kept 472 of its 525 MiB of new pages a step under that setting and
     its time (1.78-1.79 s against 1.82-1.83), so elsewhere the share is said with no fix.
     None where not measured (an older dlperf's run) or below the share."""
-    faults, system = best.minor_faults_per_step, best.system_s_per_step
-    if best.spec.device != "cpu" or faults is None or system is None or not best.median_s:
+    pages, system = best.new_page_bytes_per_step, best.system_s_per_step
+    if best.spec.device != "cpu" or pages is None or system is None or not best.median_s:
         return None
     share = system / best.median_s
     if share < ALLOCATOR_SHARE:
         return None
-    import resource
-
     name = common.name(net, size)
-    pages = units.nbytes(faults * resource.getpagesize())
     limit = 2 ** math.ceil(math.log2(max(best.peak_rss_bytes or 2**30, 2**20)))
     fw = best.spec.framework
-    said = f"{name}: {units.percent(share)} of each step is the kernel's, mapping {pages} of new pages"
+    said = (f"{name}: {units.percent(share)} of each step is the kernel's, mapping "
+            f"{units.nbytes(pages)} of new pages")
     if not allocates_per_tensor(fw, best.spec.device):
         return Recommendation(
             "allocator", name, f"{said} ({fw}'s runtime maps them itself at every step; no "

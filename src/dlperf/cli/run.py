@@ -128,8 +128,7 @@ def print_run(row, db) -> None:
     out.print(f"  threads in force     {r0.threads_in_force} on CPUs {r0.cpus}{busy}")
     if (faults := faults_line(row)) is not None:
         out.print(escape(faults))
-    allocators = sorted({r.software["allocator"] for r in row.ok if "allocator" in r.software})
-    if allocators and allocators != [DEFAULT_ALLOCATOR]:
+    if (allocators := row.allocators) and allocators != [DEFAULT_ALLOCATOR]:
         out.print(escape(f"  memory allocator     {' | '.join(allocators)}"))
     from dlperf.kinds.dataflow.section import dataflow_lines
 
@@ -144,12 +143,10 @@ def faults_line(row) -> str | None:
     """The new pages the timed steps touched (minor page faults, at the base page size)
     and the kernel's CPU time per step, as a share of the step; None where not measured
     (an older dlperf's run)."""
-    import resource
-
     faults, system = row.minor_faults_per_step, row.system_s_per_step
     if faults is None or system is None or not row.median_s:
         return None
-    pages = units.nbytes(faults * resource.getpagesize())
+    pages = units.nbytes(row.new_page_bytes_per_step)
     return (f"  new pages per step   {faults:,.0f} minor faults ({pages}); the kernel's CPU "
             f"time {units.seconds(system)}, {units.percent(system / row.median_s)} of the step")
 

@@ -170,6 +170,21 @@ class ConfigResult:
         return self._metric("system_s_per_step")
 
     @property
+    def new_page_bytes_per_step(self) -> float | None:
+        """The minor faults a step at this machine's base page size (a huge page is one
+        fault)."""
+        import resource
+
+        faults = self.minor_faults_per_step
+        return None if faults is None else faults * resource.getpagesize()
+
+    @property
+    def allocators(self) -> list[str]:
+        """The memory allocators its processes ran under, as recorded (``environment.
+        allocator``; none for a run an older dlperf stored)."""
+        return sorted({r.software["allocator"] for r in self.ok if "allocator" in r.software})
+
+    @property
     def threads_in_force(self) -> int | None:
         vals = {r.threads_in_force for r in self.ok if r.threads_in_force is not None}
         return vals.pop() if len(vals) == 1 else None
@@ -182,10 +197,10 @@ class ConfigResult:
                 seen.setdefault(w, None)
         if self.over_peak:
             seen.setdefault(over_peak_note(self.achieved_flops, self._metric("peak_flops")), None)
-        if len(mixed := {r.software["allocator"] for r in self.ok if "allocator" in r.software}) > 1:
+        if len(mixed := self.allocators) > 1:
             seen.setdefault(
                 "its processes ran under different memory allocators ("
-                + " | ".join(sorted(mixed)) + "): their times do not compare; measure each "
+                + " | ".join(mixed) + "): their times do not compare; measure each "
                 "setting into a store of its own (--db)", None)
         cv = self.between_cv
         if cv is not None and cv > 0.05:

@@ -46,6 +46,14 @@ class Timing:
         """CPU time / wall time over the timed steps: the cores really kept busy."""
         return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
+    @property
+    def minor_faults_per_step(self) -> float:
+        return self.minor_faults / len(self.steps_s) if self.steps_s else 0.0
+
+    @property
+    def system_s_per_step(self) -> float:
+        return self.system_s / len(self.steps_s) if self.steps_s else 0.0
+
 
 #: A test hook, off by default: with DLPERF_INJECT_SLOWDOWN=0.1 every timed step is made
 #: 10% slower (a busy wait after its work, inside its time), so that a benchmark can check

@@ -147,7 +147,8 @@ def _measure(spec: RunSpec, opts: InputOptions, source: Source, trainer: Any, pi
         device_peak_bytes=trainer.device_peak_bytes() if trainer is not None else None,
         cpu_util=timing.cpu_util, warmup_steps=n_warm, warmup_settled=timing.settled,
         # the training process's own (a loader worker's pages are its process's)
-        minor_faults_per_step=timing.minor_faults / s.n, system_s_per_step=timing.system_s / s.n,
+        minor_faults_per_step=timing.minor_faults_per_step,
+        system_s_per_step=timing.system_s_per_step,
     )
     outcome = DataflowOutcome(
         kind="loader" if spec.kind == "loader" else "step",

@@ -102,7 +102,8 @@ def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
         utilisation_peak_flops=peak, utilisation_peak=peak_is,
         warmup_steps=len(timing.warmup_s), warmup_settled=timing.settled,
         other_cpu_share=d.other_share + d.steal_share if d else None,
-        minor_faults_per_step=timing.minor_faults / s.n, system_s_per_step=timing.system_s / s.n,
+        minor_faults_per_step=timing.minor_faults_per_step,
+        system_s_per_step=timing.system_s_per_step,
         speed_probe=probe or None,
     )
     result = RunResult(
