@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from dlperf import api, workloads  # noqa: E402
 from dlperf.core.spec import Measurement, RunSpec  # noqa: E402
-from dlperf.kinds.calibrate.validate import p90  # noqa: E402
+from dlperf.kinds.calibrate.validate import file_pages_line, p90  # noqa: E402
 
 #: memory needs a step or two, not a timing
 QUICK = Measurement(min_time_s=0.05, min_steps=1, warmup_max_steps=1)
@@ -77,7 +77,8 @@ def main() -> int:
     for c in sorted(cases, key=lambda c: (c.row.spec.network, c.key("framework"),
                                           c.row.spec.batch_size)):
         print(f"{c.row.spec.label():48s} {c.measured_bytes / 2**20:8.0f} M "
-              f"{c.predicted.total / 2**20:8.0f} M {c.error:+7.1%}")
+              f"{c.predicted.total / 2**20:8.0f} M {c.error:+7.1%}"
+              + (f"  files' pages {c.file_drift / 2**20:+.0f} M" if c.file_drift else ""))
     for fw in fws:
         mine = [abs(c.error) for c in cases if c.key("framework") == fw]
         if mine:
@@ -85,6 +86,8 @@ def main() -> int:
                   f"({len(mine)} steps)")
     print(f"all: median |error| {statistics.median(errors):.1%} (target 5%), p90 "
           f"{p90(errors):.1%} (target 10%), {len(cases)} steps; left out {len(skipped)}")
+    if line := file_pages_line(cases):
+        print(line)
     # a store of their own: a run under a limit must not stand for the measured step
     right, tried = _boundary(spread(cases, a.boundary), a.margin,
                              str(Path(tempfile.mkdtemp()) / "boundary.db"))

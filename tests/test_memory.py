@@ -3,6 +3,8 @@ MFU / HFU: the model FLOPs and the peak they divide by."""
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from dlperf.core.spec import Metrics, RunResult, RunSpec
@@ -573,3 +575,70 @@ def test_predict_says_whose_memory_a_prediction_is_set_against():
     assert _memory_of("xeon-8280") == "xeon-8280's memory"
     assert _memory_of("cpu:tensorflow:x2") == "this machine's memory"
     assert _memory_of("gpu:torch:x1:bf16") == "this machine's GPU memory"
+
+
+def test_a_processs_files_pages_are_counted_as_it_maps_them(tmp_path):
+    """``file_resident_bytes`` is RssFile: a file mapped and read grows it by the pages
+    read, memory of the process's own (the heap) does not."""
+    import mmap
+
+    import numpy as np
+
+    from dlperf.core import environment
+
+    path = tmp_path / "pages.bin"
+    path.write_bytes(b"\1" * (16 * 2**20))  # written just now: in the page cache
+    before = environment.file_resident_bytes()
+    heap = np.ones(32 * 2**20 // 8)
+    heap += 1
+    assert abs(environment.file_resident_bytes() - before) < 4 * 2**20
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        assert sum(m[i] for i in range(0, len(m), mmap.PAGESIZE)) == len(m) // mmap.PAGESIZE
+        grown = environment.file_resident_bytes() - before
+    assert 15 * 2**20 <= grown <= 20 * 2**20
+    del heap
+
+
+def test_validate_memory_says_when_a_runs_library_pages_moved_from_the_calibrations(
+        tmp_path, capsys):
+    """A step whose process held its libraries' files' pages further from the calibration's
+    than ``FILE_DRIFT`` of its peak (the page cache's state) is marked, the others'
+    error given apart, and each error with the run's own pages beside; a step that did not
+    record them (an older dlperf) is neither."""
+    from dlperf import api
+    from dlperf.cli import main
+    from dlperf.core.store import Store
+    from dlperf.kinds.calibrate import plan, validate
+    from tests import calibration_fixtures as made_up
+    from tests.report_fixtures import result
+
+    mib = 2**20
+    db = tmp_path / "files.db"
+    with Store(db) as store:
+        for r in made_up.kernel_results(allreduce=False):
+            store.add(r.model_copy(update={"outcome": r.outcome.model_copy(update={
+                "baseline_rss_bytes": 240 * mib, "baseline_file_rss_bytes": 80 * mib})}))
+        assert plan.runtime_file_pages(store) == {("torch", "cpu"): 80 * mib}
+        for batch, files in ((64, 150 * mib), (128, 82 * mib), (256, None)):
+            r = result("fcn5", 1, 0.5, batch=batch)
+            store.add(r.model_copy(update={"metrics": r.metrics.model_copy(update={
+                "peak_rss_bytes": 1300 * mib, "file_rss_bytes": files})}))
+        cases, _ = validate.memory_cases(store, {("torch", "cpu"): 330 * mib})
+    by = {c.row.spec.batch_size: c for c in cases}
+    assert by[64].file_drift == 70 * mib and by[64].drifted
+    assert by[128].file_drift == 2 * mib and not by[128].drifted
+    assert by[256].file_drift is None and not by[256].drifted
+    assert by[256].own_pages_error is None
+    assert by[64].own_pages_error == pytest.approx(
+        (by[64].predicted.total + 70 * mib) / (1300 * mib) - 1)
+    line = validate.file_pages_line(cases)
+    assert line.startswith("library pages: 1 of 2 runs held their files' pages resident "
+                           "more than 2% of their peak apart")
+    assert "(at most +70 MiB" in line and "the other 1: median |error| " \
+        f"{abs(by[128].error):.1%}" in line
+    assert f"median |error| {statistics.median([abs(by[64].own_pages_error), abs(by[128].own_pages_error)]):.1%}" in line  # noqa: E501
+    assert main(["validate", "--memory", "--db", str(db)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    [marked] = [c for c in api.memory_validation(db)[0] if c.drifted]
+    assert "library pages: 1 of 2 runs" in out and f" {marked.error:+.0%}~ " in out
+    assert validate.file_pages_line([by[256]]) is None

@@ -26,6 +26,7 @@ def test_execute_in_process_measures_a_tiny_network():
     assert m.samples_per_s == pytest.approx(8 / m.median_s)
     assert r.threads_in_force == 1 and r.param_count == 6304
     assert m.peak_rss_bytes > 0 and r.software["framework"] == "torch"
+    assert 0 < m.file_rss_bytes < m.peak_rss_bytes  # the libraries' pages, part of the peak
     assert m.minor_faults_per_step is not None and m.minor_faults_per_step >= 0
     assert r.software["allocator"]  # this process's, whatever the machine's environment
     assert m.system_s_per_step is not None and 0 <= m.system_s_per_step <= m.max_s

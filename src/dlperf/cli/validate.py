@@ -183,12 +183,13 @@ def _memory(a: argparse.Namespace) -> int:
              "framework": c.key("framework"), "batch_size": c.row.spec.batch_size,
              "precision": c.row.spec.precision, "measured_bytes": c.measured_bytes,
              "predicted_bytes": c.predicted.total, "error": c.error,
-             "memory": c.predicted.model_dump()} for c in cases],
+             "memory": c.predicted.model_dump(), "file_drift_bytes": c.file_drift,
+             "own_pages_error": c.own_pages_error} for c in cases],
             "summary": {g or "all": [s.__dict__ for s in validate.summarize(cases, g)]
                         for g in (None, "network", "framework", "device")}}, indent=1))
         return 0
     rows = [[validate.case_label(c.row.spec), units.nbytes(c.measured_bytes),
-             units.nbytes(c.predicted.total), f"{c.error:+.0%}",
+             units.nbytes(c.predicted.total), f"{c.error:+.0%}" + ("~" if c.drifted else ""),
              units.nbytes(c.predicted.baseline),
              units.nbytes(c.predicted.weights + c.predicted.gradients + c.predicted.optimizer),
              units.nbytes(c.predicted.activations + c.predicted.transient)]
@@ -199,7 +200,10 @@ def _memory(a: argparse.Namespace) -> int:
                                "baseline", "weights+grads", "activations"], rows=rows,
                       caption="measured: the worker's peak resident memory (CPU) or the "
                               "allocator's peak (GPU); predicted: dlperf.perfmodel.memory, "
-                              "its baseline from the calibration (never from the step)"), out)
+                              "its baseline from the calibration (never from the step); "
+                              f"~: its process held its libraries' files' pages more than "
+                              f"{validate.FILE_DRIFT:.0%} of its peak apart from the "
+                              "calibration's (the page cache's state)"), out)
     # a CPU's resident peak and a GPU's allocator peak are apart where a store has both
     devices = ("device",) if len({c.row.spec.device for c in cases}) > 1 else ()
     for group in ("network", "framework", *devices):
@@ -211,6 +215,8 @@ def _memory(a: argparse.Namespace) -> int:
     (total,) = validate.summarize(cases)
     out.print(f"[bold]all {total.n} runs[/] (memory): median |error| "
               f"{units.percent(total.median_abs)}, p90 {units.percent(total.p90_abs)}")
+    if line := validate.file_pages_line(cases):
+        out.print(line, markup=False)
     if skipped:
         why = Counter(reason for _, reason in skipped)
         out.print("left out: " + "; ".join(f"{n} ({r})" for r, n in why.most_common()),

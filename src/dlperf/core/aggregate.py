@@ -152,6 +152,16 @@ class ConfigResult:
         return max(vals) if vals else None
 
     @property
+    def file_rss_bytes(self) -> float | None:
+        """The files' pages resident in the repetition whose peak is ``peak_rss_bytes``
+        (None where it did not record them)."""
+        runs = [r for r in self.ok if r.metrics.peak_rss_bytes]  # type: ignore[union-attr]
+        if not runs:
+            return None
+        top = max(runs, key=lambda r: r.metrics.peak_rss_bytes)  # type: ignore[union-attr]
+        return top.metrics.file_rss_bytes  # type: ignore[union-attr]
+
+    @property
     def device_peak_bytes(self) -> float | None:
         """The device allocator's peak of the repetitions (a GPU's; None on a CPU)."""
         vals = [r.metrics.device_peak_bytes for r in self.ok if r.metrics.device_peak_bytes]  # type: ignore[union-attr]

@@ -251,6 +251,21 @@ def resident_bytes() -> int:
     return psutil.Process().memory_info().rss
 
 
+def file_resident_bytes() -> int | None:
+    """The pages of files (the libraries, memory-mapped data) resident in this process now
+    (RssFile in /proc/self/status), or None where the kernel does not say. Clean pages the
+    page cache shares: how many a library maps follows the cache's state, not the
+    process's needs (docs/measurement.md: a freshly installed PyTorch maps 133 MiB of its
+    files at import, 75 MiB once the cache was dropped and read back)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssFile:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def peak_resident_bytes() -> int:
     """This process's own peak resident memory so far: the kernel's high-water mark of its
     address space (VmHWM in /proc/self/status). Not ru_maxrss: Linux carries that across

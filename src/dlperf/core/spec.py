@@ -270,6 +270,10 @@ class Metrics(_Frozen):
     peak_share: float | None = None
     peak_rss_bytes: int | None = None
     model_rss_bytes: int | None = None
+    #: the files' pages resident in the process after its steps (``environment.
+    #: file_resident_bytes``; part of ``peak_rss_bytes``): the page cache's state, which
+    #: a memory prediction's baseline took as its calibration found it (None: not known)
+    file_rss_bytes: int | None = None
     device_peak_bytes: int | None = None
     cpu_util: float | None = None
     #: FLOPs of one step by the network's neutral definition (``flops_per_step`` is what

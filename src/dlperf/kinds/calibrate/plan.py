@@ -189,6 +189,9 @@ class Stored:
     #: samples its runs timed again for that, and of them those replaced by the second
     #: timing (``KernelOutcome.retimed``, ``steadier``)
     retimed: tuple[int, int] = (0, 0)
+    #: of ``baseline_bytes``, the files' pages (the libraries'; the median over its runs;
+    #: None: calibrated before dlperf recorded them)
+    baseline_file_bytes: float | None = None
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -262,6 +265,7 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
     scopes: dict[tuple[str, int, str, str], set[str] | None] = {}
     timed_at: dict[tuple[str, int, str, str], set[str]] = {}
     baselines: dict[tuple[str, int, str, str], list[int]] = {}
+    files: dict[tuple[str, int, str, str], list[int]] = {}
     others: dict[tuple[str, int, str, str], dict[str, list[float]]] = {}
     probes: dict[tuple[str, int, str, str], list[dict[str, float]]] = {}
     trained: dict[tuple[str, int, str, str], dict[str, list[int]]] = {}
@@ -286,6 +290,8 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
             by_key.setdefault(key, []).append(local)
         baselines.setdefault(key, []).extend(
             b for x in runs if (b := x.outcome.baseline_rss_bytes))  # type: ignore[union-attr]
+        files.setdefault(key, []).extend(
+            b for x in runs if (b := x.outcome.baseline_file_rss_bytes))  # type: ignore[union-attr]
         for x in runs:
             for op, share in x.outcome.other_cpu_share.items():  # type: ignore[union-attr]
                 others.setdefault(key, {}).setdefault(op, []).append(share)
@@ -307,7 +313,8 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                    {net: statistics.median(v) for net, v in trained.get(key, {}).items()},
                    tuple(sorted(timed_at.get(key, ()))), revision.get(key),
                    {op: statistics.median(v) for op, v in unsteady.get(key, {}).items()},
-                   retimed.get(key, (0, 0)))
+                   retimed.get(key, (0, 0)),
+                   statistics.median(f) if (f := files.get(key)) else None)
             for key, s in sorted(by_key.items()) for fw, t, dev, prec in [key]]
 
 
@@ -361,6 +368,18 @@ def runtime_baselines(store: Store) -> dict[tuple[str, ...], float]:
     """The runtime memory the calibration measured here (``_baselines``), read without
     fitting any curve (the memory model needs no more)."""
     return _baselines(load(store, device=None))
+
+
+def runtime_file_pages(store: Store) -> dict[tuple[str, str], float]:
+    """(framework, device) -> the files' pages its calibration's kernel workers held
+    resident with the framework loaded (the median over its thread counts): the part of
+    the runtime baseline that follows the page cache's state (``Stored.
+    baseline_file_bytes``); a framework calibrated before dlperf recorded them is absent."""
+    by: dict[tuple[str, str], list[float]] = {}
+    for s in load(store, device=None):
+        if s.baseline_file_bytes:
+            by.setdefault((s.framework, s.device), []).append(s.baseline_file_bytes)
+    return {k: statistics.median(v) for k, v in by.items()}
 
 
 def worker_runtimes(store: Store) -> dict[tuple[str, str, str], float]:

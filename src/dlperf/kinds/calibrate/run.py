@@ -306,6 +306,7 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     o = spec.options
     assert isinstance(o, KernelOptions)
     baseline = environment.resident_bytes()  # the framework loaded, nothing built yet
+    baseline_files = environment.file_resident_bytes()
     failures: dict[str, str] = {}
     # the framework's runtime when it trains, per network: before the kernels, whose
     # buffers would count in its peak
@@ -362,7 +363,8 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
         and spec.repeat == 0 else ()
     outcome = KernelOutcome(samples=tuple(samples), failures=failures, resumed=resumed,
                             retimed=retimed, steadier=replaced,
-                            baseline_rss_bytes=baseline, other_cpu_share=others,
+                            baseline_rss_bytes=baseline, baseline_file_rss_bytes=baseline_files,
+                            other_cpu_share=others,
                             gloo_runtime_bytes=max((r.gloo_bytes for r in runtimes),
                                                    default=None),
                             ddp_runtime_bytes=max((r.ddp_bytes for r in runtimes),

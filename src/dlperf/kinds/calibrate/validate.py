@@ -251,14 +251,41 @@ class MemoryCase:
     row: ConfigResult
     measured_bytes: float
     predicted: MemoryBreakdown
+    #: the files' pages the run's process held beyond those its calibration's did (the
+    #: libraries', ``environment.file_resident_bytes``); None where either is not known
+    file_drift: float | None = None
 
     @property
     def error(self) -> float:
         """Predicted over measured, less 1: +0.1 predicts 10% too much."""
         return self.predicted.total / self.measured_bytes - 1
 
+    @property
+    def drifted(self) -> bool:
+        """Whether the page cache's state moved the run's files' pages by more than
+        ``FILE_DRIFT`` of its peak from the calibration's."""
+        return self.file_drift is not None and \
+            abs(self.file_drift) > FILE_DRIFT * self.measured_bytes
+
+    @property
+    def own_pages_error(self) -> float | None:
+        """The error with the run's own files' pages in the baseline in place of its
+        calibration's (None where either is not known): the network's and the framework's
+        memory alone, the page cache's state set aside."""
+        if self.file_drift is None:
+            return None
+        return (self.predicted.total + self.file_drift) / self.measured_bytes - 1
+
     def key(self, group: str) -> str:
         return group_key(self.row.spec, group)
+
+
+#: the share of a run's peak by which its files' pages may differ from its calibration's
+#: before the run is said to be measured in another state of the page cache: under half
+#: the memory model's 5% target. A library installed moments before maps more of its
+#: files than once its pages were read back (PyTorch at import: 133 MiB against 75;
+#: docs/measurement.md), a step's peak moving by as much
+FILE_DRIFT = 0.02
 
 
 #: the fewest measured steps of one framework whose error is that framework's margin
@@ -309,14 +336,21 @@ def device_margins(store: Store, device: str = "cpu",
 
 def memory_cases(store: Store, baselines: dict[tuple[str, ...], float], *,
                  networks: Sequence[str] = (), frameworks: Sequence[str] = (),
-                 workers: dict[tuple[str, str, str], float] | None = None
+                 workers: dict[tuple[str, str, str], float] | None = None,
+                 files: dict[tuple[str, str], float] | None = None
                  ) -> tuple[list[MemoryCase], list[tuple[ConfigResult, str]]]:
     """Every step and data-parallel run measured on this machine (of ``networks`` and
     ``frameworks``, all when empty) with its predicted peak memory per process
     (``perfmodel.memory``; the framework's runtime baseline from the calibration,
     ``plan.runtime_baselines``, and a parallel worker's, ``plan.worker_runtimes``, where
-    given: never from the run itself), and the runs left out with why."""
+    given: never from the run itself), and the runs left out with why. A step on a CPU
+    carries how far its files' pages moved from the calibration's (``files``:
+    ``plan.runtime_file_pages``, read from the store where not given)."""
+    from dlperf.kinds.calibrate.plan import runtime_file_pages
     from dlperf.kinds.dataflow.plan import has_pipeline
+
+    if files is None:
+        files = runtime_file_pages(store)
 
     rows = [*aggregate(store.results(kind="step", status="ok",
                                      machine_id=environment.machine_id())),
@@ -346,8 +380,11 @@ def memory_cases(store: Store, baselines: dict[tuple[str, ...], float], *,
         got = predicted_memory(s, baseline)
         if isinstance(got, str):
             skipped.append((row, got))
-        else:
-            out.append(MemoryCase(row, float(measured), got))
+            continue
+        own, calibrated = row.file_rss_bytes, files.get((framework(s), s.device))
+        drift = own - calibrated if s.kind == "step" and not gpu_step and own and \
+            calibrated else None
+        out.append(MemoryCase(row, float(measured), got, drift))
     return out, skipped
 
 
@@ -473,6 +510,30 @@ def drift_line(cs: Sequence[Case]) -> str | None:
     if moved:
         text += "; calibrate again ('dlperf calibrate --force') and measure them at one speed"
     return text
+
+
+def file_pages_line(cs: Sequence[MemoryCase]) -> str | None:
+    """One line on the page cache's state: how many runs' processes held their libraries'
+    files resident by more than ``FILE_DRIFT`` of their peak apart from the calibration's,
+    the error of the others, and of all with each run's own files' pages in the baseline;
+    None where no run recorded them beside its calibration."""
+    known = [c for c in cs if c.file_drift is not None]
+    if not known:
+        return None
+    moved = [c for c in known if c.drifted]
+    text = (f"library pages: {len(moved)} of {len(known)} runs held their files' pages "
+            f"resident more than {FILE_DRIFT:.0%} of their peak apart from the "
+            "calibration's processes")
+    if moved:
+        far = max(moved, key=lambda c: abs(c.file_drift))  # type: ignore[arg-type]
+        text += (f" (at most {far.file_drift / 2**20:+.0f} MiB: the page cache's state, a "  # type: ignore[operator]
+                 "library installed or written moments before mapping more of its files)")
+        if steady := [c for c in known if not c.drifted]:
+            (s,) = summarize(steady)
+            text += f"; the other {s.n}: median |error| {s.median_abs:.1%}, p90 {s.p90_abs:.1%}"
+    own = sorted(abs(e) for c in known if (e := c.own_pages_error) is not None)
+    return text + (f"; with each run's own files' pages in the baseline: median |error| "
+                   f"{statistics.median(own):.1%}, p90 {p90(own):.1%} (n={len(own)})")
 
 
 def at_speed_line(cs: Sequence[Case]) -> str | None:

@@ -73,6 +73,7 @@ def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
 
     s = summarize(timing.steps_s)
     peak_rss = environment.peak_resident_bytes()
+    file_rss = environment.file_resident_bytes()
     # after the peak is read (the probe's copies must not raise it): the machine's speed
     # as the steps ran, set against the calibration's beside a prediction (a peak kernel
     # is never predicted); under a memory limit only where its buffers fit the peak
@@ -97,6 +98,7 @@ def time_steps(spec: RunSpec, emit: Emit, base: dict[str, Any], build: Build[T],
         mad_s=s.mad, iqr_s=s.iqr, cv=s.cv, samples_per_s=batch / s.median,
         flops_per_step=flops, achieved_flops=achieved,
         peak_rss_bytes=peak_rss, model_rss_bytes=max(0, peak_rss - rss_before),
+        file_rss_bytes=file_rss,
         device_peak_bytes=trainer.device_peak_bytes(), cpu_util=timing.cpu_util,
         model_flops_per_step=model_flops, mfu=mfu, hfu=hfu,
         utilisation_peak_flops=peak, utilisation_peak=peak_is,
