@@ -642,3 +642,27 @@ def test_validate_memory_says_when_a_runs_library_pages_moved_from_the_calibrati
     [marked] = [c for c in api.memory_validation(db)[0] if c.drifted]
     assert "library pages: 1 of 2 runs" in out and f" {marked.error:+.0%}~ " in out
     assert validate.file_pages_line([by[256]]) is None
+
+
+def test_the_calibrations_files_pages_are_those_of_its_workers_that_trained(tmp_path):
+    """The runtime baseline is a trained network's, so the files' pages a step's are set
+    against are those of the calibration's workers that trained one (their training's
+    code mapped), not a worker's that only loaded the framework."""
+    from dlperf.core.store import Store
+    from dlperf.kinds.calibrate import plan
+    from tests import calibration_fixtures as made_up
+
+    mib = 2**20
+    with Store(tmp_path / "files.db") as store:
+        for r in made_up.kernel_results(threads=(1, 2), allreduce=False):
+            trained = {"fcn5": 300 * mib} if r.spec.threads == 1 else {}
+            files = 90 * mib if trained else 70 * mib
+            store.add(r.model_copy(update={"outcome": r.outcome.model_copy(update={
+                "baseline_rss_bytes": 240 * mib, "baseline_file_rss_bytes": files,
+                "train_runtime_bytes": trained})}))
+        assert plan.runtime_file_pages(store) == {("torch", "cpu"): 90 * mib}
+    with Store(tmp_path / "untrained.db") as store:
+        for r in made_up.kernel_results(threads=(1, 2), allreduce=False):
+            store.add(r.model_copy(update={"outcome": r.outcome.model_copy(update={
+                "baseline_file_rss_bytes": (60 + 20 * r.spec.threads) * mib})}))
+        assert plan.runtime_file_pages(store) == {("torch", "cpu"): 90 * mib}

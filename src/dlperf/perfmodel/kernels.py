@@ -247,8 +247,9 @@ class KernelOutcome(BaseModel):
     #: the worker's resident memory with the framework loaded, before any kernel: the
     #: framework's runtime baseline (``perfmodel.memory``)
     baseline_rss_bytes: int | None = None
-    #: of that, the files' pages (the libraries'; ``environment.file_resident_bytes``): a
-    #: step's own beside them says how far the page cache's state moved between the two
+    #: the files' pages (the libraries'; ``environment.file_resident_bytes``) it held once
+    #: the networks' runtimes were measured (their training's code mapped), else before
+    #: any kernel: a step's own beside them says how far the page cache's state moved
     baseline_file_rss_bytes: int | None = None
     #: per op, the share of its CPUs' time other processes took while its shapes were
     #: timed (``core.disturbance``); an op missing: not measurable

@@ -372,14 +372,17 @@ def runtime_baselines(store: Store) -> dict[tuple[str, ...], float]:
 
 def runtime_file_pages(store: Store) -> dict[tuple[str, str], float]:
     """(framework, device) -> the files' pages its calibration's kernel workers held
-    resident with the framework loaded (the median over its thread counts): the part of
-    the runtime baseline that follows the page cache's state (``Stored.
-    baseline_file_bytes``); a framework calibrated before dlperf recorded them is absent."""
-    by: dict[tuple[str, str], list[float]] = {}
+    resident (``Stored.baseline_file_bytes``): the part of the runtime baseline that
+    follows the page cache's state; the median over the workers that trained the networks
+    (whose runtime the baseline is, their training's code mapped), over all where none
+    did. A framework calibrated before dlperf recorded them is absent."""
+    by: dict[tuple[str, str], list[tuple[bool, float]]] = {}
     for s in load(store, device=None):
         if s.baseline_file_bytes:
-            by.setdefault((s.framework, s.device), []).append(s.baseline_file_bytes)
-    return {k: statistics.median(v) for k, v in by.items()}
+            by.setdefault((s.framework, s.device), []).append(
+                (bool(s.trained), s.baseline_file_bytes))
+    return {k: statistics.median(b for t, b in v if t or not any(t for t, _ in v))
+            for k, v in by.items()}
 
 
 def worker_runtimes(store: Store) -> dict[tuple[str, str, str], float]:

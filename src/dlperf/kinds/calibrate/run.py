@@ -306,12 +306,14 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
     o = spec.options
     assert isinstance(o, KernelOptions)
     baseline = environment.resident_bytes()  # the framework loaded, nothing built yet
-    baseline_files = environment.file_resident_bytes()
     failures: dict[str, str] = {}
     # the framework's runtime when it trains, per network: before the kernels, whose
     # buffers would count in its peak
     train_peaks, trained = (train_runtime.train_runtimes(o, backend, failures)
                             if train_runtime.measures(spec) else ({}, {}))
+    # the libraries' files' pages as training left them mapped (the code a step runs): the
+    # state the runtime baseline was read in, which a step's own after its steps compares to
+    baseline_files = environment.file_resident_bytes()
     # the machine's speed as these kernels ran, probed through their run (a step measured
     # at another speed is flagged beside its prediction); a GPU's kernels are the device's,
     # and the machine's ops (collectives, core sharing) make no curve a step is predicted by
