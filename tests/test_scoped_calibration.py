@@ -395,3 +395,52 @@ def test_a_network_the_calibration_did_not_time_is_quoted_the_error_of_networks_
     # another size than the network as defined: no calibration times its shapes
     assert "cnn [large]'s layer shapes were not timed (a skeleton of the grid stands in; " \
         "a calibration times a network as defined)" in advice
+
+
+def _slowed(r, factor: float, ops: tuple[str, ...]):
+    """``r`` with the samples of ``ops`` timed ``factor`` times as long (a run on a
+    machine that ran slower for them)."""
+    return r.model_copy(update={"outcome": r.outcome.model_copy(update={"samples": tuple(
+        x.model_copy(update={"median_s": x.median_s * factor,
+                             "times_s": tuple(t * factor for t in x.times_s)})
+        if x.op in ops else x for x in r.outcome.samples)})})
+
+
+def test_runs_that_time_their_shared_shapes_apart_are_reported_not_merged_silently(db):
+    """A scoped run that timed the products it shares with the grid's run 1.4 times as
+    long says so: the fit is doubtful, its quality line names the ops and the ratio and
+    the networks to calibrate again; runs that agree within ``DISAGREE`` say nothing."""
+    from dlperf.perfmodel import run_speed
+
+    with Store(db) as store:
+        made_up.calibrated(store, allreduce=False)
+        for r in made_up.kernel_results(allreduce=False, scope=(("fcn5", 64),)):
+            store.add(_slowed(r, 1.4, ("gemm", "gemm_nt")))
+        fit = calibration.local_calibration(store).find("torch", 1)
+    ratios = {op: max(r, 1 / r) for op, r in fit.run_speeds.items()}
+    assert set(ratios) == {"gemm", "gemm_nt"}
+    assert all(r == pytest.approx(1.4, rel=1e-6) for r in ratios.values())
+    assert fit.doubtful and "RUNS DISAGREE" in fit.quality()
+    assert "--networks and --batch-size it was scoped to (fcn5@64)" in fit.quality()
+    assert "RUNS DISAGREE" in fit.describe()  # what a prediction from it prints
+
+    with Store(db.with_name("agree.db")) as store:
+        made_up.calibrated(store, allreduce=False)
+        for r in made_up.kernel_results(allreduce=False, scope=(("fcn5", 64),)):
+            store.add(_slowed(r, 1 + run_speed.DISAGREE / 2, ("gemm",)))
+        fit = calibration.local_calibration(store).find("torch", 1)
+    assert fit.run_speeds == {} and "RUNS DISAGREE" not in fit.quality()
+
+
+def test_the_disagreement_of_runs_needs_enough_shared_shapes():
+    """Two runs are set against each other op by op over the shapes both timed, at least
+    ``MIN_SHARED`` of them; one run alone disagrees with nothing."""
+    from dlperf.perfmodel import run_speed
+
+    grid = [made_up.sample("gemm", (n, n, n)) for n in (64, 128, 256, 512, 1024, 2048)]
+    slow = [x.model_copy(update={"median_s": 2 * x.median_s}) for x in grid]
+    assert run_speed.disagreement([grid]) == {}
+    assert run_speed.disagreement([grid, slow[:run_speed.MIN_SHARED]]) == {"gemm": 2.0}
+    assert run_speed.disagreement([grid, slow[:run_speed.MIN_SHARED - 1]]) == {}
+    # the run with the most shapes is the reference: the other is the one timed apart
+    assert run_speed.disagreement([slow[:5], grid]) == {"gemm": 2.0}

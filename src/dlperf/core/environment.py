@@ -251,19 +251,25 @@ def resident_bytes() -> int:
     return psutil.Process().memory_info().rss
 
 
-def file_resident_bytes() -> int | None:
-    """The pages of files (the libraries, memory-mapped data) resident in this process now
-    (RssFile in /proc/self/status), or None where the kernel does not say. Clean pages the
-    page cache shares: how many a library maps follows the cache's state, not the
-    process's needs (docs/measurement.md: a freshly installed PyTorch maps 133 MiB of its
-    files at import, 75 MiB once the cache was dropped and read back)."""
+def _status_bytes(field: str) -> int | None:
+    """A size line of this process's /proc/self/status ('VmHWM', 'RssFile'), in bytes, or
+    None where the kernel does not give it."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("RssFile:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024  # kB
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def file_resident_bytes() -> int | None:
+    """The pages of files (the libraries, memory-mapped data) resident in this process now
+    (RssFile), or None where the kernel does not say. Clean pages the page cache shares:
+    how many a library maps follows the cache's state, not the process's needs
+    (docs/measurement.md: a freshly installed PyTorch maps 133 MiB of its files at
+    import, 75 MiB once the cache was dropped and read back)."""
+    return _status_bytes("RssFile")
 
 
 def peak_resident_bytes() -> int:
@@ -271,12 +277,8 @@ def peak_resident_bytes() -> int:
     address space (VmHWM in /proc/self/status). Not ru_maxrss: Linux carries that across
     fork and execve (getrusage(2)), so a worker started by a large process (a notebook, a
     test runner) would report its launcher's peak as its own."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
+    if (peak := _status_bytes("VmHWM")) is not None:
+        return peak
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

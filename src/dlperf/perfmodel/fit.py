@@ -537,6 +537,10 @@ class LocalFit(_Frozen):
     unsteady: dict[str, float] = Field(default_factory=dict)
     #: samples its kernel runs timed again for that, and those the second timing replaced
     retimed: tuple[int, int] = (0, 0)
+    #: per op, how much slower (above 1) or faster one of its kernel runs timed the shapes
+    #: it shares with another than that one did, where they disagree by more than
+    #: ``run_speed.DISAGREE`` (``perfmodel.run_speed``; empty: they agree, or one run)
+    run_speeds: dict[str, float] = Field(default_factory=dict)
 
     def covers(self, network: str, batch: int) -> bool:
         """Whether its kernels were timed at the shapes of ``network`` at ``batch`` (or
@@ -606,7 +610,7 @@ class LocalFit(_Frozen):
     @property
     def doubtful(self) -> bool:
         """Whether its predictions should say how it was timed (``quality``)."""
-        return bool(self.disturbed or self.unsteady_ops)
+        return bool(self.disturbed or self.unsteady_ops or self.run_speeds)
 
     def quality(self) -> str:
         """One line: whether other processes disturbed this calibration or the machine's
@@ -615,7 +619,12 @@ class LocalFit(_Frozen):
         moved = ", ".join(f"{op} {v:.0%}" for op, v in
                           sorted(self.unsteady_ops.items(), key=lambda x: -x[1]))
         others = max(self.other_cpu_share.values(), default=0.0)
-        if not bad and not moved:
+        apart = ", ".join(f"{op} x{r:.2f}" for op, r in
+                          sorted(self.run_speeds.items(), key=lambda x: -abs(x[1] - 1)))
+        runs = (f"RUNS DISAGREE: its kernel runs timed the shapes they share at other "
+                f"speeds ({apart}, one run's time over the other's at the median): one ran "
+                f"on a disturbed machine" if apart else "")
+        if not bad and not moved and not apart:
             if not self.other_cpu_share:
                 return "disturbance not measured (calibrated by an older dlperf, or no /proc/stat)"
             again, kept = self.retimed
@@ -633,11 +642,18 @@ class LocalFit(_Frozen):
             said = (f"DISTURBED: other processes took {worst} of the CPUs while those "
                     f"kernels were timed" + (f"; {unsteady}" if moved else ""))
             where = "on a quiet machine"
-        elif self.other_cpu_share:
+        elif moved and self.other_cpu_share:
             said = f"{unsteady}; other processes took at most {others:.0%} of the CPUs"
             where = "when the machine is steadier, or with --repeat 3"
-        else:
+        elif moved:
             said, where = unsteady, "on a steadier machine"
+        else:
+            said = runs
+            where = ("on a steadier machine, and again with the --networks and --batch-size "
+                     f"it was scoped to ({', '.join(self.timed_at)})" if self.timed_at
+                     else "on a steadier machine")
+        if runs and said != runs:
+            said += f"; {runs}"
         return (f"{said}; its predictions may be off: run 'dlperf calibrate --frameworks "
                 f"{self.framework} --threads {self.threads} --force' {where}")
 

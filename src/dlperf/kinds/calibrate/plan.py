@@ -30,6 +30,7 @@ from dlperf.perfmodel import network_kernels, steadiness
 from dlperf.perfmodel.fit import Samples
 from dlperf.perfmodel.kernels import COLLECTIVES, MACHINE_OPS, REVISION, grid
 from dlperf.perfmodel.machine_fits import MachineFits
+from dlperf.perfmodel.run_speed import disagreement
 
 #: the ops timed per (framework, thread count); the all-reduce is separate
 LOCAL_OPS = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq", "conv", "conv_bwd", "memory",
@@ -189,9 +190,14 @@ class Stored:
     #: samples its runs timed again for that, and of them those replaced by the second
     #: timing (``KernelOutcome.retimed``, ``steadier``)
     retimed: tuple[int, int] = (0, 0)
-    #: of ``baseline_bytes``, the files' pages (the libraries'; the median over its runs;
-    #: None: calibrated before dlperf recorded them)
+    #: the files' pages (the libraries') its workers held once they had trained the
+    #: networks, else before any kernel (``KernelOutcome.baseline_file_rss_bytes``; the
+    #: median over its runs; None: calibrated before dlperf recorded them)
     baseline_file_bytes: float | None = None
+    #: per op, how much slower (above 1) or faster another of its runs timed the shapes
+    #: it shares with the run of the most shapes, where they disagree
+    #: (``perfmodel.run_speed``)
+    run_speeds: dict[str, float] = field(default_factory=dict)
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -314,7 +320,8 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                    tuple(sorted(timed_at.get(key, ()))), revision.get(key),
                    {op: statistics.median(v) for op, v in unsteady.get(key, {}).items()},
                    retimed.get(key, (0, 0)),
-                   statistics.median(f) if (f := files.get(key)) else None)
+                   statistics.median(f) if (f := files.get(key)) else None,
+                   disagreement(s))
             for key, s in sorted(by_key.items()) for fw, t, dev, prec in [key]]
 
 
@@ -359,7 +366,7 @@ def local_calibration(store: Store, *, device: str | None = "cpu",
                               "other_cpu_share": dict(s.other_cpu_share), "scope": s.scope,
                               "speed_probe": dict(s.speed_probe), "timed_at": s.timed_at,
                               "revision": s.revision, "unsteady": dict(s.unsteady),
-                              "retimed": s.retimed}
+                              "retimed": s.retimed, "run_speeds": dict(s.run_speeds)}
                                     for s in complete},
                           workers=worker_runtimes(store))
 
