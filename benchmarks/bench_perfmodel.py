@@ -38,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from dlperf import api
+from dlperf.cli.calibrate import quality_line  # noqa: E402
 from dlperf.core import environment  # noqa: E402
 from dlperf.core.aggregate import aggregate  # noqa: E402
 from dlperf.core.settings import QUICK_MEASUREMENT  # noqa: E402
@@ -169,6 +170,8 @@ def report(db: str, networks: list[str], frameworks: list[str]) -> None:
     par = [c for c in cases if c.row.spec.kind == "parallel"]
     print(f"\n{len(steps)} step configurations, {len(par)} parallel ones "
           f"({len(skipped)} left out)")
+    # disturbed, unsteady or disagreeing runs: the errors below are partly the machine's
+    print(quality_line([f for f in cal.fits if f.device == "cpu"]))
     for mode in validate.MODES:
         cs = untimed if mode == "untimed" else validate.corrected(steps, mode)
         if not cs:
