@@ -688,11 +688,13 @@ def memory_validation(db: str | Path | None = None, *, networks: Sequence[str] =
     empty) with the memory model's peak beside its measured one
     (``kinds.calibrate.validate.memory_cases``), and the steps left out."""
     from dlperf.kinds.calibrate import validate
-    from dlperf.kinds.calibrate.plan import runtime_baselines, worker_runtimes
+    from dlperf.kinds.calibrate.plan import runtime_memory, worker_runtimes
 
     with Store(db) as store:
-        return validate.memory_cases(store, runtime_baselines(store), networks=networks,
-                                     frameworks=frameworks, workers=worker_runtimes(store))
+        baselines, files = runtime_memory(store)
+        return validate.memory_cases(store, baselines, networks=networks,
+                                     frameworks=frameworks, workers=worker_runtimes(store),
+                                     files=files)
 
 
 def check_slurm(settings: SlurmSettings) -> None:

@@ -147,19 +147,22 @@ class ConfigResult:
         return bool(a and peak and a > peak)
 
     @property
+    def _peak_rss_run(self) -> RunResult | None:
+        """The repetition with the highest resident peak (None where none recorded one)."""
+        runs = [r for r in self.ok if r.metrics.peak_rss_bytes]  # type: ignore[union-attr]
+        return max(runs, key=lambda r: r.metrics.peak_rss_bytes) if runs else None  # type: ignore[union-attr]
+
+    @property
     def peak_rss_bytes(self) -> float | None:
-        vals = [r.metrics.peak_rss_bytes for r in self.ok if r.metrics.peak_rss_bytes]  # type: ignore[union-attr]
-        return max(vals) if vals else None
+        top = self._peak_rss_run
+        return top.metrics.peak_rss_bytes if top else None  # type: ignore[union-attr]
 
     @property
     def file_rss_bytes(self) -> float | None:
         """The files' pages resident in the repetition whose peak is ``peak_rss_bytes``
         (None where it did not record them)."""
-        runs = [r for r in self.ok if r.metrics.peak_rss_bytes]  # type: ignore[union-attr]
-        if not runs:
-            return None
-        top = max(runs, key=lambda r: r.metrics.peak_rss_bytes)  # type: ignore[union-attr]
-        return top.metrics.file_rss_bytes  # type: ignore[union-attr]
+        top = self._peak_rss_run
+        return top.metrics.file_rss_bytes if top else None  # type: ignore[union-attr]
 
     @property
     def device_peak_bytes(self) -> float | None:

@@ -623,7 +623,7 @@ class LocalFit(_Frozen):
                           sorted(self.run_speeds.items(), key=lambda x: -abs(x[1] - 1)))
         runs = (f"RUNS DISAGREE: its kernel runs timed the shapes they share at other "
                 f"speeds ({apart}, one run's time over the other's at the median): one ran "
-                f"on a disturbed machine" if apart else "")
+                f"on a disturbed machine")
         if not bad and not moved and not apart:
             if not self.other_cpu_share:
                 return "disturbance not measured (calibrated by an older dlperf, or no /proc/stat)"
@@ -647,13 +647,11 @@ class LocalFit(_Frozen):
             where = "when the machine is steadier, or with --repeat 3"
         elif moved:
             said, where = unsteady, "on a steadier machine"
-        else:
-            said = runs
-            where = ("on a steadier machine, and again with the --networks and --batch-size "
-                     f"it was scoped to ({', '.join(self.timed_at)})" if self.timed_at
-                     else "on a steadier machine")
-        if runs and said != runs:
-            said += f"; {runs}"
+        else:  # only the runs disagree: the scoped ones are timed again by their networks
+            said, where = "", ("on a steadier machine, and again with the --networks and "
+                               f"--batch-size it was scoped to ({', '.join(self.timed_at)})"
+                               if self.timed_at else "on a steadier machine")
+        said = "; ".join(x for x in (said, runs if apart else "") if x)
         return (f"{said}; its predictions may be off: run 'dlperf calibrate --frameworks "
                 f"{self.framework} --threads {self.threads} --force' {where}")
 

@@ -377,14 +377,25 @@ def runtime_baselines(store: Store) -> dict[tuple[str, ...], float]:
     return _baselines(load(store, device=None))
 
 
+def runtime_memory(store: Store) -> tuple[dict[tuple[str, ...], float],
+                                          dict[tuple[str, str], float]]:
+    """``runtime_baselines`` and ``runtime_file_pages`` from one read of the store."""
+    loaded = load(store, device=None)
+    return _baselines(loaded), _file_pages(loaded)
+
+
 def runtime_file_pages(store: Store) -> dict[tuple[str, str], float]:
     """(framework, device) -> the files' pages its calibration's kernel workers held
     resident (``Stored.baseline_file_bytes``): the part of the runtime baseline that
     follows the page cache's state; the median over the workers that trained the networks
     (whose runtime the baseline is, their training's code mapped), over all where none
     did. A framework calibrated before dlperf recorded them is absent."""
+    return _file_pages(load(store, device=None))
+
+
+def _file_pages(stored: list[Stored]) -> dict[tuple[str, str], float]:
     by: dict[tuple[str, str], list[tuple[bool, float]]] = {}
-    for s in load(store, device=None):
+    for s in stored:
         if s.baseline_file_bytes:
             by.setdefault((s.framework, s.device), []).append(
                 (bool(s.trained), s.baseline_file_bytes))
