@@ -126,13 +126,14 @@ def _allocated(s: KernelSample, spec, elem: int) -> KernelSample:
 
 def kernel_results(frameworks: tuple[str, ...] = ("torch",), threads: tuple[int, ...] = (1,),
                    allreduce: bool = True, precision: str = "fp32",
-                   device: str = "cpu", scope: tuple[tuple[str, int], ...] = ()
-                   ) -> list[RunResult]:
+                   device: str = "cpu", scope: tuple[tuple[str, int], ...] = (),
+                   skeleton: str = "all") -> list[RunResult]:
     """One ok result per kernel run of the plan (``scope``: a calibration scoped to those
-    networks), its samples from the made-up machine."""
+    networks, its skeleton where ``skeleton`` says), its samples from the made-up machine."""
     out = []
     for spec in calibration.specs(list(frameworks), list(threads), allreduce=allreduce,
-                                  precision=precision, device=device, scope=scope):
+                                  precision=precision, device=device, scope=scope,
+                                  skeleton=skeleton):
         o = spec.options
         elem = element_bytes(precision)
         samples = tuple(_allocated(sample(part.op, tuple(shape), o.world, elem), spec, elem)

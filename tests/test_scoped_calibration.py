@@ -138,6 +138,75 @@ def _store_scoped(store: Store, scope, t0: float, scale: float = 1.0, revision=N
                                        "started_at": t0, "finished_at": t0 + 1}))
 
 
+def test_without_the_skeleton_only_what_the_networks_run_is_timed():
+    """``scoped_grid(with_skeleton=False)``: a product or a convolution at the networks'
+    own shapes alone (its skeleton where they run none of it), the whole grid of the
+    other ops, and no layer op of a kind the networks lack."""
+    needed = nk.step_shapes(workloads.get("alexnet").layers(), 16)
+    kinds = {x.op for x in workloads.get("alexnet").layers()}
+    for op in ("gemm", "gemm_tn", "conv", "conv_bwd"):
+        assert needed[op] and nk.scoped_grid(op, needed, layer_kinds=kinds,
+                                             with_skeleton=False) == sorted(needed[op])
+    # AlexNet runs no product over a sequence: its skeleton, so that the op is timed
+    assert not needed["gemm_tn_seq"]
+    assert nk.scoped_grid("gemm_tn_seq", needed, layer_kinds=kinds, with_skeleton=False) \
+        == nk.skeleton("gemm_tn_seq", k.grid("gemm_tn_seq"))
+    assert nk.scoped_grid("pool", needed, layer_kinds=kinds, with_skeleton=False) \
+        == k.grid("pool")
+    for op in ("bn", "lstm"):  # no such layer in AlexNet
+        assert nk.scoped_grid(op, needed, layer_kinds=kinds, with_skeleton=False) == []
+    # a shape timed on fewer samples than the step runs keeps its op's skeleton
+    cut = nk.cut_ops(workloads.get("alexnet").layers(), 16)
+    assert cut == {"conv", "conv_bwd"} and not nk.cut_ops(workloads.get("fcn5").layers(), 64)
+    assert set(nk.scoped_grid("conv", needed, layer_kinds=kinds, with_skeleton=False,
+                              cut=cut)) == set(nk.scoped_grid("conv", needed, layer_kinds=kinds))
+    assert nk.scoped_grid("memory", needed, layer_kinds=kinds, with_skeleton=False) \
+        == k.grid("memory")
+
+
+def test_the_skeleton_once_is_at_the_thread_count_the_advice_predicts_at(monkeypatch):
+    """``--skeleton cores``: the skeleton at all the physical cores (else half as many, a
+    quarter, ..., else the most threads), only the networks' kernels at the others."""
+    assert calibration.skeleton_threads([1, 2], 2) == 2
+    assert calibration.skeleton_threads([1, 2, 4], 4) == 4
+    assert calibration.skeleton_threads([1, 3], 4) == 1
+    assert calibration.skeleton_threads([3], 2) == 3
+    monkeypatch.setattr(calibration.environment, "physical_cores", lambda: 2)
+    scope = [("fcn5", 64), ("alexnet", 16)]
+    one, two = calibration.specs(["torch"], [1, 2], allreduce=False, scope=scope,
+                                 skeleton="cores")
+    every = calibration.specs(["torch"], [1, 2], allreduce=False, scope=scope)
+    assert two.options == every[1].options and every[0].options != one.options
+    shapes = {p.op: set(p.shapes) for p in one.options.parts}
+    skeleton = set(nk.skeleton("gemm", k.grid("gemm")))
+    assert not skeleton <= shapes["gemm"] and skeleton <= set(
+        next(p.shapes for p in two.options.parts if p.op == "gemm"))
+    # AlexNet's first convolution is timed on fewer samples: the convolutions' skeleton stays
+    assert set(nk.skeleton("conv", k.grid("conv"))) <= shapes["conv"]
+    assert "bn" not in shapes and {"pool", *calibration.REQUIRED_OPS} <= set(shapes)
+    timed = sum(len(p.shapes) for p in one.options.parts)
+    assert timed < sum(len(p.shapes) for p in two.options.parts) - 20
+    with pytest.raises(ValueError, match="skeleton"):
+        calibration.specs(["torch"], [1], scope=scope, skeleton="some")
+
+
+def test_a_calibration_without_its_skeleton_predicts_no_network_held_out(db, monkeypatch):
+    """A network held out of a calibration that timed no skeleton at its thread count
+    leaves it without samples (nothing outside its scope is predicted from it), where
+    the one with the skeleton keeps the other networks' shapes and the skeleton."""
+    monkeypatch.setattr(calibration.environment, "physical_cores", lambda: 2)
+    with Store(db) as store:
+        for r in made_up.kernel_results(threads=(1, 2), allreduce=False,
+                                        scope=(("fcn5", 64), ("alexnet", 16)),
+                                        skeleton="cores"):
+            store.add(r)
+        one, two = sorted(calibration.load(store), key=lambda s: s.threads)
+    assert not calibration.has_skeleton(one) and calibration.has_skeleton(two)
+    assert not calibration.without_network(one, "alexnet").samples.items
+    assert calibration.has_skeleton(calibration.without_network(two, "alexnet"))
+    assert calibration.without_network(one, "resnet50") is one  # not in its scope
+
+
 def test_scoped_runs_add_to_each_other_and_to_the_whole_grid(db):
     with Store(db) as store:
         _store_scoped(store, [("fcn5", 64)], 1.0)
@@ -179,6 +248,7 @@ def test_calibrate_networks_dry_run_and_bad_flags(db, capsys):
                  "fcn5,alexnet", "--batch-size", "16,32", "--dry-run", "--db", str(db)]) == 0
     assert "for alexnet@16, alexnet@32, fcn5@16, fcn5@32" in capsys.readouterr().out
     for bad in (["--batch-size", "16"], ["--networks", "fcn5", "--fine"],
+                ["--skeleton", "cores"], ["--networks", "fcn5", "--skeleton", "some"],
                 ["--networks", "nosuchnet"], ["--dataflow", "--batch-size", "8"]):
         assert main(["calibrate", "--frameworks", "torch", "--dry-run", "--db", str(db),
                      *bad]) == 2, bad

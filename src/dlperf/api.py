@@ -221,19 +221,21 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
               allreduce: bool = True, force: bool = False, timeout_s: float = 900.0,
               listener: Listener | None = None, repeat: int = 1,
               precision: str = "fp32", slurm: SlurmSettings | None = None,
-              scope: Sequence[tuple[str, int]] = ()) -> MachineFits:
+              scope: Sequence[tuple[str, int]] = (), skeleton: str = "all") -> MachineFits:
     """Time this machine's calibration kernels (``dlperf.kinds.calibrate.plan``: every installed
     framework at 1, 2, 4, ... threads up to the physical cores unless given, at
     ``precision``) through the normal runner, ``repeat`` times each (each kernel's median
     over them counts), and return the fitted calibration. A kernel run that failed is run
     again: a calibration is only usable whole. ``scope``: (network, batch) pairs whose
-    layers' shapes to time instead of the whole grid (added to what is stored)."""
+    layers' shapes to time instead of the whole grid (added to what is stored), beside a
+    skeleton of the grid at every thread count (``skeleton='all'``) or at the one the
+    advice predicts other networks at ('cores': ``plan.skeleton_threads``)."""
     from dlperf.kinds.calibrate import plan as calibration
 
     todo = calibration.specs(list(frameworks or calibration.default_frameworks()),
                              list(threads or calibration.default_threads(device)), device=device,
                              fine=fine, allreduce=allreduce, repeat=repeat,
-                             precision=precision, scope=scope)
+                             precision=precision, scope=scope, skeleton=skeleton)
     run_specs(todo, db=db, force=force, retry_failed=True, timeout_s=timeout_s,
               listener=listener, slurm=slurm)
     return local_calibration(db=db, device=device)

@@ -7,7 +7,9 @@ only; the plan lives in ``dlperf.kinds.calibrate.plan``, the fits in ``dlperf.pe
     dlperf calibrate --repeat 3                    # each kernel's median over three runs
     dlperf calibrate --device gpu --precision bf16 # PyTorch's kernels under autocast
     dlperf calibrate --networks fcn5,alexnet       # their layers' shapes and a skeleton
-                                                   # of the grid (the main job's)
+                                                   # of the grid
+    dlperf calibrate --networks fcn5,alexnet --skeleton cores   # the skeleton at the
+                                                   # physical cores only (the main job's)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out
 from dlperf.core import units
 from dlperf.core.errors import UsageError
+from dlperf.kinds.calibrate.plan import SKELETONS
 from dlperf.perfmodel.fit import LocalFit
 
 
@@ -54,6 +57,12 @@ def add(sub: argparse._SubParsersAction) -> None:
                          "long (default 1; runs already stored count)"))
     p.add_argument("--fine", action="store_true", help="a denser grid, each shape timed "
                    "longer (several times slower)")
+    p.add_argument("--skeleton", choices=SKELETONS, default="all",
+                   help="with --networks: where to time the skeleton of the grid that "
+                   "predicts networks outside them: at every thread count (all, the default) "
+                   "or only at the one 'dlperf advise' predicts them at (cores: all the "
+                   "physical cores; elsewhere only the networks' own kernels, about a minute "
+                   "less of the main job on 2 cores)")
     p.add_argument("--no-allreduce", action="store_true", help="skip the all-reduce kernels")
     p.add_argument("--dataflow", action="store_true", help="time the input pipelines' "
                    "loaders instead of the kernels: each framework's cost per sample on "
@@ -87,7 +96,8 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     if a.dry_run:
         for s in calibration.specs(frameworks, threads, device=a.device, fine=a.fine,
                                    allreduce=not a.no_allreduce, repeat=a.repeat,
-                                   precision=a.precision, scope=scope):
+                                   precision=a.precision, scope=scope,
+                                   skeleton=a.skeleton):
             scoped = getattr(s.options, "scope", ())
             out.print(f"  {s.framework:10} x{s.threads}  {s.network}"
                       + (f" for {', '.join(scoped)}" if scoped else "")
@@ -97,7 +107,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         cal = api.calibrate(frameworks, threads, db=a.db, device=a.device, fine=a.fine,
                             allreduce=not a.no_allreduce, force=a.force, listener=listener,
                             repeat=a.repeat, precision=a.precision, slurm=slurm,
-                            scope=scope)
+                            scope=scope, skeleton=a.skeleton)
     if slurm is not None:  # the curves are the nodes', not this machine's
         out.print("calibrated on the Slurm nodes; their kernels are in the store with their "
                   "machines ('dlperf status' lists the jobs)")
@@ -128,6 +138,9 @@ def _scope(a: argparse.Namespace) -> list[tuple[str, int]]:
     if not a.networks:
         if a.batch_size:
             raise UsageError("--batch-size needs --networks (whose layers to time at it)")
+        if a.skeleton != "all":
+            raise UsageError("--skeleton needs --networks (a calibration of the whole grid "
+                             "has no skeleton)")
         return []
     if a.fine:
         raise UsageError("--fine times the whole grid denser; --networks times their shapes")

@@ -50,6 +50,9 @@ SCOPED_OPS = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq", "conv", "conv_bwd", "
 #: the ops timed only for a network that has a layer of that kind (each op is named after
 #: the layer kind it times): an LSTM's grid is of whole layers, seconds each
 LAYER_KIND_OPS = ("lstm",)
+#: the ops named after a layer kind: without the skeleton (``scoped_grid``) each is timed
+#: only for a network that has such a layer
+LAYER_OPS = ("bn", "pool", "lstm")
 #: every this-many-th shape of a scoped op's generic grid is kept (the grids are ordered
 #: by their sides, so the kept ones span each side's range)
 SKELETON_STRIDE = 4
@@ -77,7 +80,23 @@ def step_shapes(layers: Iterable[Layer], batch: int, framework: str | None = Non
                 ) -> dict[str, set[tuple[int, ...]]]:
     """Per op, the shapes one training step of ``layers`` at ``batch`` runs in
     ``framework`` (a weight gradient's sides in the order it stores the weights,
-    ``local.weight_gradient_sides``); None: in any framework (both orders)."""
+    ``local.weight_gradient_sides``; None: in any framework, both orders), each within
+    ``MAX_SHAPE_FLOPS`` (``_bounded``)."""
+    return {op: {_bounded(op, s) for s in shapes}
+            for op, shapes in _whole_shapes(layers, batch, framework).items()}
+
+
+def cut_ops(layers: Iterable[Layer], batch: int, framework: str | None = None) -> set[str]:
+    """The ops of which ``step_shapes`` times a shape on fewer rows or samples than the
+    step runs (``_bounded``): the step's own is then predicted off the curve's form past
+    the timed shape, which the skeleton keeps (``scoped_grid``)."""
+    return {op for op, shapes in _whole_shapes(layers, batch, framework).items()
+            if any(_bounded(op, s) != s for s in shapes)}
+
+
+def _whole_shapes(layers: Iterable[Layer], batch: int, framework: str | None
+                  ) -> dict[str, set[tuple[int, ...]]]:
+    """``step_shapes`` before the bound."""
     out: dict[str, set[tuple[int, ...]]] = {op: set() for op in SCOPED_OPS}
     for layer in layers:
         if layer.op == "lstm" and (shape := lstm_shape(layer, batch)):  # the layer whole
@@ -109,7 +128,7 @@ def step_shapes(layers: Iterable[Layer], batch: int, framework: str | None = Non
                         out["gemm_tn_seq"].add((m, n, SEQ_STEPS, max(1, rows // SEQ_STEPS)))
                     else:
                         out["gemm_tn"].add((m, n, rows))
-    return {op: {_bounded(op, s) for s in shapes} for op, shapes in out.items()}
+    return out
 
 
 def conv_shape(g: Gemm, batch: int) -> tuple[int, ...]:
@@ -159,14 +178,28 @@ def skeleton(op: str, full: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
 
 
 def scoped_grid(op: str, needed: dict[str, set[tuple[int, ...]]], *,
-                layer_kinds: Collection[str], device: str = "cpu") -> list[tuple[int, ...]]:
+                layer_kinds: Collection[str], device: str = "cpu",
+                with_skeleton: bool = True, cut: Collection[str] = ()
+                ) -> list[tuple[int, ...]]:
     """The shapes a calibration scoped to networks times for ``op``: the skeleton of its
     grid (``skeleton``) and the networks' own shapes (``needed``, from ``step_shapes``)
     for a product or a convolution; the whole grid for any other op (none for an LSTM
-    where no network has one: ``layer_kinds``, the networks' layer ops)."""
-    if op in LAYER_KIND_OPS and op not in layer_kinds:
+    where no network has one: ``layer_kinds``, the networks' layer ops).
+
+    ``with_skeleton=False``: what the networks themselves need, where no network outside
+    them is predicted at that thread count (``plan.skeleton_threads``). A product's or a
+    convolution's skeleton stays where a network's shape of it is cut (``cut``, from
+    ``cut_ops``: predicted off the curve's form past the timed shape; without it LSTM-32's
+    softmax projection, 4096 rows timed on 1562, came out 29% faster in JAX at one
+    thread) or where they run none of it (the ops every prediction needs); else their
+    own shapes alone, each timed whole, are what predicts them. No layer op
+    (``LAYER_OPS``) of a kind they lack: the main job's networks have no batch
+    normalisation, whose grid is there for a ResNet-50 the advice predicts."""
+    if op in (LAYER_OPS if not with_skeleton else LAYER_KIND_OPS) and op not in layer_kinds:
         return []
     full = grid(op, device=device)
     if op not in SCOPED_OPS:
         return full
+    if not with_skeleton and op not in cut and needed.get(op):
+        return sorted(needed[op])
     return list(dict.fromkeys([*skeleton(op, full), *sorted(needed.get(op, ()))]))

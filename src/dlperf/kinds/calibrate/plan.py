@@ -51,6 +51,9 @@ MIN_TIME_S, FINE_MIN_TIME_S = 0.05, 0.2
 #: least three of any), which took about 16 s off the main job's 2.5 minutes of kernels,
 #: most of a small shape's wall time being the calls' own Python between the timed ones
 SCOPED_MIN_TIME_S = 0.03
+#: where a calibration scoped to networks times the skeleton of the grid: at every thread
+#: count, or only at the one the advice predicts other networks at (``skeleton_threads``)
+SKELETONS = ("all", "cores")
 
 
 def default_threads(device: str = "cpu") -> list[int]:
@@ -86,54 +89,79 @@ def default_frameworks() -> list[str]:
 
 def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "cpu",
           fine: bool = False, allreduce: bool = True, repeat: int = 1,
-          precision: str = "fp32", scope: Sequence[tuple[str, int]] = ()) -> list[RunSpec]:
+          precision: str = "fp32", scope: Sequence[tuple[str, int]] = (),
+          skeleton: str = "all") -> list[RunSpec]:
     """The kernel runs of a calibration: every op's grid per framework and thread count
     at ``precision``, and the all-reduce at 2 and 4 processes (when PyTorch is among the
     frameworks; fp32 gradients, so at fp32 only), with the cost of two processes on one
     core beside the 2-process one; ``repeat`` times each, in turns (``load`` takes each
     kernel's median over them). ``scope``: (network, batch) pairs whose layers' shapes
-    are timed instead of the whole grid, beside its skeleton (``scoped_parts``)."""
+    are timed instead of the whole grid, beside its skeleton (``scoped_parts``) at every
+    thread count (``skeleton='all'``) or at ``skeleton_threads``' alone ('cores')."""
+    if skeleton not in SKELETONS:
+        raise ValueError(f"skeleton {skeleton!r}: one of {', '.join(SKELETONS)}")
     once = _specs_once(frameworks, threads, device=device, fine=fine,
                        allreduce=allreduce and precision == "fp32", precision=precision,
-                       scope=scope)
+                       scope=scope, skeleton=skeleton)
     return [s.model_copy(update={"repeat": r}) for r in range(repeat) for s in once]
 
 
+def skeleton_threads(threads: Sequence[int], cores: int) -> int:
+    """The thread count among ``threads`` at which a calibration scoped to networks times
+    the skeleton of the grid when asked to time it once ('cores'): the one ``dlperf
+    advise`` predicts the networks outside the scope at (``advice.local._predicted``: all
+    the physical cores where calibrated, else the first of half as many, a quarter, ...),
+    else the most threads."""
+    t = cores
+    while t >= 1:
+        if t in threads:
+            return t
+        t //= 2
+    return max(threads)
+
+
 def scoped_parts(scope: Sequence[tuple[str, int]], device: str = "cpu",
-                 framework: str | None = None
+                 framework: str | None = None, with_skeleton: bool = True
                  ) -> tuple[tuple[KernelPart, ...], tuple[str, ...]]:
     """The parts of a calibration of ``framework`` scoped to ``scope``'s networks at their
-    batches (``perfmodel.network_kernels``; None: the shapes any framework times), and the
+    batches (``perfmodel.network_kernels``; None: the shapes any framework times), with
+    the skeleton of the grid or only what the networks run (``scoped_grid``), and the
     scope's labels ('alexnet@16')."""
     from dlperf import workloads
 
     needed: dict[str, set[tuple[int, ...]]] = {}
     kinds: set[str] = set()
+    cut: set[str] = set()
     for network, batch in scope:
         layers = workloads.get(network).layers()
         kinds |= {layer.op for layer in layers}
+        cut |= network_kernels.cut_ops(layers, batch, framework)
         for op, shapes in network_kernels.step_shapes(layers, batch, framework).items():
             needed.setdefault(op, set()).update(shapes)
     parts = tuple(KernelPart(op=op, shapes=tuple(shapes)) for op in LOCAL_OPS
-                  if (shapes := network_kernels.scoped_grid(op, needed, layer_kinds=kinds,
-                                                            device=device)))
+                  if (shapes := network_kernels.scoped_grid(
+                      op, needed, layer_kinds=kinds, device=device,
+                      with_skeleton=with_skeleton, cut=cut)))
     return parts, tuple(sorted({network_kernels.label(n, b) for n, b in scope}))
 
 
 def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: str,
                 fine: bool, allreduce: bool, precision: str,
-                scope: Sequence[tuple[str, int]] = ()) -> list[RunSpec]:
+                scope: Sequence[tuple[str, int]] = (), skeleton: str = "all") -> list[RunSpec]:
     packages = environment.packages()
     min_time = FINE_MIN_TIME_S if fine else SCOPED_MIN_TIME_S if scope else MIN_TIME_S
     # the whole grid, built once for every framework; a scoped run times its own shapes
     whole = () if scope else tuple(KernelPart(op=op, shapes=tuple(grid(op, fine, device)))
                                    for op in LOCAL_OPS)
+    once_at = skeleton_threads(threads, environment.physical_cores()) \
+        if skeleton == "cores" else None
     out = []
     for fw in frameworks:
         framework_table.require(fw)
-        parts, labels = scoped_parts(scope, device, fw) if scope else (whole, ())
         versions = library_versions(fw, packages)
         for t in threads:
+            parts, labels = scoped_parts(scope, device, fw, with_skeleton=once_at in (None, t)) \
+                if scope else (whole, ())
             o = KernelOptions(parts=parts, min_time_s=min_time, versions=versions,
                               revision=REVISION, scope=labels,
                               peaks=peaks.wanted(device, precision, t))
@@ -331,13 +359,18 @@ def without_network(stored: Stored, network: str) -> Stored:
     their layers' shapes, the ops of their layer kinds), ``network``'s own left out; as it
     is where the whole grid was timed or ``network`` is not in its scope. What validation
     predicts a network with, to say how far to trust a prediction of a network whose
-    layers the calibration never timed."""
+    layers the calibration never timed. One that timed no skeleton at its thread count
+    (``calibrate --skeleton cores``) is left without samples: no network outside its scope
+    is predicted from it, and its other networks' shapes alone would stand for one that is
+    badly."""
     if stored.scope is None:
         return stored
     rest = [(name, int(batch)) for label in stored.scope
             for name, batch in [label.split("@")] if name != network]
     if len(rest) == len(stored.scope):
         return stored
+    if not has_skeleton(stored):
+        return replace(stored, samples=Samples.of([]), scope=())
     # a weight gradient's sides in either order: a store that timed PyTorch's in the
     # order of another framework's weights keeps those samples
     parts, labels = scoped_parts(rest, stored.device)
@@ -346,6 +379,14 @@ def without_network(stored: Stored, network: str) -> Stored:
             if x.op not in LOCAL_OPS or (x.op, tuple(x.shape)) in timed]
     return replace(stored, samples=Samples.of(kept), scope=labels,
                    timed_at=tuple(t for t in stored.timed_at if t.split("@")[0] != network))
+
+
+def has_skeleton(stored: Stored) -> bool:
+    """Whether ``stored`` holds the skeleton of the grid (``network_kernels.skeleton``) of
+    every product and convolution, whichever runs timed it."""
+    return all(set(network_kernels.skeleton(op, grid(op, device=stored.device)))
+               <= {tuple(x.shape) for x in stored.samples.of_op(op)}
+               for op in network_kernels.SCOPED_OPS if op not in network_kernels.LAYER_KIND_OPS)
 
 
 def local_calibration(store: Store, *, device: str | None = "cpu",
