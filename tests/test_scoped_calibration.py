@@ -122,6 +122,8 @@ def test_a_scoped_plan_names_its_networks_and_keeps_every_required_op():
     assert "lstm" not in {p.op for p in cnn.options.parts}  # AlexNet has no LSTM
     full = calibration.specs(["torch"], [1], allreduce=False)[0]
     assert sum(len(p.shapes) for p in o.parts) < sum(len(p.shapes) for p in full.options.parts)
+    # a long shape on two agreeing calls, not three: the main job's minutes count
+    assert o.min_steps == calibration.SCOPED_MIN_STEPS < full.options.min_steps
     # a whole grid's identity is what it was before scopes existed
     assert "scope" not in full.options.model_dump(exclude_defaults=True)
 

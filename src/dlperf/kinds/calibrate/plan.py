@@ -48,9 +48,17 @@ FRAMEWORKS = ("torch", "tensorflow", "jax")
 MIN_TIME_S, FINE_MIN_TIME_S = 0.05, 0.2
 #: ... in a calibration scoped to networks (the main job's, where its minutes count): a
 #: small shape's calls fill 30 ms (thousands of calls of a microsecond kernel, still at
-#: least three of any), which took about 16 s off the main job's 2.5 minutes of kernels,
-#: most of a small shape's wall time being the calls' own Python between the timed ones
+#: least ``SCOPED_MIN_STEPS`` of any), which took about 16 s off the main job's 2.5
+#: minutes of kernels, most of a small shape's wall time being the calls' own Python
+#: between the timed ones
 SCOPED_MIN_TIME_S = 0.03
+#: ... and a shape whose calls fill it in two is timed on the first two after its cold
+#: call that agree within a tenth (``calibrate.run``'s window) rather than three: on the
+#: main job's 447 shapes timed on three (2-vCPU AMD EPYC, 2026-12-01), the mean of a
+#: window's first two differed from the three's median by 0.6% at the median (p90 3.0%;
+#: 0.4% above it on average, weighted by time), and the third call took 26 s of the
+#: calibration
+SCOPED_MIN_STEPS = 2
 #: where a calibration scoped to networks times the skeleton of the grid: at every thread
 #: count, or only at the one the advice predicts other networks at (``skeleton_threads``)
 SKELETONS = ("all", "cores")
@@ -164,7 +172,8 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
                 if scope else (whole, ())
             o = KernelOptions(parts=parts, min_time_s=min_time, versions=versions,
                               revision=REVISION, scope=labels,
-                              peaks=peaks.wanted(device, precision, t))
+                              peaks=peaks.wanted(device, precision, t),
+                              **({"min_steps": SCOPED_MIN_STEPS} if scope else {}))
             out.append(RunSpec(kind="kernel", network="kernels", framework=fw, device=device,
                                threads=t, batch_size=1, precision=precision, options=o))
     if allreduce and "torch" in frameworks and device == "cpu":
