@@ -61,8 +61,8 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="with --networks: where to time the skeleton of the grid that "
                    "predicts networks outside them: at every thread count (all, the default) "
                    "or only at the one 'dlperf advise' predicts them at (cores: all the "
-                   "physical cores; elsewhere only the networks' own kernels, about a minute "
-                   "less of the main job on 2 cores)")
+                   "physical cores; elsewhere only what the networks' own predictions read; "
+                   "the main job's)")
     p.add_argument("--no-allreduce", action="store_true", help="skip the all-reduce kernels")
     p.add_argument("--dataflow", action="store_true", help="time the input pipelines' "
                    "loaders instead of the kernels: each framework's cost per sample on "

@@ -368,10 +368,10 @@ def without_network(stored: Stored, network: str) -> Stored:
     their layers' shapes, the ops of their layer kinds), ``network``'s own left out; as it
     is where the whole grid was timed or ``network`` is not in its scope. What validation
     predicts a network with, to say how far to trust a prediction of a network whose
-    layers the calibration never timed. One that timed no skeleton at its thread count
-    (``calibrate --skeleton cores``) is left without samples: no network outside its scope
-    is predicted from it, and its other networks' shapes alone would stand for one that is
-    badly."""
+    layers the calibration never timed. One without the whole skeleton at its thread
+    count (``calibrate --skeleton cores``) is left without samples: no network outside its
+    scope is predicted from it, and its other networks' shapes alone would predict one
+    worse than the advice does."""
     if stored.scope is None:
         return stored
     rest = [(name, int(batch)) for label in stored.scope
@@ -379,7 +379,7 @@ def without_network(stored: Stored, network: str) -> Stored:
     if len(rest) == len(stored.scope):
         return stored
     if not has_skeleton(stored):
-        return replace(stored, samples=Samples.of([]), scope=())
+        return replace(stored, samples=Samples.of([]))
     # a weight gradient's sides in either order: a store that timed PyTorch's in the
     # order of another framework's weights keeps those samples
     parts, labels = scoped_parts(rest, stored.device)
