@@ -2091,6 +2091,24 @@ def test_mixed_precision_kernels_run_on_half_operands_under_autocast():
     assert k.element_bytes("tf32") == k.element_bytes("fp32") == 4
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 8, 9, 3, 2), (2, 4, 8, 7, 1, 1), (2, 3, 4, 23, 11, 4)])
+def test_a_convolutions_output_gradient_has_its_forwards_output_shape(shape):
+    """PyTorch's convolution kernels make the output's gradient from the shape arithmetic
+    (``kernels.conv_out``), not by running the forward: the shape is the forward's, and
+    both gradients run on it."""
+    import torch
+    import torch.nn.functional as F
+
+    from dlperf.backends.torch_kernels import kernel
+
+    bwd = kernel("conv_bwd", shape, "cpu")
+    with torch.no_grad():
+        forward = F.conv2d(bwd.x, bwd.w, stride=bwd.stride, padding=bwd.pad)
+    assert bwd.g.shape == forward.shape
+    bwd.step()
+    bwd.sync()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--precision", "tf32"], "tf32 is a GPU format"),
     (["--precision", "bf16", "--frameworks", "torch,tensorflow"], "PyTorch only"),
