@@ -167,8 +167,9 @@ def test_without_the_skeleton_only_what_the_networks_run_is_timed():
 
 
 def test_the_skeleton_once_is_at_the_thread_count_the_advice_predicts_at(monkeypatch):
-    """``--skeleton cores``: the skeleton at all the physical cores (else half as many, a
-    quarter, ..., else the most threads), only the networks' kernels at the others."""
+    """``--skeleton cores``: the whole skeleton at all the physical cores (else half as
+    many, a quarter, ..., else the most threads); at the others what the networks'
+    predictions read (their shapes, the skeleton of an op whose shape is cut)."""
     assert calibration.skeleton_threads([1, 2], 2) == 2
     assert calibration.skeleton_threads([1, 2, 4], 4) == 4
     assert calibration.skeleton_threads([1, 3], 4) == 1
