@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dlperf.cli import main
+from dlperf.core import units
 from dlperf.core.spec import Metrics, RunResult, RunSpec
 from dlperf.core.store import Store
 
@@ -175,6 +176,8 @@ def test_run_prints_every_measure(db):
     with Store(db) as st:
         [r] = st.results(kind="step")
         assert r.ok and r.spec.threads == 2 and r.metrics.peak_share is not None
+    # the peak's share that is the libraries' files, which a fresh install maps more of
+    assert f"the libraries' files {units.nbytes(r.metrics.file_rss_bytes)})" in p.stdout
 
 
 @pytest.mark.slow

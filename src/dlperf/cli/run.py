@@ -121,8 +121,12 @@ def print_run(row, db) -> None:
             out.print(escape(line))
     if row.utilisation_peak:
         out.print(escape(utilisation_line(row)))
+    # the libraries' files are part of the peak, and more of them are resident right after
+    # an install than later (docs/measurement.md, 'Files' pages')
+    files = f"; the libraries' files {units.nbytes(row.file_rss_bytes)}" \
+        if row.file_rss_bytes else ""
     out.print(f"  peak memory          {units.nbytes(row.peak_rss_bytes)} resident"
-              f" (model, data and activations {units.nbytes(m.model_rss_bytes)})"
+              f" (model, data and activations {units.nbytes(m.model_rss_bytes)}{files})"
               + (f"; device {units.nbytes(m.device_peak_bytes)}" if m.device_peak_bytes else ""))
     busy = f" (CPU busy {row.cpu_util:.2f} cores)" if row.cpu_util is not None else ""
     out.print(f"  threads in force     {r0.threads_in_force} on CPUs {r0.cpus}{busy}")
