@@ -170,6 +170,8 @@ def test_the_skeleton_once_is_at_the_thread_count_the_advice_predicts_at(monkeyp
     """``--skeleton cores``: the whole skeleton at all the physical cores (else half as
     many, a quarter, ..., else the most threads); at the others what the networks'
     predictions read (their shapes, the skeleton of an op whose shape is cut)."""
+    assert calibration.halving_threads(4) == [4, 2, 1]  # as dlperf advise tries them
+    assert calibration.halving_threads(3) == [3, 1]
     assert calibration.skeleton_threads([1, 2], 2) == 2
     assert calibration.skeleton_threads([1, 2, 4], 4) == 4
     assert calibration.skeleton_threads([1, 3], 4) == 1

@@ -21,6 +21,7 @@ from dlperf.core.aggregate import ConfigResult, direction
 from dlperf.core.errors import UsageError
 from dlperf.core.settings import settings_name
 from dlperf.core.spec import RunSpec
+from dlperf.kinds.calibrate.plan import halving_threads
 from dlperf.kinds.dataflow.plan import has_pipeline
 from dlperf.perfmodel.fit import allocates_per_tensor
 from dlperf.perfmodel.predict import training_memory
@@ -143,15 +144,13 @@ def _predicted(net: str, size: str, cores: int, model: LocalModel
     where the calibration predicts none."""
     found = []
     for fw in MODEL_FRAMEWORKS:
-        threads = cores
-        while threads >= 1:
+        for threads in halving_threads(cores):
             spec = RunSpec(network=net, size=size, framework=fw, threads=threads,
                            batch_size=workloads.get(net).default_batch)
             got = model(ConfigResult(spec=spec))
             if got is not None:
                 found.append((spec, *got))
                 break
-            threads //= 2
     return min(found, key=lambda x: x[1], default=None)
 
 

@@ -114,18 +114,23 @@ def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "c
     return [s.model_copy(update={"repeat": r}) for r in range(repeat) for s in once]
 
 
+def halving_threads(cores: int) -> list[int]:
+    """The physical cores, half as many, a quarter, ... down to one: the thread counts
+    ``dlperf advise`` tries in turn for a network it predicts (``advice.local``; a
+    calibration of fewer threads still predicts)."""
+    out = []
+    while cores >= 1:
+        out.append(cores)
+        cores //= 2
+    return out
+
+
 def skeleton_threads(threads: Sequence[int], cores: int) -> int:
     """The thread count among ``threads`` at which a calibration scoped to networks times
     the skeleton of the grid when asked to time it once ('cores'): the one ``dlperf
-    advise`` predicts the networks outside the scope at (``advice.local._predicted``: all
-    the physical cores where calibrated, else the first of half as many, a quarter, ...),
-    else the most threads."""
-    t = cores
-    while t >= 1:
-        if t in threads:
-            return t
-        t //= 2
-    return max(threads)
+    advise`` predicts the networks outside the scope at (the first of ``halving_threads``
+    calibrated), else the most threads."""
+    return next((t for t in halving_threads(cores) if t in threads), max(threads))
 
 
 def scoped_parts(scope: Sequence[tuple[str, int]], device: str = "cpu",
@@ -163,13 +168,16 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
                                    for op in LOCAL_OPS)
     once_at = skeleton_threads(threads, environment.physical_cores()) \
         if skeleton == "cores" else None
+    skeleton_at = {t: once_at in (None, t) for t in threads}
     out = []
     for fw in frameworks:
         framework_table.require(fw)
         versions = library_versions(fw, packages)
+        # a scope's parts with and without the skeleton, each made once per framework
+        made = {ws: scoped_parts(scope, device, fw, with_skeleton=ws)
+                for ws in set(skeleton_at.values())} if scope else {}
         for t in threads:
-            parts, labels = scoped_parts(scope, device, fw, with_skeleton=once_at in (None, t)) \
-                if scope else (whole, ())
+            parts, labels = made[skeleton_at[t]] if scope else (whole, ())
             o = KernelOptions(parts=parts, min_time_s=min_time, versions=versions,
                               revision=REVISION, scope=labels,
                               peaks=peaks.wanted(device, precision, t),
