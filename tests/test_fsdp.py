@@ -124,12 +124,16 @@ def test_advice_takes_the_fastest_strategy_that_fits():
     assert fastest_that_fits([fsdp, too_big]) is fsdp  # ...and loses where it does not
 
 
-def test_only_sync_and_fsdp_workers_have_their_memory_validated():
+def test_sync_fsdp_and_pipeline_runs_have_their_memory_validated_not_a_servers():
     from dlperf.kinds.calibrate.validate import worker_memory
     from dlperf.kinds.parallel.make import make_spec
 
-    assert "not validated" in worker_memory(make_spec("fcn5", strategy="async", workers=2,
-                                                      batch_size=16), 0.0)
+    for strategy in ("async", "mixed"):  # rank 0 holds the parameter server's share too
+        assert "not validated" in worker_memory(make_spec(
+            "fcn5", strategy=strategy, workers=2, batch_size=16), 0.0)
+    assert isinstance(worker_memory(make_spec("fcn5", size="tiny", strategy="pipeline",
+                                              workers=2, batch_size=16), 5.0),
+                      memory.MemoryBreakdown)
     sync = worker_memory(make_spec("fcn5", size="tiny", strategy="sync", workers=2,
                                    batch_size=16), 5.0)
     one = memory.step_memory(workloads.get("fcn5").layers("tiny"), 8, "fp32", baseline=5.0)

@@ -502,6 +502,68 @@ def test_checkpointing_lowers_the_measured_memory_and_counts_its_recomputation(t
     assert m1.flops_per_step > 1.1 * m0.flops_per_step  # the recomputed forward
 
 
+def test_accumulating_micro_batches_holds_the_largest_gradient_twice():
+    one = memory.step_memory(LAYERS, 2, "fp32")
+    assert memory.accumulated(one, LAYERS, 1) == one  # one micro-batch: nothing added
+    more = memory.accumulated(one, LAYERS, 4)
+    # fc1's 220 fp32 gradients are made afresh and added into the kept ones
+    assert more.transient == max(one.transient, 220 * 4) == 880
+    assert more.model_copy(update={"transient": one.transient}) == one
+
+
+def test_a_pipelines_memory_is_its_fullest_stage_with_the_accumulation():
+    from dlperf import workloads
+    from dlperf.kinds.calibrate.validate import stage_memory
+    from dlperf.perfmodel.partition import pipeline_stages
+
+    layers = workloads.get("fcn5").layers()
+    stages = pipeline_stages(layers, 2)
+    assert sorted(i for s in stages for i in s) == list(range(len(layers)))
+    assert layers[stages[-1][-1]].op == "loss"
+    by_stage = [memory.accumulated(memory.step_memory([layers[i] for i in s], 64, "fp32"),
+                                   [layers[i] for i in s], 8) for s in stages]
+    # GPipe: every micro-batch's activations of a stage at once, the whole batch's
+    top = max(by_stage, key=lambda m: m.total)
+    assert stage_memory(layers, 64, "fp32", 2, 8, 0.0) == top
+    assert top.transient == memory.largest_layer_bytes([layers[i] for i in stages[
+        by_stage.index(top)]])
+    assert stage_memory(layers, 64, "fp32", 2, 1, 0.0).total < top.total
+    # dlperf predict gives the same stage at the same batch (a catalogue GPU's device
+    # memory: the activations the backward saves)
+    p = predict("fcn5", device="a100-40gb", strategy="pipeline", devices=2,
+                batch_size=64, micro_batches=8)
+    on_gpu = [memory.accumulated(memory.step_memory([layers[i] for i in s], 64, "fp32",
+                                                    on_device=True),
+                                 [layers[i] for i in s], 8) for s in stages]
+    assert p.memory == max(on_gpu, key=lambda m: m.total)
+
+
+@pytest.mark.slow
+def test_a_pipeline_stage_accumulating_micro_batches_peaks_higher_as_predicted(tmp_path):
+    """Full-size FCN-5 in two stages, each holding a 209 MiB layer: with four
+    micro-batches each later one's gradient of that layer is made apart and added in, so
+    the fullest stage's measured peak rises by about the layer's gradient over the same
+    step in one micro-batch (at least half the predicted rise)."""
+    from dlperf import workloads
+    from dlperf.engine.launch.torchrun import run_parallel
+    from dlperf.kinds.calibrate.validate import stage_memory
+    from dlperf.kinds.parallel.make import make_spec
+    from tests.test_parallel import TIMEOUTS
+
+    peaks = {}
+    for m in (1, 4):
+        spec = make_spec("fcn5", strategy="pipeline", workers=2, batch_size=8,
+                         micro_batches=m, steps=2, warmup_steps=1)
+        r = run_parallel(spec, **TIMEOUTS)
+        assert r.ok, r.failure
+        peaks[m] = r.metrics.peak_rss_bytes
+    layers = workloads.get("fcn5").layers()
+    rise = (stage_memory(layers, 8, "fp32", 2, 4, 0.0).total
+            - stage_memory(layers, 8, "fp32", 2, 1, 0.0).total)
+    assert rise > 150 * 2**20
+    assert peaks[4] - peaks[1] > rise / 2, (peaks, rise)
+
+
 def test_a_worker_reports_its_own_peak_not_its_launchers():
     """Linux carries ru_maxrss across fork and execve: a worker started by a large process
     must not report that process's peak as its own."""

@@ -355,6 +355,19 @@ def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
         baseline=baseline)
 
 
+def accumulated(m: MemoryBreakdown, layers: Sequence[Layer],
+                micro_batches: int) -> MemoryBreakdown:
+    """The peak of a step that adds ``micro_batches`` micro-batches' weight gradients into
+    one (a GPipe pipeline stage's): from the second micro-batch on, autograd makes each
+    weight's gradient as a tensor of its own and adds it into the one kept
+    (``AccumulateGrad``: ``variable_grad += new_grad``, PyTorch's torch/csrc/autograd/
+    functions/accumulate_grad.h), so the largest layer's gradient is live twice, a
+    transient of at least its size. One micro-batch: ``m`` as it is."""
+    if micro_batches <= 1:
+        return m
+    return m.model_copy(update={"transient": max(m.transient, largest_layer_bytes(layers))})
+
+
 def with_ddp_buckets(m: MemoryBreakdown) -> MemoryBreakdown:
     """A DDP worker's peak: its all-reduce buckets hold a copy of every gradient beside the
     gradients themselves (PyTorch's DistributedDataParallel with its default

@@ -44,6 +44,17 @@ def split_layers(layers: Sequence[Layer], stages: int) -> list[list[int]]:
     return [[i for k in part for i in groups[k]] for part in parts]
 
 
+def pipeline_stages(layers: Sequence[Layer], stages: int) -> list[list[int]]:
+    """The positions of ``layers`` in each of ``stages`` pipeline stages as ``dlperf
+    parallel`` runs them: all but the loss cut by ``split_layers``, the loss computed on
+    the last stage."""
+    body = [i for i, layer in enumerate(layers) if layer.op != "loss"]
+    out = [[body[j] for j in part]
+           for part in split_layers([layers[i] for i in body], stages)]
+    out[-1] += [i for i, layer in enumerate(layers) if layer.op == "loss"]
+    return out
+
+
 def owner(layer_name: str, children: Sequence[str]) -> str | None:
     """The top-level module that holds a neutral layer: the same name, or the longest
     child name that prefixes it followed by '_' (ResNet's 's1b1_c2' is in block 's1b1')."""

@@ -25,6 +25,7 @@ from dlperf.perfmodel.efficiency import Efficiencies
 from dlperf.perfmodel.fit import nearest_world
 from dlperf.perfmodel.memory import (
     MemoryBreakdown,
+    accumulated,
     largest_batch,
     step_memory,
     worker_step_memory,
@@ -369,29 +370,33 @@ class _Context:
                 and self.threads < self.dev.cores)
 
     def memory_at(self, parts: list[list[Layer]], batch: float, strategy: str = "single",
-                  group: int | None = None) -> MemoryBreakdown:
+                  group: int | None = None, micro_batches: int = 1) -> MemoryBreakdown:
         """The peak of one step on the device that holds the most: ``parts`` the layers
         of each device's share (one part: the whole network), ``batch`` its samples;
         a data-parallel ``strategy`` over the devices (``group``: those that all-reduce
         together) adds its own (``memory.worker_step_memory``), as the framework of this
-        machine's calibration keeps it (a catalogue device's: as PyTorch does)."""
+        machine's calibration keeps it (a catalogue device's: as PyTorch does); a share
+        that adds ``micro_batches`` micro-batches' gradients into one, the accumulation's
+        (``memory.accumulated``)."""
         fit = self.cal.fitted(self.dev)
-        return max((worker_step_memory(layers, batch, self.precision, strategy,
-                                       self.devices, group, baseline=self.baseline,
-                                       on_device=self.dev.kind == "gpu",
-                                       framework=fit.framework if fit else None)
+        return max((accumulated(worker_step_memory(layers, batch, self.precision, strategy,
+                                                   self.devices, group, baseline=self.baseline,
+                                                   on_device=self.dev.kind == "gpu",
+                                                   framework=fit.framework if fit else None),
+                                layers, micro_batches)
                     for layers in parts), key=lambda m: m.total)
 
     def memory_fields(self, parts: list[list[Layer]], batch: int, scale: int,
-                      strategy: str = "single", group: int | None = None) -> dict[str, Any]:
+                      strategy: str = "single", group: int | None = None,
+                      micro_batches: int = 1) -> dict[str, Any]:
         """The breakdown at ``batch`` samples per device, whether it fits the device, and
         the largest global batch that does (``scale`` x the per-device batch), also with
         the memory model's validated error as margin where it is known (``margin``)."""
-        mem = self.memory_at(parts, batch, strategy, group)
+        mem = self.memory_at(parts, batch, strategy, group, micro_batches)
         capacity = self.dev.memory_gb * 1e9
 
         def total(b: int) -> float:
-            return self.memory_at(parts, b, strategy, group).total
+            return self.memory_at(parts, b, strategy, group, micro_batches).total
 
         top = largest_batch(total, capacity)
         grow = 1 + self.margin.error if self.margin is not None else None
@@ -782,7 +787,7 @@ def process_batch(batch: int, strategy: str, devices: int,
 def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> Prediction:
     # framework-free, shared with dlperf parallel: the model cuts the stages where the
     # pipeline it predicts cuts them
-    from dlperf.perfmodel.partition import split_layers, units
+    from dlperf.perfmodel.partition import pipeline_stages, units
 
     p, batch = ctx.devices, ctx.batch
     if groups not in (None, 1):
@@ -801,9 +806,7 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
     mb = batch / m
     timings = ctx.timings(mb)
     # cut between blocks, where dlperf parallel cuts its nn.Sequential
-    stages = [[body[j] for j in part] for part in
-              split_layers([ctx.layers[i] for i in body], p)]
-    stages[-1] += [i for i, layer in enumerate(ctx.layers) if layer.op == "loss"]
+    stages = pipeline_stages(ctx.layers, p)
     # the timings are slowed as if every stage computed at once (``machine.model``'s
     # share of the cores); the schedule takes them at full speed and shares the cores
     # only among the stages computing at each moment
@@ -865,8 +868,9 @@ def _pipeline(ctx: _Context, micro_batches: int | None, groups: int | None) -> P
                             "that sharing gives (the cost of sharing a core)"
                             if cost > 1 else ""))
     # GPipe keeps every micro-batch's activations of a stage until its backward: the
-    # stage's share at the whole batch
-    mem = ctx.memory_fields([[ctx.layers[i] for i in idx] for idx in stages], batch, 1)
+    # stage's share at the whole batch; its micro-batches' gradients accumulate
+    mem = ctx.memory_fields([[ctx.layers[i] for i in idx] for idx in stages], batch, 1,
+                            micro_batches=m)
     return ctx.result("pipeline", time, Breakdown(
         compute_s=compute, memory_s=memory, overhead_s=overhead,
         communication_s=comm, bubble_s=bubble, straggler_s=ctx.straggler),

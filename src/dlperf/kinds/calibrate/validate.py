@@ -42,6 +42,7 @@ from dlperf.perfmodel.machine_fits import (
 )
 from dlperf.perfmodel.memory import MemoryBreakdown
 from dlperf.perfmodel.result import MemoryMargin, Prediction
+from dlperf.workloads.base import Layer
 
 MODES = ("kernels", "lono", "lofo", "untimed")
 #: a process whose threads were kept busy less than this share of the row's busiest
@@ -403,22 +404,39 @@ def predicted_memory(spec: RunSpec, baseline: float) -> MemoryBreakdown | str:
 
 
 def worker_memory(spec: RunSpec, baseline: float) -> MemoryBreakdown | str:
-    """The predicted peak of a data-parallel run's worker (``perfmodel.memory``: DDP's
-    buckets for sync and a group's all-reduce, the shards of fsdp), or why it is not
-    predicted."""
+    """The predicted peak of a parallel run's fullest process (``perfmodel.memory``: DDP's
+    buckets for sync and a group's all-reduce, the shards of fsdp, a pipeline's stage),
+    or why it is not predicted."""
     from dlperf.kinds.parallel.options import ParallelOptions
     from dlperf.perfmodel.memory import worker_step_memory
 
     o = spec.options
     assert isinstance(o, ParallelOptions)
-    if o.strategy not in ("sync", "fsdp"):
-        return (f"strategy '{o.strategy}': its memory is not validated yet (a server's or a "
-                "stage's share)")
+    if o.strategy not in ("sync", "fsdp", "pipeline"):
+        return (f"strategy '{o.strategy}': its memory is not validated yet (the server's "
+                "share)")
     if o.data:
         return "a training run on real data (its data set's memory is not modelled)"
     _, _, cfg = workloads.resolve(spec.network, spec.size, dict(spec.params))
+    if o.strategy == "pipeline":
+        return stage_memory(cfg.layers(), spec.batch_size, spec.precision, o.workers,
+                            o.micro_batches, baseline)
     return worker_step_memory(cfg.layers(), spec.batch_size // o.workers, spec.precision,
                               o.strategy, o.workers, baseline=baseline)
+
+
+def stage_memory(layers: list[Layer], batch: int, precision: str, stages: int,
+                 micro_batches: int, baseline: float) -> MemoryBreakdown:
+    """The peak of a GPipe pipeline's fullest stage as ``dlperf predict`` gives it: the
+    stages cut as ``perfmodel.partition.pipeline_stages`` cuts them, each keeping every
+    micro-batch's activations of its layers (the whole batch's) and adding its
+    micro-batches' gradients into one (``perfmodel.memory.accumulated``)."""
+    from dlperf.perfmodel.memory import accumulated, step_memory
+    from dlperf.perfmodel.partition import pipeline_stages
+
+    parts = [[layers[i] for i in idx] for idx in pipeline_stages(layers, stages)]
+    return max((accumulated(step_memory(part, batch, precision, baseline=baseline), part,
+                            micro_batches) for part in parts), key=lambda m: m.total)
 
 
 def case_label(spec: RunSpec) -> str:
