@@ -124,16 +124,26 @@ def test_advice_takes_the_fastest_strategy_that_fits():
     assert fastest_that_fits([fsdp, too_big]) is fsdp  # ...and loses where it does not
 
 
-def test_sync_fsdp_and_pipeline_runs_have_their_memory_validated_not_a_servers():
+def test_each_strategys_fullest_process_has_its_memory_validated():
     from dlperf.kinds.calibrate.validate import worker_memory
     from dlperf.kinds.parallel.make import make_spec
 
-    for strategy in ("async", "mixed"):  # rank 0 holds the parameter server's share too
-        assert "not validated" in worker_memory(make_spec(
-            "fcn5", strategy=strategy, workers=2, batch_size=16), 0.0)
-    assert isinstance(worker_memory(make_spec("fcn5", size="tiny", strategy="pipeline",
-                                              workers=2, batch_size=16), 5.0),
-                      memory.MemoryBreakdown)
+    for strategy in ("pipeline", "async", "mixed"):
+        assert isinstance(worker_memory(make_spec("fcn5", size="tiny", strategy=strategy,
+                                                  workers=2, batch_size=16), 5.0),
+                          memory.MemoryBreakdown)
+    # a server of its own, or pushes every few steps: other processes, not modelled
+    assert "not validated" in worker_memory(make_spec(
+        "fcn5", strategy="async", workers=2, batch_size=16, servers=1), 0.0)
+    assert "not validated" in worker_memory(make_spec(
+        "fcn5", strategy="async", workers=2, batch_size=16, push_every=2), 0.0)
+    layers = workloads.get("fcn5").layers("tiny")
+    mixed = worker_memory(make_spec("fcn5", size="tiny", strategy="mixed", workers=4,
+                                    groups=2, batch_size=16), 5.0)
+    one = memory.step_memory(layers, 4, "fp32", baseline=5.0)
+    # rank 0: its group's DDP buckets, the server's share for the two leaders that push
+    assert mixed == memory.with_parameter_server(memory.with_ddp_buckets(one), layers, 2,
+                                                 True)
     sync = worker_memory(make_spec("fcn5", size="tiny", strategy="sync", workers=2,
                                    batch_size=16), 5.0)
     one = memory.step_memory(workloads.get("fcn5").layers("tiny"), 8, "fp32", baseline=5.0)

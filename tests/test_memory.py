@@ -511,6 +511,49 @@ def test_accumulating_micro_batches_holds_the_largest_gradient_twice():
     assert more.model_copy(update={"transient": one.transient}) == one
 
 
+def test_the_parameter_servers_process_holds_its_vectors_beside_its_worker():
+    one = memory.step_memory(LAYERS, 2, "fp32")
+    flat = PARAMS * 4
+    served = memory.with_parameter_server(one, LAYERS, 3, False)
+    # the server's weights and the copy last sent each of 3 pushers; the worker's own
+    # flattened gradient; 2 other pushes received and the drift's vector under the lock
+    assert served.weights == one.weights + 4 * flat
+    assert served.gradients == one.gradients + flat
+    assert served.transient == one.transient + 3 * flat
+    assert memory.with_parameter_server(one, LAYERS, 3, True).weights == one.weights + 5 * flat
+    # async on this machine's CPU: every worker pushes; on a GPU the server is host memory
+    assert memory.worker_step_memory(LAYERS, 2, "fp32", "async", 3) == served
+    assert memory.worker_step_memory(LAYERS, 2, "fp32", "async", 3, on_device=True) == \
+        memory.step_memory(LAYERS, 2, "fp32", on_device=True)
+    # mixed: 6 workers in groups of 2, three leaders push, DDP's buckets in each group
+    assert memory.worker_step_memory(LAYERS, 2, "fp32", "mixed", 6, 2) == \
+        memory.with_parameter_server(memory.with_ddp_buckets(one), LAYERS, 3, True)
+
+
+@pytest.mark.slow
+def test_the_servers_process_peaks_higher_than_a_sync_worker_as_predicted(tmp_path):
+    """Full-size FCN-5 (448 MiB of weights) on two workers, async against sync: rank 0
+    holds the server's weights, the copy sent to each worker, a received push and the
+    drift's vector beside its own worker, about five weight vectors more than a sync
+    worker's DDP buckets; the measured peaks differ by at least half the predicted."""
+    from dlperf import workloads
+    from dlperf.engine.launch.torchrun import run_parallel
+    from dlperf.kinds.parallel.make import make_spec
+    from tests.test_parallel import TIMEOUTS
+
+    peaks = {}
+    for s in ("sync", "async"):
+        r = run_parallel(make_spec("fcn5", strategy=s, workers=2, batch_size=16, steps=2,
+                                   warmup_steps=1), **TIMEOUTS)
+        assert r.ok, r.failure
+        peaks[s] = r.metrics.peak_rss_bytes
+    layers = workloads.get("fcn5").layers()
+    rise = (memory.worker_step_memory(layers, 8, "fp32", "async", 2).total
+            - memory.worker_step_memory(layers, 8, "fp32", "sync", 2).total)
+    assert rise > 1.5 * 2**30
+    assert peaks["async"] - peaks["sync"] > rise / 2, (peaks, rise)
+
+
 def test_a_pipelines_memory_is_its_fullest_stage_with_the_accumulation():
     from dlperf import workloads
     from dlperf.kinds.calibrate.validate import stage_memory

@@ -402,16 +402,40 @@ def worker_step_memory(layers: Sequence[Layer], batch: float, precision: str,
                        strategy: str, workers: int, group: int | None = None, *,
                        baseline: float = 0.0, on_device: bool = False,
                        framework: str | None = None) -> MemoryBreakdown:
-    """One data-parallel worker's peak at ``batch`` samples of its own under ``strategy``
-    over ``workers`` (``group``: the workers that all-reduce together, all by default):
-    fsdp shards the state over all (``sharded_step_memory``); DDP's all-reduce, in sync
-    and in a mixed strategy's groups, adds its buckets (``with_ddp_buckets``)."""
+    """The peak of the fullest data-parallel worker at ``batch`` samples of its own under
+    ``strategy`` over ``workers`` (``group``: the workers that all-reduce together, all by
+    default): fsdp shards the state over all (``sharded_step_memory``); DDP's all-reduce,
+    in sync and in a mixed strategy's groups, adds its buckets (``with_ddp_buckets``);
+    under async and mixed on a CPU, the process that hosts the parameter server adds its
+    share (``with_parameter_server``; on a GPU the server's vectors are host memory)."""
     shards = workers if strategy == "fsdp" else 1
     mem = sharded_step_memory(layers, batch, precision, shards, baseline=baseline,
                               on_device=on_device, framework=framework)
     ring = workers if group is None else group
     ddp = strategy in ("sync", "mixed") and ring > 1
-    return with_ddp_buckets(mem) if ddp else mem
+    mem = with_ddp_buckets(mem) if ddp else mem
+    if strategy in ("async", "mixed") and not on_device:  # the server: host memory
+        mem = with_parameter_server(mem, layers, max(1, workers // ring) if
+                                    strategy == "mixed" else workers, strategy == "mixed")
+    return mem
+
+
+def with_parameter_server(m: MemoryBreakdown, layers: Sequence[Layer], pushers: int,
+                          broadcasts: bool) -> MemoryBreakdown:
+    """The peak of the process that hosts the parameter server beside its worker (``dlperf
+    parallel``'s async and mixed: the server on rank 0, ``kinds/parallel/ps_server.py``),
+    ``pushers`` the workers (async) or groups' leaders (mixed) that push and pull. Each
+    term a flat fp32 vector of every weight: the server's weights and, kept as the base
+    of each pusher's drift, the copy it last sent each pusher (weights); the worker's own
+    gradient, flattened afresh for its push (gradients); a mixed leader's buffer that
+    broadcasts the pulled weights to its group (weights); while its worker computes,
+    every other pusher's gradient, received and waiting for the server's lock, and the
+    drift's difference vector made under it (transient)."""
+    flat = sum(layer.params for layer in layers) * FP32
+    return m.model_copy(update={
+        "weights": m.weights + flat * (1 + pushers + (1 if broadcasts else 0)),
+        "gradients": m.gradients + flat,
+        "transient": m.transient + flat * pushers})
 
 
 def largest_batch(total: Callable[[int], float], capacity: float,

@@ -405,24 +405,28 @@ def predicted_memory(spec: RunSpec, baseline: float) -> MemoryBreakdown | str:
 
 def worker_memory(spec: RunSpec, baseline: float) -> MemoryBreakdown | str:
     """The predicted peak of a parallel run's fullest process (``perfmodel.memory``: DDP's
-    buckets for sync and a group's all-reduce, the shards of fsdp, a pipeline's stage),
-    or why it is not predicted."""
+    buckets for sync and a group's all-reduce, the shards of fsdp, a pipeline's stage,
+    the parameter server's share on rank 0 under async and mixed), or why it is not
+    predicted."""
     from dlperf.kinds.parallel.options import ParallelOptions
     from dlperf.perfmodel.memory import worker_step_memory
 
     o = spec.options
     assert isinstance(o, ParallelOptions)
-    if o.strategy not in ("sync", "fsdp", "pipeline"):
-        return (f"strategy '{o.strategy}': its memory is not validated yet (the server's "
-                "share)")
+    if o.strategy not in ("sync", "fsdp", "pipeline", "async", "mixed"):
+        return f"strategy '{o.strategy}': its memory is not validated yet"
+    if o.servers or o.push_every != 1:
+        return ("a parameter server on ranks of its own, or pushes every few steps: its "
+                "memory is not validated yet")
     if o.data:
         return "a training run on real data (its data set's memory is not modelled)"
     _, _, cfg = workloads.resolve(spec.network, spec.size, dict(spec.params))
     if o.strategy == "pipeline":
         return stage_memory(cfg.layers(), spec.batch_size, spec.precision, o.workers,
                             o.micro_batches, baseline)
+    group = o.workers // o.groups if o.strategy == "mixed" and o.groups else None
     return worker_step_memory(cfg.layers(), spec.batch_size // o.workers, spec.precision,
-                              o.strategy, o.workers, baseline=baseline)
+                              o.strategy, o.workers, group, baseline=baseline)
 
 
 def stage_memory(layers: list[Layer], batch: int, precision: str, stages: int,
