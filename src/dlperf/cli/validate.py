@@ -47,8 +47,8 @@ def add(sub: argparse._SubParsersAction) -> None:
                      "calibration of this machine), e.g. h100-sxm for the measurements of an "
                      "H100")
     how.add_argument("--memory", action="store_true", help="the memory model instead: each "
-                     "measured step's peak memory (resident on a CPU, the allocator's on a "
-                     "GPU) beside the predicted peak and its breakdown")
+                     "measured step's and parallel run's peak memory (resident on a CPU, the "
+                     "allocator's on a GPU) beside the predicted peak and its breakdown")
     how.add_argument("--published", action="store_true", help="predict the published GPU "
                      "measurements shipped with dlperf, and the steps dlperf measured on a "
                      "lent GPU that is not the reference, from their catalogue entries alone, "
@@ -198,8 +198,9 @@ def _memory(a: argparse.Namespace) -> int:
     print_table(Table(title="Peak memory, predicted against measured (this machine)",
                       headers=["configuration", "measured", "predicted", "error",
                                "baseline", "weights+grads", "activations"], rows=rows,
-                      caption="measured: the worker's peak resident memory (CPU) or the "
-                              "allocator's peak (GPU); predicted: dlperf.perfmodel.memory, "
+                      caption="measured: the peak resident memory of the worker (CPU; of a "
+                              "parallel run's fullest process) or the allocator's peak "
+                              "(GPU); predicted: dlperf.perfmodel.memory, "
                               "its baseline from the calibration (never from the step); "
                               f"~: its process held its libraries' files' pages more than "
                               f"{validate.FILE_DRIFT:.0%} of its peak apart from the "
