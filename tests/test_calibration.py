@@ -2449,6 +2449,9 @@ def test_the_collectives_processes_measure_a_parallel_workers_runtime():
     assert runtime is not None
     # torch itself is over 100 MB resident; the DDP step loads more, never less
     assert 100e6 < runtime.gloo_bytes <= runtime.ddp_bytes < 2e9
+    # a parameter-server worker's RPC agent, in processes of its own: more again
+    assert runtime.rpc_bytes is not None and runtime.ddp_rpc_bytes is not None
+    assert runtime.gloo_bytes < runtime.rpc_bytes <= runtime.ddp_rpc_bytes < 2e9
 
 
 def test_a_parallel_worker_is_predicted_with_the_runtime_of_its_strategy(db):
@@ -2484,6 +2487,33 @@ def test_a_parallel_worker_is_predicted_with_the_runtime_of_its_strategy(db):
             assert got == want, strategy
             assert predict_for_spec(spec, before).memory.baseline == (base or 0.0), strategy
     assert worker_baseline("torch", "cpu", "sync", cal.baselines, {}) == base
+
+
+def test_async_and_mixed_workers_take_the_rpc_runtime_of_the_nearest_world(db):
+    """The collectives' runs at 2 and 4 processes each store the RPC agent's runtime
+    (``rpc_runtime_bytes``, and with DDP's step ``ddp_rpc_runtime_bytes``): an async
+    worker's baseline is the one measured among as many processes as it has peers, the
+    nearest world otherwise; a mixed worker's the DDP one; other strategies keep theirs."""
+    from dlperf.perfmodel.machine_fits import worker_baseline
+
+    with Store(db) as store:
+        made_up.calibrated(store)
+        for row in [r for r in store.results(kind="kernel") if r.spec.network == "allreduce"]:
+            w = row.spec.options.world
+            store.add(row.model_copy(update={
+                "outcome": row.outcome.model_copy(update={
+                    "gloo_runtime_bytes": 250_000_000, "ddp_runtime_bytes": 330_000_000,
+                    "rpc_runtime_bytes": 270_000_000 + w * 1_000_000,
+                    "ddp_rpc_runtime_bytes": 350_000_000 + w * 1_000_000}),
+                "finished_at": (row.finished_at or 0) + 1}))
+        workers = calibration.worker_runtimes(store)
+    assert workers[("torch", "cpu", "rpc@2")] == 272e6
+    assert workers[("torch", "cpu", "ddp+rpc@4")] == 354e6
+    for strategy, world, want in (("async", 2, 272e6), ("async", 4, 274e6),
+                                  ("async", 3, 274e6), ("async", 8, 274e6),
+                                  ("mixed", 2, 352e6), ("sync", 4, 330e6),
+                                  ("pipeline", 4, 250e6)):
+        assert worker_baseline("torch", "cpu", strategy, {}, workers, world=world) == want
 
 
 def test_a_step_is_predicted_with_its_frameworks_runtime_when_training_that_network(db):

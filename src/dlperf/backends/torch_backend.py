@@ -588,9 +588,13 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
     def collectives(self, parts: list[tuple[str, list[int]]], world: int, repeats: int,
                     warmup: int) -> tuple[list[list[list[float]]], WorkerRuntime | None]:
         from dlperf.backends.torch_kernels import collectives
+        from dlperf.backends.torch_rpc_runtime import rpc_runtimes
 
         times, (gloo, ddp) = collectives(parts, world, repeats, warmup)
-        return times, WorkerRuntime(gloo_bytes=int(gloo), ddp_bytes=int(ddp))
+        rpc = rpc_runtimes(world)  # in processes of its own, after the timings
+        return times, WorkerRuntime(gloo_bytes=int(gloo), ddp_bytes=int(ddp),
+                                    rpc_bytes=int(rpc[0]) if rpc else None,
+                                    ddp_rpc_bytes=int(rpc[1]) if rpc else None)
 
     def core_sharing(self, seconds: float, batch: int | None = None
                      ) -> tuple[list[float], list[float]]:

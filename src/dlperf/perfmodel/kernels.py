@@ -260,6 +260,11 @@ class KernelOutcome(BaseModel):
     #: where no collective ran)
     gloo_runtime_bytes: int | None = None
     ddp_runtime_bytes: int | None = None
+    #: the same with torch.distributed.rpc's agent up besides (a parameter-server
+    #: worker's: async), and after the DDP step too (a mixed group's worker), in processes
+    #: of their own at the run's world (``backends.torch_rpc_runtime``; None: not measured)
+    rpc_runtime_bytes: int | None = None
+    ddp_rpc_runtime_bytes: int | None = None
     #: the machine's speed as its kernels ran: the probes before, between (``Spread``)
     #: and after them, part by part their median (``core.speed_probe``, seconds per part;
     #: empty: not a CPU run, or a calibration of an older dlperf; an older one's probed

@@ -15,13 +15,35 @@ from dlperf.perfmodel.efficiency import Efficiencies
 from dlperf.perfmodel.fit import LocalFit, Samples, fit_local, nearest_world
 from dlperf.perfmodel.local import local_device, loopback_link
 
-#: the runtime a parallel worker of each strategy holds: a DistributedDataParallel's
-#: (sync and mixed all-reduce through DDP; fsdp's workers wrap their network in FSDP2,
-#: which loads as much: 320 MiB against DDP's 306 when both were measured by hand), else
-#: gloo's process group alone (async's pushes and pulls, the pipeline's sends, hybrid's
-#: plain all-reduce of its stages' gradients)
-WORKER_RUNTIME = {"sync": "ddp", "mixed": "ddp", "fsdp": "ddp", "hybrid": "gloo",
-                  "async": "gloo", "pipeline": "gloo"}
+#: the runtime a parallel worker of each strategy holds, the first calibrated of each
+#: entry: a DistributedDataParallel's (sync and mixed all-reduce through DDP; fsdp's
+#: workers wrap their network in FSDP2, which loads as much: 320 MiB against DDP's 306
+#: when both were measured by hand), else gloo's process group alone (the pipeline's
+#: sends, hybrid's plain all-reduce of its stages' gradients); async's and mixed's with
+#: the RPC agent their pushes and pulls run on, at the calibrated world nearest the run's
+#: workers (its connections grow with its peers), else without it (a calibration from
+#: before dlperf measured it)
+WORKER_RUNTIME = {"sync": ("ddp",), "mixed": ("ddp+rpc", "ddp"), "fsdp": ("ddp",),
+                  "hybrid": ("gloo",), "async": ("rpc", "gloo"), "pipeline": ("gloo",)}
+
+
+def at_world(runtime: str, world: int) -> str:
+    """The key of a runtime measured among ``world`` processes: 'rpc@4'."""
+    return f"{runtime}@{world}"
+
+
+def _runtime_at(framework: str, device: str, runtime: str,
+                workers: dict[tuple[str, str, str], float], world: int | None) -> float | None:
+    """``runtime`` of ``workers`` as measured: at the world nearest ``world`` (the larger
+    of two as near) for one measured per world, else its only value."""
+    if (got := workers.get((framework, device, runtime))) is not None:
+        return got
+    worlds = {int(k[2].split("@")[1]): v for k, v in workers.items()
+              if k[:2] == (framework, device) and k[2].startswith(runtime + "@")}
+    if not worlds:
+        return None
+    want = world or max(worlds)
+    return worlds[min(worlds, key=lambda w: (abs(w - want), -w))]
 
 
 def runtime_baseline(framework: str, device: str, network: str | None,
@@ -54,15 +76,15 @@ def _trained(framework: str, device: str,
 def worker_baseline(framework: str, device: str, strategy: str | None,
                     baselines: dict[tuple[str, ...], float],
                     workers: dict[tuple[str, str, str], float],
-                    network: str | None = None) -> float | None:
+                    network: str | None = None, world: int | None = None) -> float | None:
     """The runtime baseline of a process of ``framework`` on ``device``: under a parallel
-    ``strategy`` its worker's (``workers``: (framework, device, 'gloo' or 'ddp'), measured
-    in the collectives' processes), where measured; else the framework's when it trains
-    ``network`` (``runtime_baseline``)."""
+    ``strategy`` of ``world`` workers its worker's (``workers``: ``WORKER_RUNTIME``'s,
+    measured in the collectives' processes), where measured; else the framework's when it
+    trains ``network`` (``runtime_baseline``)."""
     if strategy not in (None, "single"):
-        got = workers.get((framework, device, WORKER_RUNTIME.get(strategy, "gloo")))
-        if got is not None:
-            return got
+        for runtime in WORKER_RUNTIME.get(strategy, ("gloo",)):
+            if (got := _runtime_at(framework, device, runtime, workers, world)) is not None:
+                return got
     return runtime_baseline(framework, device, network, baselines)
 
 
@@ -102,7 +124,7 @@ class MachineFits:
     #: its libraries', (framework, device, network) -> when it trains that network
     #: (``runtime_baseline``)
     baselines: dict[tuple[str, ...], float] = field(default_factory=dict)
-    #: (framework, device, 'gloo' or 'ddp') -> a parallel worker's (``worker_baseline``)
+    #: (framework, device, runtime) -> a parallel worker's (``worker_baseline``)
     workers: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
     @classmethod
@@ -177,5 +199,5 @@ class MachineFits:
         if fit.allreduce:
             link = loopback_link(fit.allreduce[nearest_world(fit.allreduce, workers)])
         baseline = 0.0 if device == "gpu" else worker_baseline(
-            framework, device, strategy, self.baselines, self.workers, network)
+            framework, device, strategy, self.baselines, self.workers, network, workers)
         return LocalModel(dev, Efficiencies(kernels={dev.name: fit}), link, fit, baseline)

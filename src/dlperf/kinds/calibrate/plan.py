@@ -462,9 +462,12 @@ def _file_pages(stored: list[Stored]) -> dict[tuple[str, str], float]:
 
 
 def worker_runtimes(store: Store) -> dict[tuple[str, str, str], float]:
-    """(framework, device, 'gloo' or 'ddp') -> a parallel worker's runtime memory, as the
-    newest calibration of the collectives measured it in their processes
-    (``KernelOutcome.ddp_runtime_bytes``), of this machine and the installed versions."""
+    """(framework, device, runtime) -> a parallel worker's runtime memory, as the newest
+    calibration of the collectives measured it in their processes, of this machine and
+    the installed versions: 'gloo' and 'ddp' (``KernelOutcome.ddp_runtime_bytes``), and
+    with the RPC agent up, per world (``machine_fits.at_world``: 'rpc@2', 'ddp+rpc@4')."""
+    from dlperf.perfmodel.machine_fits import at_world
+
     packages = environment.packages()
     # the collectives' runs only (the grids' runs hold hundreds of samples each)
     rows = store.results(kind="kernel", status="ok", network=COLLECTIVE_RUN,
@@ -473,8 +476,11 @@ def worker_runtimes(store: Store) -> dict[tuple[str, str, str], float]:
     for r in sorted((r for r in rows if _current(r, packages)),
                     key=lambda r: r.finished_at or 0):
         o = r.outcome
-        for what in ("gloo", "ddp"):
-            if (got := getattr(o, f"{what}_runtime_bytes", None)) is not None:
+        world = getattr(r.spec.options, "world", 2)
+        for what, field_name in (("gloo", "gloo_runtime_bytes"), ("ddp", "ddp_runtime_bytes"),
+                                 (at_world("rpc", world), "rpc_runtime_bytes"),
+                                 (at_world("ddp+rpc", world), "ddp_rpc_runtime_bytes")):
+            if (got := getattr(o, field_name, None)) is not None:
                 out[(r.spec.framework, r.spec.device, what)] = float(got)
     return out
 

@@ -371,6 +371,10 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
                                                    default=None),
                             ddp_runtime_bytes=max((r.ddp_bytes for r in runtimes),
                                                   default=None),
+                            rpc_runtime_bytes=max((r.rpc_bytes for r in runtimes
+                                                   if r.rpc_bytes), default=None),
+                            ddp_rpc_runtime_bytes=max((r.ddp_rpc_bytes for r in runtimes
+                                                       if r.ddp_rpc_bytes), default=None),
                             speed_probe=probe, train_peak_bytes=train_peaks,
                             train_runtime_bytes=trained, peak_runs=peak_runs)
     if not samples:

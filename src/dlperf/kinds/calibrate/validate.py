@@ -375,7 +375,8 @@ def memory_cases(store: Store, baselines: dict[tuple[str, ...], float], *,
             continue
         strategy = getattr(s.options, "strategy", None) if s.kind == "parallel" else None
         baseline = 0.0 if s.device == "gpu" else worker_baseline(
-            framework(s), s.device, strategy, baselines, workers or {}, s.network)
+            framework(s), s.device, strategy, baselines, workers or {}, s.network,
+            getattr(s.options, "workers", None) if strategy else None)
         if baseline is None:
             skipped.append((row, f"{framework(s)}'s runtime baseline is not calibrated here "
                                  f"(dlperf calibrate --frameworks {framework(s)})"))
