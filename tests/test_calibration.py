@@ -2489,6 +2489,22 @@ def test_a_parallel_worker_is_predicted_with_the_runtime_of_its_strategy(db):
     assert worker_baseline("torch", "cpu", "sync", cal.baselines, {}) == base
 
 
+def test_a_failed_rpc_rank_gives_no_runtime_at_once():
+    """A spawned rank that fails (here its target cannot take the rank's arguments)
+    leaves its peers waiting for it: the calibration gets no RPC runtime, in seconds, not
+    after the ranks' time-out, and no rank outlives the call."""
+    import multiprocessing
+    import os
+    import time
+
+    from dlperf.backends import torch_rpc_runtime
+
+    t = time.monotonic()
+    assert torch_rpc_runtime.rpc_runtimes(2, target=os.abort) is None
+    assert time.monotonic() - t < 30
+    assert not multiprocessing.active_children()
+
+
 def test_async_and_mixed_workers_take_the_rpc_runtime_of_the_nearest_world(db):
     """The collectives' runs at 2 and 4 processes each store the RPC agent's runtime
     (``rpc_runtime_bytes``, and with DDP's step ``ddp_rpc_runtime_bytes``): an async

@@ -13,6 +13,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import tempfile
+import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -59,22 +61,26 @@ def _rank(rank: int, world: int, path: str, parent: int, send) -> None:
     os._exit(0)  # no interpreter teardown: nothing to flush, and it takes seconds
 
 
-def rpc_runtimes(world: int = 2) -> tuple[float, float] | None:
+def rpc_runtimes(world: int = 2, target: Callable[..., None] = _rank
+                 ) -> tuple[float, float] | None:
     """(resident bytes with gloo's group and the RPC agent up, and with a DDP step
-    besides), the leanest of ``world`` spawned ranks' on loopback; None where the agent
-    could not be started or did not answer within ``TIMEOUT_S``."""
+    besides), the leanest of ``world`` spawned ranks' on loopback (each running
+    ``target``); None, at once, where a rank failed, or where they did not answer within
+    ``TIMEOUT_S``."""
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     with tempfile.TemporaryDirectory(prefix="dlperf-rpc-") as tmp:
         path = os.path.join(tmp, "store")
-        procs = [ctx.Process(target=_rank, args=(r, world, path, os.getpid(),
-                                                 send if r == 0 else None), daemon=True)
+        procs = [ctx.Process(target=target, args=(r, world, path, os.getpid(),
+                                                  send if r == 0 else None), daemon=True)
                  for r in range(world)]
         for p in procs:
             p.start()
         try:
-            if not recv.poll(TIMEOUT_S):
-                return None
+            deadline = time.monotonic() + TIMEOUT_S
+            while not recv.poll(0.5):
+                if time.monotonic() > deadline or any(p.exitcode for p in procs):
+                    return None  # a rank that failed leaves the others to wait forever
             rpc_bytes, ddp_rpc_bytes = recv.recv()
             return float(rpc_bytes), float(ddp_rpc_bytes)
         except (EOFError, OSError):
