@@ -530,6 +530,21 @@ def test_the_parameter_servers_process_holds_its_vectors_beside_its_worker():
         memory.with_parameter_server(memory.with_ddp_buckets(one), LAYERS, 3, True)
 
 
+def test_predict_counts_the_servers_share_on_a_cpu_and_not_on_a_gpu():
+    from dlperf import workloads
+
+    layers = workloads.get("fcn5").layers()
+    cpu = predict("fcn5", device="i7-3820", strategy="async", devices=2, batch_size=64,
+                  link="eth100")
+    assert cpu.memory == memory.with_parameter_server(
+        memory.step_memory(layers, 32, "fp32", baseline=cpu.memory.baseline), layers, 2,
+        False)
+    assert any("hosts the parameter server" in n for n in cpu.notes)
+    gpu = predict("fcn5", device="a100-40gb", strategy="async", devices=2, batch_size=64)
+    assert gpu.memory == memory.step_memory(layers, 32, "fp32", on_device=True)
+    assert not any("hosts the parameter server" in n for n in gpu.notes)
+
+
 @pytest.mark.slow
 def test_the_servers_process_peaks_higher_than_a_sync_worker_as_predicted(tmp_path):
     """Full-size FCN-5 (448 MiB of weights) on two workers, async against sync: rank 0

@@ -540,6 +540,12 @@ def _data_parallel(ctx: _Context, strategy: str, groups: int | None) -> Predicti
         time, lost = _through_a_server(ctx, timings, step, g, k, g_bytes)
     if strategy == "mixed":
         extra["groups"] = g
+    if ctx.dev.kind != "gpu":  # the server's vectors are host memory, as the worker's
+        ctx.notes.append(f"memory: the fullest process is rank 0, which hosts the parameter "
+                         f"server beside its worker: the server's weights, the copy last "
+                         f"sent to each of the {g} {'leaders' if strategy == 'mixed' else 'workers'}, "
+                         f"the worker's flattened gradient and the pushes it receives "
+                         f"(memory.with_parameter_server)")
     # the workers' own terms as one of them runs them, at most what the time leaves
     scale = min(1.0, (time - lost) / step) if step > 0 else 1.0
     return ctx.result(strategy, time, Breakdown(
