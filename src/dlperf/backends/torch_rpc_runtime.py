@@ -5,8 +5,8 @@ workers hold before their network, and with a DistributedDataParallel step of a 
 layer besides (a mixed group's worker).
 
 Measured in processes of their own, spawned after the calibration has timed its
-collectives: an RPC agent is never started in a process that times anything, since its
-threads outlive nothing dlperf measures there."""
+collectives: an RPC agent is never started in a process that times anything afterwards,
+where its threads could go on beside the timings."""
 
 from __future__ import annotations
 
