@@ -1,7 +1,7 @@
 """The performance model against this machine: the DLBench networks x installed frameworks
 x threads 1..cores x two batch sizes, measured (quick settings), the kernels calibrated,
 and the model's error, leave-one-network-out; then the parallel strategies on loopback
-(2 and 4 CPU workers).
+(2 and 4 CPU workers), with the memory model against their fullest processes.
 
     python benchmarks/bench_perfmodel.py --db bench.db                  # everything
     python benchmarks/bench_perfmodel.py --db bench.db --networks fcn5,alexnet --frameworks torch
@@ -222,6 +222,34 @@ def report(db: str, networks: list[str], frameworks: list[str]) -> None:
     print()
     for line in validate.parallel_target_lines(par):
         print(line)
+    for line in parallel_memory_lines(db):
+        print(line)
+
+
+def parallel_memory_lines(db: str) -> list[str]:
+    """The memory model against the parallel runs' fullest processes (``dlperf validate
+    --memory``: a sync or fsdp worker, a pipeline's stage, the parameter server's rank),
+    per size and strategy: median and 90th percentile |error|, and the signed median."""
+    cases = [c for c in api.memory_validation(db=db)[0] if c.row.spec.kind == "parallel"]
+    out = []
+    for size in ("full", "tiny"):
+        cs = [c for c in cases if c.row.spec.size == size]
+        if not cs:
+            continue
+        out.append(f"\nparallel peak memory, {size} networks (the fullest process): "
+                   + _memory_summary(cs))
+        for strategy in sorted({c.row.spec.options.strategy for c in cs}):
+            mine = [c for c in cs if c.row.spec.options.strategy == strategy]
+            out.append(f"    {strategy:16} {_memory_summary(mine)}")
+    return out
+
+
+def _memory_summary(cases: list) -> str:
+    errors = [c.error for c in cases]
+    absolute = [abs(e) for e in errors]
+    return (f"median |error| {statistics.median(absolute):.1%}, p90 "
+            f"{validate.p90(absolute):.1%}, signed {statistics.median(errors):+.1%} "
+            f"(n={len(cases)})")
 
 
 def main() -> int:
