@@ -279,14 +279,16 @@ class Profiling(Capability):
 @dataclass(frozen=True)
 class WorkerRuntime:
     """A parallel worker's resident memory before its network: with its process group up
-    (gloo), and after a DistributedDataParallel step of a tiny layer (ddp); with the RPC
-    agent of a parameter-server worker up besides (rpc), and a DDP step too (ddp_rpc;
-    None where the agent could not be measured)."""
+    (gloo), after a plain backward pass of a tiny layer (backward), and after a
+    DistributedDataParallel step of one (ddp); with the RPC agent of a parameter-server
+    worker up besides (rpc), and a DDP step too (ddp_rpc; None where the agent could not
+    be measured)."""
 
     gloo_bytes: int
     ddp_bytes: int
     rpc_bytes: int | None = None
     ddp_rpc_bytes: int | None = None
+    backward_bytes: int | None = None
 
 
 class AllReduce(Capability):

@@ -590,9 +590,10 @@ class TorchBackend(Backend, Inference, InputPipelines, PeakMatmul, PeakConv,
         from dlperf.backends.torch_kernels import collectives
         from dlperf.backends.torch_rpc_runtime import rpc_runtimes
 
-        times, (gloo, ddp) = collectives(parts, world, repeats, warmup)
+        times, (gloo, backward, ddp) = collectives(parts, world, repeats, warmup)
         rpc = rpc_runtimes(world)  # in processes of its own, after the timings
         return times, WorkerRuntime(gloo_bytes=int(gloo), ddp_bytes=int(ddp),
+                                    backward_bytes=int(backward),
                                     rpc_bytes=int(rpc[0]) if rpc else None,
                                     ddp_rpc_bytes=int(rpc[1]) if rpc else None)
 

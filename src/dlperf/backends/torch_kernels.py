@@ -292,17 +292,20 @@ def _collective_call(op: str, nbytes: int, world: int) -> Callable[[], object]:
 
 def _runtimes() -> list[float]:
     """This rank's resident bytes as a parallel worker's runtime: with gloo's process
-    group up (what an asynchronous or pipelined worker holds before its network), then
-    after a DistributedDataParallel step of a tiny layer (DDP's reducer and what its
-    first step loads, as a synchronous worker holds)."""
+    group up, then after a plain backward pass of a tiny layer (autograd's engine and
+    what its first backward loads: a pipeline's stage holds it beside its group, as every
+    worker that trains does), then after a DistributedDataParallel step of one (DDP's
+    reducer besides, as a synchronous worker holds)."""
     from torch.nn.parallel import DistributedDataParallel
 
     from dlperf.core.environment import resident_bytes
 
     gloo = resident_bytes()
+    torch.nn.Linear(8, 8)(torch.ones(2, 8)).sum().backward()
+    backward = resident_bytes()
     ddp = DistributedDataParallel(torch.nn.Linear(8, 8))
     ddp(torch.ones(2, 8)).sum().backward()
-    return [float(gloo), float(resident_bytes())]
+    return [float(gloo), float(backward), float(resident_bytes())]
 
 
 def _allreduce_rank(rank: int, world: int, path: str, parts: list[tuple[str, list[int]]],

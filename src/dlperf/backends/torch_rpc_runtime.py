@@ -1,8 +1,8 @@
 """The resident memory of a parameter-server worker's runtime: a process with gloo's
 process group and torch.distributed.rpc's agent up (TensorPipe: its threads, a
-connection to every peer and their buffers), as ``dlperf parallel``'s async and mixed
-workers hold before their network, and with a DistributedDataParallel step of a tiny
-layer besides (a mixed group's worker).
+connection to every peer and their buffers) and autograd's backward run once, as
+``dlperf parallel``'s async and mixed workers hold before their network, and with a
+DistributedDataParallel step of a tiny layer besides (a mixed group's worker).
 
 Measured in processes of their own, spawned after the calibration has timed its
 collectives: an RPC agent is never started in a process that times anything afterwards,
@@ -24,8 +24,9 @@ TIMEOUT_S = 120.0
 
 
 def _rank(rank: int, world: int, path: str, parent: int, send) -> None:
-    """One spawned rank: gloo's group, then the RPC agent, then a DDP step; the leanest
-    rank's resident bytes after each of the last two go to the parent (rank 0 sends)."""
+    """One spawned rank: gloo's group, the RPC agent and a plain backward, then a DDP
+    step; the leanest rank's resident bytes after each go to the parent (rank 0
+    sends)."""
     from dlperf.backends.torch_kernels import _rank_cpus
     from dlperf.core.environment import resident_bytes
     from dlperf.core.orphans import die_with_parent
@@ -49,6 +50,7 @@ def _rank(rank: int, world: int, path: str, parent: int, send) -> None:
         if peer != rank:
             rpc.rpc_sync(f"r{peer}", torch.add, args=(torch.ones(1), 1))
     dist.barrier()
+    torch.nn.Linear(8, 8)(torch.ones(2, 8)).sum().backward()  # autograd's, as a worker's
     with_rpc = resident_bytes()
     ddp = DistributedDataParallel(torch.nn.Linear(8, 8))
     ddp(torch.ones(2, 8)).sum().backward()

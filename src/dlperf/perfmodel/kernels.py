@@ -260,6 +260,9 @@ class KernelOutcome(BaseModel):
     #: where no collective ran)
     gloo_runtime_bytes: int | None = None
     ddp_runtime_bytes: int | None = None
+    #: the same after a plain backward pass of a tiny layer, between the two (autograd's
+    #: engine: a pipeline stage's runtime; None: measured by an older dlperf)
+    backward_runtime_bytes: int | None = None
     #: the same with torch.distributed.rpc's agent up besides (a parameter-server
     #: worker's: async), and after the DDP step too (a mixed group's worker), in processes
     #: of their own at the run's world (``backends.torch_rpc_runtime``; None: not measured)

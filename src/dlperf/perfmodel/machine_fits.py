@@ -18,13 +18,14 @@ from dlperf.perfmodel.local import local_device, loopback_link
 #: the runtime a parallel worker of each strategy holds, the first calibrated of each
 #: entry: a DistributedDataParallel's (sync and mixed all-reduce through DDP; fsdp's
 #: workers wrap their network in FSDP2, which loads as much: 320 MiB against DDP's 306
-#: when both were measured by hand), else gloo's process group alone (the pipeline's
-#: sends, hybrid's plain all-reduce of its stages' gradients); async's and mixed's with
-#: the RPC agent their pushes and pulls run on, at the calibrated world nearest the run's
-#: workers (its connections grow with its peers), else without it (a calibration from
-#: before dlperf measured it)
+#: when both were measured by hand), else gloo's process group and autograd's backward
+#: (the pipeline's sends, hybrid's plain all-reduce of its stages' gradients), else
+#: gloo's alone (a calibration from before dlperf measured the backward); async's and
+#: mixed's with the RPC agent their pushes and pulls run on, at the calibrated world
+#: nearest the run's workers (its connections grow with its peers), else without it
 WORKER_RUNTIME = {"sync": ("ddp",), "mixed": ("ddp+rpc", "ddp"), "fsdp": ("ddp",),
-                  "hybrid": ("gloo",), "async": ("rpc", "gloo"), "pipeline": ("gloo",)}
+                  "hybrid": ("backward", "gloo"), "async": ("rpc", "gloo"),
+                  "pipeline": ("backward", "gloo")}
 
 
 def at_world(runtime: str, world: int) -> str:

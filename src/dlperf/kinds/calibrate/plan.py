@@ -464,7 +464,7 @@ def _file_pages(stored: list[Stored]) -> dict[tuple[str, str], float]:
 def worker_runtimes(store: Store) -> dict[tuple[str, str, str], float]:
     """(framework, device, runtime) -> a parallel worker's runtime memory, as the newest
     calibration of the collectives measured it in their processes, of this machine and
-    the installed versions: 'gloo' and 'ddp' (``KernelOutcome.ddp_runtime_bytes``), and
+    the installed versions: 'gloo', 'backward' and 'ddp' (``KernelOutcome.ddp_runtime_bytes``), and
     with the RPC agent up, per world (``machine_fits.at_world``: 'rpc@2', 'ddp+rpc@4')."""
     from dlperf.perfmodel.machine_fits import at_world
 
@@ -478,6 +478,7 @@ def worker_runtimes(store: Store) -> dict[tuple[str, str, str], float]:
         o = r.outcome
         world = getattr(r.spec.options, "world", 2)
         for what, field_name in (("gloo", "gloo_runtime_bytes"), ("ddp", "ddp_runtime_bytes"),
+                                 ("backward", "backward_runtime_bytes"),
                                  (at_world("rpc", world), "rpc_runtime_bytes"),
                                  (at_world("ddp+rpc", world), "ddp_rpc_runtime_bytes")):
             if (got := getattr(o, field_name, None)) is not None:

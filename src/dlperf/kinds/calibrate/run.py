@@ -371,6 +371,8 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
                                                    default=None),
                             ddp_runtime_bytes=max((r.ddp_bytes for r in runtimes),
                                                   default=None),
+                            backward_runtime_bytes=max((r.backward_bytes for r in runtimes
+                                                        if r.backward_bytes), default=None),
                             rpc_runtime_bytes=max((r.rpc_bytes for r in runtimes
                                                    if r.rpc_bytes), default=None),
                             ddp_rpc_runtime_bytes=max((r.ddp_rpc_bytes for r in runtimes
