@@ -82,16 +82,22 @@ def step_shapes(layers: Iterable[Layer], batch: int, framework: str | None = Non
     ``framework`` (a weight gradient's sides in the order it stores the weights,
     ``local.weight_gradient_sides``; None: in any framework, both orders), each within
     ``MAX_SHAPE_FLOPS`` (``_bounded``)."""
-    return {op: {_bounded(op, s) for s in shapes}
-            for op, shapes in _whole_shapes(layers, batch, framework).items()}
+    return scoped_shapes(layers, batch, framework)[0]
 
 
 def cut_ops(layers: Iterable[Layer], batch: int, framework: str | None = None) -> set[str]:
     """The ops of which ``step_shapes`` times a shape on fewer rows or samples than the
     step runs (``_bounded``): the step's own is then predicted off the curve's form past
     the timed shape, which the skeleton keeps (``scoped_grid``)."""
-    return {op for op, shapes in _whole_shapes(layers, batch, framework).items()
-            if any(_bounded(op, s) != s for s in shapes)}
+    return scoped_shapes(layers, batch, framework)[1]
+
+
+def scoped_shapes(layers: Iterable[Layer], batch: int, framework: str | None = None
+                  ) -> tuple[dict[str, set[tuple[int, ...]]], set[str]]:
+    """``step_shapes`` and ``cut_ops`` from one walk over ``layers``."""
+    whole = _whole_shapes(layers, batch, framework)
+    bounded = {op: {_bounded(op, s) for s in shapes} for op, shapes in whole.items()}
+    return bounded, {op for op, shapes in whole.items() if bounded[op] != shapes}
 
 
 def _whole_shapes(layers: Iterable[Layer], batch: int, framework: str | None

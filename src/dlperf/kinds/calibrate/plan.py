@@ -148,8 +148,9 @@ def scoped_parts(scope: Sequence[tuple[str, int]], device: str = "cpu",
     for network, batch in scope:
         layers = workloads.get(network).layers()
         kinds |= {layer.op for layer in layers}
-        cut |= network_kernels.cut_ops(layers, batch, framework)
-        for op, shapes in network_kernels.step_shapes(layers, batch, framework).items():
+        shapes_of, cut_here = network_kernels.scoped_shapes(layers, batch, framework)
+        cut |= cut_here
+        for op, shapes in shapes_of.items():
             needed.setdefault(op, set()).update(shapes)
     parts = tuple(KernelPart(op=op, shapes=tuple(shapes)) for op in LOCAL_OPS
                   if (shapes := network_kernels.scoped_grid(
