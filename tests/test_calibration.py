@@ -2489,6 +2489,20 @@ def test_a_parallel_worker_is_predicted_with_the_runtime_of_its_strategy(db):
     assert worker_baseline("torch", "cpu", "sync", cal.baselines, {}) == base
 
 
+def test_the_kernel_outcome_keeps_the_largest_runtime_its_processes_measured():
+    from dlperf.backends.base import WorkerRuntime
+    from dlperf.kinds.calibrate.run import _runtime_fields
+    from dlperf.perfmodel.kernels import KernelOutcome
+
+    got = _runtime_fields([WorkerRuntime(1, 3, rpc_bytes=5), WorkerRuntime(2, 2,
+                                                                         backward_bytes=7)])
+    assert got == {"gloo_runtime_bytes": 2, "backward_runtime_bytes": 7,
+                   "ddp_runtime_bytes": 3, "rpc_runtime_bytes": 5,
+                   "ddp_rpc_runtime_bytes": None}
+    assert set(got) <= set(KernelOutcome.model_fields)
+    assert all(v is None for v in _runtime_fields([]).values())
+
+
 def test_a_failed_rpc_rank_gives_no_runtime_at_once():
     """A spawned rank that fails (here its target cannot take the rank's arguments)
     leaves its peers waiting for it: the calibration gets no RPC runtime, in seconds, not

@@ -168,6 +168,20 @@ def _alike(a: Timing, b: Timing) -> bool:
     return abs(a.cpu_util - b.cpu_util) <= ALIKE and abs(ta - tb) <= ALIKE * min(ta, tb)
 
 
+#: each parallel worker's runtime the collectives' processes measure, as
+#: ``WorkerRuntime`` names it (``<name>_bytes``) and ``KernelOutcome`` stores it
+#: (``<name>_runtime_bytes``)
+WORKER_RUNTIMES = ("gloo", "backward", "ddp", "rpc", "ddp_rpc")
+
+
+def _runtime_fields(runtimes: list[WorkerRuntime]) -> dict[str, int | None]:
+    """``KernelOutcome``'s runtime fields: each the largest its processes measured (None
+    where none did)."""
+    return {f"{name}_runtime_bytes": max((b for r in runtimes
+                                          if (b := getattr(r, f"{name}_bytes"))), default=None)
+            for name in WORKER_RUNTIMES}
+
+
 def _collectives(o: KernelOptions, parts: list[KernelPart], backend: Backend,
                  emit: Callable[[dict], None]) -> tuple[list[KernelSample], WorkerRuntime | None]:
     """The collectives' samples, every part timed among one set of processes, and the
@@ -367,17 +381,7 @@ def run_kernels(spec: RunSpec, backend: Backend, emit: Callable[[dict[str, Any]]
                             retimed=retimed, steadier=replaced,
                             baseline_rss_bytes=baseline, baseline_file_rss_bytes=baseline_files,
                             other_cpu_share=others,
-                            gloo_runtime_bytes=max((r.gloo_bytes for r in runtimes),
-                                                   default=None),
-                            ddp_runtime_bytes=max((r.ddp_bytes for r in runtimes),
-                                                  default=None),
-                            backward_runtime_bytes=max((r.backward_bytes for r in runtimes
-                                                        if r.backward_bytes), default=None),
-                            rpc_runtime_bytes=max((r.rpc_bytes for r in runtimes
-                                                   if r.rpc_bytes), default=None),
-                            ddp_rpc_runtime_bytes=max((r.ddp_rpc_bytes for r in runtimes
-                                                       if r.ddp_rpc_bytes), default=None),
-                            speed_probe=probe, train_peak_bytes=train_peaks,
+                            **_runtime_fields(runtimes), speed_probe=probe, train_peak_bytes=train_peaks,
                             train_runtime_bytes=trained, peak_runs=peak_runs)
     if not samples:
         why = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:3]) or "no shapes"
