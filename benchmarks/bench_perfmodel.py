@@ -14,6 +14,10 @@ and the model's error, leave-one-network-out; then the parallel strategies on lo
         # more after the calibration, every parallel configuration twice: the machine's
         # own spread between the two processes (runs) of a configuration, beside the
         # model's error
+    python benchmarks/bench_perfmodel.py --db par.db --frameworks torch --threads 1 \
+        --networks fcn5,alexnet,resnet50 --parallel-runs 3 --parallel-sizes full --no-dataflow
+        # the parallel targets against the median of three runs of each configuration,
+        # measured in rounds (the machine's drift falls on every configuration alike)
 
 Everything goes through the store, so a second run resumes where the first stopped and
 ``--no-measure`` recomputes the figures from what is stored. A configuration whose worker
@@ -140,20 +144,21 @@ def parallel_scope(strategies: tuple[str, ...] = STRATEGIES) -> list[tuple[str, 
                    for strategy in strategies for workers in (2, 4)})
 
 
-def measure_parallel(db: str, runs: int = 1) -> None:
-    """Every parallel configuration, ``runs`` times (its repetitions 0 .. runs - 1; a
-    second run shows the machine's own spread beside the model's error, as
-    ``measure_again`` does for the steps)."""
-    specs = []
-    for net, size, batch in PARALLEL_NETS:
-        for strategy in STRATEGIES:
-            for workers in (2, 4):
-                spec = make_spec(net, size=size, strategy=strategy, workers=workers,
-                                 batch_size=batch, threads=1,
-                                 measurement=PARALLEL_MEASUREMENT)
-                specs += [spec.model_copy(update={"repeat": r}) for r in range(runs)]
-    print(f"measuring {len(specs)} parallel runs on loopback ...", flush=True)
-    api.run_specs(specs, db=db, timeout_s=900.0)
+def measure_parallel(db: str, runs: int = 1, sizes: tuple[str, ...] = ("full", "tiny")) -> None:
+    """Every parallel configuration of ``sizes``, ``runs`` times (its repetitions 0 ..
+    runs - 1), in rounds: each round runs every configuration once, so that the machine's
+    drift over the benchmark (its speed moves by tens of percent within an hour on a
+    shared VM) falls on every configuration alike rather than on whichever ran last. The
+    report compares each prediction with the median of a configuration's undisturbed
+    runs and prints the machine's own spread between its first and last run beside it."""
+    specs = [make_spec(net, size=size, strategy=strategy, workers=workers, batch_size=batch,
+                       threads=1, measurement=PARALLEL_MEASUREMENT)
+             for net, size, batch in PARALLEL_NETS if size in sizes
+             for strategy in STRATEGIES for workers in (2, 4)]
+    rounds = [spec.model_copy(update={"repeat": r}) for r in range(runs) for spec in specs]
+    print(f"measuring {len(specs)} parallel configurations on loopback, {runs} round(s) ...",
+          flush=True)
+    api.run_specs(rounds, db=db, timeout_s=900.0)
 
 
 def report(db: str, networks: list[str], frameworks: list[str]) -> None:
@@ -272,11 +277,18 @@ def main() -> int:
                     "configuration once more after the calibration, and every parallel one "
                     "twice, and report the machine's own spread between the two beside the "
                     "model's error")
+    ap.add_argument("--parallel-runs", type=int, default=1, help="measure every parallel "
+                    "configuration this many times, in rounds, each prediction set against "
+                    "the median of its runs (default 1; 2 with --measure-again)")
+    ap.add_argument("--parallel-sizes", default="full,tiny", help="the parallel runs' network "
+                    "sizes: full (the targets'), tiny (shown apart), or both (default)")
     ap.add_argument("--no-dataflow", action="store_true", help="skip the input pipelines "
                     "(benchmarks/bench_dataflow_model.py's grid, in the same store)")
     a = ap.parse_args()
     networks, frameworks = a.networks.split(","), a.frameworks.split(",")
     threads = [int(t) for t in a.threads.split(",")]
+    if a.parallel_runs < 1 or not set(a.parallel_sizes.split(",")) <= {"full", "tiny"}:
+        ap.error("--parallel-runs takes 1 or more; --parallel-sizes full, tiny or full,tiny")
     if not a.no_measure:
         measure(a.db, networks, frameworks, threads, a.retries)
         print("calibrating ...", flush=True)
@@ -294,7 +306,8 @@ def main() -> int:
         if a.measure_again:
             measure_again(a.db, networks, frameworks, threads)
         if not a.no_parallel:
-            measure_parallel(a.db, runs=2 if a.measure_again else 1)
+            measure_parallel(a.db, runs=max(a.parallel_runs, 2 if a.measure_again else 1),
+                             sizes=tuple(a.parallel_sizes.split(",")))
         if not a.no_dataflow:
             dataflow.measure(a.db, frameworks)
     report(a.db, networks, frameworks)
