@@ -34,6 +34,7 @@ Nothing is asserted: the figures are the result.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -227,8 +228,31 @@ def report(db: str, networks: list[str], frameworks: list[str]) -> None:
     print()
     for line in validate.parallel_target_lines(par):
         print(line)
+    for line in round_lines(par):
+        print(line)
     for line in parallel_memory_lines(db):
         print(line)
+
+
+def round_lines(cases: list) -> list[str]:
+    """With a configuration measured in several runs (``--parallel-runs``), the targets'
+    figures per round as well: each case set against its run of that round alone, so that
+    a reader sees how far one round of the machine moves them beside the median of all."""
+    full = [c for c in cases if c.row.spec.size == "full"]
+    rounds = sorted({r.spec.repeat for c in full for r in c.row.ok})
+    if len(rounds) < 2:
+        return []
+    out = ["  each round alone (a case against its run of that round; targets missed):"]
+    for n in rounds:
+        alone = [dataclasses.replace(c, measured_s=r.metrics.median_s)
+                 for c in full for r in c.row.ok if r.spec.repeat == n]
+        targets = validate.parallel_targets(alone)
+        missed = [f"{t.scope} {t.median_abs:.1%}" for t in targets if not t.met]
+        by = {t.scope: t.median_abs for t in targets}
+        out.append(f"    round {n + 1}: 2 workers {by.get('2 workers', 0):.1%}, 4 workers "
+                   f"{by.get('4 workers', 0):.1%}, all {by.get('all workers', 0):.1%}; "
+                   + (f"missed: {', '.join(missed)}" if missed else "every target met"))
+    return out
 
 
 def parallel_memory_lines(db: str) -> list[str]:
