@@ -220,7 +220,7 @@ def report(db: str, networks: list[str], frameworks: list[str]) -> None:
                 print(f"  {line}")
         for workers in (2, 4):
             mine = [c for c in cs if c.row.spec.options.workers == workers]
-            if line := spread_line(mine, "one run after the other"):
+            if line := spread_line(mine, "the first round and the last"):
                 print(f"  {workers} workers, {line}")
         for c in validate.worst(cs, 4):
             print(f"    {c.row.spec.label()}: measured {c.measured_s:.3g} s, predicted "
