@@ -402,3 +402,35 @@ def test_a_runtime_that_maps_its_own_memory_gets_the_share_and_no_setting(db, mo
     (rec,) = [r for r in h.of("allocator") if r.subject == "fcn5"]
     assert rec.value == pytest.approx(30.0) and "jax's runtime maps them itself" in rec.advice
     assert "GLIBC_TUNABLES" not in rec.advice
+
+
+def test_workers_measured_here_are_advised_on_the_task_s_own_network_not_a_tiny_one(db):
+    """The devices advice quotes the parallel runs of the network and size the step advice
+    put first: a tiny network's runs (a smoke-test size, far faster) and another
+    network's are not the task's time to train."""
+    from dlperf.advice.common import hours
+    from dlperf.kinds.parallel.make import make_spec
+
+    def parallel(network, size, batch, seconds):
+        r = result(network, 1, seconds)
+        spec = make_spec(network, size=size, strategy="sync", workers=2, batch_size=batch)
+        return r.model_copy(update={"spec": spec})
+
+    with Store(db) as st:
+        st.add(result("alexnet", 1, 2.0))
+        st.add(parallel("alexnet", "full", 16, 1.0))
+        st.add(parallel("alexnet", "tiny", 64, 0.01))  # 6400 samples/s
+        st.add(parallel("fcn5", "full", 64, 0.1))  # not a candidate of the task
+    h = advise("image-classification", samples=1_000_000, epochs=1, hardware="this",
+               rows=_here(db)).hardware[0]
+    [dev] = h.of("devices")
+    assert isinstance(dev.source, Measured) and "alexnet sync x2 b16" in dev.source.describe()
+    assert dev.value == pytest.approx(hours(1_000_000, 1, 16 / 1.0))
+    assert "tiny" not in dev.advice + dev.source.describe()
+    with Store(db) as st:  # the first network of the task has no parallel run: another's
+        st.add(result("resnet50", 1, 8.0))
+    h = advise("image-classification", samples=1_000_000, epochs=1, hardware="this",
+               rows=_here(db)).hardware[0]
+    assert next(iter(h.of("network"))).subject == "resnet50"
+    [dev] = h.of("devices")
+    assert "alexnet sync x2 b16" in dev.source.describe()

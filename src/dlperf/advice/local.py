@@ -318,13 +318,19 @@ PREDICTED_STRATEGIES = ("sync", "async", "mixed", "pipeline", "fsdp")
 
 def _devices(first: ConfigResult | None, rows: list[ConfigResult], task: Task, samples: int, epochs: float,
              cores: int, model: LocalModel | None = None) -> Recommendation:
-    """Several worker processes on this machine: the measured parallel strategies, else
-    the calibrated model's fastest (``_predicted_parallel``)."""
+    """Several worker processes on this machine: the measured parallel strategies of the
+    network and size the step advice put first (``first``), else of another of the
+    task's candidates at a size the advice compares (``common.sizes``: a tiny network's
+    rate says nothing of the task's time), else the calibrated model's fastest
+    (``_predicted_parallel``)."""
     from dlperf.kinds.parallel.analysis import opts, speedup
 
     par = [r for r in rows if r.spec.kind == "parallel" and r.measured]
-    nets = [c.network for c in task.candidates]
-    mine = [r for r in par if r.spec.network in nets]
+    wanted = {(c.network, s) for c in task.candidates for s in common.sizes(c.network)}
+    mine = [r for r in par if (r.spec.network, r.spec.size) in wanted]
+    if first is not None:  # strategies compared on one network, not networks on their rate
+        mine = [r for r in mine if (r.spec.network, r.spec.size) ==
+                (first.spec.network, first.spec.size)] or mine
     net = first.spec.network if first else task.candidates[0].network
     if not mine:
         size = first.spec.size if first else None
