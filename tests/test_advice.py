@@ -146,7 +146,7 @@ def test_bad_input_is_one_line(db, capsys, args, message):
 
 # ----------------------------------------------------------------------------- data
 def _on_pipeline(median: float, share: float, workers: int, data_set_bytes: int = 0,
-                 kind: str = "step"):
+                 kind: str = "step", size: str = "full"):
     """alexnet at batch 16 on disk JPEG files with ``workers`` loader workers, waiting
     ``share`` of each step (a loader run: ``median`` per batch, no training)."""
     from dlperf.inputs.options import InputOptions
@@ -154,7 +154,7 @@ def _on_pipeline(median: float, share: float, workers: int, data_set_bytes: int 
     from dlperf.kinds.dataflow import plan as dplan
     from dlperf.kinds.dataflow.options import DataflowOutcome
 
-    base = result("alexnet", 2, median, batch=16)
+    base = result("alexnet", 2, median, batch=16, size=size)
     opts = InputOptions(input="disk", data_format="jpeg", loader_workers=workers, samples=512)
     spec = dplan.with_options([base.spec], opts)[0]
     if kind == "loader":
@@ -434,3 +434,19 @@ def test_workers_measured_here_are_advised_on_the_task_s_own_network_not_a_tiny_
     assert next(iter(h.of("network"))).subject == "resnet50"
     [dev] = h.of("devices")
     assert "alexnet sync x2 b16" in dev.source.describe()
+
+
+def test_data_advice_reads_the_pipelines_at_the_task_s_size_not_a_tiny_one(db):
+    """A tiny network's pipeline run (32-pixel images: a far larger share of its step
+    waits, a far smaller file a sample) speaks neither for the stall nor for the bytes the
+    storage must read: the advice reads the runs at its fastest step's size."""
+    with Store(db) as st:
+        st.add(result("alexnet", 2, 0.1, batch=16))  # synthetic: 160 samples/s
+        st.add(_on_pipeline(0.105, 0.02, 2, data_set_bytes=512 * 50_000))
+        st.add(_on_pipeline(0.005, 0.60, 0, data_set_bytes=512 * 1_000, size="tiny"))
+        st.add(_storage(seq=400e6, rand=5e6))
+    h = advise("image-classification", samples=1000, epochs=1, rows=_here(db)).hardware[0]
+    pipe = next(r for r in h.of("data") if r.subject == "input pipeline for alexnet")
+    assert pipe.value == pytest.approx(2.0) and "disk:jpeg w2 p0" in pipe.advice
+    disk = next(r for r in h.of("data") if r.subject == "storage")
+    assert disk.value == pytest.approx(8.0)  # 160 samples/s x 50,000 bytes, not 1,000

@@ -53,8 +53,11 @@ def _pipeline(net: str, first: ConfigResult | None, rows: list[ConfigResult], co
     """The pipeline configuration that trained ``net`` fastest here and the share of its
     step spent waiting for data; else the loader alone against the training rate; else
     the model's prediction for the fastest step on data in place."""
+    # at the size the step advice compares (``compared``): a tiny network's step waits a
+    # far larger share for its far smaller images
+    sizes = compared(net, first)
     steps = [r for r in rows if r.spec.kind == "step" and r.measured and r.spec.network == net
-             and has_pipeline(r.spec) and stall_share(r) is not None]
+             and r.spec.size in sizes and has_pipeline(r.spec) and stall_share(r) is not None]
     sweep = (f"dlperf dataflow sweep --network {net} --loader-workers "
              f"0,1,{max(2, cores)} --prefetch 0,2")
     if steps:
@@ -71,7 +74,7 @@ def _pipeline(net: str, first: ConfigResult | None, rows: list[ConfigResult], co
             f"{verdict}", 100 * share, "% of the step", measured(best))
     # a user's loader runs; the calibration's are the model's (below)
     loaders = [(rate, r) for r in rows if r.spec.kind == "loader" and r.measured
-               and r.spec.network == net and not is_calibration(r.spec)
+               and r.spec.network == net and r.spec.size in sizes and not is_calibration(r.spec)
                and (rate := loader_rate(r))]
     if loaders and first is not None:
         rate, r = max(loaders, key=lambda x: x[0])
@@ -129,7 +132,7 @@ def _storage(net: str, first: ConfigResult | None, rows: list[ConfigResult], cor
         return Recommendation("data", "storage", "storage: no training rate measured here "
                               "to compare with", None, "MB/s",
                               Unknown(common.run_command(net, None, threads=cores)))
-    per_sample, kind = on_disk_bytes(first.spec.network, rows)
+    per_sample, kind = on_disk_bytes(first.spec.network, rows, first.spec.size)
     need = first.samples_per_s * (per_sample or common.sample_bytes(net, first.spec.size))
     what = kind or "fp32 tensors"
     # storage results carry an outcome and no step metrics: the newest good one
@@ -157,12 +160,23 @@ def _storage(net: str, first: ConfigResult | None, rows: list[ConfigResult], cor
     return Recommendation("data", "storage", text, need / 1e6, "MB/s", src)
 
 
-def on_disk_bytes(net: str, rows: list[ConfigResult]) -> tuple[float | None, str]:
-    """Bytes per sample of ``net``'s data set on disk, from the newest pipeline run that
-    read one, and its format ('jpeg files'); (None, '') where none did."""
+def compared(net: str, best: ConfigResult | None) -> set[str]:
+    """The sizes of ``net`` whose pipeline runs speak for the task: the size of its fastest
+    step on synthetic data where measured (``best``), else those the advice compares
+    (``common.sizes``: never the tiny smoke-test size)."""
+    return {best.spec.size} if best is not None else set(common.sizes(net))
+
+
+def on_disk_bytes(net: str, rows: list[ConfigResult], size: str | None = None
+                  ) -> tuple[float | None, str]:
+    """Bytes per sample of ``net``'s data set on disk (at ``size``, its images' size; at
+    the sizes the advice compares when None), from the newest pipeline run that read one,
+    and its format ('jpeg files'); (None, '') where none did."""
+    sizes = {size} if size is not None else set(common.sizes(net))
     found = []  # (finished, bytes per sample, format)
     for r in rows:
-        if r.spec.kind not in ("step", "loader") or r.spec.network != net:
+        if r.spec.kind not in ("step", "loader") or r.spec.network != net \
+                or r.spec.size not in sizes:
             continue
         opts = input_of(r.spec)
         if opts.input != "disk":
