@@ -132,7 +132,7 @@ def _storage(net: str, first: ConfigResult | None, rows: list[ConfigResult], cor
         return Recommendation("data", "storage", "storage: no training rate measured here "
                               "to compare with", None, "MB/s",
                               Unknown(common.run_command(net, None, threads=cores)))
-    per_sample, kind = on_disk_bytes(first.spec.network, rows, first.spec.size)
+    per_sample, kind = on_disk_bytes(first.spec.network, first.spec.size, rows)
     need = first.samples_per_s * (per_sample or common.sample_bytes(net, first.spec.size))
     what = kind or "fp32 tensors"
     # storage results carry an outcome and no step metrics: the newest good one
@@ -167,16 +167,13 @@ def compared(net: str, best: ConfigResult | None) -> set[str]:
     return {best.spec.size} if best is not None else set(common.sizes(net))
 
 
-def on_disk_bytes(net: str, rows: list[ConfigResult], size: str | None = None
-                  ) -> tuple[float | None, str]:
-    """Bytes per sample of ``net``'s data set on disk (at ``size``, its images' size; at
-    the sizes the advice compares when None), from the newest pipeline run that read one,
-    and its format ('jpeg files'); (None, '') where none did."""
-    sizes = {size} if size is not None else set(common.sizes(net))
+def on_disk_bytes(net: str, size: str, rows: list[ConfigResult]) -> tuple[float | None, str]:
+    """Bytes per sample of ``net``'s data set on disk at ``size`` (its images' size), from
+    the newest pipeline run that read one, and its format ('jpeg files'); (None, '') where
+    none did."""
     found = []  # (finished, bytes per sample, format)
     for r in rows:
-        if r.spec.kind not in ("step", "loader") or r.spec.network != net \
-                or r.spec.size not in sizes:
+        if r.spec.kind not in ("step", "loader") or (r.spec.network, r.spec.size) != (net, size):
             continue
         opts = input_of(r.spec)
         if opts.input != "disk":
