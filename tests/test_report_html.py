@@ -183,3 +183,22 @@ def test_a_column_of_sentences_wraps_in_the_terminal_and_leaves_room_for_the_oth
     assert all(w in words for w in advice.split())
     # label columns stay on one line
     assert "devices and workers" in words and "tensorflow/graph" in text
+
+
+def test_tables_whose_titles_share_their_first_40_characters_keep_a_file_each(db, tmp_path):
+    """Each table is exported under its section's name and its title's slug (40
+    characters); two titles alike that far (the data-flow section's per-configuration
+    tables) are written to two files, not one over the other."""
+    from dlperf.report import Section
+    from dlperf.report import render as render_sections
+    from dlperf.report.tables import Table
+
+    title = "Data flow: alexnet torch/eager, 1 thread, batch 16, "
+    tables = [Table("First", ["x"], [["0"]])] + [
+        Table(title + tail, ["x"], [[tail]]) for tail in ("jpeg", "png", "raw")]
+    with Store(db) as st:
+        rep = render_sections(st, tmp_path / "rep",
+                              [lambda store, out, filters: Section("flow", "Flow", tables)])
+    md = sorted(p for p in rep.files if p.suffix == ".md" and p.name.startswith("flow_"))
+    assert len(md) == len(set(md)) == 3
+    assert sorted(p.read_text().split("|")[-2].strip() for p in md) == ["jpeg", "png", "raw"]

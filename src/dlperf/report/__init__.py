@@ -43,9 +43,10 @@ def render(store: Store, out_dir: str | Path, builders: Sequence[SectionBuilder]
         raise UsageError(f"cannot write the report to {out}: {e}") from None
     built = [s for build in builders if (s := build(store, out, filters))]
     files: list[Path] = []
+    stems: set[str] = set()
     for sec in built:
         for i, t in enumerate(sec.tables):
-            stem = sec.name if i == 0 else f"{sec.name}_{_slug(t.title)}"
+            stem = _unique(sec.name if i == 0 else f"{sec.name}_{_slug(t.title)}", stems)
             for ex in exporters.EXPORTERS:
                 p = out / f"{stem}.{ex.suffix}"
                 p.write_text(ex.render(t))
@@ -63,6 +64,18 @@ def render(store: Store, out_dir: str | Path, builders: Sequence[SectionBuilder]
 
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")[:40]
+
+
+def _unique(stem: str, taken: set[str]) -> str:
+    """``stem``, or ``stem_2``, ``stem_3``, ... where a table written before took it: two
+    titles that differ only past the slug's 40 characters (the data-flow section's
+    per-configuration tables) must not write one file over the other."""
+    name, n = stem, 1
+    while name in taken:
+        n += 1
+        name = f"{stem}_{n}"
+    taken.add(name)
+    return name
 
 
 def capped_share(r: RunResult) -> RunResult:
