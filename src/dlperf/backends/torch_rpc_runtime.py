@@ -27,8 +27,7 @@ def _rank(rank: int, world: int, path: str, parent: int, send) -> None:
     """One spawned rank: gloo's group, the RPC agent and a plain backward, then a DDP
     step; the leanest rank's resident bytes after each go to the parent (rank 0
     sends)."""
-    from dlperf.backends.torch_kernels import _rank_cpus
-    from dlperf.core.environment import resident_bytes
+    from dlperf.backends.torch_kernels import _rank_cpus, _runtimes
     from dlperf.core.orphans import die_with_parent
 
     die_with_parent(parent)
@@ -36,7 +35,6 @@ def _rank(rank: int, world: int, path: str, parent: int, send) -> None:
     torch.set_num_threads(1)
     import torch.distributed as dist
     import torch.distributed.rpc as rpc
-    from torch.nn.parallel import DistributedDataParallel
 
     dist.init_process_group("gloo", store=dist.FileStore(path, world), rank=rank,
                             world_size=world, timeout=timedelta(seconds=TIMEOUT_S))
@@ -50,11 +48,10 @@ def _rank(rank: int, world: int, path: str, parent: int, send) -> None:
         if peer != rank:
             rpc.rpc_sync(f"r{peer}", torch.add, args=(torch.ones(1), 1))
     dist.barrier()
-    torch.nn.Linear(8, 8)(torch.ones(2, 8)).sum().backward()  # autograd's, as a worker's
-    with_rpc = resident_bytes()
-    ddp = DistributedDataParallel(torch.nn.Linear(8, 8))
-    ddp(torch.ones(2, 8)).sum().backward()
-    got = torch.tensor([float(with_rpc), float(resident_bytes())], dtype=torch.float64)
+    # the collectives' own sequence, the agent up besides: after autograd's backward (a
+    # worker's), then after DDP's step
+    _, with_rpc, ddp_rpc = _runtimes()
+    got = torch.tensor([with_rpc, ddp_rpc], dtype=torch.float64)
     dist.all_reduce(got, op=dist.ReduceOp.MIN)
     if send is not None:
         send.send(got.tolist())
