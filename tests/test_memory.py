@@ -206,12 +206,55 @@ def test_kerass_networks_keep_the_padded_copy_of_each_input_they_pad_apart():
     assert memory.padded_copies_bytes(net, 2, "fp32") == copies
     tf, torch = (memory.step_memory(net, 2, "fp32", framework=f).activations
                  for f in ("tensorflow", "torch"))
-    assert "torch" not in memory.PADS_APART and tf - torch == copies
+    positions = 4 * 2 * 2 * 2 * 8  # PyTorch's pool keeps its maxima's int64 positions
+    assert "torch" not in memory.PADS_APART and tf - torch == copies - positions
     # DLBench's AlexNet pads its first convolution and its three pools apart in Keras
     from dlperf import workloads
 
     padded = [x.name for x in workloads.get("alexnet").layers() if memory.padded_copy_elems(x)]
     assert padded == ["conv1", "pool1", "pool2", "pool5"]
+
+
+def test_pytorchs_max_pools_keep_their_maxima_positions_as_int64():
+    """PyTorch's max pool saves, beside its input, the position of each window's maximum
+    (an int64 per output element) for its backward; TensorFlow's reads its output and
+    XLA's recomputes them (``memory.POOL_WITHOUT_POSITIONS``). An average pool keeps
+    none."""
+    from dlperf.workloads.base import conv, max_pool
+
+    pool = max_pool("pool", channels=4, in_hw=4)  # 4x4 -> 2x2
+    avg = Layer("avgpool", "pool", out_elems=4)
+    net = [conv("c1", 3, 4, 3, 1, first=True, in_hw=4), pool, conv("c2", 4, 4, 1, 2), avg]
+    assert pool.out_elems == 4 * 2 * 2
+    assert memory.pool_positions_bytes(net, 3) == 4 * 2 * 2 * 3 * 8  # three samples
+    for on_device in (False, True):
+        torch, jax = (memory.step_memory(net, 3, "fp32", framework=f, on_device=on_device)
+                      for f in ("torch", "jax"))
+        assert torch.activations - jax.activations == 4 * 2 * 2 * 3 * 8
+        assert memory.step_memory(net, 3, "fp32", on_device=on_device) == torch
+
+
+def test_a_blocks_shortcut_reads_the_blocks_input_not_its_predecessors_output():
+    """A residual block's projection reads the block's input (``Layer.shortcut``), so the
+    main branch's last batch norm, whose output only the sum reads, keeps nothing: on a
+    device the kept tensors are the block's input (a ReLU's output), the two
+    convolutions' outputs (their batch norms' inputs) and the last ReLU's output."""
+    from dataclasses import replace
+
+    net = [Layer("relu0", "act", out_elems=8), Layer("c3", "conv", out_elems=16),
+           Layer("bn3", "bn", out_elems=16),
+           Layer("proj", "conv", out_elems=16, shortcut=True),
+           Layer("proj_bn", "bn", out_elems=16, shortcut=True),
+           Layer("add", "add", out_elems=16), Layer("relu3", "act", out_elems=16)]
+    assert memory.saved_activation_bytes(net, 2, "fp32") == (8 + 16 + 16 + 16) * 2 * 4
+    # read as a chain, the projection would keep the batch norm's output as its input
+    chain = [replace(x, shortcut=False) for x in net]
+    assert memory.saved_activation_bytes(chain, 2, "fp32") == (8 + 16 + 16 + 16 + 16) * 2 * 4
+    # ResNet-50's four projections, each with its batch norm
+    from dlperf import workloads
+
+    shortcut = [x.name for x in workloads.get("resnet50").layers() if x.shortcut]
+    assert shortcut == [f"s{s}b1_{n}" for s in range(1, 5) for n in ("proj", "proj_bn")]
 
 
 def test_optimizer_state_per_parameter():

@@ -168,6 +168,17 @@ PADS_APART = ("tensorflow",)
 #: bytes of an int32 position, and the dimensions of a 2-D pool's input (batch, height,
 #: width, channels)
 INDEX, POOL_DIMS = 4, 4
+#: the frameworks whose max pool's backward reads its forward's output (TensorFlow's
+#: MaxPoolGrad takes the input, the output and the output's gradient) or recomputes the
+#: positions from its input (XLA's select-and-scatter, ``EXPANDED_POOL``), keeping no
+#: positions of its own. PyTorch's ``max_pool2d_with_indices`` saves its input and the
+#: position of each window's maximum, an int64 tensor of its output's shape, for
+#: ``max_pool2d_with_indices_backward`` (tools/autograd/derivatives.yaml): the
+#: profiler's allocation events of ResNet-50's step at batch 16 show its stem pool's
+#: output (12.8 MB) and beside it the positions (25.7 MB).
+POOL_WITHOUT_POSITIONS = ("tensorflow", "jax")
+#: bytes of an int64 position
+POSITION = 8
 
 
 def padded_copy_elems(layer: Layer) -> int:
@@ -198,13 +209,24 @@ def saved_elem(layer: Layer, precision: str) -> int:
     return FP32
 
 
+def _reader(layers: Sequence[Layer], i: int) -> Layer | None:
+    """The layer that takes layer ``i``'s output as its input: the next one, past a
+    block's shortcut (``Layer.shortcut``: it reads the block's input) where layer ``i``
+    is not on it."""
+    j = i + 1
+    while j < len(layers) and layers[j].shortcut and not layers[i].shortcut:
+        j += 1
+    return layers[j] if j < len(layers) else None
+
+
 def _kept_per_elem(layers: Sequence[Layer], i: int, precision: str) -> int:
     """Bytes per element of layer ``i``'s output that the backward reads: one copy a layer
-    saves of its own, or its successor saves as input, counted once, or twice where the
-    two keep it at different precisions (a cast copy); 0 where neither reads it. A layer's
-    own internals (``INTERNAL``) count as that many more copies of its output."""
+    saves of its own, or its reader (``_reader``) saves as input, counted once, or twice
+    where the two keep it at different precisions (a cast copy); 0 where neither reads
+    it. A layer's own internals (``INTERNAL``) count as that many more copies of its
+    output."""
     layer = layers[i]
-    nxt = layers[i + 1] if i + 1 < len(layers) else None
+    nxt = _reader(layers, i)
     own = saved_elem(layer, precision) if saves(layer) & SAVES_OUTPUT or layer.segment else 0
     by_next = saved_elem(nxt, precision) if nxt and saves(nxt) & SAVES_INPUT else 0
     kept = own + by_next if own and by_next and own != by_next else max(own, by_next)
@@ -230,7 +252,8 @@ def saved_activation_bytes(layers: Sequence[Layer], batch: float, precision: str
     """The outputs the backward pass reads, kept from the forward (each layer's input is
     its predecessor's output; ``_kept_per_elem``). Under activation checkpointing a
     recomputed segment keeps its last output alone, whoever reads it (the next segment's
-    input). A branch's input (a residual block's) is taken as its predecessor's output.
+    input). A block's shortcut reads the block's input (``_reader``), which the block's
+    first layer reads too.
     ``in_place_loss``: the loss writes its gradient over its input (``IN_PLACE_LOSS``)."""
     return sum(layer.out_elems * batch * _kept_per_elem(layers, i, precision)
                for i, layer in enumerate(layers)
@@ -273,6 +296,13 @@ def padded_copies_bytes(layers: Sequence[Layer], batch: float, precision: str) -
     (``PADS_APART``, ``padded_copy_elems``), at the element size the window saves."""
     return sum(padded_copy_elems(layer) * batch * saved_elem(layer, precision)
                for layer in layers)
+
+
+def pool_positions_bytes(layers: Sequence[Layer], batch: float) -> float:
+    """The positions of each window's maximum that a max pool keeps for its backward
+    where the framework keeps them (every framework not in ``POOL_WITHOUT_POSITIONS``):
+    an int64 per element of its output."""
+    return sum(layer.out_elems * batch * POSITION for layer in layers if is_max_pool(layer))
 
 
 def transient_bytes(layers: Sequence[Layer], batch: float, elem: int,
@@ -335,11 +365,11 @@ def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
     ``on_device``: the peak of a device's allocator (a GPU's), else a CPU process's
     resident memory (see the module's docstring); ``framework``: the one that trains it
     (``FUSED_UPDATE``, ``IN_PLACE_LOSS``, ``EXPANDED_POOL``, ``UPDATE_COPY``,
-    ``PADS_APART``; None: one
-    that keeps every gradient until the update, makes the loss's gradient apart from its
-    logits, runs a max pool's backward as one kernel and updates in place, as PyTorch
-    does). The transient is the larger of the backward's and the update's: the two run
-    one after the other."""
+    ``PADS_APART``, ``POOL_WITHOUT_POSITIONS``; None: one that keeps every gradient until
+    the update, makes the loss's gradient apart from its logits, runs a max pool's
+    backward as one kernel from the positions its forward kept and updates in place, as
+    PyTorch does). The transient is the larger of the backward's and the update's: the
+    two run one after the other."""
     elem = 2 if precision in HALF else FP32
     in_place = framework in IN_PLACE_LOSS
     return MemoryBreakdown(
@@ -348,7 +378,8 @@ def step_memory(layers: Sequence[Layer], batch: float, precision: str, *,
         optimizer=optimizer_bytes(layers, optimizer),
         activations=(saved_activation_bytes(layers, batch, precision, in_place) if on_device
                      else resident_activation_bytes(layers, batch, precision, in_place))
-        + (padded_copies_bytes(layers, batch, precision) if framework in PADS_APART else 0.0),
+        + (padded_copies_bytes(layers, batch, precision) if framework in PADS_APART else 0.0)
+        + (0.0 if framework in POOL_WITHOUT_POSITIONS else pool_positions_bytes(layers, batch)),
         transient=max(transient_bytes(layers, batch, elem, in_place,
                                       framework in EXPANDED_POOL and not on_device),
                       update_copy_bytes(layers) if framework in UPDATE_COPY else 0.0),

@@ -66,6 +66,10 @@ class Layer:
     #: its own): a pipeline cuts between blocks, never inside one, where the skip would
     #: have to cross the cut beside the layer's output
     block: str = ""
+    #: on its block's shortcut (a residual block's projection and its batch norm): it
+    #: reads the block's input, not its predecessor's output, and its output joins the
+    #: block's sum; the predecessor's output goes to the sum
+    shortcut: bool = False
     #: the elements a window's padding adds around its input, per sample (a padded
     #: pooling layer's border: C x ((H + 2p)^2 - H^2)); 0 where its window pads nothing
     pad_elems: int = 0

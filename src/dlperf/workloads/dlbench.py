@@ -136,9 +136,9 @@ class ResNetConfig:
                 out.append(conv(f"{name}_c3", width, c_out, 1, new_side, bias=False))
                 out.append(bn(f"{name}_bn3", c_out, new_side))
                 if st != 1 or c_in != c_out:
-                    out.append(conv(f"{name}_proj", c_in, c_out, 1, new_side, bias=False,
-                                    stride=st))
-                    out.append(bn(f"{name}_proj_bn", c_out, new_side))
+                    out.append(replace(conv(f"{name}_proj", c_in, c_out, 1, new_side,
+                                            bias=False, stride=st), shortcut=True))
+                    out.append(replace(bn(f"{name}_proj_bn", c_out, new_side), shortcut=True))
                 # the shortcut's sum and the block's last ReLU (no FLOPs, but two passes)
                 out.append(Layer(f"{name}_add", "add", out_elems=c_out * pixels))
                 out.append(Layer(f"{name}_relu3", "act", out_elems=c_out * pixels))
