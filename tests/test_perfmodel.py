@@ -584,6 +584,15 @@ def test_predict_reads_a_device_count_as_advise_writes_it(capsys):
     assert counted == json.loads(capsys.readouterr().out) and counted["devices"] == 8
 
 
+def test_predict_takes_the_workers_as_dlperf_parallel_spells_them(capsys):
+    """-w N, as 'dlperf parallel' takes its workers, is --workers N (--devices N)."""
+    args = ["predict", "-n", "alexnet", "-d", "v100", "-b", "64", "-s", "sync", "--json"]
+    assert main([*args, "-w", "4"]) == 0
+    short = json.loads(capsys.readouterr().out)
+    assert main([*args, "--workers", "4"]) == 0
+    assert short == json.loads(capsys.readouterr().out) and short["devices"] == 4
+
+
 def test_dlperf_devices_lists_the_catalogue_with_sources(capsys):
     assert main(["devices"]) == 0
     assert "h100-sxm" in capsys.readouterr().out
@@ -600,6 +609,9 @@ def test_dlperf_devices_lists_the_catalogue_with_sources(capsys):
     (["-n", "gpt2", "-d", "v100:0", "-s", "sync"], "not NAME:COUNT"),
     (["-n", "gpt2", "-d", "v100:two", "-s", "sync"], "not NAME:COUNT"),
     (["-n", "gpt2", "-d", "v100:4", "--gpus", "2", "-s", "sync"], "disagree"),
+    (["-n", "gpt2", "-d", "v100", "-s", "sync", "-w", "0"], "must be at least 1"),
+    (["-n", "gpt2", "-d", "v100", "-s", "sync", "--gpus", "4", "--nodes", "0"],
+     "must be at least 1"),
 ])
 def test_dlperf_predict_bad_input(capsys, args, message):
     assert main(["predict", *args]) == 2

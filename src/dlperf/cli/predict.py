@@ -91,9 +91,11 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         precision=args.Take(help="fp32 (default), tf32, fp16, bf16"), param=True)
     p.add_argument("--strategy", "-s", default="single",
                    help="single (default), sync, async, mixed, pipeline, fsdp")
-    p.add_argument("--devices", "--gpus", "--workers", dest="devices", type=int, default=1,
+    # -w as 'dlperf parallel' spells its workers, so a run's flags predict it
+    p.add_argument("--devices", "--gpus", "--workers", "-w", dest="devices",
+                   type=args.positive_int, default=1,
                    help="devices in all (workers, on this machine)")
-    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--nodes", type=args.positive_int, default=1)
     p.add_argument("--link", help="between devices of a node (default: the device's own)")
     p.add_argument("--inter-link", help="between nodes, e.g. ib-hdr")
     p.add_argument("--collective", default="ring", help="ring (default) or tree, in a node")
