@@ -301,8 +301,10 @@ def padded_copies_bytes(layers: Sequence[Layer], batch: float, precision: str) -
 def pool_positions_bytes(layers: Sequence[Layer], batch: float) -> float:
     """The positions of each window's maximum that a max pool keeps for its backward
     where the framework keeps them (every framework not in ``POOL_WITHOUT_POSITIONS``):
-    an int64 per element of its output."""
-    return sum(layer.out_elems * batch * POSITION for layer in layers if is_max_pool(layer))
+    an int64 per element of its output. A pool in a recomputed segment (activation
+    checkpointing) makes them again in the backward: none kept through the step."""
+    return sum(layer.out_elems * batch * POSITION for layer in layers
+               if is_max_pool(layer) and not layer.segment)
 
 
 def transient_bytes(layers: Sequence[Layer], batch: float, elem: int,
