@@ -5,12 +5,13 @@ runs one-thread matrix products, and those products' rate alone and beside it.
     python benchmarks/bench_allreduce_beside.py                       # 2 and 4 ranks, 25 MiB
     python benchmarks/bench_allreduce_beside.py --worlds 4 --mib 1,25 --rounds 3
 
-Rank r is pinned to CPU r mod (usable CPUs), as ``dlperf parallel`` places its ranks, so
-on two CPUs 4 ranks put two on each. The parallel model prices DDP's all-reduce on such
-cores as not overlapping the backward at all (``perfmodel.predict._ddp_allreduce``, where
-``comm_overlaps`` is false): its time is added to the compute's. Processor sharing would
-instead split each core between the compute and gloo's thread (the all-reduce twice as
-long, the products at half their rate). Nothing is asserted: the ratios are the result.
+Rank r is pinned where ``dlperf parallel`` pins a one-thread worker
+(``kinds.parallel.run.rank_cpus``), so on two CPUs 4 ranks put two on each. The parallel
+model prices DDP's all-reduce on such cores as not overlapping the backward at all
+(``perfmodel.predict._ddp_allreduce``, where ``comm_overlaps`` is false): its time is
+added to the compute's. Processor sharing would instead split each core between the
+compute and gloo's thread (the all-reduce twice as long, the products at half their
+rate). Nothing is asserted: the ratios are the result.
 Takes the machine's CPU lock.
 """
 
@@ -40,26 +41,28 @@ def _products(stop: threading.Event, done: list[int]) -> None:
         done[0] += 1
 
 
-def _beside(run, seconds: float | None = None) -> float:
-    """Products per second in a thread of this rank while ``run()`` (or a sleep of
-    ``seconds``) runs in the main thread."""
+def _beside(run) -> float:
+    """Products per second in a thread of this rank while ``run()`` runs in the main
+    thread."""
     stop, done = threading.Event(), [0]
     worker = threading.Thread(target=_products, args=(stop, done))
     worker.start()
     time.sleep(0.3)  # the thread at full pace before the window opens
     start, t0 = done[0], time.perf_counter()
-    run() if run else time.sleep(seconds)
+    run()
     rate = (done[0] - start) / (time.perf_counter() - t0)
     stop.set()
     worker.join()
     return rate
 
 
-def _rank(rank: int, world: int, path: str, nbytes: int, cpus: list[int], out: str) -> None:
+def _rank(rank: int, world: int, path: str, nbytes: int, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+    from dlperf.kinds.parallel.run import rank_cpus
+
+    os.sched_setaffinity(0, rank_cpus(rank, 1))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank,
                             world_size=world)
@@ -74,7 +77,7 @@ def _rank(rank: int, world: int, path: str, nbytes: int, cpus: list[int], out: s
         return times
 
     dist.barrier()
-    rate_alone = _beside(None, RATE_S)
+    rate_alone = _beside(lambda: time.sleep(RATE_S))
     dist.barrier()
     alone = reduces()
     dist.barrier()
@@ -116,7 +119,7 @@ def main() -> int:
                 with tempfile.TemporaryDirectory() as d, cpus_held("bench_allreduce_beside"):
                     out = str(Path(d) / "rows.pt")
                     mp.spawn(_rank, args=(world, str(Path(d) / "store"), int(mib * 2**20),
-                                          cpus, out), nprocs=world)
+                                          out), nprocs=world)
                     rows = torch.load(out)
                 alone, beside = rows[:, 0].median().item(), rows[:, 1].median().item()
                 rate, rate_beside = rows[:, 2].median().item(), rows[:, 3].median().item()
