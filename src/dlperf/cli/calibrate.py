@@ -207,7 +207,8 @@ def quality_line(fits) -> str:
                 default=None)
     if worst is not None:
         worst = worst.model_copy(update={"retimed": tuple(
-            sum(f.retimed[i] for f in fits) for i in (0, 1))})
+            sum(f.retimed[i] for f in fits) for i in (0, 1)),
+            "threads_retimed": sum(f.threads_retimed for f in fits)})
     return ("calibration quality: " + (worst.quality() if worst else "nothing calibrated")
             + speed)
 

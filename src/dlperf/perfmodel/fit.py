@@ -541,6 +541,13 @@ class LocalFit(_Frozen):
     #: it shares with another than that one did, where they disagree by more than
     #: ``run_speed.DISAGREE`` (``perfmodel.run_speed``; empty: they agree, or one run)
     run_speeds: dict[str, float] = Field(default_factory=dict)
+    #: per op, the most times as long as at fewer threads one of its shapes took, where a
+    #: second timing did not reproduce the first (``perfmodel.thread_consistency``; empty:
+    #: none, or one thread count)
+    slower_threads: dict[str, float] = Field(default_factory=dict)
+    #: shapes timed again for taking far longer than at fewer threads (whether or not the
+    #: second timing reproduced the first)
+    threads_retimed: int = 0
 
     def covers(self, network: str, batch: int) -> bool:
         """Whether its kernels were timed at the shapes of ``network`` at ``batch`` (or
@@ -610,7 +617,8 @@ class LocalFit(_Frozen):
     @property
     def doubtful(self) -> bool:
         """Whether its predictions should say how it was timed (``quality``)."""
-        return bool(self.disturbed or self.unsteady_ops or self.run_speeds)
+        return bool(self.disturbed or self.unsteady_ops or self.run_speeds
+                    or self.slower_threads)
 
     def quality(self) -> str:
         """One line: whether other processes disturbed this calibration or the machine's
@@ -624,13 +632,21 @@ class LocalFit(_Frozen):
         runs = (f"RUNS DISAGREE: its kernel runs timed the shapes they share at other "
                 f"speeds ({apart}, one run's time over the other's at the median): one ran "
                 f"on a disturbed machine")
-        if not bad and not moved and not apart:
+        slow = ", ".join(f"{op} x{r:.2f}" for op, r in
+                         sorted(self.slower_threads.items(), key=lambda x: -x[1]))
+        slower = (f"SLOWER WITH MORE THREADS: a shape took longer than at fewer threads "
+                  f"({slow} as long), and timing it again did not reproduce it: the "
+                  f"machine's speed moved under one of the timings")
+        if not bad and not moved and not apart and not slow:
             if not self.other_cpu_share:
                 return "disturbance not measured (calibrated by an older dlperf, or no /proc/stat)"
             again, kept = self.retimed
             timed_again = (f"; {again} sample{'s' if again != 1 else ''} timed again where "
                            f"the machine's own speed moved ({kept} replaced by a steadier "
                            f"timing)" if again else "")
+            n = self.threads_retimed
+            timed_again += (f"; {n} shape{'s' if n != 1 else ''} timed again for taking far "
+                            f"longer than at fewer threads" if n else "")
             return (f"undisturbed (other processes took at most {others:.0%} of the CPUs "
                     f"while it was timed{timed_again})")
         unsteady = (f"UNSTEADY: the machine's own speed moved while these kernels were timed "
@@ -647,11 +663,13 @@ class LocalFit(_Frozen):
             where = "when the machine is steadier, or with --repeat 3"
         elif moved:
             said, where = unsteady, "on a steadier machine"
-        else:  # only the runs disagree: the scoped ones are timed again by their networks
+        else:  # the runs or the thread counts disagree: the scoped runs are timed again
+            # by their networks
             said, where = "", ("on a steadier machine, and again with the --networks and "
                                f"--batch-size it was scoped to ({', '.join(self.timed_at)})"
                                if self.timed_at else "on a steadier machine")
-        said = "; ".join(x for x in (said, runs if apart else "") if x)
+        said = "; ".join(x for x in (said, runs if apart else "", slower if slow else "")
+                         if x)
         return (f"{said}; its predictions may be off: run 'dlperf calibrate --frameworks "
                 f"{self.framework} --threads {self.threads} --force' {where}")
 

@@ -194,11 +194,17 @@ class KernelOptions(BaseModel):
     #: (``RunSpec.identity``), so that a calibration stored without it is not run again
     BESIDE: ClassVar[frozenset[str]] = frozenset({"peaks"})
 
-    def label(self, framework: str, device: str, threads: int) -> str:
-        """'kernels torch cpu x1 (gemm, conv, ...)', 'allreduce torch cpu 4 processes'."""
+    def label(self, framework: str, device: str, threads: int, again: bool = False) -> str:
+        """'kernels torch cpu x1 (gemm, conv, ...)', 'allreduce torch cpu 4 processes';
+        ``again``: a run that times shapes again ('kernels torch cpu x2 timed again
+        (memory 1 shape)')."""
         ops = [p.op for p in self.parts]
         if ops[0] == "allreduce":
             return f"allreduce {framework} {device} {self.world} processes"
+        if again:
+            return (f"kernels {framework} {device} x{threads} timed again ("
+                    + ", ".join(f"{p.op} {len(p.shapes)} shape{'s' if len(p.shapes) != 1 else ''}"
+                                for p in self.parts) + ")")
         scope = f" for {', '.join(self.scope)}" if self.scope else ""
         return f"kernels {framework} {device} x{threads}{scope} ({', '.join(ops)})"
 

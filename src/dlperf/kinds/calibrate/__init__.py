@@ -45,8 +45,13 @@ def _sections(predictor):
     return [functools.partial(prediction_section, predictor=predictor)]
 
 
-KIND = Kind(options=KernelOptions, outcome=KernelOutcome,
-            label=lambda spec, label: spec.options.label(spec.framework, spec.device,
-                                                         spec.threads),
+def _label(spec, label):
+    from dlperf.kinds.calibrate.plan import RETIMED_RUN
+
+    return spec.options.label(spec.framework, spec.device, spec.threads,
+                              again=spec.network == RETIMED_RUN)
+
+
+KIND = Kind(options=KernelOptions, outcome=KernelOutcome, label=_label,
             run=_run, sections=_sections, salvage=_salvage, resume_from=_resume_from,
             beside=_beside)

@@ -26,7 +26,7 @@ from dlperf.kinds.calibrate.options import (
     KernelSample,
 )
 from dlperf.kinds.peak.rates import versions as library_versions
-from dlperf.perfmodel import network_kernels, steadiness
+from dlperf.perfmodel import network_kernels, steadiness, thread_consistency
 from dlperf.perfmodel.fit import Samples
 from dlperf.perfmodel.kernels import COLLECTIVES, MACHINE_OPS, REVISION, grid
 from dlperf.perfmodel.machine_fits import MachineFits
@@ -42,6 +42,10 @@ REQUIRED_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
 WORLDS = (2, 4)
 #: the network name of the collectives' kernel runs (the machine's ops, not a framework's)
 COLLECTIVE_RUN = "allreduce"
+#: the network name of a run that times again the shapes that took far longer at more
+#: threads than at fewer (``retime_specs``); each of its samples replaces the one it times
+#: again, not merged with it
+RETIMED_RUN = "retimed"
 #: the frameworks calibrated by default: those with kernels, when installed
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 #: seconds each shape is timed for (after its warm-up): short by default
@@ -244,6 +248,9 @@ class Stored:
     #: it shares with the run of the most shapes, where they disagree
     #: (``perfmodel.run_speed``)
     run_speeds: dict[str, float] = field(default_factory=dict)
+    #: the shapes a run of ``RETIMED_RUN`` timed again after their runs, (op, shape) ->
+    #: the median time of the sample its timing replaced
+    timed_again: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)
 
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
@@ -301,11 +308,13 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
     out (unless ``any_version``: another machine's calibration read for its curves). The
     all-reduce samples (keyed by process count) are added to every entry."""
     packages = environment.packages()
-    rows = store.results(kind="kernel", status="ok", device=device,
-                         machine_id=machine_id or environment.machine_id())
+    rows = [r for r in store.results(kind="kernel", status="ok", device=device,
+                                     machine_id=machine_id or environment.machine_id())
+            if any_version or _current(r, packages)]
+    timed_again = [r for r in rows if r.spec.network == RETIMED_RUN]
     groups: list[tuple[tuple[str, int, str, str], list[RunResult]]] = []
     revision: dict[tuple[str, int, str, str], int] = {}
-    for runs in _newest([r for r in rows if any_version or _current(r, packages)]):
+    for runs in _newest([r for r in rows if r.spec.network != RETIMED_RUN]):
         runs = [r for r in runs if isinstance(r.outcome, KernelOutcome)]
         if runs:
             s = runs[0].spec
@@ -323,6 +332,8 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
     trained: dict[tuple[str, int, str, str], dict[str, list[int]]] = {}
     unsteady: dict[tuple[str, int, str, str], dict[str, list[float]]] = {}
     retimed: dict[tuple[str, int, str, str], tuple[int, int]] = {}
+    # when each shape was last timed by its runs: a later run of RETIMED_RUN replaces it
+    timed_when: dict[tuple[str, int, str, str], dict[tuple, float]] = {}
     collective = []
     for key, runs in groups:
         o = runs[0].spec.options
@@ -345,6 +356,10 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
         files.setdefault(key, []).extend(
             b for x in runs if (b := x.outcome.baseline_file_rss_bytes))  # type: ignore[union-attr]
         for x in runs:
+            when = timed_when.setdefault(key, {})
+            for smp in x.outcome.samples:  # type: ignore[union-attr]
+                at = (smp.op, smp.shape, smp.world)
+                when[at] = max(when.get(at, 0.0), x.finished_at or 0.0)
             for op, share in x.outcome.other_cpu_share.items():  # type: ignore[union-attr]
                 others.setdefault(key, {}).setdefault(op, []).append(share)
             for op, share in steadiness.unsteady_share(
@@ -357,7 +372,9 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                 trained.setdefault(key, {}).setdefault(net, []).append(b)
             if x.outcome.speed_probe:  # type: ignore[union-attr]
                 probes.setdefault(key, []).append(x.outcome.speed_probe)  # type: ignore[union-attr]
-    return [Stored(fw, t, dev, Samples.of([*merge(s), *collective]), prec,
+    replaced = {key: _timed_again(merge(s), timed_again, key, timed_when.get(key, {}),
+                                  revision.get(key)) for key, s in by_key.items()}
+    return [Stored(fw, t, dev, Samples.of([*replaced[key][0], *collective]), prec,
                    statistics.median(b) if (b := baselines.get(key)) else None,
                    {op: statistics.median(v) for op, v in others.get(key, {}).items()},
                    None if (sc := scopes.get(key)) is None else tuple(sorted(sc)),
@@ -367,8 +384,31 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                    {op: statistics.median(v) for op, v in unsteady.get(key, {}).items()},
                    retimed.get(key, (0, 0)),
                    statistics.median(f) if (f := files.get(key)) else None,
-                   disagreement(s))
+                   disagreement(s), replaced[key][1])
             for key, s in sorted(by_key.items()) for fw, t, dev, prec in [key]]
+
+
+def _timed_again(samples: Sequence[KernelSample], again: Sequence[RunResult],
+                 key: tuple[str, int, str, str], timed_when: dict[tuple, float],
+                 revision: int | None
+                 ) -> tuple[tuple[KernelSample, ...], dict[tuple[str, tuple[int, ...]], float]]:
+    """``samples`` with each shape that a run of ``RETIMED_RUN`` of ``key`` (of the
+    kernels' ``revision``) timed after ``timed_when`` replaced by that timing, the newest
+    last, and per shape replaced the median of the sample it replaced."""
+    by = {(s.op, s.shape, s.world): s for s in samples}
+    first: dict[tuple[str, tuple[int, ...]], float] = {}
+    for r in sorted(again, key=lambda r: r.finished_at or 0.0):
+        s = r.spec
+        if (s.framework, s.threads, s.device, s.precision) != key \
+                or not isinstance(r.outcome, KernelOutcome) \
+                or (revision is not None and s.options.revision < revision):
+            continue
+        for x in r.outcome.samples:
+            at = (x.op, x.shape, x.world)
+            if at in by and (r.finished_at or 0.0) > timed_when.get(at, 0.0):
+                first.setdefault((x.op, x.shape), by[at].median_s)
+                by[at] = x
+    return tuple(by.values()), first
 
 
 def without_network(stored: Stored, network: str) -> Stored:
@@ -418,6 +458,11 @@ def local_calibration(store: Store, *, device: str | None = "cpu",
         loaded = [without_network(s, hold_out) for s in loaded]
     complete = [s for s in loaded if all(s.samples.of_op(op) for op in REQUIRED_OPS)]
     memory = float(environment.machine().get("memory_bytes") or 0) / 1e9 or 1.0
+    # what a second timing did not explain of the shapes slower at more threads
+    slower = thread_consistency.unexplained(
+        {(s.framework, s.threads, s.device, s.precision): s.samples.items for s in complete},
+        {(s.framework, s.threads, s.device, s.precision): s.timed_again for s in complete},
+        environment.physical_cores())
     return MachineFits.of([(s.framework, s.threads, s.device, s.samples, s.precision)
                            for s in complete], memory, environment.physical_cores(),
                           baselines=_baselines(complete),
@@ -425,7 +470,10 @@ def local_calibration(store: Store, *, device: str | None = "cpu",
                               "other_cpu_share": dict(s.other_cpu_share), "scope": s.scope,
                               "speed_probe": dict(s.speed_probe), "timed_at": s.timed_at,
                               "revision": s.revision, "unsteady": dict(s.unsteady),
-                              "retimed": s.retimed, "run_speeds": dict(s.run_speeds)}
+                              "retimed": s.retimed, "run_speeds": dict(s.run_speeds),
+                              "slower_threads": slower.get(
+                                  (s.framework, s.threads, s.device, s.precision), {}),
+                              "threads_retimed": len(s.timed_again)}
                                     for s in complete},
                           workers=worker_runtimes(store))
 
