@@ -43,8 +43,8 @@ WORLDS = (2, 4)
 #: the network name of the collectives' kernel runs (the machine's ops, not a framework's)
 COLLECTIVE_RUN = "allreduce"
 #: the network name of a run that times again the shapes that took far longer at more
-#: threads than at fewer (``retime_specs``); each of its samples replaces the one it times
-#: again, not merged with it
+#: threads than at fewer (``kinds.calibrate.retime``); each of its samples replaces the one
+#: it times again, not merged with it (``load``)
 RETIMED_RUN = "retimed"
 #: the frameworks calibrated by default: those with kernels, when installed
 FRAMEWORKS = ("torch", "tensorflow", "jax")
@@ -306,7 +306,9 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
     and its repetitions, of the newest revision, merged (``merge``: the whole grid's and
     the scoped runs' samples of a shape both count), rows of other library versions left
     out (unless ``any_version``: another machine's calibration read for its curves). The
-    all-reduce samples (keyed by process count) are added to every entry."""
+    all-reduce samples (keyed by process count) are added to every entry. A shape that a
+    run of ``RETIMED_RUN`` timed again after the runs that timed it takes that timing
+    (``Stored.timed_again`` keeps the time it replaced)."""
     packages = environment.packages()
     rows = [r for r in store.results(kind="kernel", status="ok", device=device,
                                      machine_id=machine_id or environment.machine_id())
