@@ -328,6 +328,20 @@ def test_a_catalogue_gpus_largest_batch_is_also_given_with_the_measured_gpu_erro
     assert cpu.memory_margin is None and cpu.max_batch_with_margin is None and cpu.max_batch
 
 
+def test_a_largest_batch_past_the_search_says_or_more(capsys):
+    """A tiny network fits more samples than dlperf tries: its largest batch is the
+    search's limit, said as 'or more', not as the answer; a larger one is exact."""
+    from dlperf.cli import main
+
+    tiny = predict("fcn5", size="tiny", device="a100-40gb", batch_size=8)
+    assert tiny.max_batch == memory.BATCH_SEARCH_LIMIT and tiny.max_batch_or_more
+    assert main(["predict", "-n", "fcn5", "--size", "tiny", "-d", "a100-40gb", "-b", "8"]) == 0
+    assert (f"largest batch that fits: {memory.BATCH_SEARCH_LIMIT} or more (the largest "
+            "batch dlperf tries)") in capsys.readouterr().out
+    full = predict("resnet50", device="a100-40gb", batch_size=64)
+    assert full.max_batch < memory.BATCH_SEARCH_LIMIT and not full.max_batch_or_more
+
+
 def test_data_parallel_memory_is_per_device_at_its_share_of_the_batch():
     one = predict("alexnet", device="a100-40gb", batch_size=64)
     four = predict("alexnet", device="a100-40gb", batch_size=256, strategy="sync", devices=4)

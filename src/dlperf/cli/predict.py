@@ -138,8 +138,9 @@ def memory_line(p) -> str:
     parts = ", ".join(f"{name} {units.nbytes(v)}" for name, v in m.model_dump().items()
                       if name != "total" and v)
     fits = ("fits" if p.fits else "does NOT fit") + f" in {_memory_of(p.device)}"
-    top = f"; largest batch that fits: {p.max_batch}" if p.max_batch else ""
-    if p.max_batch and p.memory_margin:
+    more = " or more (the largest batch dlperf tries)" if p.max_batch_or_more else ""
+    top = f"; largest batch that fits: {p.max_batch}{more}" if p.max_batch else ""
+    if p.max_batch and p.memory_margin and not p.max_batch_or_more:
         spare = p.max_batch_with_margin or "none"
         top += (f" by the model, {spare} leaving {units.percent(p.memory_margin.error)} for "
                 f"its error: {p.memory_margin.basis}")

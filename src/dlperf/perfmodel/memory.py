@@ -471,10 +471,15 @@ def with_parameter_server(m: MemoryBreakdown, layers: Sequence[Layer], pushers: 
         "transient": m.transient + flat * pushers})
 
 
+#: the largest batch ``largest_batch`` tries: a network that fits that many fits more
+BATCH_SEARCH_LIMIT = 1 << 24
+
+
 def largest_batch(total: Callable[[int], float], capacity: float,
-                  limit: int = 1 << 24) -> int | None:
+                  limit: int = BATCH_SEARCH_LIMIT) -> int | None:
     """The largest batch whose ``total(batch)`` bytes fit in ``capacity`` (``total``
-    grows with the batch), or None when not even one sample fits."""
+    grows with the batch), or None when not even one sample fits; ``limit`` where that
+    many fit."""
     if total(1) > capacity:
         return None
     lo, hi = 1, 2

@@ -24,6 +24,7 @@ from dlperf.perfmodel.costs import WEIGHT_BYTES, layer_costs
 from dlperf.perfmodel.efficiency import Efficiencies
 from dlperf.perfmodel.fit import nearest_world
 from dlperf.perfmodel.memory import (
+    BATCH_SEARCH_LIMIT,
     MemoryBreakdown,
     accumulated,
     largest_batch,
@@ -412,7 +413,8 @@ class _Context:
                               "and cuDNN's workspace are not counted (dlperf validate "
                               "--published: its error on a lent GPU)")
         return dict(memory=mem, memory_bytes=mem.total, fits=mem.total <= capacity,
-                    max_batch=top * scale if top else None, memory_margin=self.margin,
+                    max_batch=top * scale if top else None,
+                    max_batch_or_more=top == BATCH_SEARCH_LIMIT, memory_margin=self.margin,
                     max_batch_with_margin=spare * scale if spare else None)
 
     def utilisation(self, flops_per_step: float, time_s: float) -> dict[str, Any]:

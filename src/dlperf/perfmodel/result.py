@@ -94,6 +94,8 @@ class Prediction(BaseModel):
     #: whether ``memory`` fits the device's memory, and the largest global batch that does
     fits: bool
     max_batch: int | None = None
+    #: whether ``max_batch`` is the largest the search tried: that many or more fit
+    max_batch_or_more: bool = False
     #: the memory model's validated error, where the caller knows it, and the largest
     #: global batch whose peak grown by it still fits (what ``dlperf advise`` advises)
     memory_margin: MemoryMargin | None = None
