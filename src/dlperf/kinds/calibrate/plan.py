@@ -252,6 +252,11 @@ class Stored:
     #: the median time of the sample its timing replaced
     timed_again: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)
 
+    @property
+    def key(self) -> tuple[str, int, str, str]:
+        """(framework, threads, device, precision): what ``MachineFits`` keys it by."""
+        return (self.framework, self.threads, self.device, self.precision)
+
 
 def _current(r: RunResult, packages: dict[str, str | None]) -> bool:
     """A kernel row counts while its framework's versions are the installed ones."""
@@ -462,19 +467,17 @@ def local_calibration(store: Store, *, device: str | None = "cpu",
     memory = float(environment.machine().get("memory_bytes") or 0) / 1e9 or 1.0
     # what a second timing did not explain of the shapes slower at more threads
     slower = thread_consistency.unexplained(
-        {(s.framework, s.threads, s.device, s.precision): s.samples.items for s in complete},
-        {(s.framework, s.threads, s.device, s.precision): s.timed_again for s in complete},
+        {s.key: s.samples.items for s in complete}, {s.key: s.timed_again for s in complete},
         environment.physical_cores())
     return MachineFits.of([(s.framework, s.threads, s.device, s.samples, s.precision)
                            for s in complete], memory, environment.physical_cores(),
                           baselines=_baselines(complete),
-                          measured={(s.framework, s.threads, s.device, s.precision): {
+                          measured={s.key: {
                               "other_cpu_share": dict(s.other_cpu_share), "scope": s.scope,
                               "speed_probe": dict(s.speed_probe), "timed_at": s.timed_at,
                               "revision": s.revision, "unsteady": dict(s.unsteady),
                               "retimed": s.retimed, "run_speeds": dict(s.run_speeds),
-                              "slower_threads": slower.get(
-                                  (s.framework, s.threads, s.device, s.precision), {}),
+                              "slower_threads": slower.get(s.key, {}),
                               "threads_retimed": len(s.timed_again)}
                                     for s in complete},
                           workers=worker_runtimes(store))

@@ -26,7 +26,7 @@ def specs(store: Store, frameworks: Sequence[str], device: str = "cpu",
     again = {(s.framework, s.threads): s.timed_again for s in stored
              if s.precision == precision}
     slower = slower_by_configuration(
-        {(s.framework, s.threads, s.device, s.precision): s.samples.items for s in stored
+        {s.key: s.samples.items for s in stored
          if s.framework in frameworks and s.precision == precision},
         environment.physical_cores())
     packages = environment.packages()
