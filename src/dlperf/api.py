@@ -234,15 +234,17 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
     from dlperf.kinds.calibrate import retime
 
     chosen = list(frameworks or calibration.default_frameworks())
-    todo = calibration.specs(chosen, list(threads or calibration.default_threads(device)),
-                             device=device, fine=fine, allreduce=allreduce, repeat=repeat,
-                             precision=precision, scope=scope, skeleton=skeleton)
+    counts = list(threads or calibration.default_threads(device))
+    todo = calibration.specs(chosen, counts, device=device, fine=fine, allreduce=allreduce,
+                             repeat=repeat, precision=precision, scope=scope,
+                             skeleton=skeleton)
     run_specs(todo, db=db, force=force, retry_failed=True, timeout_s=timeout_s,
               listener=listener, slurm=slurm)
     # a shape far slower at more threads than at fewer, timed again once
-    # (``perfmodel.thread_consistency``): what stays so is said with the quality
+    # (``perfmodel.thread_consistency``): what stays so is said with the quality; the ops
+    # that runs at these thread counts timed at other speeds, timed again in one run each
     with Store(db) as store:
-        again = retime.specs(store, chosen, device, precision)
+        again = retime.specs(store, chosen, device, precision, threads=counts)
     if again:
         run_specs(again, db=db, force=True, timeout_s=timeout_s, listener=listener,
                   slurm=slurm)

@@ -208,7 +208,8 @@ def quality_line(fits) -> str:
     if worst is not None:
         worst = worst.model_copy(update={"retimed": tuple(
             sum(f.retimed[i] for f in fits) for i in (0, 1)),
-            "threads_retimed": sum(f.threads_retimed for f in fits)})
+            "threads_retimed": sum(f.threads_retimed for f in fits),
+            "runs_retimed": sum(f.runs_retimed for f in fits)})
     return ("calibration quality: " + (worst.quality() if worst else "nothing calibrated")
             + speed)
 

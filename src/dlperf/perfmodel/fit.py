@@ -548,6 +548,9 @@ class LocalFit(_Frozen):
     #: shapes timed again for taking far longer than at fewer threads (whether or not the
     #: second timing reproduced the first)
     threads_retimed: int = 0
+    #: shapes timed again in one run, every shape of an op its kernel runs had timed at
+    #: other speeds (``run_speeds`` before it; ``kinds.calibrate.retime``)
+    runs_retimed: int = 0
 
     def covers(self, network: str, batch: int) -> bool:
         """Whether its kernels were timed at the shapes of ``network`` at ``batch`` (or
@@ -647,6 +650,9 @@ class LocalFit(_Frozen):
             n = self.threads_retimed
             timed_again += (f"; {n} shape{'s' if n != 1 else ''} timed again for taking far "
                             f"longer than at fewer threads" if n else "")
+            n = self.runs_retimed
+            timed_again += (f"; {n} shape{'s' if n != 1 else ''} timed again in one run, its "
+                            f"kernel runs having timed their ops at other speeds" if n else "")
             return (f"undisturbed (other processes took at most {others:.0%} of the CPUs "
                     f"while it was timed{timed_again})")
         unsteady = (f"UNSTEADY: the machine's own speed moved while these kernels were timed "

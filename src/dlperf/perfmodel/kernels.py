@@ -190,6 +190,10 @@ class KernelOptions(BaseModel):
     #: (``kinds.peak``), stored as peak runs of their own: the framework is loaded and the
     #: CPUs held already, where a peak worker of its own costs a framework start
     peaks: bool = False
+    #: a run that times again every shape of its ops that a calibration's runs timed at
+    #: other speeds (``kinds.calibrate.retime``), rather than the shapes slower at more
+    #: threads than at fewer
+    together: bool = False
     #: what the worker measures besides its configuration: not part of the run's identity
     #: (``RunSpec.identity``), so that a calibration stored without it is not run again
     BESIDE: ClassVar[frozenset[str]] = frozenset({"peaks"})
@@ -197,12 +201,14 @@ class KernelOptions(BaseModel):
     def label(self, framework: str, device: str, threads: int, again: bool = False) -> str:
         """'kernels torch cpu x1 (gemm, conv, ...)', 'allreduce torch cpu 4 processes';
         ``again``: a run that times shapes again ('kernels torch cpu x2 timed again
-        (memory 1 shape)')."""
+        (memory 1 shape)', 'kernels torch cpu x2 timed again where its runs disagreed
+        (gemm 56 shapes)')."""
         ops = [p.op for p in self.parts]
         if ops[0] == "allreduce":
             return f"allreduce {framework} {device} {self.world} processes"
         if again:
-            return (f"kernels {framework} {device} x{threads} timed again ("
+            why = " where its runs disagreed" if self.together else ""
+            return (f"kernels {framework} {device} x{threads} timed again{why} ("
                     + ", ".join(f"{p.op} {len(p.shapes)} shape{'s' if len(p.shapes) != 1 else ''}"
                                 for p in self.parts) + ")")
         scope = f" for {', '.join(self.scope)}" if self.scope else ""

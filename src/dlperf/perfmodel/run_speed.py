@@ -11,8 +11,10 @@ times the grid's (its memory passes at 0.80) while its speed probe moved 13%; th
 it alone timed, a pipeline's micro-batches, then predicted the 4-stage pipelines 19-20%
 too slow, and the same day's next calibration, whose runs agreed, 4-14% off. Taking each
 run to one speed by the shared shapes was tried and not kept (docs/prediction.md): which
-of two runs is the disturbed one, the shapes do not say. So the disagreement is reported
-with the calibration's quality, and its predictions say so. Framework-free.
+of two runs is the disturbed one, the shapes do not say. So every shape of an op they
+disagree on is timed again in one run (``kinds.calibrate.retime``), whose timings replace
+both; a disagreement left is reported with the calibration's quality, and its
+predictions say so. Framework-free.
 """
 
 from __future__ import annotations

@@ -43,8 +43,9 @@ WORLDS = (2, 4)
 #: the network name of the collectives' kernel runs (the machine's ops, not a framework's)
 COLLECTIVE_RUN = "allreduce"
 #: the network name of a run that times again the shapes that took far longer at more
-#: threads than at fewer (``kinds.calibrate.retime``); each of its samples replaces the one
-#: it times again, not merged with it (``load``)
+#: threads than at fewer, or every shape of an op its runs timed at other speeds
+#: (``kinds.calibrate.retime``); each of its samples replaces the one it times again, not
+#: merged with it (``load``)
 RETIMED_RUN = "retimed"
 #: the frameworks calibrated by default: those with kernels, when installed
 FRAMEWORKS = ("torch", "tensorflow", "jax")
@@ -246,11 +247,15 @@ class Stored:
     baseline_file_bytes: float | None = None
     #: per op, how much slower (above 1) or faster another of its runs timed the shapes
     #: it shares with the run of the most shapes, where they disagree
-    #: (``perfmodel.run_speed``)
+    #: (``perfmodel.run_speed``), a shape timed again after a run (``RETIMED_RUN``) taking
+    #: that timing in it
     run_speeds: dict[str, float] = field(default_factory=dict)
     #: the shapes a run of ``RETIMED_RUN`` timed again after their runs, (op, shape) ->
     #: the median time of the sample its timing replaced
     timed_again: dict[tuple[str, tuple[int, ...]], float] = field(default_factory=dict)
+    #: of those, the shapes timed again because its runs disagreed on their op
+    #: (``KernelOptions.together``)
+    timed_together: frozenset[tuple[str, tuple[int, ...]]] = frozenset()
 
     @property
     def key(self) -> tuple[str, int, str, str]:
@@ -330,6 +335,8 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
             if s.network == "kernels":
                 revision[key] = max(revision.get(key, 0), s.options.revision)
     by_key: dict[tuple[str, int, str, str], list[tuple[KernelSample, ...]]] = {}
+    # when each run (with its repetitions) of by_key's finished, in by_key's order
+    run_ends: dict[tuple[str, int, str, str], list[float]] = {}
     scopes: dict[tuple[str, int, str, str], set[str] | None] = {}
     timed_at: dict[tuple[str, int, str, str], set[str]] = {}
     baselines: dict[tuple[str, int, str, str], list[int]] = {}
@@ -358,6 +365,7 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
         local = tuple(s for s in samples if s.op not in MACHINE_OPS)
         if local:
             by_key.setdefault(key, []).append(local)
+            run_ends.setdefault(key, []).append(max(x.finished_at or 0.0 for x in runs))
         baselines.setdefault(key, []).extend(
             b for x in runs if (b := x.outcome.baseline_rss_bytes))  # type: ignore[union-attr]
         files.setdefault(key, []).extend(
@@ -381,6 +389,11 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                 probes.setdefault(key, []).append(x.outcome.speed_probe)  # type: ignore[union-attr]
     replaced = {key: _timed_again(merge(s), timed_again, key, timed_when.get(key, {}),
                                   revision.get(key)) for key, s in by_key.items()}
+    # the runs set against each other as each stands now: a shape a later run of
+    # RETIMED_RUN timed again takes that timing in every run it replaces
+    apart = {key: disagreement([
+        _timed_again(run, timed_again, key, dict.fromkeys(_at(run), end), revision.get(key))[0]
+        for run, end in zip(s, run_ends[key], strict=True)]) for key, s in by_key.items()}
     return [Stored(fw, t, dev, Samples.of([*replaced[key][0], *collective]), prec,
                    statistics.median(b) if (b := baselines.get(key)) else None,
                    {op: statistics.median(v) for op, v in others.get(key, {}).items()},
@@ -391,19 +404,26 @@ def load(store: Store, *, device: str | None = "cpu", machine_id: str | None = N
                    {op: statistics.median(v) for op, v in unsteady.get(key, {}).items()},
                    retimed.get(key, (0, 0)),
                    statistics.median(f) if (f := files.get(key)) else None,
-                   disagreement(s), replaced[key][1])
-            for key, s in sorted(by_key.items()) for fw, t, dev, prec in [key]]
+                   apart[key], replaced[key][1], replaced[key][2])
+            for key in sorted(by_key) for fw, t, dev, prec in [key]]
+
+
+def _at(samples: Sequence[KernelSample]) -> list[tuple]:
+    return [(x.op, x.shape, x.world) for x in samples]
 
 
 def _timed_again(samples: Sequence[KernelSample], again: Sequence[RunResult],
                  key: tuple[str, int, str, str], timed_when: dict[tuple, float],
                  revision: int | None
-                 ) -> tuple[tuple[KernelSample, ...], dict[tuple[str, tuple[int, ...]], float]]:
+                 ) -> tuple[tuple[KernelSample, ...], dict[tuple[str, tuple[int, ...]], float],
+                            frozenset[tuple[str, tuple[int, ...]]]]:
     """``samples`` with each shape that a run of ``RETIMED_RUN`` of ``key`` (of the
     kernels' ``revision``) timed after ``timed_when`` replaced by that timing, the newest
-    last, and per shape replaced the median of the sample it replaced."""
+    last; per shape replaced the median of the sample it replaced; the shapes replaced by a
+    run that timed its ops again where the runs disagreed (``KernelOptions.together``)."""
     by = {(s.op, s.shape, s.world): s for s in samples}
     first: dict[tuple[str, tuple[int, ...]], float] = {}
+    together: set[tuple[str, tuple[int, ...]]] = set()
     for r in sorted(again, key=lambda r: r.finished_at or 0.0):
         s = r.spec
         if (s.framework, s.threads, s.device, s.precision) != key \
@@ -415,7 +435,9 @@ def _timed_again(samples: Sequence[KernelSample], again: Sequence[RunResult],
             if at in by and (r.finished_at or 0.0) > timed_when.get(at, 0.0):
                 first.setdefault((x.op, x.shape), by[at].median_s)
                 by[at] = x
-    return tuple(by.values()), first
+                if s.options.together:
+                    together.add((x.op, x.shape))
+    return tuple(by.values()), first, frozenset(together)
 
 
 def without_network(stored: Stored, network: str) -> Stored:
@@ -478,7 +500,8 @@ def local_calibration(store: Store, *, device: str | None = "cpu",
                               "revision": s.revision, "unsteady": dict(s.unsteady),
                               "retimed": s.retimed, "run_speeds": dict(s.run_speeds),
                               "slower_threads": slower.get(s.key, {}),
-                              "threads_retimed": len(s.timed_again)}
+                              "threads_retimed": len(s.timed_again.keys() - s.timed_together),
+                              "runs_retimed": len(s.timed_together)}
                                     for s in complete},
                           workers=worker_runtimes(store))
 
