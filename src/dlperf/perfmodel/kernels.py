@@ -280,6 +280,12 @@ class KernelOutcome(BaseModel):
     #: of their own at the run's world (``backends.torch_rpc_runtime``; None: not measured)
     rpc_runtime_bytes: int | None = None
     ddp_rpc_runtime_bytes: int | None = None
+    #: those runtimes (``<name>_runtime_bytes``, as ``WorkerRuntime`` names them
+    #: ``<name>_bytes``), each with the name the memory model reads it by and whether it
+    #: was measured at the run's world ('rpc@4': ``machine_fits.at_world``)
+    RUNTIMES: ClassVar[dict[str, tuple[str, bool]]] = {
+        "gloo": ("gloo", False), "backward": ("backward", False), "ddp": ("ddp", False),
+        "rpc": ("rpc", True), "ddp_rpc": ("ddp+rpc", True)}
     #: the machine's speed as its kernels ran: the probes before, between (``Spread``)
     #: and after them, part by part their median (``core.speed_probe``, seconds per part;
     #: empty: not a CPU run, or a calibration of an older dlperf; an older one's probed

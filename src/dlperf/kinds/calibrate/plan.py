@@ -554,12 +554,10 @@ def worker_runtimes(store: Store) -> dict[tuple[str, str, str], float]:
                     key=lambda r: r.finished_at or 0):
         o = r.outcome
         world = getattr(r.spec.options, "world", 2)
-        for what, field_name in (("gloo", "gloo_runtime_bytes"), ("ddp", "ddp_runtime_bytes"),
-                                 ("backward", "backward_runtime_bytes"),
-                                 (at_world("rpc", world), "rpc_runtime_bytes"),
-                                 (at_world("ddp+rpc", world), "ddp_rpc_runtime_bytes")):
-            if (got := getattr(o, field_name, None)) is not None:
-                out[(r.spec.framework, r.spec.device, what)] = float(got)
+        for name, (what, per_world) in KernelOutcome.RUNTIMES.items():
+            if (got := getattr(o, f"{name}_runtime_bytes", None)) is not None:
+                key = at_world(what, world) if per_world else what
+                out[(r.spec.framework, r.spec.device, key)] = float(got)
     return out
 
 

@@ -168,18 +168,12 @@ def _alike(a: Timing, b: Timing) -> bool:
     return abs(a.cpu_util - b.cpu_util) <= ALIKE and abs(ta - tb) <= ALIKE * min(ta, tb)
 
 
-#: each parallel worker's runtime the collectives' processes measure, as
-#: ``WorkerRuntime`` names it (``<name>_bytes``) and ``KernelOutcome`` stores it
-#: (``<name>_runtime_bytes``)
-WORKER_RUNTIMES = ("gloo", "backward", "ddp", "rpc", "ddp_rpc")
-
-
 def _runtime_fields(runtimes: list[WorkerRuntime]) -> dict[str, int | None]:
     """``KernelOutcome``'s runtime fields: each the largest its processes measured (None
     where none did)."""
     return {f"{name}_runtime_bytes": max((b for r in runtimes
                                           if (b := getattr(r, f"{name}_bytes"))), default=None)
-            for name in WORKER_RUNTIMES}
+            for name in KernelOutcome.RUNTIMES}
 
 
 def _collectives(o: KernelOptions, parts: list[KernelPart], backend: Backend,
