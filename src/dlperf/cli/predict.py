@@ -205,12 +205,15 @@ def _add_shapes(a: argparse.Namespace) -> None:
     pipeline's micro-batch), so that its step is predicted from its own kernels; a
     pipeline's micro-batch of a few samples is added to a whole-grid calibration too,
     whose curve misses such shapes by up to a fifth (``LocalFit.timed_exactly``; they
-    enter it as residuals near their own shapes: ``perfmodel.fit.grid_anchor``). Only
-    for the network as defined (its shapes are the default size's)."""
+    enter it as residuals near their own shapes: ``perfmodel.fit.grid_anchor``), and so
+    are a convolution network's layers where the grid's curves miss them
+    (``fit.grid_misses_convolutions``). Only for the network as defined (its shapes are
+    the default size's)."""
     import sys
 
     from dlperf import api, workloads
     from dlperf.cli.progress import ProgressListener
+    from dlperf.perfmodel.fit import grid_misses_convolutions
     from dlperf.perfmodel.predict import process_batch
 
     if a.size or a.param:
@@ -219,12 +222,17 @@ def _add_shapes(a: argparse.Namespace) -> None:
                           a.strategy, a.devices, a.micro_batches)
     if batch is None:  # a configuration the model refuses, with its reason
         return
-    fit = api.lacking_shapes(a.network, batch, framework=a.framework or "torch",
-                             threads=a.threads or 1, device=a.device, precision=a.precision,
-                             db=a.db, exact=a.strategy == "pipeline")
+    framework, threads = a.framework or "torch", a.threads or 1
+    convolutions = (grid_misses_convolutions(framework, a.device, threads)
+                    and any(x.op == "conv" for x in workloads.get(a.network).layers()))
+    fit = api.lacking_shapes(a.network, batch, framework=framework, threads=threads,
+                             device=a.device, precision=a.precision, db=a.db,
+                             exact=a.strategy == "pipeline" or convolutions)
     if fit is None:
         return
     timed = (f"timed for {', '.join(fit.scope)}" if fit.scope else
+             f"the whole grid, whose curves miss {framework}'s convolutions at {threads} "
+             "threads" if convolutions else
              "the whole grid, no product at a pipeline's micro-batch")
     print(f"adding {a.network}@{batch}'s kernel shapes to the calibration of {fit.label} "
           f"({timed})", file=sys.stderr)

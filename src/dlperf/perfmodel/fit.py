@@ -263,6 +263,17 @@ class ConvCurve(_Frozen):
         return max(t, 2 * m * n * k / self.peak) if self.peak else t
 
 
+def grid_misses_convolutions(framework: str, device: str, threads: int) -> bool:
+    """Whether a whole grid's convolution curves miss a network's own layers at
+    ``threads``, so that its shapes must be timed themselves: JAX's on a CPU past one
+    thread. Its convolutions run as YNNPACK fusions that give each thread whole tiles of 64
+    channels (2026-12-01, jax 0.10.2 on a 2-vCPU AMD EPYC, docs/prediction.md): at two
+    threads most of the grid's shapes (64 output channels or fewer, and pointwise ones) ran
+    on one thread, AlexNet's on two, and the grid put AlexNet at two threads 71-75% too
+    slow; its own shapes timed, within 13%."""
+    return framework == "jax" and device == "cpu" and threads > 1
+
+
 def conv_traffic(m: float, n: float, k: float, window: int, stride: int = 1,
                  elem: int = 4) -> float:
     """Bytes of one pass over a convolution's input, weights and output (``elem`` bytes an

@@ -1,0 +1,39 @@
+"""Where a whole grid's convolution curves miss a network's own layers (JAX's on a CPU past
+one thread: YNNPACK gives each thread whole tiles of 64 channels), ``dlperf predict``
+times the network's shapes first, as it does a pipeline's micro-batches."""
+
+from __future__ import annotations
+
+import argparse
+
+from dlperf import api
+from dlperf.cli import predict
+from dlperf.core.store import Store
+from dlperf.perfmodel.fit import grid_misses_convolutions
+from tests import calibration_fixtures as made_up
+
+
+def _asked(db, monkeypatch, network: str, framework: str, threads: int) -> list:
+    """The scopes ``dlperf predict`` of ``network`` adds to a whole-grid calibration."""
+    calls = []
+    monkeypatch.setattr(api, "calibrate", lambda *a, **kw: calls.append(kw["scope"]))
+    predict._add_shapes(argparse.Namespace(
+        network=network, framework=framework, threads=threads, device="cpu",
+        precision="fp32", db=db, size=None, param=None, batch_size=None,
+        strategy="single", devices=1, micro_batches=None))
+    return calls
+
+
+def test_a_jax_convolution_network_past_one_thread_is_timed_at_its_own_shapes(
+        db, monkeypatch, capsys):
+    with Store(db) as store:
+        for fw in ("jax", "torch"):
+            made_up.calibrated(store, frameworks=(fw,), threads=(1, 2), allreduce=False)
+    assert _asked(db, monkeypatch, "alexnet", "jax", 2) == [[("alexnet", 16)]]
+    assert "whose curves miss jax's convolutions at 2 threads" in capsys.readouterr().err
+    # one thread, another framework, a network without convolutions: the grid stands
+    assert _asked(db, monkeypatch, "alexnet", "jax", 1) == []
+    assert _asked(db, monkeypatch, "alexnet", "torch", 2) == []
+    assert _asked(db, monkeypatch, "fcn5", "jax", 2) == []
+    assert grid_misses_convolutions("jax", "cpu", 2)
+    assert not grid_misses_convolutions("jax", "gpu", 2)
