@@ -270,7 +270,7 @@ def grid_misses_convolutions(framework: str, device: str, threads: int) -> bool:
     channels (2026-12-01, jax 0.10.2 on a 2-vCPU AMD EPYC, docs/prediction.md): at two
     threads most of the grid's shapes (64 output channels or fewer, and pointwise ones) ran
     on one thread, AlexNet's on two, and the grid put AlexNet at two threads 71-75% too
-    slow; its own shapes timed, within 13%."""
+    slow; with its own shapes timed, the main job's read +13%."""
     return framework == "jax" and device == "cpu" and threads > 1
 
 

@@ -6,8 +6,8 @@
 - every shape of an op that the calibration's runs timed at other speeds
   (``perfmodel.run_speed``: the grid's run and a run scoped to a network, minutes or days
   apart), in one run, so that the op's curve stands on one machine's speed. Which of the
-  two runs was off, their shared shapes do not say; a third timing of them all does not
-  need to: every shape of the op then comes from one run, the newest, and the runs agree.
+  two runs was off, their shared shapes do not say, and need not: timed again in one
+  run, every shape of the op comes from the newest timing, and the runs agree.
 """
 
 from __future__ import annotations
