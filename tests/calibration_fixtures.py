@@ -32,6 +32,8 @@ NT_SLOWER = 4 / 3
 SHARE_STEP_S, SHARE_COST = 8e-3, 1.25  # two processes on one core: x1.25 beyond sharing
 SHARE_LONG_S = 12 * SHARE_STEP_S
 SEQ_SLOWER = 3.0
+#: a first layer's weight gradient alone (conv_wgrad), against the pair (conv_bwd)
+WGRAD_SHARE = 0.25
 
 
 def alpha_beta(world: int) -> tuple[float, float]:
@@ -72,6 +74,8 @@ def true_s(op: str, shape: tuple[int, ...], world: int = 1, elem: int = ELEM) ->
     if op == "gemm_tn_seq":  # over a sequence: time x batch contracted, slower still
         m, n, t, b = shape
         return CALL_S + SEQ_SLOWER * gemm_s(m, n, t * b)
+    if op == "conv_wgrad":  # a share of the pair, less the call
+        return CALL_S + WGRAD_SHARE * (true_s("conv_bwd", shape, world, elem) - CALL_S)
     if op in ("conv", "conv_bwd"):  # saturating in M and in the output and input channels
         m, n, k = conv_gemm(shape)
         rate = CONV_RATE if op == "conv" else CONV_BWD_RATE

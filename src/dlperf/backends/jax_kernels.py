@@ -10,7 +10,14 @@ import optax
 
 from dlperf.backends.base import Timed, UnsupportedError
 from dlperf.backends.operands import uniform
-from dlperf.perfmodel.kernels import DISPATCH_SIDE, POOL_STRIDE, POOL_WINDOW, conv_out, flops
+from dlperf.perfmodel.kernels import (
+    CONVS,
+    DISPATCH_SIDE,
+    POOL_STRIDE,
+    POOL_WINDOW,
+    conv_out,
+    flops,
+)
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -57,7 +64,7 @@ class Kernel(Timed):
 
             def fn(a, g):
                 return jax.lax.dot_general(a, g, (((0,), (1,)), ((), ())), precision=HIGHEST)
-        elif op in ("conv", "conv_bwd"):
+        elif op in CONVS:
             batch, c_in, c_out, side, window, stride = shape
             p = window // 2
 
@@ -69,12 +76,16 @@ class Kernel(Timed):
             x, w = operand(batch, side, side, c_in), operand(window, window, c_in, c_out)
             if op == "conv":
                 args, fn = (x, w), conv
-            else:  # both gradients; the forward's output is not needed and XLA drops it
-                y = jax.eval_shape(conv, x, w)
-                args = (x, w, operand(*y.shape))
+            else:  # the forward's output is not needed and XLA drops it
+                args = (x, w, operand(*jax.eval_shape(conv, x, w).shape))
+                if op == "conv_wgrad":  # a first layer's: the weights' gradient alone
 
-                def fn(x, w, g):
-                    return jax.vjp(conv, x, w)[1](g)
+                    def fn(x, w, g):
+                        return jax.vjp(lambda w: conv(x, w), w)[1](g)
+                else:  # both gradients
+
+                    def fn(x, w, g):
+                        return jax.vjp(conv, x, w)[1](g)
         elif op in ("memory", "update"):
             args = (operand(shape[0]),)
 

@@ -11,7 +11,14 @@ import tensorflow as tf
 
 from dlperf.backends import operands
 from dlperf.backends.base import Timed, UnsupportedError
-from dlperf.perfmodel.kernels import DISPATCH_SIDE, POOL_STRIDE, POOL_WINDOW, conv_out, flops
+from dlperf.perfmodel.kernels import (
+    CONVS,
+    DISPATCH_SIDE,
+    POOL_STRIDE,
+    POOL_WINDOW,
+    conv_out,
+    flops,
+)
 
 
 class Kernel(Timed):
@@ -55,7 +62,7 @@ class Kernel(Timed):
                 def fn(a, g):
                     return tf.linalg.matmul(tf.reshape(a, [-1, m]), tf.reshape(g, [-1, n]),
                                             transpose_a=True)
-            elif op in ("conv", "conv_bwd"):
+            elif op in CONVS:
                 # padded as the Keras models pad (keras_models._conv): 'SAME' where that
                 # is symmetric (stride 1, odd window), else the input padded beforehand
                 # and 'VALID'. Explicit padding would take TensorFlow's slower backward
@@ -73,18 +80,18 @@ class Kernel(Timed):
 
                     def fn(x, w):
                         return tf.nn.conv2d(x, w, stride, pad)
-                else:  # the two ops a Conv2D's gradient runs
+                else:  # a backward: the weights' gradient, and the input's but for a
+                    # first layer (its input, the data, has no gradient)
                     args = (x, w, operand(y.shape))
+                    strides = [1, stride, stride, 1]
 
                     def fn(x, w, g):
-                        strides = [1, stride, stride, 1]
-                        dx = tf.raw_ops.Conv2DBackpropInput(
+                        dx = () if op == "conv_wgrad" else (tf.raw_ops.Conv2DBackpropInput(
                             input_sizes=tf.shape(x), filter=w, out_backprop=g,
-                            strides=strides, padding=pad)
-                        dw = tf.raw_ops.Conv2DBackpropFilter(
+                            strides=strides, padding=pad),)
+                        return (*dx, tf.raw_ops.Conv2DBackpropFilter(
                             input=x, filter_sizes=tf.shape(w), out_backprop=g,
-                            strides=strides, padding=pad)
-                        return dx, dw
+                            strides=strides, padding=pad))
             elif op == "memory":
                 args = (operand(shape),)
 

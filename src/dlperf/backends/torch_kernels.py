@@ -26,6 +26,7 @@ from dlperf.backends.operands import BLOCK
 from dlperf.backends.torch_amp import autocast_context
 from dlperf.perfmodel.fit import sharing_cost
 from dlperf.perfmodel.kernels import (
+    CONVS,
     DISPATCH_SIDE,
     POOL_STRIDE,
     POOL_WINDOW,
@@ -129,7 +130,7 @@ class Kernel(Timed):
             m, n, t, b = shape
             self.a = operand(t, b, m).reshape(t * b, m).t()
             self.b = operand(t, b, n).reshape(t * b, n)
-        elif op in ("conv", "conv_bwd"):
+        elif op in CONVS:
             batch, c_in, c_out, side, window, stride = shape
             self.x, self.w = operand(batch, c_in, side, side), operand(c_out, c_in, window, window)
             self.stride, self.pad = (stride, stride), (window // 2, window // 2)
@@ -195,6 +196,10 @@ class Kernel(Timed):
             torch.ops.aten.convolution_backward(
                 self.g, self.x, self.w, None, self.stride, self.pad, (1, 1), False, (0, 0), 1,
                 (True, True, False))
+        elif op == "conv_wgrad":  # a first layer's: its input, the data, has no gradient
+            torch.ops.aten.convolution_backward(
+                self.g, self.x, self.w, None, self.stride, self.pad, (1, 1), False, (0, 0), 1,
+                (False, True, False))
         elif op == "memory":
             self.out = torch.mul(self.x, 2.0)
         elif op == "update":

@@ -258,6 +258,9 @@ def print_fit(f: LocalFit) -> None:
         out.print(f"  {name:11} {units.flops(c.rate, '/s')} asymptotic; half rate at "
                   f"{c.h[0]:.3g} output pixels, {c.h[1]:.3g} output and {c.h[2]:.3g} input "
                   f"channels; fit off by {_spread(c.residuals)}")
+    if (w := f.conv_wgrad) is not None:  # calibrations since revision 19
+        out.print(f"  first wgrad {w.scale:.2g} of the conv bwd curve (a first layer's weight "
+                  f"gradient alone); off by {_spread(w.residuals)}")
     for name, c in (("memory", m), ("loss", f.xent), ("batch norm", f.bn)):
         if c is not None:  # the loss and batch norm: calibrations since revision 7 and 8
             small, big = c.nbytes[0], c.nbytes[-1]

@@ -54,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dlperf.core.disturbance import DISTURBED
 from dlperf.perfmodel import steadiness
 from dlperf.perfmodel.kernels import (
+    CONVS,
     PRODUCTS,
     REVISION,
     TRAIN_KERNELS,
@@ -261,6 +262,47 @@ class ConvCurve(_Frozen):
         t = self.curve(m, n, k, window, stride=stride) * math.exp(
             _smooth(pt, self.points, self.residuals))
         return max(t, 2 * m * n * k / self.peak) if self.peak else t
+
+
+class WeightGradCurve(_Frozen):
+    """A first layer's backward, its weights' gradient alone (``kernels``' conv_wgrad: the
+    data has no gradient): the pair's curve (``LocalFit.conv_bwd``, both gradients) times
+    ``scale``, the median of its samples' ratios to that curve, and their residuals near
+    their own shapes (``_smooth``). Its grid is the few three-channel layers of the
+    convolutions' (``kernels.FIRST_CONV_LAYERS``), too few to fit a form of their own;
+    the pair's form holds the window, stride and sizes, and the scale what the input's
+    gradient costs at three channels (most of the pair: PyTorch's AlexNet first layer at
+    batch 16 and one thread on this project's 2-vCPU AMD EPYC, 38 ms of 220)."""
+
+    scale: float
+    #: log2 (M, N, K, window, stride) of the samples, as ``ConvCurve.points``
+    points: tuple[tuple[float, ...], ...] = ()
+    residuals: tuple[float, ...] = ()
+
+    def time(self, pair: ConvCurve, m: float, n: float, k: float, window: int,
+             stride: int = 1) -> float:
+        """Seconds of the weights' gradient of the convolution whose implicit GEMM is
+        (m, n, k), from the pair's curve ``pair``."""
+        pt = (math.log2(m), math.log2(n), math.log2(k), math.log2(window), math.log2(stride))
+        return self.scale * pair.curve(m, n, k, window, stride=stride) * math.exp(
+            _smooth(pt, self.points, self.residuals))
+
+
+def fit_conv_wgrad(samples: Sequence[KernelSample], d: Dispatch, pair: ConvCurve,
+                   anchor: Sequence[bool] | None = None) -> WeightGradCurve | None:
+    """``WeightGradCurve`` from the samples (None without any), its scale on the
+    ``anchor`` samples (``grid_anchor``; None: all), its residuals on all."""
+    if not samples:
+        return None
+    ratios = np.log([net_time(s, d) / pair.curve(*conv_gemm(s.shape), s.shape[4],
+                                                  stride=s.shape[5]) for s in samples])
+    use = np.ones(len(ratios), bool) if anchor is None else np.asarray(anchor, bool)
+    log_scale = float(np.median(ratios[use] if use.any() else ratios))
+    return WeightGradCurve(
+        scale=math.exp(log_scale),
+        points=tuple((*(math.log2(v) for v in conv_gemm(s.shape)), math.log2(s.shape[4]),
+                      math.log2(s.shape[5])) for s in samples),
+        residuals=tuple(float(r - log_scale) for r in ratios))
 
 
 def grid_misses_convolutions(framework: str, device: str, threads: int) -> bool:
@@ -489,6 +531,9 @@ class LocalFit(_Frozen):
     gemm_tn_seq: GemmCurve | None = None
     conv: ConvCurve
     conv_bwd: ConvCurve
+    #: a first layer's weight gradient alone (None: calibrated before it was timed; half
+    #: the pair stands in, ``local.product_times``)
+    conv_wgrad: WeightGradCurve | None = None
     memory: MemoryCurve
     #: the in-place update (None: calibrated before it was timed; ``memory`` stands in)
     update: MemoryCurve | None = None
@@ -803,17 +848,20 @@ def mapped_afresh_s(framework: str, device: str, nbytes: float, byte_s: float) -
 
 def conv_results(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     """Elements of each result one calibration call of a convolution makes: forward its
-    output; backward its input's gradient and its weights'."""
+    output; backward its input's gradient and its weights' (a first layer's: the
+    weights' alone)."""
     batch, c_in, c_out, side, window, stride = shape
     if op == "conv":
         return (batch * c_out * conv_out(side, window, stride) ** 2,)
+    if op == "conv_wgrad":
+        return (window * window * c_in * c_out,)
     return batch * c_in * side * side, window * window * c_in * c_out
 
 
 def results(sample: KernelSample) -> tuple[int, ...]:
     """Elements of each result one call of a product (m x n) or a convolution
     (``conv_results``) makes."""
-    if sample.op in ("conv", "conv_bwd"):
+    if sample.op in CONVS:
         return conv_results(sample.op, sample.shape)
     return (sample.shape[0] * sample.shape[1],)
 
@@ -925,6 +973,7 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
     # the sequence's product on (m, n, time x batch), the GEMM curve's three sides
     seq = [s.model_copy(update={"shape": (s.shape[0], s.shape[1], s.shape[2] * s.shape[3])})
            for s in products("gemm_tn_seq")]
+    conv_bwd = fit_conv(products("conv_bwd"), d, traffic, elem, anchor("conv_bwd"))
     return LocalFit(framework=framework, threads=threads, device=device, precision=precision,
                     dispatch=d, gemm=gemm,
                     gemm_tn=fit_gemm(tn, d, anchor("gemm_tn")) if len(tn) >= 6 else None,
@@ -932,8 +981,9 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     gemm_tn_seq=(fit_gemm(seq, d, anchor("gemm_tn_seq")) if len(seq) >= 6
                                  else None),
                     conv=fit_conv(products("conv"), d, traffic, elem, anchor("conv")),
-                    conv_bwd=fit_conv(products("conv_bwd"), d, traffic, elem,
-                                      anchor("conv_bwd")),
+                    conv_bwd=conv_bwd,
+                    conv_wgrad=fit_conv_wgrad(products("conv_wgrad"), d, conv_bwd,
+                                              anchor("conv_wgrad")),
                     memory=memory,
                     update=update,
                     xent=fit_memory(xe, d) if (xe := samples.of_op("xent")) else None,

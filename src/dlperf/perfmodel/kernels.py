@@ -23,7 +23,11 @@ the whole list) and returns one ``KernelSample`` per shape. The ops:
   the output gradient laid out transposed, at another speed);
 - ``conv`` (batch, c_in, c_out, side, window, stride): a 2-D convolution, padding
   window // 2, forward only; ``conv_bwd`` the same layer's backward (input and weight
-  gradients from a given output gradient);
+  gradients from a given output gradient); ``conv_wgrad`` the weights' gradient alone,
+  which is all a step computes for its first layer, fed by data (no input gradient:
+  PyTorch's autograd, a TensorFlow tape and XLA all skip it); the input's gradient of a
+  three-channel window is most of the pair (PyTorch at one thread on this project's
+  2-vCPU AMD EPYC: AlexNet's first layer at batch 16, both 220 ms, the weights' 38 ms);
 - ``memory`` (elements,): y = 2 x into a fresh result, one read and one write per
   element: the bandwidth a memory-bound layer gets for a working set of that size (its
   result newly allocated, as a layer's is);
@@ -89,15 +93,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlperf.perfmodel.catalogue import PRECISIONS
 
-Op = Literal["gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq", "conv", "conv_bwd", "memory", "update",
-             "xent", "bn", "pool", "lstm", "dispatch", "dispatch_train", "allreduce",
+Op = Literal["gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq", "conv", "conv_bwd", "conv_wgrad",
+             "memory", "update", "xent", "bn", "pool", "lstm", "dispatch", "dispatch_train", "allreduce",
              "allgather", "reducescatter", "broadcast", "share"]
 OPS: tuple[str, ...] = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq", "conv", "conv_bwd",
-                        "memory", "update", "xent", "bn", "pool", "lstm", "dispatch",
+                        "conv_wgrad", "memory", "update", "xent", "bn", "pool", "lstm", "dispatch",
                         "dispatch_train", "allreduce", "allgather", "reducescatter",
                         "broadcast", "share")
 #: the matrix products among the ops
 PRODUCTS = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq")
+#: the convolutions among the ops, each on (batch, c_in, c_out, side, window, stride)
+CONVS = ("conv", "conv_bwd", "conv_wgrad")
 #: the collectives among processes the calibration times (gloo, on loopback)
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
 #: ops timed among processes, of the machine rather than of one framework's threads
@@ -125,8 +131,9 @@ ELEM = 4
 #: convolutions at the input side the network gives them (``network_kernels.conv_shape``);
 #: 16: the first layers' 7x7 and 11x11 windows also at 64 outputs (``CONV_LAYERS``);
 #: 17: pointwise convolutions over a 48-pixel map (``POINTWISE_LARGE_MAPS``); 18: the
-#: product with its second operand stored transposed (gemm_nt)
-REVISION = 18
+#: product with its second operand stored transposed (gemm_nt); 19: a first layer's weight
+#: gradient alone (conv_wgrad)
+REVISION = 19
 #: what a revision changed, in a user's words (``LocalFit.older_kernels``)
 REVISION_CHANGES = {
     13: "the max pool and its gradient timed",
@@ -139,6 +146,8 @@ REVISION_CHANGES = {
     18: "a dense layer's product that reads its weights transposed timed as such (the "
         "input gradient in TensorFlow and JAX, up to twice the plain product's time at a "
         "few rows)",
+    19: "a first layer's weight gradient timed alone, as a step runs it (no input "
+        "gradient), where the pair's half had stood in for it",
 }
 
 
@@ -320,7 +329,7 @@ def flops(op: str, shape: tuple[int, ...]) -> float:
     if op in PRODUCTS:
         m, n, *k = shape
         return 2.0 * m * n * math.prod(k)
-    if op in ("conv", "conv_bwd"):
+    if op in CONVS:
         m, n, k = conv_gemm(shape)
         return 2.0 * m * n * k * (2 if op == "conv_bwd" else 1)
     if op == "dispatch":
@@ -341,11 +350,12 @@ def nbytes(op: str, shape: tuple[int, ...], elem: int = ELEM) -> float:
         m, n, *ks = shape
         k = math.prod(ks)
         return float(elem * (m * k + k * n + m * n))
-    if op in ("conv", "conv_bwd"):
+    if op in CONVS:
         batch, c_in, c_out, side, window, _ = shape
         out = conv_out(side, window, shape[5])
         x, w, y = batch * c_in * side * side, window * window * c_in * c_out, batch * c_out * out * out
-        return float(elem * ((x + w + y) if op == "conv" else (2 * y + 2 * x + 2 * w)))
+        # the weights' gradient reads the input and the output's gradient, writes the weights'
+        return float(elem * ((x + w + y) if op != "conv_bwd" else (2 * y + 2 * x + 2 * w)))
     if op == "memory":
         return float(2 * elem * shape[0])
     if op == "update":
@@ -472,6 +482,9 @@ CONV_LAYERS = (
     (64, 64, 32, 5, 1), (256, 256, 8, 3, 1), (256, 512, 8, 1, 2), (512, 512, 4, 3, 1),
     *POINTWISE_LARGE_MAPS,
 )
+#: The layers of the grid a network's first layer is like (fed by an image's three
+#: channels): the shapes of ``conv_wgrad``, the weights' gradient of such a layer alone
+FIRST_CONV_LAYERS = tuple(x for x in CONV_LAYERS if x[0] == 3)
 CONV_FLOPS = 4e8
 CONV_SMALL_FLOPS = 4e6
 #: Every layer is timed again at a training batch's size: the batch that gives its output
@@ -589,6 +602,8 @@ def grid(op: str, fine: bool = False, device: str = "cpu") -> list[tuple[int, ..
         return [(e // c, c) for e in elems for c in XENT_CLASSES if c <= e]
     if op in ("conv", "conv_bwd"):
         return conv_grid(fine, scale)
+    if op == "conv_wgrad":
+        return conv_grid(fine, scale, FIRST_CONV_LAYERS)
     if op in ("memory", "update"):
         return [(n,) for n in (tuple(2**e for e in range(10, 28)) if fine else MEMORY_ELEMS)]
     if op in ("dispatch", "dispatch_train"):

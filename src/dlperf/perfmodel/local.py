@@ -131,10 +131,9 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
             # result's new pages beside the curve (``fit.without_new_pages``)
             fwd += calls * max(fit.conv.time(rows, g.n, g.k, g.window, g.stride)
                                + new_pages_s(fit, rows * g.n), _fresh(fit, rows * g.n))
-            share = (1.0 if layer.input_grad else 0.0) + (1.0 if layer.params else 0.0)
             d_input = rows * g.stride**2 * g.k / g.window**2 if layer.input_grad else 0.0
             d_weights = g.n * g.k if layer.params else 0.0
-            bwd += calls * max(fit.conv_bwd.time(rows, g.n, g.k, g.window, g.stride) * share / 2
+            bwd += calls * max(_conv_grads_s(layer, g, rows, fit)
                                + new_pages_s(fit, d_input) + new_pages_s(fit, d_weights),
                                _fresh(fit, d_input + d_weights))
             continue
@@ -155,6 +154,19 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
             bwd += calls * one_product(fit, curve, *weight_gradient_sides(g, fit.framework),
                                        rows)
     return fwd, bwd
+
+
+def _conv_grads_s(layer: Layer, g: Gemm, rows: float, fit: LocalFit) -> float:
+    """Seconds of a convolution's gradients (``product_times``): both, as the pair was
+    timed; a first layer's (its input the data, no gradient) its weights' alone
+    (``fit.WeightGradCurve``), or half the pair where that was not timed; the input's
+    alone (no weights) half the pair."""
+    pair = fit.conv_bwd.time(rows, g.n, g.k, g.window, g.stride)
+    if layer.input_grad and layer.params:
+        return pair
+    if layer.params and fit.conv_wgrad is not None:
+        return fit.conv_wgrad.time(fit.conv_bwd, rows, g.n, g.k, g.window, g.stride)
+    return pair / 2 if layer.input_grad or layer.params else 0.0
 
 
 #: layers whose bias is its own pass over the output: a recurrent layer adds its bias

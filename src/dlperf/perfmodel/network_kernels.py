@@ -46,7 +46,8 @@ from dlperf.workloads.base import Gemm, Layer
 
 #: the ops whose grid a scoped calibration thins to its skeleton, adding the networks'
 #: shapes; every other op keeps its grid
-SCOPED_OPS = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq", "conv", "conv_bwd", "lstm")
+SCOPED_OPS = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq", "conv", "conv_bwd", "conv_wgrad",
+              "lstm")
 #: the ops timed only for a network that has a layer of that kind (each op is named after
 #: the layer kind it times): an LSTM's grid is of whole layers, seconds each
 LAYER_KIND_OPS = ("lstm",)
@@ -57,7 +58,10 @@ LAYER_OPS = ("bn", "pool", "lstm")
 #: by their sides, so the kept ones span each side's range)
 SKELETON_STRIDE = 4
 #: the ops whose skeleton is taken per window size (``skeleton``)
-WINDOWED_OPS = ("conv", "conv_bwd")
+WINDOWED_OPS = ("conv", "conv_bwd", "conv_wgrad")
+#: the ops timed only for a network that has a layer they stand for, where no skeleton is
+#: timed: a first layer's weight gradient alone (``_whole_shapes``)
+FIRST_LAYER_OPS = ("conv_wgrad",)
 #: a network's product or convolution beyond this many FLOPs is timed on fewer rows or
 #: samples (``_bounded``): a layer that takes seconds at one thread runs where its
 #: curve has saturated in the batch, and would cost the calibration more than it tells
@@ -68,7 +72,7 @@ MAX_SHAPE_FLOPS = 8e9
 MAX_LSTM_FLOPS = SEQ_FEATURES_FLOPS
 #: the dimension of each scoped op's shape that the batch scales
 BATCH_AXIS = {"gemm": 0, "gemm_tn": 2, "gemm_nt": 0, "gemm_tn_seq": 3, "conv": 0,
-              "conv_bwd": 0, "lstm": 0}
+              "conv_bwd": 0, "conv_wgrad": 0, "lstm": 0}
 
 
 def label(network: str, batch: int) -> str:
@@ -111,7 +115,11 @@ def _whole_shapes(layers: Iterable[Layer], batch: int, framework: str | None
             if layer.op in CONV_OPS:
                 shape = conv_shape(g, batch)
                 out["conv"].add(shape)
-                out["conv_bwd"].add(shape)
+                # a first layer's backward is its weights' gradient alone: the data has none
+                if layer.input_grad:
+                    out["conv_bwd"].add(shape)
+                elif layer.params:
+                    out["conv_wgrad"].add(shape)
                 if g.window == 1 and g.stride == 1 and batch < UNFUSED_CONV_BATCH:
                     # PyTorch's per-sample path at one thread (``local._unfused_conv``)
                     out["gemm"].update({(g.n, g.m, g.k), (g.k, g.m, g.n)})
@@ -200,8 +208,12 @@ def scoped_grid(op: str, needed: dict[str, set[tuple[int, ...]]], *,
     thread) or where they run none of it (the ops every prediction needs); else their
     own shapes alone, each timed whole, are what predicts them. No layer op
     (``LAYER_OPS``) of a kind they lack: the main job's networks have no batch
-    normalisation, whose grid is there for a ResNet-50 the advice predicts."""
+    normalisation, whose grid is there for a ResNet-50 the advice predicts. Nor, without
+    the skeleton, a first layer's weight gradient where none of them starts with a
+    convolution (``FIRST_LAYER_OPS``: a prediction without it takes half the pair's)."""
     if op in (LAYER_OPS if not with_skeleton else LAYER_KIND_OPS) and op not in layer_kinds:
+        return []
+    if op in FIRST_LAYER_OPS and not with_skeleton and not needed.get(op):
         return []
     full = grid(op, device=device)
     if op not in SCOPED_OPS:

@@ -33,8 +33,8 @@ from dlperf.perfmodel.machine_fits import MachineFits
 from dlperf.perfmodel.run_speed import disagreement
 
 #: the ops timed per (framework, thread count); the all-reduce is separate
-LOCAL_OPS = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq", "conv", "conv_bwd", "memory",
-             "update", "xent", "bn", "pool", "lstm", "dispatch", "dispatch_train")
+LOCAL_OPS = ("gemm", "gemm_tn", "gemm_nt", "gemm_tn_seq", "conv", "conv_bwd", "conv_wgrad",
+             "memory", "update", "xent", "bn", "pool", "lstm", "dispatch", "dispatch_train")
 #: what a calibration needs to be used (one of a version before 'gemm_tn' and 'update'
 #: still is)
 REQUIRED_OPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch")
