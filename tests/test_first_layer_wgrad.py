@@ -157,3 +157,30 @@ def test_each_frameworks_kernel_computes_the_weights_gradient_of_the_pair(framew
     got, both = one._fn(*one.args), two._fn(*two.args)
     assert len(got) == 1 and len(both) == 2
     np.testing.assert_allclose(np.asarray(got[0]), np.asarray(both[1]), rtol=1e-5, atol=1e-5)
+
+
+def test_explain_models_a_first_layers_profiled_backward_as_its_weights_gradient():
+    """In ``dlperf explain``, PyTorch's ``convolution_backward`` and XLA's weight-gradient
+    convolution over AlexNet's input (the data: ``data_fed_inputs``) get the step model's
+    time for that layer; over another input, the pair's and the pair's half."""
+    from dlperf.kinds.explain.options import ProfiledOp
+    from dlperf.perfmodel import local, ops
+
+    f = _made_up_fit()
+    fed = ops.data_fed_inputs(workloads.get("alexnet").layers(), 16)
+    assert fed == {(16, 3, 224, 224)}
+    x, w, g = (16, 3, 224, 224), (96, 3, 11, 11), (16, 96, 56, 56)
+    rows, k_ = 16 * 56 * 56, 3 * 121
+    torch_op = ProfiledOp(name="aten::convolution_backward", shapes=(g, x, w), calls=1,
+                          time_s=0.05)
+    wgrad = f.conv_wgrad.time(f.conv_bwd, rows, 96, k_, 11, 4)
+    (first,) = ops.op_times([torch_op], f, fed)
+    assert first.model_s == pytest.approx(wgrad + local.new_pages_s(f, 96 * k_))
+    assert first.flops == pytest.approx(2.0 * rows * 96 * k_)
+    (pair,) = ops.op_times([torch_op], f)  # not known to be fed by the data: both
+    assert pair.model_s > first.model_s
+    assert pair.model_s >= f.conv_bwd.time(rows, 96, k_, 11, 4)
+    xla_op = ProfiledOp(name=ops.XLA_WGRAD, shapes=(x, g, (11, 11)), calls=1, time_s=0.05)
+    assert ops.op_times([xla_op], f, fed)[0].model_s == pytest.approx(wgrad)
+    assert ops.op_times([xla_op], f)[0].model_s == pytest.approx(
+        f.conv_bwd.time(rows, 96, k_, 11, 4) / 2)

@@ -55,13 +55,15 @@ XLA's), ``tf:conv2d`` (forward and both gradients, with their FLOPs) and
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from dlperf.perfmodel.fit import LocalFit
 from dlperf.perfmodel.kernels import ELEM, POOL_STRIDE, POOL_WINDOW, bn_bytes, conv_out, pool_bytes
-from dlperf.perfmodel.local import new_pages_s, one_product
+from dlperf.perfmodel.local import CONV_OPS, new_pages_s, one_product
+from dlperf.perfmodel.network_kernels import conv_shape
+from dlperf.workloads.base import Layer
 
 GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "xla:dot", "xla:dot_tn",
         "xla:dot_nt", "xla:dot_tt", "tf:matmul", "tf:matmul_tn", "tf:matmul_nt"}
@@ -211,11 +213,13 @@ def classify(name: str) -> str:
     return "memory"
 
 
-def _conv(op: ProfiledOp, kind: str, fit: LocalFit,
-          flops: float | None = None) -> tuple[float, float] | None:
+def _conv(op: ProfiledOp, kind: str, fit: LocalFit, flops: float | None = None,
+          data_fed: Collection[tuple[int, ...]] = ()) -> tuple[float, float] | None:
     """(seconds per call, FLOPs per call) of a convolution op, or None when its operands
     are not those of a 2-D convolution. ``flops``: the op's FLOPs per step where its
-    own record has none."""
+    own record has none. ``data_fed``: the inputs of the network's first layers, whose
+    backward is the weights' gradient alone (``fit.WeightGradCurve``, as the step model
+    charges it, where calibrated)."""
     calls = max(op.calls, 1e-12)
     total = op.flops or flops
     if len(op.shapes) < (2 if kind == "conv" else 3):
@@ -234,7 +238,11 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit,
         if len(x) != 4 or len(g) != 4 or len(win) != 2:
             return None
         rows, o, k = _pixels(g), g[1], x[1] * win[0] * win[1]
-        return fit.conv_bwd.time(rows, o, k, win[0], _stride(x, rows)) / 2, 2.0 * rows * o * k
+        stride = _stride(x, rows)
+        if tuple(x) in data_fed and fit.conv_wgrad is not None:
+            return (fit.conv_wgrad.time(fit.conv_bwd, rows, o, k, win[0], stride),
+                    2.0 * rows * o * k)
+        return fit.conv_bwd.time(rows, o, k, win[0], stride) / 2, 2.0 * rows * o * k
     g, w = op.shapes[0], op.shapes[2]
     if len(g) != 4 or len(w) != 4:
         return None
@@ -242,6 +250,9 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit,
     k = cg * kh * kw
     rows = _pixels(g)
     x = op.shapes[1]  # convolution_backward(grad_output, input, weight, ...)
+    if tuple(x) in data_fed and fit.conv_wgrad is not None:  # the weights' gradient alone
+        return (fit.conv_wgrad.time(fit.conv_bwd, rows, o, k, kh, _stride(x, rows))
+                + new_pages_s(fit, _numel(w)), 2.0 * rows * o * k)
     pages = new_pages_s(fit, _numel(x)) + new_pages_s(fit, _numel(w))  # both gradients'
     return fit.conv_bwd.time(rows, o, k, kh, _stride(x, rows)) + pages, 4.0 * rows * o * k
 
@@ -298,10 +309,10 @@ def _layer_pass(op: ProfiledOp, fit: LocalFit) -> tuple[float, float] | None:
 
 
 def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
-            flops: float | None = None) -> OpTime:
+            flops: float | None = None, data_fed: Collection[tuple[int, ...]] = ()) -> OpTime:
     """The model's time for one op group (module docstring), per step; ``kind`` overrides
     the class its name gives, ``flops`` the FLOPs of a convolution that has no count of its
-    own."""
+    own; ``data_fed`` as ``_conv``'s."""
     kind = kind or classify(op.name)
     per_call, flops_call, bytes_call = fit.dispatch.op_s, 0.0, 0.0
     found: tuple[float, float] | None = None
@@ -313,7 +324,7 @@ def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
                  else None) or fit.gemm
         found = b * one_product(fit, curve, m, n, k), 2.0 * b * m * n * k
     elif kind in ("conv", "conv_bwd"):
-        found = _conv(op, kind, fit, flops)
+        found = _conv(op, kind, fit, flops, data_fed)
     if found is not None:
         per_call, flops_call = found
     elif kind == "memory" and (layer := _layer_pass(op, fit)) is not None:
@@ -333,10 +344,12 @@ def op_time(op: ProfiledOp, fit: LocalFit, kind: str | None = None,
                   bytes_call * op.calls)
 
 
-def op_times(ops: Sequence[ProfiledOp], fit: LocalFit) -> list[OpTime]:
+def op_times(ops: Sequence[ProfiledOp], fit: LocalFit,
+             data_fed: Collection[tuple[int, ...]] = ()) -> list[OpTime]:
     """Every op group with its model time, the most measured time first. A
     ``convolution_backward`` whose work its child ``_slow_conv2d_backward`` (same operands)
-    did counts as the call that it is: the child's own time is the gradients'."""
+    did counts as the call that it is: the child's own time is the gradients'.
+    ``data_fed``: the network's first layers' inputs (``data_fed_inputs``)."""
     slow = {tuple(op.shapes[:3]) for op in ops if op.name == SLOW_CONV_BWD}
     # torch.profiler counts a convolution's FLOPs on 'aten::conv2d' only, not on the
     # library op it ends in (same input and weight): without them the rows would be the
@@ -349,9 +362,20 @@ def op_times(ops: Sequence[ProfiledOp], fit: LocalFit) -> list[OpTime]:
             return "dispatch"
         return None
 
-    times = _layers_as_a_whole(ops, [op_time(op, fit, kind(op), counted.get(tuple(op.shapes[:2])))
-                                     for op in ops])
+    times = _layers_as_a_whole(ops, [op_time(op, fit, kind(op), counted.get(tuple(op.shapes[:2])),
+                                             data_fed) for op in ops])
     return sorted(times, key=lambda t: t.measured_s, reverse=True)
+
+
+def data_fed_inputs(layers: Sequence[Layer], batch: int) -> frozenset[tuple[int, ...]]:
+    """The input shapes (N, C, H, W, as PyTorch's profile and ``backends.jax_profile``
+    record them) of the convolutions among ``layers`` that have weights and no input
+    gradient (a first layer, fed by the data): a profiled backward over one of them is
+    the weights' gradient alone."""
+    return frozenset((b, c_in, side, side)
+                     for layer in layers
+                     if layer.op in CONV_OPS and layer.params and not layer.input_grad
+                     for b, c_in, _, side, _, _ in (conv_shape(g, batch) for g in layer.gemms))
 
 
 def _input_at(op: ProfiledOp) -> int:

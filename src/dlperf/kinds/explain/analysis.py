@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dlperf import workloads
 from dlperf.core import speed_probe, units
 from dlperf.core.spec import RunResult, RunSpec
 from dlperf.kinds.calibrate.prediction import predict_for_spec
 from dlperf.kinds.explain.options import ProfileOutcome
 from dlperf.perfmodel.fit import LocalFit
 from dlperf.perfmodel.machine_fits import MachineFits
-from dlperf.perfmodel.ops import OpTime, gemm_shape, op_times
+from dlperf.perfmodel.ops import OpTime, data_fed_inputs, gemm_shape, op_times
 from dlperf.perfmodel.result import Prediction
 
 OP_GROUPS = ("gemm", "conv", "conv_bwd", "memory", "dispatch", "unmodelled")
@@ -196,6 +197,9 @@ def explain(result: RunResult, calibration: MachineFits) -> Explanation:
     s = result.spec
     model = calibration.model(s.framework, s.threads, s.device, precision=s.precision)
     step = RunSpec.model_validate({**s.model_dump(), "kind": "step", "options": {}})
-    return Explanation(result, result.outcome, op_times(result.outcome.ops, model.fit),
+    layers = workloads.get(s.network).layers(s.size, s.params)
+    return Explanation(result, result.outcome,
+                       op_times(result.outcome.ops, model.fit,
+                                data_fed_inputs(layers, s.batch_size)),
                        model.fit, predict_for_spec(step, calibration))
 
