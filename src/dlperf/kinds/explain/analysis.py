@@ -34,6 +34,10 @@ SLOW = 0.5
 #: (a profiler's own gaps never push a serial step's ops above the step; JAX's ResNet-50
 #: at 2 threads on the 2-vCPU AMD EPYC: 6.54 s of ops in a 4.46 s step)
 OVERLAPPED = 1.05
+#: a profiled step this much longer than the timed, unprofiled one was slowed by the
+#: profiler: PyTorch's ResNet-50 at batch 16 on two threads of the 2-vCPU AMD EPYC ran in
+#: 3.65-4.03 s timed and 4.86-4.97 s profiled (three runs), at one thread 7.65 and 7.51 s
+PROFILER_SLOWED = 1.15
 
 
 @dataclass(frozen=True)
@@ -103,12 +107,28 @@ class Explanation:
                 f"reads low by as much; the per-kind totals are time on threads, not the "
                 f"step's")
 
+    def profiler_note(self) -> str | None:
+        """A line when the profiled step took far longer than the timed one
+        (``PROFILER_SLOWED``): the profiler slowed the ops themselves, so each op's measured
+        time, and its share of the calibrated rate, is the profiled step's, and the model's
+        per-op agreement says nothing of the step as it runs."""
+        step = self.profile.step_s
+        m = self.result.metrics if self.result is not None else None
+        if m is None or step <= PROFILER_SLOWED * m.median_s:
+            return None
+        model = f" (the model: {units.seconds(self.prediction.time_s)})" \
+            if self.prediction is not None else ""
+        return (f"the profiler slowed the step: {units.seconds(step)} profiled against "
+                f"{units.seconds(m.median_s)} timed without it{model}; the op groups' "
+                f"times are the profiled step's, slowed with it, not the step's as it runs")
+
     def notes(self) -> list[str]:
         """Causes the profile shows beyond the diagnosis: a machine running at another
-        speed than calibrated (``speed_note``); on a GPU at a tensor-core precision, the
+        speed than calibrated (``speed_note``), a profiler that slowed the step
+        (``profiler_note``); on a GPU at a tensor-core precision, the
         products with a dimension tensor cores cannot tile (``TENSOR_ALIGN``) that ran well
         below their calibrated rate (the calibration's shapes are powers of two)."""
-        speed = [n for n in (self.speed_note(), self.overlap_note()) if n]
+        speed = [n for n in (self.speed_note(), self.profiler_note(), self.overlap_note()) if n]
         align = TENSOR_ALIGN.get(self.fit.precision) if self.fit.device == "gpu" else None
         if align is None:
             return speed
