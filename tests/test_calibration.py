@@ -822,6 +822,13 @@ def test_a_calibration_by_older_kernels_says_so_with_the_command_that_times_them
     # two revisions behind: both changes, the older first
     older = old.model_copy(update={"revision": 14}).older_kernels()
     assert f"revision 14 (now {k.REVISION}: {k.REVISION_CHANGES[15]}; " in older
+    # a scoped calibration (the main job's) is timed again at its networks' shapes: their
+    # default batches need no --batch-size; another batch names every batch
+    scoped = old.model_copy(update={"scope": ("alexnet@16", "fcn5@64", "lstm32@128")})
+    assert ("'dlperf calibrate --frameworks torch --threads 1 --networks alexnet,fcn5,"
+            "lstm32' times them again") in scoped.older_kernels()
+    other = old.model_copy(update={"scope": ("alexnet@16", "alexnet@32")})
+    assert "--threads 1 --networks alexnet --batch-size 16,32'" in other.older_kernels()
     with Store(db) as store:  # calibrated again: the current kernels, no note
         for r in made_up.kernel_results(threads=(1,), allreduce=False):
             t = r.finished_at + 10

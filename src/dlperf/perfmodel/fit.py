@@ -758,11 +758,27 @@ class LocalFit(_Frozen):
         if self.revision is None or self.revision >= REVISION:
             return None
         where = (("" if self.device == "cpu" else f" --device {self.device}")
-                 + ("" if self.precision == "fp32" else f" --precision {self.precision}"))
+                 + ("" if self.precision == "fp32" else f" --precision {self.precision}")
+                 + _scope_flags(self.scope))
         return (f"timed with dlperf's kernels of revision {self.revision} (now {REVISION}: "
                 f"{'; '.join(changes_since(self.revision))}); 'dlperf calibrate "
                 f"--frameworks {self.framework} --threads {self.threads}{where}' times them "
                 f"again")
+
+
+def _scope_flags(scope: Sequence[str] | None) -> str:
+    """The ``dlperf calibrate`` flags that time a scope's networks again: '--networks', and
+    '--batch-size' where a batch is not its network's default (every network is then
+    timed at every batch named); none for the whole grid (None)."""
+    from dlperf import workloads
+
+    if not scope:
+        return ""
+    pairs = [(name, int(batch)) for name, batch in (x.rsplit("@", 1) for x in scope)]
+    networks = ",".join(dict.fromkeys(name for name, _ in pairs))
+    if all(workloads.get(name).default_batch == batch for name, batch in pairs):
+        return f" --networks {networks}"
+    return f" --networks {networks} --batch-size {','.join(dict.fromkeys(str(b) for _, b in pairs))}"
 
 
 #: Frameworks whose CPU tensors are allocated and freed one by one with glibc's malloc
