@@ -770,15 +770,17 @@ def _scope_flags(scope: Sequence[str] | None) -> str:
     """The ``dlperf calibrate`` flags that time a scope's networks again: '--networks', and
     '--batch-size' where a batch is not its network's default (every network is then
     timed at every batch named); none for the whole grid (None)."""
-    from dlperf import workloads
+    from dlperf.workloads import WORKLOADS
 
     if not scope:
         return ""
     pairs = [(name, int(batch)) for name, batch in (x.rsplit("@", 1) for x in scope)]
     networks = ",".join(dict.fromkeys(name for name, _ in pairs))
-    if all(workloads.get(name).default_batch == batch for name, batch in pairs):
+    if all(name in WORKLOADS and WORKLOADS[name].default_batch == batch
+           for name, batch in pairs):
         return f" --networks {networks}"
-    return f" --networks {networks} --batch-size {','.join(dict.fromkeys(str(b) for _, b in pairs))}"
+    batches = ",".join(dict.fromkeys(str(b) for _, b in pairs))
+    return f" --networks {networks} --batch-size {batches}"
 
 
 #: Frameworks whose CPU tensors are allocated and freed one by one with glibc's malloc
