@@ -156,17 +156,26 @@ def product_times(layer: Layer, batch: float, fit: LocalFit) -> tuple[float, flo
     return fwd, bwd
 
 
+def weights_grad_s(fit: LocalFit, rows: float, n: float, k: float, window: int,
+                   stride: int = 1) -> float:
+    """Seconds of a convolution's weights' gradient alone (a first layer's: its input,
+    the data, has no gradient): its own curve (``fit.WeightGradCurve``), or half the pair
+    where that was not timed."""
+    if fit.conv_wgrad is not None:
+        return fit.conv_wgrad.time(fit.conv_bwd, rows, n, k, window, stride)
+    return fit.conv_bwd.time(rows, n, k, window, stride) / 2
+
+
 def _conv_grads_s(layer: Layer, g: Gemm, rows: float, fit: LocalFit) -> float:
     """Seconds of a convolution's gradients (``product_times``): both, as the pair was
-    timed; a first layer's (its input the data, no gradient) its weights' alone
-    (``fit.WeightGradCurve``), or half the pair where that was not timed; the input's
-    alone (no weights) half the pair."""
+    timed; a first layer's its weights' alone (``weights_grad_s``); the input's alone
+    (no weights) half the pair."""
+    if layer.params and not layer.input_grad:
+        return weights_grad_s(fit, rows, g.n, g.k, g.window, g.stride)
     pair = fit.conv_bwd.time(rows, g.n, g.k, g.window, g.stride)
     if layer.input_grad and layer.params:
         return pair
-    if layer.params and fit.conv_wgrad is not None:
-        return fit.conv_wgrad.time(fit.conv_bwd, rows, g.n, g.k, g.window, g.stride)
-    return pair / 2 if layer.input_grad or layer.params else 0.0
+    return pair / 2 if layer.input_grad else 0.0
 
 
 #: layers whose bias is its own pass over the output: a recurrent layer adds its bias

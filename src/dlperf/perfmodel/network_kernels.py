@@ -29,6 +29,7 @@ import math
 from collections.abc import Collection, Iterable
 
 from dlperf.perfmodel.kernels import (
+    CONVS,
     SEQ_FEATURES_FLOPS,
     SEQ_STEPS,
     conv_out,
@@ -58,7 +59,7 @@ LAYER_OPS = ("bn", "pool", "lstm")
 #: by their sides, so the kept ones span each side's range)
 SKELETON_STRIDE = 4
 #: the ops whose skeleton is taken per window size (``skeleton``)
-WINDOWED_OPS = ("conv", "conv_bwd", "conv_wgrad")
+WINDOWED_OPS = CONVS
 #: the ops timed only for a network that has a layer they stand for, where no skeleton is
 #: timed: a first layer's weight gradient alone (``_whole_shapes``)
 FIRST_LAYER_OPS = ("conv_wgrad",)

@@ -61,7 +61,7 @@ from typing import Protocol
 
 from dlperf.perfmodel.fit import LocalFit
 from dlperf.perfmodel.kernels import ELEM, POOL_STRIDE, POOL_WINDOW, bn_bytes, conv_out, pool_bytes
-from dlperf.perfmodel.local import CONV_OPS, new_pages_s, one_product
+from dlperf.perfmodel.local import CONV_OPS, new_pages_s, one_product, weights_grad_s
 from dlperf.perfmodel.network_kernels import conv_shape
 from dlperf.workloads.base import Layer
 
@@ -239,10 +239,9 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit, flops: float | None = None,
             return None
         rows, o, k = _pixels(g), g[1], x[1] * win[0] * win[1]
         stride = _stride(x, rows)
-        if tuple(x) in data_fed and fit.conv_wgrad is not None:
-            return (fit.conv_wgrad.time(fit.conv_bwd, rows, o, k, win[0], stride),
-                    2.0 * rows * o * k)
-        return fit.conv_bwd.time(rows, o, k, win[0], stride) / 2, 2.0 * rows * o * k
+        seconds = (weights_grad_s(fit, rows, o, k, win[0], stride) if tuple(x) in data_fed
+                   else fit.conv_bwd.time(rows, o, k, win[0], stride) / 2)
+        return seconds, 2.0 * rows * o * k
     g, w = op.shapes[0], op.shapes[2]
     if len(g) != 4 or len(w) != 4:
         return None
@@ -251,7 +250,7 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit, flops: float | None = None,
     rows = _pixels(g)
     x = op.shapes[1]  # convolution_backward(grad_output, input, weight, ...)
     if tuple(x) in data_fed and fit.conv_wgrad is not None:  # the weights' gradient alone
-        return (fit.conv_wgrad.time(fit.conv_bwd, rows, o, k, kh, _stride(x, rows))
+        return (weights_grad_s(fit, rows, o, k, kh, _stride(x, rows))
                 + new_pages_s(fit, _numel(w)), 2.0 * rows * o * k)
     pages = new_pages_s(fit, _numel(x)) + new_pages_s(fit, _numel(w))  # both gradients'
     return fit.conv_bwd.time(rows, o, k, kh, _stride(x, rows)) + pages, 4.0 * rows * o * k
