@@ -15,6 +15,7 @@ from dlperf.perfmodel import kernels as k
 from dlperf.perfmodel import network_kernels as nk
 from dlperf.perfmodel.local import _conv_grads_s, product_times
 from tests import calibration_fixtures as made_up
+from tests.test_calibration import made_up_fit
 
 
 def test_its_flops_bytes_and_grid_are_one_gradient_of_the_first_layers():
@@ -57,18 +58,11 @@ def test_a_networks_first_convolution_is_timed_as_its_weights_gradient_alone():
     assert {p.op: p.shapes for p in parts}["conv_wgrad"] == (first,)
 
 
-def _made_up_fit() -> fit.LocalFit:
-    return fit.fit_local(fit.Samples.of([made_up.sample(p.op, tuple(s), o.world)
-                                         for spec in calibration.specs(["torch"], [1])
-                                         for o in [spec.options] for p in o.parts
-                                         for s in p.shapes]), "torch", 1)
-
-
 def test_the_curve_is_the_pairs_times_the_share_its_samples_took():
     """On the made-up machine, whose weights' gradient takes ``WGRAD_SHARE`` of the pair,
     the scale is that share, and at a first layer no grid shape has (AlexNet's at 32) the
     time is that share of the pair's, without the call."""
-    f = _made_up_fit()
+    f = made_up_fit()
     assert f.conv_wgrad is not None
     assert f.conv_wgrad.scale == pytest.approx(made_up.WGRAD_SHARE, rel=0.05)
     for shape in (*k.grid("conv_wgrad")[:3], (32, 3, 96, 224, 11, 4), (16, 3, 64, 224, 7, 2)):
@@ -89,7 +83,7 @@ def test_the_step_model_charges_a_first_layer_its_weights_gradient_alone():
     """AlexNet's first layer: its backward from the curve of the weights' gradient; the
     same calibration without that curve (one made before it was timed) charges half the
     pair; a layer fed by another keeps the pair."""
-    f = _made_up_fit()
+    f = made_up_fit()
     old = f.model_copy(update={"conv_wgrad": None})
     layers = workloads.get("alexnet").layers()
     first, second = [x for x in layers if x.op == "conv"][:2]
@@ -166,7 +160,7 @@ def test_explain_models_a_first_layers_profiled_backward_as_its_weights_gradient
     from dlperf.kinds.explain.options import ProfiledOp
     from dlperf.perfmodel import local, ops
 
-    f = _made_up_fit()
+    f = made_up_fit()
     fed = ops.data_fed_inputs(workloads.get("alexnet").layers(), 16)
     assert fed == {(16, 3, 224, 224)}
     x, w, g = (16, 3, 224, 224), (96, 3, 11, 11), (16, 96, 56, 56)
