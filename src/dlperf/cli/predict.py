@@ -206,14 +206,14 @@ def _add_shapes(a: argparse.Namespace) -> None:
     pipeline's micro-batch of a few samples is added to a whole-grid calibration too,
     whose curve misses such shapes by up to a fifth (``LocalFit.timed_exactly``; they
     enter it as residuals near their own shapes: ``perfmodel.fit.grid_anchor``), and so
-    are a convolution network's layers where the grid's curves miss them
-    (``fit.grid_misses_convolutions``). Only for the network as defined (its shapes are
-    the default size's)."""
+    are a network's convolutions or products where the grid's curves miss them
+    (``fit.grid_misses_convolutions``, ``fit.grid_misses_products``). Only for the
+    network as defined (its shapes are the default size's)."""
     import sys
 
     from dlperf import api, workloads
     from dlperf.cli.progress import ProgressListener
-    from dlperf.perfmodel.fit import grid_misses_convolutions
+    from dlperf.perfmodel.fit import grid_misses_convolutions, grid_misses_products
     from dlperf.perfmodel.predict import process_batch
 
     if a.size or a.param:
@@ -223,16 +223,19 @@ def _add_shapes(a: argparse.Namespace) -> None:
     if batch is None:  # a configuration the model refuses, with its reason
         return
     framework, threads = a.framework or "torch", a.threads or 1
-    convolutions = (grid_misses_convolutions(framework, a.device, threads)
-                    and any(x.op == "conv" for x in workloads.get(a.network).layers()))
+    ops = {x.op for x in workloads.get(a.network).layers()}
+    missed = [kind for kind, misses, op in (
+        ("convolutions", grid_misses_convolutions, "conv"),
+        ("products", grid_misses_products, "dense")) if misses(framework, a.device, threads)
+        and op in ops]
     fit = api.lacking_shapes(a.network, batch, framework=framework, threads=threads,
                              device=a.device, precision=a.precision, db=a.db,
-                             exact=a.strategy == "pipeline" or convolutions)
+                             exact=a.strategy == "pipeline" or bool(missed))
     if fit is None:
         return
     timed = (f"timed for {', '.join(fit.scope)}" if fit.scope else
-             f"the whole grid, whose curves miss {framework}'s convolutions at {threads} "
-             "threads" if convolutions else
+             f"the whole grid, whose curves miss {framework}'s {' and '.join(missed)} at "
+             f"{threads} threads" if missed else
              "the whole grid, no product at a pipeline's micro-batch")
     print(f"adding {a.network}@{batch}'s kernel shapes to the calibration of {fit.label} "
           f"({timed})", file=sys.stderr)

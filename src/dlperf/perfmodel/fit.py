@@ -316,6 +316,18 @@ def grid_misses_convolutions(framework: str, device: str, threads: int) -> bool:
     return framework == "jax" and device == "cpu" and threads > 1
 
 
+def grid_misses_products(framework: str, device: str, threads: int) -> bool:
+    """Whether a whole grid's product curves miss a network's own layers at ``threads``, so
+    that its shapes must be timed themselves: TensorFlow's on a CPU past one thread. Its
+    products of few rows take longer or shorter at two threads by their shape, not their
+    size (2026-12-01, tensorflow-cpu 2.21 on a 2-vCPU AMD EPYC, docs/prediction.md): Keras'
+    Dense input gradient at 64 x 2048 x 26752 ran in 140 ms at one thread and 72 at two,
+    at 64 x 4096 x 8192 in 73 and 78, alike as a calibration kernel and in a graph. The
+    grid's shapes around FCN-5's are of the second kind, and put FCN-5 at two threads
+    33-38% too slow; with its own shapes timed, +3 to +5%."""
+    return framework == "tensorflow" and device == "cpu" and threads > 1
+
+
 def conv_traffic(m: float, n: float, k: float, window: int, stride: int = 1,
                  elem: int = 4) -> float:
     """Bytes of one pass over a convolution's input, weights and output (``elem`` bytes an

@@ -1,6 +1,7 @@
-"""Where a whole grid's convolution curves miss a network's own layers (JAX's on a CPU past
-one thread: YNNPACK gives each thread whole tiles of 64 channels), ``dlperf predict``
-times the network's shapes first, as it does a pipeline's micro-batches."""
+"""Where a whole grid's curves miss a network's own layers (JAX's convolutions on a CPU past
+one thread: YNNPACK gives each thread whole tiles of 64 channels; TensorFlow's products
+there: their speed at two threads follows the shape), ``dlperf predict`` times the
+network's shapes first, as it does a pipeline's micro-batches."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import argparse
 from dlperf import api
 from dlperf.cli import predict
 from dlperf.core.store import Store
-from dlperf.perfmodel.fit import grid_misses_convolutions
+from dlperf.perfmodel.fit import grid_misses_convolutions, grid_misses_products
 from tests import calibration_fixtures as made_up
 
 
@@ -37,3 +38,19 @@ def test_a_jax_convolution_network_past_one_thread_is_timed_at_its_own_shapes(
     assert _asked(db, monkeypatch, "fcn5", "jax", 2) == []
     assert grid_misses_convolutions("jax", "cpu", 2)
     assert not grid_misses_convolutions("jax", "gpu", 2)
+
+
+def test_a_tensorflow_network_past_one_thread_is_timed_at_its_own_shapes(
+        db, monkeypatch, capsys):
+    with Store(db) as store:
+        for fw in ("tensorflow", "torch"):
+            made_up.calibrated(store, frameworks=(fw,), threads=(1, 2), allreduce=False)
+    assert _asked(db, monkeypatch, "fcn5", "tensorflow", 2) == [[("fcn5", 64)]]
+    assert "whose curves miss tensorflow's products at 2 threads" in capsys.readouterr().err
+    # AlexNet has both; neither is missed at one thread, nor in PyTorch
+    assert _asked(db, monkeypatch, "alexnet", "tensorflow", 2) == [[("alexnet", 16)]]
+    assert _asked(db, monkeypatch, "fcn5", "tensorflow", 1) == []
+    assert _asked(db, monkeypatch, "fcn5", "torch", 2) == []
+    assert grid_misses_products("tensorflow", "cpu", 2)
+    assert not grid_misses_products("tensorflow", "gpu", 2)
+    assert not grid_misses_products("jax", "cpu", 2)
