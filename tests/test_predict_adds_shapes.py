@@ -47,7 +47,7 @@ def test_a_tensorflow_network_past_one_thread_is_timed_at_its_own_shapes(
             made_up.calibrated(store, frameworks=(fw,), threads=(1, 2), allreduce=False)
     assert _asked(db, monkeypatch, "fcn5", "tensorflow", 2) == [[("fcn5", 64)]]
     assert "whose curves miss tensorflow's products at 2 threads" in capsys.readouterr().err
-    # AlexNet has both; neither is missed at one thread, nor in PyTorch
+    # AlexNet's products as well; at one thread, or in PyTorch, the grid stands
     assert _asked(db, monkeypatch, "alexnet", "tensorflow", 2) == [[("alexnet", 16)]]
     assert _asked(db, monkeypatch, "fcn5", "tensorflow", 1) == []
     assert _asked(db, monkeypatch, "fcn5", "torch", 2) == []
