@@ -54,3 +54,26 @@ def test_a_tensorflow_network_past_one_thread_is_timed_at_its_own_shapes(
     assert grid_misses_products("tensorflow", "cpu", 2)
     assert not grid_misses_products("tensorflow", "gpu", 2)
     assert not grid_misses_products("jax", "cpu", 2)
+
+
+def test_a_prediction_from_a_grid_known_to_miss_says_so_until_the_shapes_are_timed(db):
+    """Where nothing adds the shapes first (``dlperf advise``, a store read as it is), the
+    prediction says that the grid's curves miss them and what times them."""
+    from dlperf.kinds.calibrate.validate import predict_here
+
+    with Store(db) as store:
+        made_up.calibrated(store, frameworks=("tensorflow",), threads=(1, 2), allreduce=False)
+        two, _ = predict_here(store, "fcn5", framework="tensorflow", threads=2)
+        one, _ = predict_here(store, "fcn5", framework="tensorflow", threads=1)
+    said = [n for n in two.notes if "whole grid's curves miss" in n]
+    assert said == ["shapes: the whole grid's curves miss tensorflow's products at 2 threads "
+                    "(docs/prediction.md), and this calibration did not time fcn5's own at "
+                    "batch 64; 'dlperf calibrate --frameworks tensorflow --threads 2 "
+                    "--networks fcn5 --batch-size 64' times them ('dlperf predict' does so "
+                    "first)"]
+    assert not [n for n in one.notes if "whole grid's curves miss" in n]
+    with Store(db) as store:  # the network's own shapes timed: the note goes
+        made_up.calibrated(store, frameworks=("tensorflow",), threads=(2,), allreduce=False,
+                           scope=(("fcn5", 64),))
+        again, _ = predict_here(store, "fcn5", framework="tensorflow", threads=2)
+    assert not [n for n in again.notes if "whole grid's curves miss" in n]

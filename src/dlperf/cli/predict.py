@@ -207,13 +207,13 @@ def _add_shapes(a: argparse.Namespace) -> None:
     whose curve misses such shapes by up to a fifth (``LocalFit.timed_exactly``; they
     enter it as residuals near their own shapes: ``perfmodel.fit.grid_anchor``), and so
     are a network's convolutions or products where the grid's curves miss them
-    (``fit.grid_misses_convolutions``, ``fit.grid_misses_products``). Only for the
+    (``fit.grid_misses``). Only for the
     network as defined (its shapes are the default size's)."""
     import sys
 
     from dlperf import api, workloads
     from dlperf.cli.progress import ProgressListener
-    from dlperf.perfmodel.fit import grid_misses_convolutions, grid_misses_products
+    from dlperf.perfmodel.fit import grid_misses
     from dlperf.perfmodel.predict import process_batch
 
     if a.size or a.param:
@@ -223,11 +223,8 @@ def _add_shapes(a: argparse.Namespace) -> None:
     if batch is None:  # a configuration the model refuses, with its reason
         return
     framework, threads = a.framework or "torch", a.threads or 1
-    ops = {x.op for x in workloads.get(a.network).layers()}
-    missed = [kind for kind, misses, op in (
-        ("convolutions", grid_misses_convolutions, "conv"),
-        ("products", grid_misses_products, "dense")) if misses(framework, a.device, threads)
-        and op in ops]
+    missed = grid_misses(framework, a.device, threads,
+                         (x.op for x in workloads.get(a.network).layers()))
     fit = api.lacking_shapes(a.network, batch, framework=framework, threads=threads,
                              device=a.device, precision=a.precision, db=a.db,
                              exact=a.strategy == "pipeline" or bool(missed))

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -326,6 +326,21 @@ def grid_misses_products(framework: str, device: str, threads: int) -> bool:
     grid's shapes around FCN-5's are of the second kind, and put FCN-5 at two threads
     33-38% too slow; with its own shapes timed, +3 to +5%."""
     return framework == "tensorflow" and device == "cpu" and threads > 1
+
+
+#: what each rule above finds missed, and the layer op that has it
+_GRID_MISSES = (("convolutions", grid_misses_convolutions, "conv"),
+                ("products", grid_misses_products, "dense"))
+
+
+def grid_misses(framework: str, device: str, threads: int, layer_ops: Iterable[str]
+                ) -> list[str]:
+    """The kinds of a network's layers ('convolutions', 'products') whose own shapes a whole
+    grid's curves miss at ``threads``, given the ops of its layers; empty where the grid
+    stands for them."""
+    ops = set(layer_ops)
+    return [kind for kind, misses, op in _GRID_MISSES
+            if op in ops and misses(framework, device, threads)]
 
 
 def conv_traffic(m: float, n: float, k: float, window: int, stride: int = 1,

@@ -33,7 +33,7 @@ from dlperf.kinds.calibrate.prediction import predict_for_spec, why_not
 from dlperf.kinds.parallel.options import THROUGH_A_SERVER
 from dlperf.perfmodel import catalogue
 from dlperf.perfmodel.correct import Factors, choose_factors
-from dlperf.perfmodel.fit import LocalFit
+from dlperf.perfmodel.fit import LocalFit, grid_misses
 from dlperf.perfmodel.machine_fits import (
     MachineFits,
     beyond_cores_text,
@@ -622,6 +622,16 @@ def shapes_timed(fit: LocalFit, spec: RunSpec) -> bool:
     return fit.scope is None or (as_defined(spec) and fit.covers(spec.network, spec.batch_size))
 
 
+def grid_missed(fit: LocalFit, spec: RunSpec, layers: Sequence[Layer]) -> list[str]:
+    """The kinds of ``spec``'s layers that ``fit``, a whole grid, predicts from curves known
+    to miss them (``perfmodel.fit.grid_misses``) without having timed the network's own
+    shapes at that batch; empty otherwise (a scoped fit says so in its own note)."""
+    if fit.scope is not None or not as_defined(spec) \
+            or fit.timed_exactly(spec.network, spec.batch_size):
+        return []
+    return grid_misses(fit.framework, fit.device, fit.threads, (x.op for x in layers))
+
+
 def step_shapes_timed(calibration: MachineFits, spec: RunSpec) -> bool:
     """Whether the fit of ``calibration`` that predicts ``spec`` timed its layer shapes
     (``shapes_timed``); a parallel run, or a configuration no fit predicts, counts as
@@ -818,6 +828,13 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
                 "times them" if as_defined(spec) else
                 "; a calibration times the shapes of a network as defined, not of another "
                 "size or parameter"))]})
+    if strategy == "single" and (missed := grid_missed(m.fit, spec, wl.layers())):
+        p = p.model_copy(update={"notes": [*p.notes, (
+            f"shapes: the whole grid's curves miss {fw}'s {' and '.join(missed)} at "
+            f"{m.fit.threads} threads (docs/prediction.md), and this calibration did not time "
+            f"{wl.name}'s own at batch {spec.batch_size}; 'dlperf calibrate --frameworks {fw} "
+            f"--threads {m.fit.threads} --networks {wl.name} --batch-size {spec.batch_size}' "
+            "times them ('dlperf predict' does so first)")]})
     if strategy == "single" and m.fit.threads < threads:  # the cores' fit stands in
         p = p.model_copy(update={"notes": [*p.notes, "threads: "
                                            + beyond_cores_text(threads, m.fit.threads)]})
