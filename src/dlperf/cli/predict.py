@@ -207,8 +207,8 @@ def _add_shapes(a: argparse.Namespace) -> None:
     whose curve misses such shapes by up to a fifth (``LocalFit.timed_exactly``; they
     enter it as residuals near their own shapes: ``perfmodel.fit.grid_anchor``), and so
     are a network's convolutions or products where the grid's curves miss them
-    (``fit.grid_misses``). Only for the
-    network as defined (its shapes are the default size's)."""
+    (``fit.grid_misses``). Only for the network as defined (its shapes are the default
+    size's)."""
     import sys
 
     from dlperf import api, workloads
