@@ -178,3 +178,10 @@ def test_explain_models_a_first_layers_profiled_backward_as_its_weights_gradient
     assert ops.op_times([xla_op], f, fed)[0].model_s == pytest.approx(wgrad)
     assert ops.op_times([xla_op], f)[0].model_s == pytest.approx(
         f.conv_bwd.time(rows, 96, k_, 11, 4) / 2)
+    # a calibration from before the weights' own curve: half the pair in both paths, as the
+    # step model charges the layer (``local.weights_grad_s``), not the whole pair
+    old = f.model_copy(update={"conv_wgrad": None})
+    half = old.conv_bwd.time(rows, 96, k_, 11, 4) / 2
+    assert ops.op_times([torch_op], old, fed)[0].model_s == pytest.approx(
+        half + local.new_pages_s(old, 96 * k_))
+    assert ops.op_times([xla_op], old, fed)[0].model_s == pytest.approx(half)

@@ -249,7 +249,7 @@ def _conv(op: ProfiledOp, kind: str, fit: LocalFit, flops: float | None = None,
     k = cg * kh * kw
     rows = _pixels(g)
     x = op.shapes[1]  # convolution_backward(grad_output, input, weight, ...)
-    if tuple(x) in data_fed and fit.conv_wgrad is not None:  # the weights' gradient alone
+    if tuple(x) in data_fed:  # the weights' gradient alone, as the step model times it
         return (weights_grad_s(fit, rows, o, k, kh, _stride(x, rows))
                 + new_pages_s(fit, _numel(w)), 2.0 * rows * o * k)
     pages = new_pages_s(fit, _numel(x)) + new_pages_s(fit, _numel(w))  # both gradients'
