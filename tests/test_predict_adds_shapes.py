@@ -25,11 +25,16 @@ def _asked(db, monkeypatch, network: str, framework: str, threads: int) -> list:
     return calls
 
 
+def _whole_grids(db, *frameworks: str) -> None:
+    """Each framework's whole grid at one and two threads, on the made-up machine."""
+    with Store(db) as store:
+        for fw in frameworks:
+            made_up.calibrated(store, frameworks=(fw,), threads=(1, 2), allreduce=False)
+
+
 def test_a_jax_convolution_network_past_one_thread_is_timed_at_its_own_shapes(
         db, monkeypatch, capsys):
-    with Store(db) as store:
-        for fw in ("jax", "torch"):
-            made_up.calibrated(store, frameworks=(fw,), threads=(1, 2), allreduce=False)
+    _whole_grids(db, "jax", "torch")
     assert _asked(db, monkeypatch, "alexnet", "jax", 2) == [[("alexnet", 16)]]
     assert "whose curves miss jax's convolutions at 2 threads" in capsys.readouterr().err
     # one thread, another framework, a network without convolutions: the grid stands
@@ -42,9 +47,7 @@ def test_a_jax_convolution_network_past_one_thread_is_timed_at_its_own_shapes(
 
 def test_a_tensorflow_network_past_one_thread_is_timed_at_its_own_shapes(
         db, monkeypatch, capsys):
-    with Store(db) as store:
-        for fw in ("tensorflow", "torch"):
-            made_up.calibrated(store, frameworks=(fw,), threads=(1, 2), allreduce=False)
+    _whole_grids(db, "tensorflow", "torch")
     assert _asked(db, monkeypatch, "fcn5", "tensorflow", 2) == [[("fcn5", 64)]]
     assert "whose curves miss tensorflow's products at 2 threads" in capsys.readouterr().err
     # AlexNet's products as well; at one thread, or in PyTorch, the grid stands
