@@ -80,3 +80,51 @@ def test_a_prediction_from_a_grid_known_to_miss_says_so_until_the_shapes_are_tim
                            scope=(("fcn5", 64),))
         again, _ = predict_here(store, "fcn5", framework="tensorflow", threads=2)
     assert not [n for n in again.notes if "whole grid's curves miss" in n]
+
+
+def test_the_table_and_validate_mark_a_cell_the_whole_grid_misses(db, capsys):
+    """The DLBench table and ``dlperf validate`` read the store as it is: a cell predicted
+    from whole-grid curves known to miss its layers (TensorFlow's FCN-5 at two threads)
+    is marked '?' with the command that times its shapes; its one-thread cell and
+    PyTorch's are not, and once those shapes are timed the mark goes."""
+    import json
+
+    from dlperf.cli import main
+    from tests.report_fixtures import result
+
+    def marks() -> tuple[dict, list[str], dict, str]:
+        dl = next(s for s in api.report(db=db, out=db.parent / "rep").sections
+                  if s.name == "dlbench").tables[0]
+        pred = {(r[1], c): r[dl.headers.index(c) + 1] for r in dl.rows
+                for c in ("1 thread", "2 threads")}
+        assert main(["validate", "--json", "--db", str(db)]) == 0
+        doc = {(c["framework"], c["threads"]): c["grid_missed"]
+               for c in json.loads(capsys.readouterr().out)["cases"]}
+        assert main(["validate", "--db", str(db)]) == 0
+        return pred, dl.footnotes, doc, capsys.readouterr().out
+
+    _whole_grids(db, "tensorflow", "torch")
+    with Store(db) as store:
+        for fw in ("tensorflow", "torch"):
+            for threads in (1, 2):
+                store.add(result("fcn5", threads, 0.5, framework=fw))
+    pred, notes, doc, text = marks()
+    tf = next(fw for fw, _ in pred if fw.startswith("tensorflow"))
+    assert pred[(tf, "2 threads")].endswith("?")
+    assert not any(pred[k].endswith("?") for k in pred if k != (tf, "2 threads"))
+    command = ("'dlperf calibrate --frameworks tensorflow --threads 2 --networks fcn5 "
+               "--batch-size 64'")
+    assert [n for n in notes if n.startswith("?")] == [
+        f"? predicted from the whole grid's curves, which miss the products there (1 cell, "
+        f"docs/prediction.md): {command} times their own shapes"]
+    assert doc == {("tensorflow", 1): [], ("tensorflow", 2): ["products"],
+                   ("torch", 1): [], ("torch", 2): []}
+    assert "fcn5 tensorflow/graph cpu x2 b64?" in text and "x1 b64?" not in text
+    assert command in " ".join(text.split())
+    with Store(db) as store:  # the network's own shapes timed: the marks go
+        made_up.calibrated(store, frameworks=("tensorflow",), threads=(2,), allreduce=False,
+                           scope=(("fcn5", 64),))
+    pred, notes, doc, text = marks()
+    assert not any(v.endswith("?") for v in pred.values())
+    assert not [n for n in notes if n.startswith("?")] and not any(doc.values())
+    assert "b64?" not in text and "which miss the" not in text

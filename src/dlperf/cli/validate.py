@@ -114,7 +114,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
     rows = []
     for c in sorted(cases, key=lambda c: (c.key("network"), c.key("framework"), c.row.spec.threads,
                                           c.row.spec.batch_size, c.key("strategy"))):
-        mark = "#" if not c.timed and mode != "untimed" else ""
+        mark = ("#" if not c.timed and mode != "untimed" else "") + ("?" if c.missed else "")
         r = [validate.case_label(c.row.spec) + mark, units.seconds(c.measured_s),
              units.seconds(c.prediction.time_s), f"{c.prediction.time_s / c.measured_s - 1:+.0%}"]
         if corrected:
@@ -131,6 +131,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
                     "configuration" + ("s" if n != 1 else "") + "): a skeleton of the grid "
                     "stood in, an error of the kind 'dlperf validate --held-out-shapes' "
                     "measures")
+    if missed := validate.missed_legend(cases):
+        caption += f"; {missed}"
     if probed:
         headers.append("speed probe")
         caption += f"; {speed_probe.legend()}"
@@ -380,7 +382,7 @@ def _json(cases: list[Case], mode: str) -> dict:
                    "speed_drift": ({"part": c.drift[0], "change": c.drift[1],
                                     "flagged": c.drifted} if c.drift else None),
                    "at_measured_speed_error": c.at_measured_speed_error,
-                   "shapes_timed": c.timed,
+                   "shapes_timed": c.timed, "grid_missed": list(c.missed[:-1]),
                    "breakdown": c.prediction.breakdown.model_dump()} for c in cases],
         "summary": {g or "all": [s.__dict__ for s in validate.summarize(cases, g)]
                     for g in (None, *validate.GROUPS)},

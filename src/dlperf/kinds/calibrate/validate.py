@@ -131,6 +131,9 @@ class Case:
     #: whether the calibration that predicts it timed its network's layer shapes
     #: (``shapes_timed``; False: a skeleton of the grid stood in)
     timed: bool = True
+    #: the kinds of its layers a whole grid's curves are known to miss, its own shapes
+    #: not timed, and last the command that times them (``step_grid_missed``; empty: none)
+    missed: tuple[str, ...] = ()
 
     @property
     def drift(self) -> tuple[str, float] | None:
@@ -193,7 +196,8 @@ def cases(store: Store, calibration: MachineFits, *,
         else:
             out.append(Case(row, undisturbed_s(row) or row.median_s, p,
                             speed_ratio=speed_ratios(row, calibration),
-                            timed=step_shapes_timed(calibration, row.spec)))
+                            timed=step_shapes_timed(calibration, row.spec),
+                            missed=step_grid_missed(calibration, row.spec)))
     return out, skipped
 
 
@@ -640,6 +644,40 @@ def step_shapes_timed(calibration: MachineFits, spec: RunSpec) -> bool:
     return fit is None or spec.kind != "step" or shapes_timed(fit, spec)
 
 
+def step_grid_missed(calibration: MachineFits, spec: RunSpec) -> tuple[str, ...]:
+    """``grid_missed`` for the fit of ``calibration`` that predicts ``spec``'s step, then
+    the command that times the network's own shapes (``grid_missed_command``); empty for
+    a parallel run, a configuration no fit predicts, or one the grid does not miss."""
+    fit = calibration.find(framework(spec), spec.threads, spec.device, spec.precision)
+    if fit is None or spec.kind != "step":
+        return ()
+    _, _, cfg = workloads.resolve(spec.network, spec.size, dict(spec.params))
+    kinds = grid_missed(fit, spec, cfg.layers())
+    return (*kinds, grid_missed_command(fit, spec)) if kinds else ()
+
+
+def missed_legend(cases: Sequence[Case]) -> str | None:
+    """The legend of the '?' a table of ``cases`` marks the ones predicted from a whole
+    grid's curves known to miss their layers (``Case.missed``), with the command that
+    times their own shapes; None where none is."""
+    missed = [c for c in cases if c.missed]
+    if not missed:
+        return None
+    commands = dict.fromkeys(c.missed[-1] for c in missed)
+    return (f"? predicted from the whole grid's curves, which miss the "
+            f"{' and '.join(dict.fromkeys(k for c in missed for k in c.missed[:-1]))} there "
+            f"({len(missed)} configuration{'s' if len(missed) != 1 else ''}, "
+            f"docs/prediction.md): {'; '.join(commands)} time{'s' if len(commands) == 1 else ''} "
+            "their own shapes")
+
+
+def grid_missed_command(fit: LocalFit, spec: RunSpec) -> str:
+    """The command that times ``spec``'s network's own shapes at its batch for ``fit``'s
+    framework and thread count (what ``dlperf predict`` runs first)."""
+    return (f"'dlperf calibrate --frameworks {fit.framework} --threads {fit.threads} "
+            f"--networks {spec.network} --batch-size {spec.batch_size}'")
+
+
 def untimed_cases(store: Store) -> list[Case]:
     """Each step of a network that a scoped calibration timed the shapes of, predicted with
     those shapes held out of it (``plan.without_network``): the model's error on a network
@@ -690,6 +728,7 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
         return p.time_s, (p90(errors) if len(errors) >= 2 else None)
 
     predict_row.timed = timed  # type: ignore[attr-defined]
+    predict_row.missed = lambda spec: step_grid_missed(cal, spec)  # type: ignore[attr-defined]
 
     # what a table of its predictions marks: the calibrations other processes disturbed or
     # timed unsteadily, and the rows measured while the machine ran at another speed than
@@ -832,8 +871,7 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
         p = p.model_copy(update={"notes": [*p.notes, (
             f"shapes: the whole grid's curves miss {fw}'s {' and '.join(missed)} at "
             f"{m.fit.threads} threads (docs/prediction.md), and this calibration did not time "
-            f"{wl.name}'s own at batch {spec.batch_size}; 'dlperf calibrate --frameworks {fw} "
-            f"--threads {m.fit.threads} --networks {wl.name} --batch-size {spec.batch_size}' "
+            f"{wl.name}'s own at batch {spec.batch_size}; {grid_missed_command(m.fit, spec)} "
             "times them ('dlperf predict' does so first)")]})
     if strategy == "single" and m.fit.threads < threads:  # the cores' fit stands in
         p = p.model_copy(update={"notes": [*p.notes, "threads: "

@@ -61,6 +61,10 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
     # a cell whose network's layer shapes the calibration did not time: marked '#'
     timed = getattr(predictor, "timed", None)
     untimed: dict[tuple[str, str | None], int] = {}
+    # a cell predicted from whole-grid curves known to miss its layers: marked '?', per
+    # command that times its own shapes, the kinds missed and the count of cells
+    missed_by = getattr(predictor, "missed", None)
+    grid_missed: dict[str, tuple[list[str], int]] = {}
     leaf = []
     for c in cols:
         name = "GPU" if c == "GPU" else f"{c} thread{'s' if c != '1' else ''}"
@@ -106,8 +110,14 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                         key = (name, cell.spec.network if workloads.as_defined(
                             cell.spec.network, cell.spec.size, cell.spec.params) else None)
                         untimed[key] = untimed.get(key, 0) + 1
+                    missed = missed_by(cell.spec) if p and missed_by else ()
+                    if missed:
+                        kinds, n = grid_missed.get(missed[-1], ([], 0))
+                        grid_missed[missed[-1]] = (list(dict.fromkeys([*kinds, *missed[:-1]])),
+                                                   n + 1)
                     line.append((f"{p[0]:.4g}" + ("!" if bad else "") + ("~" if moved else "")
-                                 + ("^" if past else "") + ("#" if skeleton else ""))
+                                 + ("^" if past else "") + ("#" if skeleton else "")
+                                 + ("?" if missed else ""))
                                 if p else "")
                     vals.append(p[0] if p else None)
         out_rows.append(line)
@@ -132,6 +142,9 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                     + (f"'dlperf calibrate --networks {network}' times them" if network else
                        "a calibration times a network as defined")
                     for (net, network), n in untimed.items()]
+    notes_after += [f"? predicted from the whole grid's curves, which miss the {' and '.join(kinds)} "
+                    f"there ({n} cell{'s' if n != 1 else ''}, docs/prediction.md): {command} "
+                    "times their own shapes" for command, (kinds, n) in grid_missed.items()]
     return Table(
         title="Time per mini-batch (s), DLBench layout",
         headers=headers,
