@@ -157,9 +157,12 @@ def test_without_the_skeleton_only_what_the_networks_run_is_timed():
         == k.grid("pool")
     for op in ("bn", "lstm"):  # no such layer in AlexNet
         assert nk.scoped_grid(op, needed, layer_kinds=kinds, with_skeleton=False) == []
-    # a shape timed on fewer samples than the step runs keeps its op's skeleton
-    cut = nk.cut_ops(workloads.get("alexnet").layers(), 16)
-    assert cut == {"conv", "conv_bwd"} and not nk.cut_ops(workloads.get("fcn5").layers(), 64)
+    # a shape timed on fewer samples than the step runs keeps its op's skeleton: AlexNet's
+    # convolutions at 128; none of the DLBench networks' layers at the benchmark's batches
+    cut = nk.cut_ops(workloads.get("alexnet").layers(), 128)
+    assert cut == {"conv", "conv_bwd"}
+    for net, batch in (("alexnet", 32), ("fcn5", 128), ("lstm32", 256), ("resnet50", 32)):
+        assert not nk.cut_ops(workloads.get(net).layers(), batch), net
     assert set(nk.scoped_grid("conv", needed, layer_kinds=kinds, with_skeleton=False,
                               cut=cut)) == set(nk.scoped_grid("conv", needed, layer_kinds=kinds))
     assert nk.scoped_grid("memory", needed, layer_kinds=kinds, with_skeleton=False) \
@@ -186,11 +189,16 @@ def test_the_skeleton_once_is_at_the_thread_count_the_advice_predicts_at(monkeyp
     skeleton = set(nk.skeleton("gemm", k.grid("gemm")))
     assert not skeleton <= shapes["gemm"] and skeleton <= set(
         next(p.shapes for p in two.options.parts if p.op == "gemm"))
-    # AlexNet's first convolution is timed on fewer samples: the convolutions' skeleton stays
-    assert set(nk.skeleton("conv", k.grid("conv"))) <= shapes["conv"]
+    # AlexNet's convolutions at 16 timed whole: no skeleton of them at one thread; at 128
+    # they are timed on fewer samples, and the convolutions' skeleton stays
+    conv_skeleton = set(nk.skeleton("conv", k.grid("conv")))
+    assert not conv_skeleton & shapes["conv"]
     assert "bn" not in shapes and {"pool", *calibration.REQUIRED_OPS} <= set(shapes)
     timed = sum(len(p.shapes) for p in one.options.parts)
     assert timed < sum(len(p.shapes) for p in two.options.parts) - 20
+    cut, _ = calibration.specs(["torch"], [1, 2], allreduce=False, skeleton="cores",
+                               scope=[("fcn5", 64), ("alexnet", 128)])
+    assert conv_skeleton <= {s for p in cut.options.parts if p.op == "conv" for s in p.shapes}
     with pytest.raises(ValueError, match="skeleton"):
         calibration.specs(["torch"], [1], scope=scope, skeleton="some")
 

@@ -64,9 +64,15 @@ WINDOWED_OPS = CONVS
 #: timed: a first layer's weight gradient alone (``_whole_shapes``)
 FIRST_LAYER_OPS = ("conv_wgrad",)
 #: a network's product or convolution beyond this many FLOPs is timed on fewer rows or
-#: samples (``_bounded``): a layer that takes seconds at one thread runs where its
-#: curve has saturated in the batch, and would cost the calibration more than it tells
-MAX_SHAPE_FLOPS = 8e9
+#: samples (``_bounded``), so that a calibration stays minutes long. Below it a shape is
+#: timed whole, since a product's rate need not saturate in its rows: LSTM-32's softmax
+#: projection at batch 128 (4096 rows x 256 -> 10000, 21 GFLOP) ran at 45-53 GFLOP/s on
+#: its 4096 rows and 57-59 on 1562, in turn in one JAX process at one thread (2-vCPU AMD
+#: EPYC); timed on 1562 rows (an earlier bound of 8 GFLOP), it made JAX's LSTM-32 step
+#: 15% too fast (docs/prediction.md). The bound takes every layer of the DLBench
+#: networks at the benchmark's batches whole, the largest AlexNet's second convolution's
+#: gradients at 32 (62 GFLOP, about 1.4 s a call at one thread there)
+MAX_SHAPE_FLOPS = 64e9
 #: ... except an LSTM layer, whose time at a smaller batch would be stretched to the
 #: layer's by its bytes: timed whole up to the sequence's bound (DLBench's LSTM-32 at
 #: batch 256 is 26 GFLOP)
@@ -204,9 +210,9 @@ def scoped_grid(op: str, needed: dict[str, set[tuple[int, ...]]], *,
     ``with_skeleton=False``: what the networks themselves need, where no network outside
     them is predicted at that thread count (``plan.skeleton_threads``). A product's or a
     convolution's skeleton stays where a network's shape of it is cut (``cut``, from
-    ``cut_ops``: predicted off the curve's form past the timed shape; without it LSTM-32's
-    softmax projection, 4096 rows timed on 1562, came out 29% faster in JAX at one
-    thread) or where they run none of it (the ops every prediction needs); else their
+    ``cut_ops``: predicted off the curve's form past the timed shape; under an earlier
+    bound, without it LSTM-32's softmax projection, 4096 rows timed on 1562, came out 29%
+    faster in JAX at one thread) or where they run none of it (the ops every prediction needs); else their
     own shapes alone, each timed whole, are what predicts them. No layer op
     (``LAYER_OPS``) of a kind they lack: the main job's networks have no batch
     normalisation, whose grid is there for a ResNet-50 the advice predicts. Nor, without
