@@ -993,6 +993,13 @@ def sharing_cost(alone: Sequence[float], two: Sequence[float]) -> float:
     return (1 / min(alone)) / sum(1 / t for t in two)
 
 
+#: the product's variants (its transposed forms, over a sequence) and the fewest samples
+#: each is fitted on: with fewer, its curve is left out and the plain product's stands
+#: in for it (``fit_local``), reading the other layout's time
+PRODUCT_VARIANTS = ("gemm_tn", "gemm_nt", "gemm_tn_seq")
+MIN_VARIANT_SAMPLES = 6
+
+
 def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu",
               precision: str = "fp32") -> LocalFit:
     """Every curve from the samples of one framework at one thread count and precision."""
@@ -1019,11 +1026,12 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
     seq = [s.model_copy(update={"shape": (s.shape[0], s.shape[1], s.shape[2] * s.shape[3])})
            for s in products("gemm_tn_seq")]
     conv_bwd = fit_conv(products("conv_bwd"), d, traffic, elem, anchor("conv_bwd"))
+    enough = MIN_VARIANT_SAMPLES
     return LocalFit(framework=framework, threads=threads, device=device, precision=precision,
                     dispatch=d, gemm=gemm,
-                    gemm_tn=fit_gemm(tn, d, anchor("gemm_tn")) if len(tn) >= 6 else None,
-                    gemm_nt=fit_gemm(nt, d, anchor("gemm_nt")) if len(nt) >= 6 else None,
-                    gemm_tn_seq=(fit_gemm(seq, d, anchor("gemm_tn_seq")) if len(seq) >= 6
+                    gemm_tn=fit_gemm(tn, d, anchor("gemm_tn")) if len(tn) >= enough else None,
+                    gemm_nt=fit_gemm(nt, d, anchor("gemm_nt")) if len(nt) >= enough else None,
+                    gemm_tn_seq=(fit_gemm(seq, d, anchor("gemm_tn_seq")) if len(seq) >= enough
                                  else None),
                     conv=fit_conv(products("conv"), d, traffic, elem, anchor("conv")),
                     conv_bwd=conv_bwd,

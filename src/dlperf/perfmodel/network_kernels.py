@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable
 
+from dlperf.perfmodel.fit import MIN_VARIANT_SAMPLES, PRODUCT_VARIANTS
 from dlperf.perfmodel.kernels import (
     CONVS,
     SEQ_FEATURES_FLOPS,
@@ -212,8 +213,11 @@ def scoped_grid(op: str, needed: dict[str, set[tuple[int, ...]]], *,
     convolution's skeleton stays where a network's shape of it is cut (``cut``, from
     ``cut_ops``: predicted off the curve's form past the timed shape; under an earlier
     bound, without it LSTM-32's softmax projection, 4096 rows timed on 1562, came out 29%
-    faster in JAX at one thread) or where they run none of it (the ops every prediction needs); else their
-    own shapes alone, each timed whole, are what predicts them. No layer op
+    faster in JAX at one thread), where they run none of it (the ops every prediction
+    needs), or where they run fewer shapes of a product's variant than its curve is
+    fitted on (``fit.MIN_VARIANT_SAMPLES``: LSTM-32's two weight gradients over a
+    sequence alone left JAX at one thread without that curve, its LSTM-32 14% too fast);
+    else their own shapes alone, each timed whole, are what predicts them. No layer op
     (``LAYER_OPS``) of a kind they lack: the main job's networks have no batch
     normalisation, whose grid is there for a ResNet-50 the advice predicts. Nor, without
     the skeleton, a first layer's weight gradient where none of them starts with a
@@ -225,6 +229,7 @@ def scoped_grid(op: str, needed: dict[str, set[tuple[int, ...]]], *,
     full = grid(op, device=device)
     if op not in SCOPED_OPS:
         return full
-    if not with_skeleton and op not in cut and needed.get(op):
+    if not with_skeleton and op not in cut and needed.get(op) and not (
+            op in PRODUCT_VARIANTS and len(needed[op]) < MIN_VARIANT_SAMPLES):
         return sorted(needed[op])
     return list(dict.fromkeys([*skeleton(op, full), *sorted(needed.get(op, ()))]))
