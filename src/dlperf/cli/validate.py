@@ -382,7 +382,7 @@ def _json(cases: list[Case], mode: str) -> dict:
                    "speed_drift": ({"part": c.drift[0], "change": c.drift[1],
                                     "flagged": c.drifted} if c.drift else None),
                    "at_measured_speed_error": c.at_measured_speed_error,
-                   "shapes_timed": c.timed, "grid_missed": list(c.missed[:-1]),
+                   "shapes_timed": c.timed, "grid_missed": list(c.missed.kinds if c.missed else ()),
                    "breakdown": c.prediction.breakdown.model_dump()} for c in cases],
         "summary": {g or "all": [s.__dict__ for s in validate.summarize(cases, g)]
                     for g in (None, *validate.GROUPS)},

@@ -994,8 +994,8 @@ def sharing_cost(alone: Sequence[float], two: Sequence[float]) -> float:
 
 
 #: the product's variants (its transposed forms, over a sequence) and the fewest samples
-#: each is fitted on: with fewer, its curve is left out and the plain product's stands
-#: in for it (``fit_local``), reading the other layout's time
+#: each is fitted on: with fewer, its curve is left out (``fit_local``) and a plainer
+#: product's stands in for it (``local.product_times``), reading another layout's time
 PRODUCT_VARIANTS = ("gemm_tn", "gemm_nt", "gemm_tn_seq")
 MIN_VARIANT_SAMPLES = 6
 

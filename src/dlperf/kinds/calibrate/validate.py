@@ -132,8 +132,8 @@ class Case:
     #: (``shapes_timed``; False: a skeleton of the grid stood in)
     timed: bool = True
     #: the kinds of its layers a whole grid's curves are known to miss, its own shapes
-    #: not timed, and last the command that times them (``step_grid_missed``; empty: none)
-    missed: tuple[str, ...] = ()
+    #: not timed, and the command that times them (``step_grid_missed``; None: none)
+    missed: GridMiss | None = None
 
     @property
     def drift(self) -> tuple[str, float] | None:
@@ -644,28 +644,36 @@ def step_shapes_timed(calibration: MachineFits, spec: RunSpec) -> bool:
     return fit is None or spec.kind != "step" or shapes_timed(fit, spec)
 
 
-def step_grid_missed(calibration: MachineFits, spec: RunSpec) -> tuple[str, ...]:
-    """``grid_missed`` for the fit of ``calibration`` that predicts ``spec``'s step, then
-    the command that times the network's own shapes (``grid_missed_command``); empty for
-    a parallel run, a configuration no fit predicts, or one the grid does not miss."""
+@dataclass(frozen=True)
+class GridMiss:
+    """The kinds of a step's layers a whole grid's curves miss (``grid_missed``), and the
+    command that times the network's own shapes (``grid_missed_command``)."""
+
+    kinds: tuple[str, ...]
+    command: str
+
+
+def step_grid_missed(calibration: MachineFits, spec: RunSpec) -> GridMiss | None:
+    """What the fit of ``calibration`` that predicts ``spec``'s step misses; None for a
+    parallel run, a configuration no fit predicts, or one the grid does not miss."""
     fit = calibration.find(framework(spec), spec.threads, spec.device, spec.precision)
     if fit is None or spec.kind != "step":
-        return ()
+        return None
     _, _, cfg = workloads.resolve(spec.network, spec.size, dict(spec.params))
     kinds = grid_missed(fit, spec, cfg.layers())
-    return (*kinds, grid_missed_command(fit, spec)) if kinds else ()
+    return GridMiss(tuple(kinds), grid_missed_command(fit, spec)) if kinds else None
 
 
 def missed_legend(cases: Sequence[Case]) -> str | None:
     """The legend of the '?' a table of ``cases`` marks the ones predicted from a whole
     grid's curves known to miss their layers (``Case.missed``), with the command that
     times their own shapes; None where none is."""
-    missed = [c for c in cases if c.missed]
+    missed = [c.missed for c in cases if c.missed]
     if not missed:
         return None
-    commands = dict.fromkeys(c.missed[-1] for c in missed)
+    commands = dict.fromkeys(m.command for m in missed)
     return (f"? predicted from the whole grid's curves, which miss the "
-            f"{' and '.join(dict.fromkeys(k for c in missed for k in c.missed[:-1]))} there "
+            f"{' and '.join(dict.fromkeys(k for m in missed for k in m.kinds))} there "
             f"({len(missed)} configuration{'s' if len(missed) != 1 else ''}, "
             f"docs/prediction.md): {'; '.join(commands)} time{'s' if len(commands) == 1 else ''} "
             "their own shapes")

@@ -110,11 +110,11 @@ def dlbench_table(rows: list[ConfigResult], *, batch: str = "default",
                         key = (name, cell.spec.network if workloads.as_defined(
                             cell.spec.network, cell.spec.size, cell.spec.params) else None)
                         untimed[key] = untimed.get(key, 0) + 1
-                    missed = missed_by(cell.spec) if p and missed_by else ()
+                    missed = missed_by(cell.spec) if p and missed_by else None
                     if missed:
-                        kinds, n = grid_missed.get(missed[-1], ([], 0))
-                        grid_missed[missed[-1]] = (list(dict.fromkeys([*kinds, *missed[:-1]])),
-                                                   n + 1)
+                        kinds, n = grid_missed.get(missed.command, ([], 0))
+                        grid_missed[missed.command] = (
+                            list(dict.fromkeys([*kinds, *missed.kinds])), n + 1)
                     line.append((f"{p[0]:.4g}" + ("!" if bad else "") + ("~" if moved else "")
                                  + ("^" if past else "") + ("#" if skeleton else "")
                                  + ("?" if missed else ""))
