@@ -996,7 +996,7 @@ def sharing_cost(alone: Sequence[float], two: Sequence[float]) -> float:
 #: the product's variants (its transposed forms, over a sequence) and the fewest samples
 #: each is fitted on: with fewer, its curve is left out (``fit_local``) and a plainer
 #: product's stands in for it (``local.product_times``), reading another layout's time
-PRODUCT_VARIANTS = ("gemm_tn", "gemm_nt", "gemm_tn_seq")
+PRODUCT_VARIANTS = tuple(op for op in PRODUCTS if op != "gemm")
 MIN_VARIANT_SAMPLES = 6
 
 
@@ -1026,13 +1026,13 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
     seq = [s.model_copy(update={"shape": (s.shape[0], s.shape[1], s.shape[2] * s.shape[3])})
            for s in products("gemm_tn_seq")]
     conv_bwd = fit_conv(products("conv_bwd"), d, traffic, elem, anchor("conv_bwd"))
-    enough = MIN_VARIANT_SAMPLES
+
+    def variant(got: list[KernelSample], op: str) -> GemmCurve | None:
+        return fit_gemm(got, d, anchor(op)) if len(got) >= MIN_VARIANT_SAMPLES else None
+
     return LocalFit(framework=framework, threads=threads, device=device, precision=precision,
-                    dispatch=d, gemm=gemm,
-                    gemm_tn=fit_gemm(tn, d, anchor("gemm_tn")) if len(tn) >= enough else None,
-                    gemm_nt=fit_gemm(nt, d, anchor("gemm_nt")) if len(nt) >= enough else None,
-                    gemm_tn_seq=(fit_gemm(seq, d, anchor("gemm_tn_seq")) if len(seq) >= enough
-                                 else None),
+                    dispatch=d, gemm=gemm, gemm_tn=variant(tn, "gemm_tn"),
+                    gemm_nt=variant(nt, "gemm_nt"), gemm_tn_seq=variant(seq, "gemm_tn_seq"),
                     conv=fit_conv(products("conv"), d, traffic, elem, anchor("conv")),
                     conv_bwd=conv_bwd,
                     conv_wgrad=fit_conv_wgrad(products("conv_wgrad"), d, conv_bwd,
