@@ -13,6 +13,13 @@ FAST = Measurement(min_time_s=0.05, min_steps=3, warmup_min_steps=2, warmup_max_
                    warmup_max_time_s=2.0)
 
 
+def pytest_collection_modifyitems(items):
+    """Tests marked ``last`` run after all the others, in their order: each collects what
+    an earlier test started and that takes a while of its own (a Slurm job over its time
+    limit of a whole minute), so the rest of the suite runs meanwhile."""
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+
+
 @pytest.fixture(scope="session")
 def _session_peaks(tmp_path_factory):
     """The machine's peak store for the whole session, never the user's: each test's new
@@ -45,6 +52,21 @@ def _restore_affinity():
 @pytest.fixture
 def db(tmp_path):
     return tmp_path / "results.db"
+
+
+@pytest.fixture(scope="session")
+def full_fcn5_sync():
+    """Full-size FCN-5 (448 MiB of weights) trained by ``sync`` on two workers, batch 32:
+    the measurement that the memory tests of ``async`` and ``fsdp`` set their own runs
+    against. Measured once (about 14 s) for both."""
+    from dlperf.engine.launch.torchrun import run_parallel
+    from dlperf.kinds.parallel.make import make_spec
+    from tests.test_parallel import TIMEOUTS
+
+    r = run_parallel(make_spec("fcn5", strategy="sync", workers=2, batch_size=32, steps=2,
+                               warmup_steps=1), **TIMEOUTS)
+    assert r.ok, r.failure
+    return r
 
 
 @pytest.fixture(scope="session")

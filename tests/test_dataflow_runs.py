@@ -104,8 +104,7 @@ def test_a_crashing_loader_worker_is_a_stored_failure_and_the_sweep_goes_on(db, 
     monkeypatch.setenv("DLPERF_LOADER_FAULT", "segfault")  # only loader processes die
     specs = [spec(loader_workers=1), spec(loader_workers=0)]
     with Store(db) as store:
-        results = Runner(store, timeout_s=120, peak_size=256,
-                         peak_measurement=FAST).run_all(specs)
+        results = Runner(store, timeout_s=120, peak_size=256).run_all(specs)
         stored = store.results(kind="step")
     assert [r.ok for r in results] == [False, True]
     bad = results[0]

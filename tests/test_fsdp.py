@@ -50,7 +50,7 @@ def test_fsdp_two_workers_equal_one_worker_on_the_global_batch(tmp_path):
 
 
 @pytest.mark.slow
-def test_sharding_lowers_each_workers_measured_peak_as_predicted(tmp_path):
+def test_sharding_lowers_each_workers_measured_peak_as_predicted(tmp_path, full_fcn5_sync):
     """Full-size FCN-5 (448 MiB of weights) on two workers: each holds half the weights
     and gradients under fsdp (and gathers its largest layers whole), the whole of both
     and DDP's bucket copy of the gradients under sync; the model predicts the saving, and
@@ -60,15 +60,14 @@ def test_sharding_lowers_each_workers_measured_peak_as_predicted(tmp_path):
     from dlperf.kinds.calibrate import validate
     from dlperf.kinds.parallel.make import make_spec
 
-    peaks = {}
+    spec = make_spec("fcn5", strategy="fsdp", workers=2, batch_size=32, steps=2,
+                     warmup_steps=1)
+    r = run_parallel(spec, **TIMEOUTS)  # no dumps: the weights are 448 MiB
+    assert r.ok, r.failure
+    peaks = {"sync": full_fcn5_sync.metrics.peak_rss_bytes, "fsdp": r.metrics.peak_rss_bytes}
     with Store(tmp_path / "r.db") as store:
-        for s in ("sync", "fsdp"):
-            spec = make_spec("fcn5", strategy=s, workers=2, batch_size=32, steps=2,
-                             warmup_steps=1)
-            r = run_parallel(spec, **TIMEOUTS)  # no dumps: the weights are 448 MiB
-            assert r.ok, r.failure
-            peaks[s] = r.metrics.peak_rss_bytes
-            store.add(r)
+        for run in (full_fcn5_sync, r):
+            store.add(run)
         # validate --memory sets each worker's measured peak beside the model's
         cases, _ = validate.memory_cases(store, {("torch", "cpu"): 2e8})
     by = {c.row.spec.options.strategy: c for c in cases}

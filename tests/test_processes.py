@@ -201,7 +201,7 @@ def test_runner_stores_the_run_in_flight_as_interrupted(db):
 
     with Store(db) as st:
         with pytest.raises(Interrupted) as e:
-            Runner(st, timeout_s=120, peak_size=64, listener=Stop()).run_all([_spec(measurement=LONG)])
+            Runner(st, timeout_s=120, peak_size=256, listener=Stop()).run_all([_spec(measurement=LONG)])
         assert e.value.in_flight is not None
         [r] = st.results(kind="step")
         assert r.failure.reason == "interrupted" and r.step_times_s
@@ -230,7 +230,7 @@ def test_a_run_claimed_by_a_live_process_is_skipped(db):
         with Store(db) as st:
             st._db.execute("INSERT INTO claims VALUES (?,?,?,?,?)",
                            (spec.run_id, platform.node(), holder.pid, "other", time.time()))
-            assert Runner(st, peak_size=64, listener=Seen()).run_all([spec]) == []
+            assert Runner(st, peak_size=256, listener=Seen()).run_all([spec]) == []
             assert skipped and f"pid {holder.pid}" in skipped[0]
             assert st.results(kind="step") == []
     finally:
@@ -238,7 +238,7 @@ def test_a_run_claimed_by_a_live_process_is_skipped(db):
         holder.wait()
     # its holder gone, the claim is taken over
     with Store(db) as st:
-        [r] = Runner(st, timeout_s=120, peak_size=64).run_all([spec])
+        [r] = Runner(st, timeout_s=120, peak_size=256).run_all([spec])
         assert r.ok
         assert st._db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
 
@@ -351,14 +351,14 @@ def test_a_calibration_run_again_after_an_interrupt_keeps_what_it_had_timed(db):
 
     with Store(db) as st:
         with pytest.raises(Interrupted):
-            Runner(st, timeout_s=120, peak_size=64, listener=Stop()).run_all([spec])
+            Runner(st, timeout_s=120, peak_size=256, listener=Stop()).run_all([spec])
         [cut] = st.results(kind="kernel")
         kept = {s.shape: s for s in cut.outcome.samples}
         assert cut.failure.reason == "interrupted" and (2**20,) in kept and (2**21,) in kept
-        [done] = Runner(st, timeout_s=120, peak_size=64).run_all([spec])
+        [done] = Runner(st, timeout_s=120, peak_size=256).run_all([spec])
         assert done.ok and [s.shape for s in done.outcome.samples] == list(shapes)
         assert done.outcome.resumed == len(kept)
         assert all(s == kept[s.shape] for s in done.outcome.samples if s.shape in kept)
         # a finished run is not resumed: run again (--force), it times every shape anew
-        assert Runner(st, peak_size=64)._resume(spec) is None
+        assert Runner(st, peak_size=256)._resume(spec) is None
 

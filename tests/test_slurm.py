@@ -102,9 +102,11 @@ def _specs(threads=(1, 2)):
 
 
 # ------------------------------------------------------------------ a job over its time limit
-# Slurm's time limits are whole minutes, so this job takes one: it starts first, waits on a
-# lock of its own through the other tests, and the last test of the file collects it.
-@pytest.fixture(scope="module")
+# Slurm's time limits are whole minutes, so this job takes one or more: it starts with the
+# file's first test and waits on a lock of its own while the rest of the suite runs; the
+# test that collects it is marked to run last (tests/conftest.py), so that its minute
+# overlaps the other files' tests instead of being waited out at the end of this one.
+@pytest.fixture(scope="session")
 def timed_out(slurm_cluster, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("timeout")
     db, lock = tmp / "results.db", tmp / "cpus.lock"
@@ -293,6 +295,7 @@ def test_an_old_store_gains_the_jobs_table_and_keeps_its_version(tmp_path):
         assert c.execute("SELECT value FROM meta").fetchone()[0] == "3"
 
 
+@pytest.mark.last
 def test_a_job_over_its_time_limit_is_a_stored_timeout(timed_out):
     proc, db = timed_out
     out, err = proc.communicate(timeout=150)

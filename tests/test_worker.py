@@ -132,8 +132,7 @@ def test_sweep_records_failures_and_goes_on(db):
     # make the first configuration fail for real: a batch that cannot be allocated
     huge = specs[0].model_copy(update={"size": "full", "batch_size": 64})
     with Store(db) as st:
-        runner = Runner(st, timeout_s=120, memory_limit=700 * 2**20, peak_size=256,
-                        peak_measurement=FAST)
+        runner = Runner(st, timeout_s=120, memory_limit=700 * 2**20, peak_size=256)
         results = runner.run_all([huge, *specs[1:]])
         assert [r.status for r in results] == ["failed", "ok"]
         assert results[0].failure.reason == "oom"
@@ -153,7 +152,7 @@ def test_resume_runs_only_what_is_missing(db):
                        measurement=FAST, peak_size=256)
     specs = plan.expand(cfg)
     with Store(db) as st:
-        runner = Runner(st, timeout_s=120, peak_size=256, peak_measurement=FAST)
+        runner = Runner(st, timeout_s=120, peak_size=256)
         calls = iter(range(100))
         # stop after one configuration, as a kill between runs would
         runner.run_all(specs, stop=lambda: next(calls) >= 1)
