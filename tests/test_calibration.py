@@ -2321,7 +2321,8 @@ def test_a_kernel_timed_beside_a_busy_process_records_it_and_the_calibration_say
 def test_a_busy_sample_whose_calls_spread_was_timed_while_the_machine_moved():
     """``steadiness.unsteady``: a sample whose median call took more than UNSTEADY times
     its fastest tenth, its threads busy; not one that kept a thread idle (XLA's small ops
-    spread of their own accord), nor a steady one, nor one of two calls."""
+    spread of their own accord), nor a steady one, nor one of a single call. A window of
+    two calls that never agreed (a page-fault spell under a long memory pass) is."""
     from dlperf.perfmodel import steadiness
 
     def at(times, cpu):
@@ -2334,7 +2335,10 @@ def test_a_busy_sample_whose_calls_spread_was_timed_while_the_machine_moved():
     assert not steadiness.unsteady(at(spread, 1.0), threads=2)  # a thread idle half the time
     assert not steadiness.unsteady(at(spread, None), threads=1)  # not measured
     assert not steadiness.unsteady(at([1.0] * 9 + [1.2], 1.0), threads=1)
-    assert steadiness.spread(at([1.0, 2.0], 1.0)) == 1.0
+    assert steadiness.spread(at([1.0], 1.0)) == 1.0
+    assert steadiness.unsteady(at([0.179, 1.237], 0.94), threads=1)
+    assert not steadiness.unsteady(at([1.0, 1.05], 1.0), threads=1)  # a settled window
+    assert not steadiness.unsteady(at([0.179, 1.237], 0.6), threads=1)  # a thread idle
     shares = steadiness.unsteady_share([at(spread, 1.0)] * 2 + [at([1.0] * 5, 1.0)] * 2, 1)
     assert shares == {"memory": 0.5}
     assert steadiness.unsteady_share([at(spread, 1.0)] * 3, 1) == {}  # too few to tell
