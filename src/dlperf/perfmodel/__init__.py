@@ -53,16 +53,4 @@ class _Package(types.ModuleType):
 
 sys.modules[__name__].__class__ = _Package
 
-__all__ = [
-    "Breakdown",
-    "Efficiencies",
-    "Device",
-    "Efficiency",
-    "LayerTime",
-    "Link",
-    "Prediction",
-    "ScalingPoint",
-    "Storage",
-    "data_parallel_scaling",
-    "predict",
-]
+__all__ = [*_FROM, "predict"]
