@@ -28,15 +28,15 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The performance model calibrated here at the brief study's networks' layer shapes and,
-# at the physical cores, where the advice predicts other networks, a skeleton of the
-# kernel grid (3.5 to 6 minutes on 2 cores; kept in the store; a later
+# at the physical cores in PyTorch, where the advice predicts other networks, a skeleton
+# of the kernel grid (3.5 to 5 minutes on 2 cores; kept in the store; a later
 # 'dlperf predict' of another network adds its shapes), the brief DLBench study (fcn5,
 # alexnet, lstm32 x PyTorch, TensorFlow, JAX x 1 and P threads, fcn5 at 2P too; about 5
 # minutes with the machine's peak) with the model's prediction beside each cell, the advice for
 # this machine, the report's path last. A calibration that cannot finish ('-') leaves the
 # study to run without the predictions it lacks.
 reproduce: install
-	-$(BIN)/dlperf calibrate --frameworks torch,tensorflow,jax --no-allreduce --networks fcn5,alexnet,lstm32 --skeleton cores
+	-$(BIN)/dlperf calibrate --frameworks torch,tensorflow,jax --no-allreduce --networks fcn5,alexnet,lstm32 --skeleton once
 	$(BIN)/dlperf reproduce dlbench --brief --frameworks torch,tensorflow,jax --out results/dlbench
 	$(BIN)/dlperf advise --task image-classification --samples 1.2M --epochs 90 --hardware this
 	@echo "HTML report: $(CURDIR)/results/dlbench/report.html"

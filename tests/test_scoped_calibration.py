@@ -218,6 +218,57 @@ def test_the_skeleton_once_is_at_the_thread_count_the_advice_predicts_at(monkeyp
         calibration.specs(["torch"], [1], scope=scope, skeleton="some")
 
 
+def test_the_skeleton_once_in_one_framework_is_the_first_frameworks_at_the_cores(monkeypatch):
+    """``--skeleton once`` (the main job's): 'cores' for the first framework listed, and
+    the others time only what their networks' predictions read, at every thread count."""
+    monkeypatch.setattr(calibration.environment, "physical_cores", lambda: 2)
+    scope = [("fcn5", 64), ("alexnet", 16)]
+    cores = calibration.specs(["torch", "tensorflow"], [1, 2], allreduce=False, scope=scope,
+                              skeleton="cores")
+    once = calibration.specs(["torch", "tensorflow"], [1, 2], allreduce=False, scope=scope,
+                             skeleton="once")
+    assert [(s.framework, s.threads) for s in once] == [(s.framework, s.threads) for s in cores]
+    by = {(s.framework, s.threads): s.options for s in once}
+    skeleton = set(nk.skeleton("gemm", k.grid("gemm")))
+
+    def gemms(o) -> set:
+        return {s for p in o.parts if p.op == "gemm" for s in p.shapes}
+
+    assert skeleton <= gemms(by["torch", 2])
+    assert not skeleton <= gemms(by["tensorflow", 2])
+    assert not skeleton <= gemms(by["tensorflow", 1]) and not skeleton <= gemms(by["torch", 1])
+    # the first framework's runs are those of 'cores'; the other's keep their networks' shapes
+    assert [s.options for s in once if s.framework == "torch"] \
+        == [s.options for s in cores if s.framework == "torch"]
+    assert gemms(by["tensorflow", 2]) == gemms(by["tensorflow", 1])
+    # the other framework at the cores times fewer shapes than with its skeleton
+    assert sum(len(p.shapes) for p in by["tensorflow", 2].parts) \
+        < sum(len(p.shapes) for s in cores if (s.framework, s.threads) == ("tensorflow", 2)
+              for p in s.options.parts) - 20
+
+
+def test_advice_predicts_a_network_outside_the_scope_in_the_framework_with_the_skeleton(
+        db, monkeypatch, capsys):
+    """After the main job's calibration (``--skeleton once``, PyTorch first), ResNet-50 is
+    predicted by PyTorch's two-thread curves, TensorFlow's calibration predicting only its
+    own networks."""
+    monkeypatch.setattr(calibration.environment, "physical_cores", lambda: 2)
+    with Store(db) as store:
+        made_up.calibrated(store, frameworks=("torch", "tensorflow"), threads=(1, 2),
+                           allreduce=False, scope=(("fcn5", 64),), skeleton="once")
+        fits = calibration.local_calibration(store)
+        with_skeleton = {(s.framework, s.threads) for s in calibration.load(store)
+                         if calibration.has_skeleton(s)}
+    assert with_skeleton == {("torch", 2)}
+    assert {(f.framework, f.threads) for f in fits.fits} == {
+        (fw, t) for fw in ("torch", "tensorflow") for t in (1, 2)}
+    assert main(["advise", "--task", "image-classification", "--samples", "1M",
+                 "--hardware", "this", "--db", str(db)]) == 0
+    advice = capsys.readouterr().out
+    assert "predicted: resnet50 torch/eager cpu x2" in advice
+    assert "resnet50: not measured here" not in advice
+
+
 def test_a_calibration_without_its_skeleton_predicts_no_network_held_out(db, monkeypatch):
     """A network held out of a calibration that timed no skeleton at its thread count
     leaves it without samples (nothing outside its scope is predicted from it), where

@@ -9,7 +9,9 @@ only; the plan lives in ``dlperf.kinds.calibrate.plan``, the fits in ``dlperf.pe
     dlperf calibrate --networks fcn5,alexnet       # their layers' shapes and a skeleton
                                                    # of the grid
     dlperf calibrate --networks fcn5,alexnet --skeleton cores   # the skeleton at the
-                                                   # physical cores only (the main job's)
+                                                   # physical cores only
+    dlperf calibrate --networks fcn5,alexnet --skeleton once    # ... and in the first
+                                                   # framework only (the main job's)
 """
 
 from __future__ import annotations
@@ -59,10 +61,11 @@ def add(sub: argparse._SubParsersAction) -> None:
                    "longer (several times slower)")
     p.add_argument("--skeleton", choices=SKELETONS, default="all",
                    help="with --networks: where to time the skeleton of the grid that "
-                   "predicts networks outside them: at every thread count (all, the default) "
-                   "or only at the one 'dlperf advise' predicts them at (cores: all the "
-                   "physical cores; elsewhere only what the networks' own predictions read; "
-                   "the main job's)")
+                   "predicts networks outside them: at every thread count (all, the default), "
+                   "only at the one 'dlperf advise' predicts them at (cores: all the "
+                   "physical cores; elsewhere only what the networks' own predictions read), "
+                   "or there in the first of --frameworks alone (once: the main job's; "
+                   "advise then predicts them in that framework)")
     p.add_argument("--no-allreduce", action="store_true", help="skip the all-reduce kernels")
     p.add_argument("--dataflow", action="store_true", help="time the input pipelines' "
                    "loaders instead of the kernels: each framework's cost per sample on "

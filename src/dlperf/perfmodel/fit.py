@@ -606,6 +606,10 @@ class LocalFit(_Frozen):
     #: ('alexnet@16'), beside a skeleton of the grid (``network_kernels``); None: the
     #: whole grid was timed
     scope: tuple[str, ...] | None = None
+    #: whether its products and convolutions hold the skeleton of the grid (a whole grid
+    #: does; a scoped calibration where it was timed at its thread count and framework,
+    #: ``calibrate --skeleton``): without it, only the scope's networks are predicted
+    skeleton: bool = True
     #: the machine's speed while it was calibrated: its kernel workers' speed probes
     #: (``core.speed_probe``; empty: not measured, a calibration of an older dlperf)
     speed_probe: dict[str, float] = Field(default_factory=dict)

@@ -65,8 +65,12 @@ SCOPED_MIN_TIME_S = 0.03
 #: calibration
 SCOPED_MIN_STEPS = 2
 #: where a calibration scoped to networks times the skeleton of the grid: at every thread
-#: count, or only at the one the advice predicts other networks at (``skeleton_threads``)
-SKELETONS = ("all", "cores")
+#: count, only at the one the advice predicts other networks at (``skeleton_threads``), or
+#: there in the first framework alone ('once', the main job's: ``dlperf advise`` predicts a
+#: network outside the scope in each framework whose calibration can, and one framework's
+#: answers it; TensorFlow's and JAX's skeletons took 16 and 32 s of a 307 s main-job
+#: calibration on a 2-vCPU AMD EPYC, 2026-12-02, PyTorch's 13 s)
+SKELETONS = ("all", "cores", "once")
 
 
 def default_threads(device: str = "cpu") -> list[int]:
@@ -110,7 +114,8 @@ def specs(frameworks: Sequence[str], threads: Sequence[int], *, device: str = "c
     core beside the 2-process one; ``repeat`` times each, in turns (``load`` takes each
     kernel's median over them). ``scope``: (network, batch) pairs whose layers' shapes
     are timed instead of the whole grid, beside its skeleton (``scoped_parts``) at every
-    thread count (``skeleton='all'``) or at ``skeleton_threads``' alone ('cores')."""
+    thread count (``skeleton='all'``), at ``skeleton_threads``' alone ('cores'), or there
+    in the first of ``frameworks`` alone ('once')."""
     if skeleton not in SKELETONS:
         raise ValueError(f"skeleton {skeleton!r}: one of {', '.join(SKELETONS)}")
     once = _specs_once(frameworks, threads, device=device, fine=fine,
@@ -173,10 +178,11 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
     whole = () if scope else tuple(KernelPart(op=op, shapes=tuple(grid(op, fine, device)))
                                    for op in LOCAL_OPS)
     once_at = skeleton_threads(threads, environment.physical_cores()) \
-        if skeleton == "cores" else None
-    skeleton_at = {t: once_at in (None, t) for t in threads}
+        if skeleton != "all" else None
     out = []
     for fw in frameworks:
+        skeleton_at = {t: once_at in (None, t) and (skeleton != "once" or fw == frameworks[0])
+                       for t in threads}
         framework_table.require(fw)
         versions = library_versions(fw, packages)
         # a scope's parts with and without the skeleton, each made once per framework
@@ -496,6 +502,7 @@ def local_calibration(store: Store, *, device: str | None = "cpu",
                           baselines=_baselines(complete),
                           measured={s.key: {
                               "other_cpu_share": dict(s.other_cpu_share), "scope": s.scope,
+                              "skeleton": s.scope is None or has_skeleton(s),
                               "speed_probe": dict(s.speed_probe), "timed_at": s.timed_at,
                               "revision": s.revision, "unsteady": dict(s.unsteady),
                               "retimed": s.retimed, "run_speeds": dict(s.run_speeds),

@@ -644,6 +644,15 @@ def step_shapes_timed(calibration: MachineFits, spec: RunSpec) -> bool:
     return fit is None or spec.kind != "step" or shapes_timed(fit, spec)
 
 
+def stands_on_skeleton(calibration: MachineFits, spec: RunSpec) -> bool:
+    """Whether the fit that predicts ``spec`` holds the skeleton of the grid
+    (``LocalFit.skeleton``), which a network whose shapes it did not time is predicted
+    from: a calibration scoped without it (``calibrate --skeleton once``, another
+    framework's) has only its networks' own shapes, and its curves past them are guesses."""
+    fit = calibration.find(framework(spec), spec.threads, spec.device, spec.precision)
+    return fit is not None and fit.skeleton
+
+
 @dataclass(frozen=True)
 class GridMiss:
     """The kinds of a step's layers a whole grid's curves miss (``grid_missed``), and the
@@ -711,7 +720,8 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
     whose network's shapes the calibration did not time (scoped to other networks) gets
     instead the error on the networks predicted with their own shapes held out
     (``untimed_cases``, read from the store again when first needed): the kind of
-    prediction it is (``predict_row.timed`` says which)."""
+    prediction it is (``predict_row.timed`` says which); none where its calibration has
+    no skeleton of the grid to predict it from (``stands_on_skeleton``)."""
     cal = plan_calibration(store, device=None)
     if not cal.fits:
         return None
@@ -725,10 +735,12 @@ def predictor(store: Store) -> Callable[[ConfigResult], tuple[float, float | Non
     def predict_row(row: ConfigResult) -> tuple[float, float | None] | None:
         if row.machine_id not in (None, mine):
             return None
+        is_timed = timed(row.spec)
+        if not is_timed and not stands_on_skeleton(cal, row.spec):
+            return None
         p = predict_for_spec(row.spec, cal)
         if p is None:
             return None
-        is_timed = timed(row.spec)
         if not is_timed and not untimed:
             with Store(path) as again:
                 untimed.append(untimed_cases(again))
