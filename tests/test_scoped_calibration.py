@@ -247,6 +247,40 @@ def test_the_skeleton_once_in_one_framework_is_the_first_frameworks_at_the_cores
               for p in s.options.parts) - 20
 
 
+def test_a_scoped_run_whose_shapes_a_stored_run_timed_is_not_run_again(db, monkeypatch):
+    """A store calibrated with the skeleton at the cores in every framework holds what the
+    main job's ``--skeleton once`` times: nothing to run, and no stored skeleton replaced.
+    The other way round, the frameworks' skeletons are still to time; another scope, other
+    library versions or another repetition are not covered."""
+    monkeypatch.setattr(calibration.environment, "physical_cores", lambda: 2)
+    scope = [("fcn5", 64), ("alexnet", 16)]
+    kw = dict(allreduce=False, scope=tuple(scope))
+
+    def plan(skeleton, **more):
+        return calibration.specs(["torch", "tensorflow"], [1, 2], allreduce=False,
+                                 scope=scope, skeleton=skeleton, **more)
+
+    with Store(db) as store:
+        assert calibration.uncovered(plan("once"), store) == plan("once")  # nothing stored
+        made_up.calibrated(store, frameworks=("torch", "tensorflow"), threads=(1, 2),
+                           skeleton="cores", **kw)
+        assert calibration.uncovered(plan("once"), store) == []
+        assert calibration.uncovered(plan("cores"), store) == []
+        wider = calibration.specs(["torch"], [1], allreduce=False, skeleton="once",
+                                  scope=[*scope, ("lstm32", 128)])
+        assert calibration.uncovered(wider, store) == wider
+        again = plan("once", repeat=2)
+        assert [s.repeat for s in calibration.uncovered(again, store)] == [1] * 4
+    with Store(db.parent / "once.db") as store:
+        made_up.calibrated(store, frameworks=("torch", "tensorflow"), threads=(1, 2),
+                           skeleton="once", **kw)
+        left = calibration.uncovered(plan("cores"), store)
+        assert [(s.framework, s.threads) for s in left] == [("tensorflow", 2)]
+        other = [s.model_copy(update={"options": s.options.model_copy(
+            update={"versions": {"torch": "0.0"}})}) for s in plan("once")]
+        assert calibration.uncovered(other, store) == other
+
+
 def test_advice_predicts_a_network_outside_the_scope_in_the_framework_with_the_skeleton(
         db, monkeypatch, capsys):
     """After the main job's calibration (``--skeleton once``, PyTorch first), ResNet-50 is

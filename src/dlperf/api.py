@@ -228,8 +228,10 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
     over them counts), and return the fitted calibration. A kernel run that failed is run
     again: a calibration is only usable whole. ``scope``: (network, batch) pairs whose
     layers' shapes to time instead of the whole grid (added to what is stored), beside a
-    skeleton of the grid at every thread count (``skeleton='all'``) or at the one the
-    advice predicts other networks at ('cores': ``plan.skeleton_threads``)."""
+    skeleton of the grid at every thread count (``skeleton='all'``), at the one the
+    advice predicts other networks at ('cores': ``plan.skeleton_threads``), or there in
+    the first framework alone ('once'); a scoped run whose shapes a stored run holds
+    already is not run again (``plan.uncovered``)."""
     from dlperf.kinds.calibrate import plan as calibration
     from dlperf.kinds.calibrate import retime
 
@@ -238,6 +240,9 @@ def calibrate(frameworks: Sequence[str] | None = None, threads: Sequence[int] | 
     todo = calibration.specs(chosen, counts, device=device, fine=fine, allreduce=allreduce,
                              repeat=repeat, precision=precision, scope=scope,
                              skeleton=skeleton)
+    if not force:  # a stored run with more shapes (its skeleton) covers a scoped one
+        with Store(db) as store:
+            todo = calibration.uncovered(todo, store)
     run_specs(todo, db=db, force=force, retry_failed=True, timeout_s=timeout_s,
               listener=listener, slurm=slurm)
     # a shape far slower at more threads than at fewer, timed again once

@@ -212,6 +212,36 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
     return out
 
 
+def uncovered(todo: Sequence[RunSpec], store: Store) -> list[RunSpec]:
+    """``todo`` without the scoped kernel runs that a stored run already timed: one of the
+    same framework, thread count, device, precision, repetition, library versions, kernel
+    revision and timing settings whose shapes include all of the run's, scoped to at
+    least its networks. A calibration scoped with its skeleton ('cores') holds everything
+    one without it ('once') would time, and the newer would replace it in ``load``
+    (``_newest``: one run per scope), its skeleton lost for a run that adds nothing."""
+    scoped = [s for s in todo if isinstance(s.options, KernelOptions) and s.options.scope]
+    if not scoped:
+        return list(todo)
+    rows = store.results(kind="kernel", status="ok", machine_id=environment.machine_id())
+
+    def settings(s: RunSpec) -> tuple:
+        o = s.options
+        return (s.network, s.framework, s.threads, s.device, s.precision, s.repeat,
+                o.versions, o.revision, o.min_time_s, o.min_steps, o.warmup, o.world,
+                o.together)
+
+    def shapes(o: KernelOptions) -> set[tuple]:
+        return {(p.op, tuple(shape)) for p in o.parts for shape in p.shapes}
+
+    def covered(s: RunSpec) -> bool:
+        return any(isinstance(r.spec.options, KernelOptions)
+                   and settings(r.spec) == settings(s)
+                   and set(s.options.scope) <= set(r.spec.options.scope)
+                   and shapes(s.options) <= shapes(r.spec.options) for r in rows)
+
+    return [s for s in todo if s not in scoped or not covered(s)]
+
+
 @dataclass(frozen=True)
 class Stored:
     """The calibration samples of one framework, thread count, device and precision."""
