@@ -6,6 +6,7 @@ another network adding its shapes first."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -247,7 +248,7 @@ def test_the_skeleton_once_in_one_framework_is_the_first_frameworks_at_the_cores
               for p in s.options.parts) - 20
 
 
-def test_a_scoped_run_whose_shapes_a_stored_run_timed_is_not_run_again(db, monkeypatch):
+def test_a_scoped_run_whose_shapes_a_stored_run_timed_is_not_run_again(db, monkeypatch, capsys):
     """A store calibrated with the skeleton at the cores in every framework holds what the
     main job's ``--skeleton once`` times: nothing to run, and no stored skeleton replaced.
     The other way round, the frameworks' skeletons are still to time; another scope, other
@@ -271,6 +272,16 @@ def test_a_scoped_run_whose_shapes_a_stored_run_timed_is_not_run_again(db, monke
         assert calibration.uncovered(wider, store) == wider
         again = plan("once", repeat=2)
         assert [s.repeat for s in calibration.uncovered(again, store)] == [1] * 4
+        stored = store.count()
+    # the main job's command on that store: nothing run, the curves, the quality, the time
+    assert main(["calibrate", "--frameworks", "torch,tensorflow", "--threads", "1,2",
+                 "--no-allreduce", "--networks", "fcn5,alexnet", "--skeleton", "once",
+                 "--db", str(db)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("calibration quality: ") for line in printed)
+    assert re.fullmatch(r"calibrate: \d+ s", printed[-1]), printed[-1]
+    with Store(db) as store:
+        assert store.count() == stored
     with Store(db.parent / "once.db") as store:
         made_up.calibrated(store, frameworks=("torch", "tensorflow"), threads=(1, 2),
                            skeleton="once", **kw)

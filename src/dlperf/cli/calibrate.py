@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import time
 
 from dlperf.cli import args
 from dlperf.cli.progress import ProgressListener, out
@@ -106,6 +107,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
                       + (f" for {', '.join(scoped)}" if scoped else "")
                       + (f"  (repeat {s.repeat})" if a.repeat > 1 else ""), markup=False)
         return 0
+    started = time.monotonic()
     with ProgressListener(to_stderr=a.json) as listener:  # --json: stdout for the document
         cal = api.calibrate(frameworks, threads, db=a.db, device=a.device, fine=a.fine,
                             allreduce=not a.no_allreduce, force=a.force, listener=listener,
@@ -130,6 +132,8 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         out.print(f"  [red]{fw} x{t}: incomplete[/] (a kernel run failed; 'dlperf report' or "
                   "the store has its reason)")
     out.print(quality_line(fits), markup=False)
+    # what the calibration cost, as the study's own line says its (the main job's budget)
+    out.print(f"calibrate: {time.monotonic() - started:.0f} s", markup=False)
     return 1 if missing else 0
 
 
