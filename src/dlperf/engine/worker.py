@@ -58,7 +58,7 @@ def execute(spec: RunSpec, progress: Callable[[dict[str, Any]], None] | None = N
         from dlperf import backends
         from dlperf.backends.lean_import import skipping_extras
 
-        with skipping_extras() if lean_import else nullcontext():
+        with skipping_extras(spec.framework) if lean_import else nullcontext():
             backend = backends.load(spec.framework)
         in_force = backend.set_threads(spec.threads)
         # the allocator too: it sets a step's new pages (``Metrics.system_s_per_step``)
