@@ -219,10 +219,14 @@ def uncovered(todo: Sequence[RunSpec], store: Store) -> list[RunSpec]:
     least its networks. A calibration scoped with its skeleton ('cores') holds everything
     one without it ('once') would time, and the newer would replace it in ``load``
     (``_newest``: one run per scope), its skeleton lost for a run that adds nothing."""
-    scoped = [s for s in todo if isinstance(s.options, KernelOptions) and s.options.scope]
-    if not scoped:
+    def scoped(s: RunSpec) -> bool:
+        return isinstance(s.options, KernelOptions) and bool(s.options.scope)
+
+    if not any(scoped(s) for s in todo):
         return list(todo)
-    rows = store.results(kind="kernel", status="ok", machine_id=environment.machine_id())
+    rows = [r for r in store.results(kind="kernel", status="ok",
+                                     machine_id=environment.machine_id())
+            if isinstance(r.spec.options, KernelOptions)]
 
     def settings(s: RunSpec) -> tuple:
         o = s.options
@@ -234,12 +238,11 @@ def uncovered(todo: Sequence[RunSpec], store: Store) -> list[RunSpec]:
         return {(p.op, tuple(shape)) for p in o.parts for shape in p.shapes}
 
     def covered(s: RunSpec) -> bool:
-        return any(isinstance(r.spec.options, KernelOptions)
-                   and settings(r.spec) == settings(s)
+        return any(settings(r.spec) == settings(s)
                    and set(s.options.scope) <= set(r.spec.options.scope)
                    and shapes(s.options) <= shapes(r.spec.options) for r in rows)
 
-    return [s for s in todo if s not in scoped or not covered(s)]
+    return [s for s in todo if not (scoped(s) and covered(s))]
 
 
 @dataclass(frozen=True)
