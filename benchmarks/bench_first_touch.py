@@ -1,6 +1,8 @@
 """What the first touch of fresh memory costs, by how long ago the memory was freed.
 
     python benchmarks/bench_first_touch.py [--mib 256] [--waits 0,0.5,1,2,3,6] [--rounds 2]
+    python benchmarks/bench_first_touch.py --numpy   # a numpy array filled instead: numpy
+        # asks for transparent huge pages for its arrays of 4 MiB and more
 
 In one process pinned to one CPU: map MiB of anonymous memory, touch every page, unmap it;
 wait; map as much again and time the first touch of every page. A training step does the
@@ -26,8 +28,17 @@ import time
 PAGE = mmap.PAGESIZE
 
 
-def first_touch_s(nbytes: int) -> float:
-    """Seconds to touch every page of a new anonymous mapping of ``nbytes`` once."""
+def first_touch_s(nbytes: int, numpy: bool = False) -> float:
+    """Seconds to touch every page of a new anonymous mapping of ``nbytes`` once; with
+    ``numpy``, to fill a new numpy array of ``nbytes`` (its pages huge where the kernel
+    grants numpy's ``madvise``)."""
+    if numpy:
+        import numpy as np
+
+        a = np.empty(nbytes, np.uint8)
+        started = time.perf_counter()
+        a.fill(1)
+        return time.perf_counter() - started
     m = mmap.mmap(-1, nbytes)
     try:
         started = time.perf_counter()
@@ -38,11 +49,11 @@ def first_touch_s(nbytes: int) -> float:
         m.close()
 
 
-def after_wait_s(nbytes: int, wait_s: float) -> float:
+def after_wait_s(nbytes: int, wait_s: float, numpy: bool = False) -> float:
     """The first touch of ``nbytes`` of memory freed ``wait_s`` seconds before."""
-    first_touch_s(nbytes)  # touched and unmapped: the memory is free from here
+    first_touch_s(nbytes, numpy)  # touched and unmapped: the memory is free from here
     time.sleep(wait_s)
-    return first_touch_s(nbytes)
+    return first_touch_s(nbytes, numpy)
 
 
 def main() -> int:
@@ -51,6 +62,8 @@ def main() -> int:
     ap.add_argument("--waits", default="0,0.5,1,2,3,6",
                     help="seconds between the free and the next touch (default 0,0.5,1,2,3,6)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds over the waits (default 2)")
+    ap.add_argument("--numpy", action="store_true", help="fill a new numpy array instead "
+                    "(numpy asks for transparent huge pages for large arrays)")
     a = ap.parse_args()
     waits = [float(w) for w in a.waits.split(",")]
     nbytes = a.mib << 20
@@ -58,10 +71,11 @@ def main() -> int:
     taken: dict[float, list[float]] = {w: [] for w in waits}
     for _ in range(a.rounds):  # the waits interleaved, so that a drift reaches all alike
         for w in waits:
-            taken[w].append(after_wait_s(nbytes, w))
+            taken[w].append(after_wait_s(nbytes, w, a.numpy))
     pages = nbytes // PAGE
     base = statistics.median(taken[waits[0]]) / pages
-    print(f"first touch of {a.mib} MiB ({pages} pages), median of {a.rounds} rounds")
+    print(f"first touch of {a.mib} MiB ({pages} pages{', a numpy array' if a.numpy else ''}), "
+          f"median of {a.rounds} rounds")
     for w in waits:
         per_page = statistics.median(taken[w]) / pages
         print(f"  freed {w:4g} s before: {per_page * 1e6:6.2f} us a page, "
