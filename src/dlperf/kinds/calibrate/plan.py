@@ -214,9 +214,10 @@ def _specs_once(frameworks: Sequence[str], threads: Sequence[int], *, device: st
 
 def uncovered(todo: Sequence[RunSpec], store: Store) -> list[RunSpec]:
     """``todo`` without the scoped kernel runs that a stored run already timed: one of the
-    same framework, thread count, device, precision, repetition, library versions, kernel
-    revision and timing settings whose shapes include all of the run's, scoped to at
-    least its networks. A calibration scoped with its skeleton ('cores') holds everything
+    same identity but for its shapes and networks (``RunSpec.identity``: framework, thread
+    count, device, precision, library versions, kernel revision, timing settings, ...)
+    and the same repetition, whose shapes include all of the run's, scoped to at least its
+    networks. A calibration scoped with its skeleton ('cores') holds everything
     one without it ('once') would time, and the newer would replace it in ``load``
     (``_newest``: one run per scope), its skeleton lost for a run that adds nothing."""
     def scoped(s: RunSpec) -> bool:
@@ -228,17 +229,19 @@ def uncovered(todo: Sequence[RunSpec], store: Store) -> list[RunSpec]:
                                      machine_id=environment.machine_id())
             if isinstance(r.spec.options, KernelOptions)]
 
-    def settings(s: RunSpec) -> tuple:
-        o = s.options
-        return (s.network, s.framework, s.threads, s.device, s.precision, s.repeat,
-                o.versions, o.revision, o.min_time_s, o.min_steps, o.warmup, o.world,
-                o.together)
+    def settings(s: RunSpec) -> dict:
+        """Its identity but for its shapes and networks, and its repetition."""
+        ident = s.identity()
+        options = {k: v for k, v in ident.get("options", {}).items()
+                   if k not in ("parts", "scope")}
+        return {**ident, "options": options, "repeat": s.repeat}
 
     def shapes(o: KernelOptions) -> set[tuple]:
         return {(p.op, tuple(shape)) for p in o.parts for shape in p.shapes}
 
     def covered(s: RunSpec) -> bool:
-        return any(settings(r.spec) == settings(s)
+        mine = settings(s)
+        return any(settings(r.spec) == mine
                    and set(s.options.scope) <= set(r.spec.options.scope)
                    and shapes(s.options) <= shapes(r.spec.options) for r in rows)
 
