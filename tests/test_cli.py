@@ -291,6 +291,33 @@ def test_run_json_keeps_stdout_for_the_document(tmp_path):
     assert result["status"] == "ok" and "fcn5" in p.stderr
 
 
+@pytest.mark.parametrize("args, kind, said", [
+    (PARALLEL + ["--dry-run"], "parallel", "1 to measure"),
+    (["calibrate", "--frameworks", "torch", "--threads", "1", "--networks", "fcn5",
+      "--dry-run"], "kernel", ""),
+    (["calibrate", "--dataflow", "--frameworks", "torch", "--networks", "fcn5", "--dry-run"],
+     "loader", ""),
+])
+def test_a_dry_run_under_json_prints_the_runs_as_one_document(args, kind, said, db, capsys):
+    """A dry run's plan under --json: its specs on stdout, the plan's line on stderr."""
+    assert main([*args, "--json", "--db", str(db)]) == 0
+    captured = capsys.readouterr()
+    specs = json.loads(captured.out)
+    assert specs and all(RunSpec.model_validate(s).kind == kind for s in specs)
+    assert said in " ".join(captured.err.split())
+
+
+def test_a_note_of_a_run_under_json_goes_to_stderr(db, capsys):
+    """A data set larger than --memory-limit is streamed from disk, and the run says so:
+    on stderr under --json (the run itself is out of memory at so small a limit)."""
+    assert main([*RUN, "-b", "8", "--input", "memory", "--samples", "64", "--memory-limit",
+                 "10K", "--min-time", "0.05", "--json", "--db", str(db)]) == 1
+    captured = capsys.readouterr()
+    (result,) = json.loads(captured.out)
+    assert result["spec"]["options"]["input"] == "disk" and result["failure"]["reason"] == "oom"
+    assert "streamed from disk" in captured.err
+
+
 # ----------------------------------------------------------------------------- the run group
 def _commands(parser=None, path=()):
     """(path, parser) of every subcommand, nested ones ('dataflow sweep') too."""

@@ -11,6 +11,7 @@ start-up.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import uuid
@@ -373,6 +374,11 @@ def test_command_trains_to_a_target_resumes_and_reports(tmp_path, db, capsys):
     assert pk.threads == min(2 * r.spec.threads, len(os.sched_getaffinity(0)))
     assert main(args) == 0  # resumed: nothing left to run
     assert "0 to measure" in " ".join(capsys.readouterr().out.split())
+    assert main([*args, "--json"]) == 0  # stdout is the document; the plan's line on stderr
+    captured = capsys.readouterr()
+    (row,) = json.loads(captured.out)
+    assert RunResult.model_validate(row).spec.run_id == r.spec.run_id
+    assert "0 to measure" in " ".join(captured.err.split())
     rep = tmp_path / "rep"
     assert main(["report", "--db", str(db), "--out", str(rep)]) == 0
     md = (rep / "parallel.md").read_text()

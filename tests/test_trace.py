@@ -103,6 +103,11 @@ def test_explain_writes_a_trace_of_a_real_torch_step(db, tmp_path, capsys):
     assert main(["explain", "-n", "fcn5", "--size", "tiny", "-b", "16", "--steps", "2",
                  "--threads", "1", "--db", str(db), "--trace", str(path)]) == 0
     assert "trace written to" in capsys.readouterr().out
+    # under --json the line goes to stderr, and stdout is the explanation alone
+    assert main(["explain", "-n", "fcn5", "--size", "tiny", "-b", "16", "--steps", "2",
+                 "--threads", "1", "--db", str(db), "--trace", str(path), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["measured_s"] > 0 and "trace written to" in captured.err
     doc = json.loads(path.read_text())
     jsonschema.validate(doc, SCHEMA)
     tracks = {e["tid"] for e in doc["traceEvents"] if e["ph"] == "X" and

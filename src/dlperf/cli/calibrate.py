@@ -17,12 +17,13 @@ only; the plan lives in ``dlperf.kinds.calibrate.plan``, the fits in ``dlperf.pe
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import time
 
 from dlperf.cli import args
-from dlperf.cli.progress import ProgressListener, out
+from dlperf.cli.progress import ProgressListener, console, out
 from dlperf.core import units
 from dlperf.core.errors import UsageError
 from dlperf.kinds.calibrate.plan import SKELETONS
@@ -98,15 +99,16 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         return _dataflow(a, frameworks)
     scope = _scope(a)
     if a.dry_run:
-        for s in calibration.specs(frameworks, threads, device=a.device, fine=a.fine,
-                                   allreduce=not a.no_allreduce, repeat=a.repeat,
-                                   precision=a.precision, scope=scope,
-                                   skeleton=a.skeleton):
+        def line(s) -> str:
             scoped = getattr(s.options, "scope", ())
-            out.print(f"  {s.framework:10} x{s.threads}  {s.network}"
-                      + (f" for {', '.join(scoped)}" if scoped else "")
-                      + (f"  (repeat {s.repeat})" if a.repeat > 1 else ""), markup=False)
-        return 0
+            return (f"  {s.framework:10} x{s.threads}  {s.network}"
+                    + (f" for {', '.join(scoped)}" if scoped else "")
+                    + (f"  (repeat {s.repeat})" if a.repeat > 1 else ""))
+
+        return _dry_run(calibration.specs(frameworks, threads, device=a.device, fine=a.fine,
+                                          allreduce=not a.no_allreduce, repeat=a.repeat,
+                                          precision=a.precision, scope=scope,
+                                          skeleton=a.skeleton), a, line)
     started = time.monotonic()
     with ProgressListener(to_stderr=a.json) as listener:  # --json: stdout for the document
         cal = api.calibrate(frameworks, threads, db=a.db, device=a.device, fine=a.fine,
@@ -114,14 +116,14 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
                             repeat=a.repeat, precision=a.precision, slurm=slurm,
                             scope=scope, skeleton=a.skeleton)
     if slurm is not None:  # the curves are the nodes', not this machine's
-        out.print("calibrated on the Slurm nodes; their kernels are in the store with their "
-                  "machines ('dlperf status' lists the jobs)")
+        console(a.json).print("calibrated on the Slurm nodes; their kernels are in the store "
+                              "with their machines ('dlperf status' lists the jobs)")
+        if a.json:  # no curves of this machine
+            print("[]")
         return 0
     fits = [f for f in cal.fits if f.framework in frameworks and f.threads in threads
             and f.precision == a.precision]
     if a.json:
-        import json
-
         print(json.dumps([f.model_dump() for f in fits], indent=1, default=str))
         return 0
     for f in fits:
@@ -135,6 +137,16 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     # what the calibration cost, as the study's own line says its (the main job's budget)
     out.print(f"calibrate: {time.monotonic() - started:.0f} s", markup=False)
     return 1 if missing else 0
+
+
+def _dry_run(specs: list, a: argparse.Namespace, line) -> int:
+    """--dry-run: each run's ``line``, or under --json the runs' specs as one document."""
+    if a.json:
+        print(json.dumps([s.model_dump() for s in specs], default=str))
+    else:
+        for s in specs:
+            out.print(line(s), markup=False)
+    return 0
 
 
 def _scope(a: argparse.Namespace) -> list[tuple[str, int]]:
@@ -177,15 +189,11 @@ def _dataflow(a: argparse.Namespace, frameworks: list[str]) -> int:
                          f"in dlperf ({', '.join(loaders.FRAMEWORKS)} do)")
     specs = loaders.specs(fws, nets)
     if a.dry_run:
-        for s in specs:
-            out.print(f"  {s.framework:10} {s.label()}", markup=False)
-        return 0
+        return _dry_run(specs, a, lambda s: f"  {s.framework:10} {s.label()}")
     with ProgressListener(to_stderr=a.json) as listener:
         costs = api.calibrate_dataflow(fws, nets, db=a.db, force=a.force, listener=listener)
     rows = [c for key, c in sorted(costs.items()) if key[0] in fws]
     if a.json:
-        import json
-
         print(json.dumps([c.model_dump() for c in rows], indent=1))
         return 0
     print_table(Table(title="Loader cost per sample (one core)", headers=[

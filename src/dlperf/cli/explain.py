@@ -11,7 +11,7 @@ import argparse
 import json
 
 from dlperf.cli import args
-from dlperf.cli.progress import ProgressListener, out
+from dlperf.cli.progress import ProgressListener, console, out
 from dlperf.core import units
 from dlperf.core.errors import UsageError
 
@@ -60,8 +60,8 @@ def cmd_explain(a: argparse.Namespace) -> int:
             written = trace.write(e, a.trace)
         except OSError as err:
             raise UsageError(f"cannot write the trace to {a.trace}: {err.strerror}") from None
-        out.print(f"trace written to {written} (open it in ui.perfetto.dev or "
-                  "chrome://tracing)", style="dim")
+        console(a.json).print(f"trace written to {written} (open it in ui.perfetto.dev or "
+                              "chrome://tracing)", style="dim")
     if a.json:
         print(json.dumps(_json(e), indent=1))
         return 0

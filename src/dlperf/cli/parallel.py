@@ -20,7 +20,7 @@ import json
 from rich.markup import escape
 
 from dlperf.cli import args
-from dlperf.cli.progress import ProgressListener, out, print_plan
+from dlperf.cli.progress import ProgressListener, console, out, print_plan
 from dlperf.core import units
 from dlperf.core.errors import UsageError
 from dlperf.core.spec import RunSpec
@@ -154,8 +154,11 @@ def cmd_parallel(a: argparse.Namespace) -> int:
     planned = api.plan_runs(specs, db=a.db, force=a.force, retry_failed=a.retry_failed,
                             slurm=slurm)
     print_plan("parallel", planned, describe=(
-        (lambda s: f"{describe(s)}  (repeat {s.repeat})") if a.dry_run else None))
+        (lambda s: f"{describe(s)}  (repeat {s.repeat})") if a.dry_run else None),
+        to=console(a.json))
     if a.dry_run:
+        if a.json:  # the runs still to do, as the specs a run stores
+            print(json.dumps([s.model_dump() for s in planned.todo], default=str))
         return 0
     torchrun = dict(
         stall_timeout_s=a.stall_timeout or 300.0, nnodes=a.nnodes,

@@ -14,6 +14,13 @@ from dlperf.engine.runner import Listener
 
 # Wide when writing to a file or a pipe (rich would assume 80 columns and squeeze tables).
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+#: Where a command printing JSON (--json) says everything else: stdout is for the document.
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
+
+
+def console(json_mode: bool) -> Console:
+    """The console for a command's lines beside its result: stderr under --json."""
+    return err if json_mode else out
 
 
 class ProgressListener(Listener):
@@ -28,7 +35,7 @@ class ProgressListener(Listener):
         keeps stdout for the document alone)."""
         self.p: Progress | None = None
         self.task = None
-        self.console = Console(stderr=True, highlight=False) if to_stderr else out
+        self.console = console(to_stderr)
 
     def __enter__(self) -> ProgressListener:
         return self
@@ -87,11 +94,12 @@ class ProgressListener(Listener):
             p.console.print(f"  [red]- [/] {escape(s.label()):50} {f.reason}: {escape(f.message[:90])}")
 
 
-def print_plan(title: str, planned, verb: str = "measure", describe=None) -> None:
+def print_plan(title: str, planned, verb: str = "measure", describe=None,
+               to: Console = out) -> None:
     """'TITLE: N runs, K already in STORE, M to measure'; with ``describe`` (a dry run),
     one line per run still to do."""
-    out.print(f"{title}: {len(planned.specs)} runs, {planned.stored} already in "
-              f"{planned.store_path}, {len(planned.todo)} to {verb}")
+    to.print(f"{title}: {len(planned.specs)} runs, {planned.stored} already in "
+             f"{planned.store_path}, {len(planned.todo)} to {verb}")
     if describe is not None:
         for s in planned.todo:
-            out.print(f"  {escape(describe(s))}")
+            to.print(f"  {escape(describe(s))}")

@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from dlperf.cli import args
 from dlperf.cli.dataflow_flags import add_input_flags, input_for_run
-from dlperf.cli.progress import ProgressListener, out
+from dlperf.cli.progress import ProgressListener, console, out
 from dlperf.core import units
 from dlperf.core.environment import DEFAULT_ALLOCATOR
 from dlperf.core.errors import UsageError
@@ -58,7 +58,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     if many:
         return cmd_inference(a, m, threads, batches)
     for note in notes:
-        out.print(f"note: {escape(note)}")
+        console(a.json).print(f"note: {escape(note)}")
     with ProgressListener(to_stderr=a.json) as listener:
         row = api.run(a.network, framework=a.framework, variant=a.variant, device=a.device,
                       precision=a.precision, threads=threads[0],
