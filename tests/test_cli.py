@@ -148,6 +148,21 @@ def test_bad_numbers_name_a_real_flag(args, flag, capsys):
     assert flag.split()[0] in sub._option_string_actions
 
 
+@pytest.mark.parametrize("command", [
+    ["report"], ["status"], ["validate"], ["validate", "--memory"],
+    ["compare", "framework=torch", "framework=jax"],
+])
+def test_a_command_that_only_reads_the_store_makes_none_at_a_mistyped_path(command, tmp_path,
+                                                                           capsys):
+    """A --db with no store behind it is one line and status 2, and no file is left there;
+    a command that measures makes its store (run, sweep, calibrate)."""
+    typo = tmp_path / "no" / "reslts.db"
+    assert main([*command, "--db", str(typo)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"no results store at {typo}" in err[0], err
+    assert not (tmp_path / "no").exists()
+
+
 def test_bad_sweep_file_through_the_command(tmp_path, capsys):
     f = tmp_path / "s.toml"
     f.write_text("[sweep]\nnetworks = 'fcn5'\nthreads = [1, 'two']\n")
@@ -278,6 +293,8 @@ def test_report_is_rendered_from_the_store_alone(db, tmp_path, capsys):
 
 
 def test_report_on_an_empty_store_says_so(db, tmp_path, capsys):
+    with Store(db):  # made, with nothing in it
+        pass
     assert main(["report", "--db", str(db), "--out", str(tmp_path / "r")]) == 0
     assert "no results yet" in capsys.readouterr().out
 

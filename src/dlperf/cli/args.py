@@ -11,6 +11,7 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
@@ -297,9 +298,20 @@ _FLAGS: dict[str, Callable[[argparse._ActionsContainer, Take], None]] = {
 
 
 # ----------------------------------------------------------------------------- the rest
-def add_db(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", help="results store (SQLite); default $DLPERF_DB or "
-                                "~/.local/share/dlperf/results.db")
+def existing_store(text: str) -> str:
+    """A --db that a command only reads: a path with no store is a typo, not a new store
+    (an empty one would make a report of nothing, silently, and leave a file behind)."""
+    if not Path(text).expanduser().is_file():
+        raise argparse.ArgumentTypeError(f"no results store at {text} ('dlperf run', "
+                                         "'sweep' and 'calibrate' make one)")
+    return text
+
+
+def add_db(p: argparse.ArgumentParser, reads_only: bool = False) -> None:
+    """--db; ``reads_only``: the command only reads the store, which must then exist."""
+    p.add_argument("--db", type=existing_store if reads_only else None,
+                   help="results store (SQLite); default $DLPERF_DB or "
+                   "~/.local/share/dlperf/results.db")
 
 
 def add_json(p: argparse.ArgumentParser, help: str = "print the results as JSON") -> None:

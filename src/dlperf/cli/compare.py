@@ -51,7 +51,7 @@ def add(sub: argparse._SubParsersAction) -> None:
                    "configuration is significantly slower by more than this (5%%, 0.05)")
     p.add_argument("--out", help="also write compare.md, .csv, .json and compare.png here")
     args.add_json(p, "print the comparison as JSON")
-    args.add_db(p)
+    args.add_db(p, reads_only=True)
     p.set_defaults(func=cmd_compare)
 
 

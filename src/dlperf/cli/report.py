@@ -18,7 +18,7 @@ def add(sub: argparse._SubParsersAction) -> None:
                    "tables show), comma-separated")
     p.add_argument("--html", action="store_true", help="print only the path of the HTML "
                    "report (report.html; report.md beside it)")
-    args.add_db(p)
+    args.add_db(p, reads_only=True)
     p.set_defaults(func=cmd_report)
 
 

@@ -15,7 +15,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="the Slurm jobs of a store: queued, running, done, failed")
     p.add_argument("--all", action="store_true", help="list every job (default: the open "
                    "and failed ones)")
-    args.add_db(p)
+    args.add_db(p, reads_only=True)
     p.set_defaults(func=cmd_status)
 
 

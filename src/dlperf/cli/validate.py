@@ -66,7 +66,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worst", type=args.nonneg_int, default=5, help="worst cases to explain "
                    "(default 5)")
     args.add_json(p, help="every case and summary as JSON")
-    args.add_db(p)
+    args.add_db(p, reads_only=True)
     p.set_defaults(func=cmd_validate)
 
 
