@@ -874,9 +874,10 @@ def predict_here(store: Store, network: str, *, device: str = "cpu", framework: 
     elif device == "cpu" and strategy == "single" and not trains_measured(fw, device,
                                                                            cal.baselines):
         p = p.model_copy(update={"notes": [*p.notes, (
-            f"memory: the baseline is {fw}'s libraries alone (a calibration from before "
-            f"dlperf measured its runtime when training, tens to hundreds of MiB more); "
-            f"'dlperf calibrate --frameworks {fw} --threads 1 --force' measures it")]})
+            f"memory: the baseline is {fw}'s libraries alone: its runtime when training, "
+            f"tens to hundreds of MiB more, is measured by a one-thread calibration, which "
+            f"this store lacks or made before dlperf measured it; 'dlperf calibrate "
+            f"--frameworks {fw} --threads 1 --force' measures it")]})
     p = _with_utilisation(p, spec)
     if strategy == "single" and not shapes_timed(m.fit, spec):
         p = p.model_copy(update={"notes": [*p.notes, (
