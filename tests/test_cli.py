@@ -309,19 +309,21 @@ def test_run_json_keeps_stdout_for_the_document(tmp_path):
 
 
 @pytest.mark.parametrize("args, kind, said", [
-    (PARALLEL + ["--dry-run"], "parallel", "1 to measure"),
+    (PARALLEL + ["--dry-run"], "parallel", "parallel: 1 runs, 0 already in"),
     (["calibrate", "--frameworks", "torch", "--threads", "1", "--networks", "fcn5",
-      "--dry-run"], "kernel", ""),
+      "--dry-run"], "kernel", None),
     (["calibrate", "--dataflow", "--frameworks", "torch", "--networks", "fcn5", "--dry-run"],
-     "loader", ""),
+     "loader", None),
 ])
 def test_a_dry_run_under_json_prints_the_runs_as_one_document(args, kind, said, db, capsys):
-    """A dry run's plan under --json: its specs on stdout, the plan's line on stderr."""
+    """A dry run's plan under --json: its specs on stdout; the plan's line, where the
+    command has one, on stderr (calibrate's dry run has none beside its runs)."""
     assert main([*args, "--json", "--db", str(db)]) == 0
     captured = capsys.readouterr()
     specs = json.loads(captured.out)
     assert specs and all(RunSpec.model_validate(s).kind == kind for s in specs)
-    assert said in " ".join(captured.err.split())
+    err = " ".join(captured.err.split())
+    assert said in err if said else err == "", err
 
 
 def test_a_note_of_a_run_under_json_goes_to_stderr(db, capsys):
