@@ -380,6 +380,31 @@ def test_a_product_takes_at_least_the_memory_pass_of_its_fresh_result(db):
                                                                            + 64 * 256))
 
 
+def test_a_new_pages_price_is_not_set_by_one_size_timed_in_a_slow_spell():
+    """The price of a new page: the fresh pass less the in-place one, the median over the
+    sizes whose result is mapped afresh (32 MiB and more); one of them four times slower
+    (the host's first touches in a slow moment) leaves it as the others give it. With
+    no size that large, the largest both passes timed sets it."""
+    mib, price, in_place = 2**20, 0.6e-9, 1 / 40e9  # s a byte of result; s a byte moved
+    results = [4 * mib * 2**i for i in range(7)]  # 4 .. 256 MiB
+    moved = tuple(2.0 * r for r in results)
+
+    def fresh(r: float, slow: float = 1.0) -> float:
+        return 2 * r * in_place + (r * price * slow if r >= fit.MMAP_THRESHOLD_MAX else 0.0)
+
+    update = fit.MemoryCurve(nbytes=moved, seconds=tuple(2 * r * in_place for r in results))
+    steady = fit.MemoryCurve(nbytes=moved, seconds=tuple(fresh(r) for r in results))
+    spell = fit.MemoryCurve(nbytes=moved, seconds=tuple(
+        fresh(r, 4.6 if r == results[-1] else 1.0) for r in results))
+    assert fit.new_page_byte_s(steady, update) == pytest.approx(price)
+    assert fit.new_page_byte_s(spell, update) == pytest.approx(price)
+    small = [r for r in results if r < fit.MMAP_THRESHOLD_MAX]
+    below = fit.MemoryCurve(nbytes=tuple(2.0 * r for r in small), seconds=tuple(
+        2 * r * in_place + r * price for r in small))
+    assert fit.new_page_byte_s(below, update) == pytest.approx(price)
+    assert fit.new_page_byte_s(steady, None) == 0.0
+
+
 def test_a_products_new_pages_are_counted_once_even_at_a_timed_shape():
     """PyTorch's calibration product makes a fresh result per call, so a sample whose
     result is beyond glibc's mmap threshold carries its new pages; the fit takes them out
