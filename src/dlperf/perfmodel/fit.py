@@ -832,9 +832,10 @@ def new_page_byte_s(memory: MemoryCurve, update: MemoryCurve | None) -> float:
     the largest both were timed at (that size alone where none is): a first touch costs
     what the host makes it cost at the moment, and one size timed in a slow spell must
     not price every large result. On this project's 2-vCPU AMD EPYC a PyTorch
-    calibration timed its 256 MiB pass 4.6 times slower than the sizes below it (3.05 ns
-    a byte against 0.49-0.68); read at that size alone, FCN-5's weight gradients gained
-    530 ms of new pages each, and its step at one thread was predicted 126% too slow."""
+    calibration's 256 MiB pass gave 3.05 ns a byte of new pages against 0.49-0.68 at the
+    sizes below it (830 ms, where other calibrations took 173-182); read at that size
+    alone, FCN-5's weight gradients gained 530 ms of new pages each, and its step at one
+    thread was predicted 126% too slow."""
     if update is None:
         return 0.0
     top = min(memory.nbytes[-1], update.nbytes[-1])
