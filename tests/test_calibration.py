@@ -405,6 +405,40 @@ def test_a_new_pages_price_is_not_set_by_one_size_timed_in_a_slow_spell():
     assert fit.new_page_byte_s(steady, None) == 0.0
 
 
+def test_a_memory_pass_timed_in_a_slow_spell_is_left_out_of_its_curve():
+    """A memory pass's sample still unsteady when fitted (its threads busy, its two calls
+    far apart) is left out of the curve where two steady sizes remain, which then reads
+    between them; the op's unsteadiness is still counted from every sample."""
+    from dlperf.perfmodel import steadiness
+
+    shapes = [(n,) for n in (2**22, 2**23, 2**24, 2**25)]
+
+    def pass_of(shape, calls, busy=1.0):
+        med = sorted(calls)[len(calls) // 2] if len(calls) % 2 else sum(calls) / 2
+        return made_up.sample("memory", shape).model_copy(update={
+            "median_s": med, "times_s": calls, "cpu_util": busy})
+
+    steady = [pass_of(s, (made_up.true_s("memory", s),) * 2) for s in shapes]
+    slow = pass_of(shapes[-1], (10 * made_up.true_s("memory", shapes[-1]),
+                                made_up.true_s("memory", shapes[-1])))
+    assert steadiness.unsteady(slow, threads=1)
+    d = fit.fit_dispatch(*([made_up.sample(op, s) for s in k.grid(op)]
+                           for op in ("dispatch", "dispatch_train")))
+    whole = fit.fit_memory(steady, d)
+    with_spell = [*steady[:-1], slow]
+    assert fit.fit_memory(fit.steady(with_spell, 1), d) == fit.fit_memory(steady[:-1], d)
+    big = slow.bytes
+    assert fit.fit_memory(fit.steady(with_spell, 1), d).time(big) == pytest.approx(
+        whole.time(big), rel=0.05)
+    assert fit.fit_memory(with_spell, d).time(big) > 4 * whole.time(big)  # kept, it slows all
+    # a sample that idles its threads spreads of its own accord: kept
+    idle = slow.model_copy(update={"cpu_util": 0.3})
+    assert fit.steady([*steady[:-1], idle], 1)[-1] == idle
+    # with fewer than two steady sizes, every sample stays
+    assert fit.steady([steady[0], slow], 1) == [steady[0], slow]
+    assert steadiness.unsteady_share(with_spell, 1) == {"memory": 0.25}
+
+
 def test_a_products_new_pages_are_counted_once_even_at_a_timed_shape():
     """PyTorch's calibration product makes a fresh result per call, so a sample whose
     result is beyond glibc's mmap threshold carries its new pages; the fit takes them out
