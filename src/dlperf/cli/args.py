@@ -11,11 +11,11 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
+from dlperf.core import store
 from dlperf.core.errors import UsageError
 from dlperf.core.spec import PRECISIONS, Measurement
 
@@ -301,7 +301,7 @@ _FLAGS: dict[str, Callable[[argparse._ActionsContainer, Take], None]] = {
 def existing_store(text: str) -> str:
     """A --db that a command only reads: a path with no store is a typo, not a new store
     (an empty one would make a report of nothing, silently, and leave a file behind)."""
-    if not Path(text).expanduser().is_file():
+    if not store.resolve_path(text).is_file():
         raise argparse.ArgumentTypeError(f"no results store at {text} ('dlperf run', "
                                          "'sweep' and 'calibrate' make one)")
     return text
