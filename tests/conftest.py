@@ -16,7 +16,9 @@ FAST = Measurement(min_time_s=0.05, min_steps=3, warmup_min_steps=2, warmup_max_
 def pytest_collection_modifyitems(items):
     """Tests marked ``last`` run after all the others, in their order: each collects what
     an earlier test started and that takes a while of its own (a Slurm job over its time
-    limit of a whole minute), so the rest of the suite runs meanwhile."""
+    limit of a whole minute), so the rest of the suite runs meanwhile. Under ``make
+    test``'s two pytest workers, a ``last`` test runs last of its ``xdist_group`` (the
+    worker that started what it collects), while the other worker goes on."""
     items.sort(key=lambda item: item.get_closest_marker("last") is not None)
 
 

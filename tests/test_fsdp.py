@@ -50,6 +50,7 @@ def test_fsdp_two_workers_equal_one_worker_on_the_global_batch(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("full_fcn5_sync")  # one worker measures the fixture once
 def test_sharding_lowers_each_workers_measured_peak_as_predicted(tmp_path, full_fcn5_sync):
     """Full-size FCN-5 (448 MiB of weights) on two workers: each holds half the weights
     and gradients under fsdp (and gathers its largest layers whole), the whole of both

@@ -607,6 +607,7 @@ def test_predict_counts_the_servers_share_on_a_cpu_and_not_on_a_gpu():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("full_fcn5_sync")  # one worker measures the fixture once
 def test_the_servers_process_peaks_higher_than_a_sync_worker_as_predicted(full_fcn5_sync):
     """Full-size FCN-5 (448 MiB of weights) on two workers, async against sync (batch 32):
     rank 0 holds the server's weights, the copy sent to each worker, a received push and

@@ -29,6 +29,10 @@ from dlperf.core.store import Store
 from dlperf.engine import config, plan
 from dlperf.kinds.peak import rates as peak
 
+# one Slurm cluster and one timed-out job for the file, under `pytest -n` too: its tests
+# go to one worker
+pytestmark = pytest.mark.xdist_group("slurm")
+
 FAST = ["--min-time", "0.05", "--min-steps", "3", "--warmup-time", "2"]
 #: the driver looks at the jobs every half second, not every 5: a job here ends in seconds
 SWEEP = ["sweep", "--networks", "fcn5", "--size", "tiny", "--executor", "slurm",
