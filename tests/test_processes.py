@@ -135,7 +135,8 @@ def test_runs_leave_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_sweep_killed_outright_leaves_its_workers_folder_for_the_next_launch_to_remove(db):
+def test_a_sweep_killed_outright_leaves_its_workers_folder_for_the_next_launch_to_remove(
+        db, tmp_path, monkeypatch):
     """SIGKILL gives the driver no chance to remove its worker's scratch folder; the next
     launch removes it (its launcher is gone), and leaves a live launcher's alone."""
     import tempfile
@@ -143,6 +144,11 @@ def test_a_sweep_killed_outright_leaves_its_workers_folder_for_the_next_launch_t
 
     from dlperf.engine.launch.scratch import OWNER, remove_orphans
 
+    # a temporary folder of its own: any other launch on the machine (another pytest
+    # worker's) would remove the orphan before this test looks for it
+    (tmp_path / "temp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "temp"))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     driver = _driver("sweep", "--networks", "fcn5", "--size", "tiny", "--min-time", "600",
                      db=db)
     workers = _children_running(driver, "dlperf.engine.worker")
