@@ -450,3 +450,20 @@ def test_data_advice_reads_the_pipelines_at_the_task_s_size_not_a_tiny_one(db):
     assert pipe.value == pytest.approx(2.0) and "disk:jpeg w2 p0" in pipe.advice
     disk = next(r for r in h.of("data") if r.subject == "storage")
     assert disk.value == pytest.approx(8.0)  # 160 samples/s x 50,000 bytes, not 1,000
+
+
+def test_a_db_with_no_store_is_read_as_empty_and_no_file_is_left(tmp_path, capsys):
+    """A --db naming no store: the advice of an empty store, one line on stderr saying so,
+    and no store, folder or file made there."""
+    missing = tmp_path / "typo" / "results.db"
+    code = main(["advise", "--task", "image-classification", "--samples", "1.2M",
+                 "--hardware", "this", "--json", "--db", str(missing)])
+    assert code == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    recs = data["hardware"][0]["recommendations"]
+    assert recs and not any(r["source"]["kind"] == "measured" for r in recs)
+    assert captured.err.strip() == (f"advise: no results store at {missing}: nothing measured "
+                                    "here is used ('dlperf run', 'sweep' and 'calibrate' make "
+                                    "one)")
+    assert not (tmp_path / "typo").exists()
