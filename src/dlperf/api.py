@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import statistics
+import tempfile
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from dlperf import workloads
 from dlperf.core import environment, framework_table, separate_envs
 from dlperf.core.aggregate import ConfigResult, aggregate
 from dlperf.core.spec import Measurement, RunResult, RunSpec
-from dlperf.core.store import Store
+from dlperf.core.store import Store, resolve_path
 from dlperf.engine import config, plan
 from dlperf.engine.runner import Listener, Runner
 from dlperf.engine.slurm.settings import SlurmSettings
@@ -531,7 +532,8 @@ def compare(a: str, b: str, *, db: str | Path | None = None, method: str = "welc
 def advise(task: str, *, samples: int | str, epochs: float = 1.0, hardware: str = "this",
            db: str | Path | None = None) -> Advice:
     """The advice for ``task`` (``dlperf.advice.advise``) from the rows this machine has
-    stored and the model. Bad input is one UsageError line, found before the store opens."""
+    stored and the model. Bad input is one UsageError line, found before the store opens;
+    a ``db`` with no store behind it is read as an empty store, and no file is made."""
     from dlperf.advice import advise as advice_for
     from dlperf.advice.hardware import parse_hardware, parse_samples
     from dlperf.advice.tasks import task as known_task
@@ -542,8 +544,14 @@ def advise(task: str, *, samples: int | str, epochs: float = 1.0, hardware: str 
     parse_hardware(hardware)
     from dlperf.kinds.calibrate import validate
 
-    with Store(db) as store:
-        inputs = advice_inputs(store, db, model=validate.predictor(store))
+    # advice needs no store (a catalogue device's, or a new machine's, says what to run)
+    # and only reads one: a ``db`` with no store behind it is read as an empty store made
+    # aside and removed, so that a mistyped path leaves no file behind
+    with tempfile.TemporaryDirectory(prefix="advise-empty-") as empty:
+        if db is not None and not resolve_path(db).is_file():
+            db = Path(empty) / "results.db"
+        with Store(db) as store:
+            inputs = advice_inputs(store, db, model=validate.predictor(store))
     return advice_for(task, samples=samples, epochs=epochs, hardware=hardware, **inputs)
 
 

@@ -33,26 +33,15 @@ def add(sub: argparse._SubParsersAction) -> None:
 def cmd_advise(a: argparse.Namespace) -> int:
     import dataclasses
     import json
-    import tempfile
-    from pathlib import Path
 
     from dlperf import api
     from dlperf.advice.section import comparison_table
-    from dlperf.core.store import resolve_path
     from dlperf.report.exporters import print_table
 
-    if a.db is not None and not resolve_path(a.db).is_file():
-        # advice needs no store (a catalogue device's, or a new machine's, says what to
-        # run), and only reads one: a --db with no store behind it is read as an empty
-        # store made aside and removed, so that a mistyped path leaves no file behind
-        with tempfile.TemporaryDirectory(prefix="advise-empty-") as empty:
-            adv = api.advise(a.task, samples=a.samples, epochs=a.epochs,
-                             hardware=a.hardware, db=Path(empty) / "results.db")
+    adv = api.advise(a.task, samples=a.samples, epochs=a.epochs, hardware=a.hardware, db=a.db)
+    if args.names_no_store(a.db):  # read as an empty store (api.advise)
         err.print(f"advise: no results store at {a.db}: nothing measured here is used "
                   "('dlperf run', 'sweep' and 'calibrate' make one)", soft_wrap=True, markup=False)
-    else:
-        adv = api.advise(a.task, samples=a.samples, epochs=a.epochs, hardware=a.hardware,
-                         db=a.db)
     if a.json:  # each source with its kind (measured, predicted, unknown) and in words
         data = dataclasses.asdict(adv)
         for h, hd in zip(adv.hardware, data["hardware"], strict=True):
