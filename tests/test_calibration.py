@@ -419,7 +419,8 @@ def test_a_memory_pass_timed_in_a_slow_spell_is_left_out_of_its_curve():
             "median_s": med, "times_s": calls, "cpu_util": busy})
 
     steady = [pass_of(s, (made_up.true_s("memory", s),) * 2) for s in shapes]
-    slow = pass_of(shapes[-1], (10 * made_up.true_s("memory", shapes[-1]),
+    # 2.5 times the others at the median: unsteady, not far from them (far_from_fresh_sizes)
+    slow = pass_of(shapes[-1], (4 * made_up.true_s("memory", shapes[-1]),
                                 made_up.true_s("memory", shapes[-1])))
     assert steadiness.unsteady(slow, threads=1)
     d = fit.fit_dispatch(*([made_up.sample(op, s) for s in k.grid(op)]
@@ -430,13 +431,50 @@ def test_a_memory_pass_timed_in_a_slow_spell_is_left_out_of_its_curve():
     big = slow.bytes
     assert fit.fit_memory(fit.steady(with_spell, 1), d).time(big) == pytest.approx(
         whole.time(big), rel=0.05)
-    assert fit.fit_memory(with_spell, d).time(big) > 4 * whole.time(big)  # kept, it slows all
+    assert fit.fit_memory(with_spell, d).time(big) > 2 * whole.time(big)  # kept, it slows all
     # a sample that idles its threads spreads of its own accord: kept
     idle = slow.model_copy(update={"cpu_util": 0.3})
     assert fit.steady([*steady[:-1], idle], 1)[-1] == idle
     # with fewer than two steady sizes, every sample stays
     assert fit.steady([steady[0], slow], 1) == [steady[0], slow]
     assert steadiness.unsteady_share(with_spell, 1) == {"memory": 0.25}
+
+
+def test_a_memory_pass_far_from_the_other_large_sizes_is_left_out_and_said():
+    """A memory pass past 32 MiB that took many times longer per byte than the other
+    sizes that large (two calls agreeing: steady by its own spread) is left out of its
+    curve, which then reads as the other sizes give it, and the calibration's quality
+    line names it; one merely twice as slow, or with too few sizes that large, stays."""
+    from dlperf.cli.calibrate import quality_line
+
+    shapes = {op: [tuple(s) for s in k.grid(op)] for op in calibration.LOCAL_OPS
+              if op not in ("bn", "pool", "lstm")}
+    clean = fit.Samples.of([made_up.sample(op, s) for op, ss in shapes.items() for s in ss])
+    big = max(shapes["memory"], key=lambda s: s[0])
+    assert 4 * big[0] >= 4 * fit.MMAP_THRESHOLD_MAX  # the grid has sizes past it
+
+    def slowed(by: float) -> fit.Samples:
+        return fit.Samples.of([x.model_copy(update={
+            "median_s": x.median_s * by, "times_s": (x.median_s * by,) * 2})
+            if x.op == "memory" and x.shape == big else x for x in clean.items])
+
+    plain = fit.fit_local(clean, "tensorflow", 1)
+    assert plain.far_passes == {} and fit.far_from_fresh_sizes(clean.of_op("memory")) == []
+    far = fit.fit_local(slowed(40.0), "tensorflow", 1)
+    label = f"memory {4 * big[0] / 2**20:.0f} MiB"
+    assert list(far.far_passes) == [label] and far.far_passes[label] > fit.FAR_FROM_FRESH
+    nbytes = 8.0 * big[0]
+    assert far.memory.time(nbytes) == pytest.approx(plain.memory.time(nbytes), rel=0.05)
+    kept = fit.fit_memory(slowed(40.0).of_op("memory"), far.dispatch)  # every sample
+    assert kept.time(nbytes) > 10 * plain.memory.time(nbytes)
+    line = quality_line([far.model_copy(update={"other_cpu_share": {"memory": 0.01}})])
+    assert "undisturbed" in line and f"tensorflow x1 {label}" in line and "left out" in line
+    # twice as slow: within what the machine does; kept, and nothing said
+    assert fit.fit_local(slowed(2.0), "tensorflow", 1).far_passes == {}
+    # fewer than FAR_FRESH_SIZES sizes past 32 MiB: no median to set it against
+    few = [x for x in slowed(40.0).of_op("memory")
+           if x.bytes / 2 < fit.MMAP_THRESHOLD_MAX or x.shape[0] >= big[0] // 2]
+    assert fit.far_from_fresh_sizes(few) == []
 
 
 def test_a_products_new_pages_are_counted_once_even_at_a_timed_shape():

@@ -213,18 +213,22 @@ def quality_line(fits) -> str:
     (``LocalFit.quality``)."""
     bad = [f for f in fits if f.doubtful]
     speed = f"; {line}" if (line := speed_steadiness(fits)) else ""
+    # the passes left out of the others' curves, named by their calibration
+    far = {f"{f.framework} x{f.threads} {k}": v for f in fits if not f.doubtful
+           for k, v in f.far_passes.items()}
     if bad:
+        rest = fits[0].model_copy(update={"far_passes": far}).far_said() if far else ""
         return "calibration quality: " + "; ".join(
-            f"{f.framework} x{f.threads}: {f.quality()}" for f in bad) + speed
+            f"{f.framework} x{f.threads}: {f.quality()}" for f in bad) + rest + speed
     # the most disturbed of the undisturbed speaks for them all, with every one's samples
-    # timed again
+    # timed again and passes left out
     worst = max(fits, key=lambda f: max(f.other_cpu_share.values(), default=-1.0),
                 default=None)
     if worst is not None:
         worst = worst.model_copy(update={"retimed": tuple(
             sum(f.retimed[i] for f in fits) for i in (0, 1)),
             "threads_retimed": sum(f.threads_retimed for f in fits),
-            "runs_retimed": sum(f.runs_retimed for f in fits)})
+            "runs_retimed": sum(f.runs_retimed for f in fits), "far_passes": far})
     return ("calibration quality: " + (worst.quality() if worst else "nothing calibrated")
             + speed)
 

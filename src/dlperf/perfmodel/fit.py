@@ -475,15 +475,48 @@ def fit_memory(samples: Sequence[KernelSample], d: Dispatch) -> MemoryCurve:
 
 def steady(samples: Sequence[KernelSample], threads: int) -> list[KernelSample]:
     """A memory pass's samples less those still unsteady after the calibration timed them
-    again (``steadiness.unsteady``), where two or more steady ones remain: its curve
-    interpolates between the sizes left, while one size timed in a slow spell would slow
-    every result near it. On this project's 2-vCPU AMD EPYC a PyTorch calibration kept a
-    256 MiB pass of two calls 1.50 and 0.16 s apart (830 ms; 79 ms at 128 MiB): a product
-    is never modelled below the pass that writes its result fresh, so FCN-5's 219 MB
-    weight gradients read 417 ms each against 190 and 237 ms timed. The unsteadiness is
-    still said (``LocalFit.unsteady``, read from every sample)."""
-    kept = [s for s in samples if not steadiness.unsteady(s, threads)]
+    again (``steadiness.unsteady``) and those far from the other sizes mapped afresh
+    (``far_from_fresh_sizes``), where two or more remain: its curve interpolates between
+    the sizes left, while one size timed in a slow spell would slow every result near it.
+    On this project's 2-vCPU AMD EPYC a PyTorch calibration kept a 256 MiB pass of two
+    calls 1.50 and 0.16 s apart (830 ms; 79 ms at 128 MiB): a product is never modelled
+    below the pass that writes its result fresh, so FCN-5's 219 MB weight gradients read
+    417 ms each against 190 and 237 ms timed. The unsteadiness is still said
+    (``LocalFit.unsteady``, read from every sample), and the far passes
+    (``LocalFit.far_passes``)."""
+    far = {s.shape for s, _ in far_from_fresh_sizes(samples)}
+    kept = [s for s in samples if not steadiness.unsteady(s, threads) and s.shape not in far]
     return kept if len(kept) >= 2 else list(samples)
+
+
+#: a pass into a fresh result this many times slower per byte than the median of the
+#: sizes mapped afresh is far from them (``far_from_fresh_sizes``)
+FAR_FROM_FRESH = 3.0
+#: the fewest sizes mapped afresh whose median a pass is set against
+FAR_FRESH_SIZES = 3
+
+
+def far_from_fresh_sizes(samples: Sequence[KernelSample]
+                         ) -> list[tuple[KernelSample, float]]:
+    """The samples of one pass (memory or update) whose result is ``MMAP_THRESHOLD_MAX``
+    or more and that took more than ``FAR_FROM_FRESH`` times the median seconds per byte
+    of those sizes (at least ``FAR_FRESH_SIZES`` of them), each with how many times the
+    median. Past that size every pass streams from DRAM (a memory pass into pages mapped
+    afresh), and nothing in the machine makes a byte of one size dearer than of another:
+    over the calibrations of this project's 2-vCPU AMD EPYC those sizes agreed within
+    x1.3 but for single sizes of one worker. A main job there (2026-12-02, Zen 5) timed
+    TensorFlow's 256 MiB memory pass at 773 ms in two calls that agreed (so steady by
+    ``steadiness.unsteady``), 2.4 to 7.7 ms at 32-128 MiB (x45 per byte); a calibration
+    of TensorFlow alone minutes later timed it at 15 ms. Kept, it made every large
+    product's fresh result cost 1.4 ns a byte more (a product is never modelled below the
+    pass that writes its result), and FCN-5 in TensorFlow came out 113-129% too slow;
+    left out, +2%."""
+    fresh = [s for s in samples if s.bytes / 2 >= MMAP_THRESHOLD_MAX and s.median_s > 0]
+    if len(fresh) < FAR_FRESH_SIZES:
+        return []
+    per_byte = statistics.median(s.median_s / s.bytes for s in fresh)
+    return [(s, ratio) for s in fresh
+            if (ratio := s.median_s / s.bytes / per_byte) > FAR_FROM_FRESH]
 
 
 def _between(curves: dict[int, MemoryCurve], side: float, nbytes: float) -> float:
@@ -651,6 +684,10 @@ class LocalFit(_Frozen):
     #: shapes timed again in one run, every shape of an op its kernel runs had timed at
     #: other speeds (``run_speeds`` before it; ``kinds.calibrate.retime``)
     runs_retimed: int = 0
+    #: memory and update passes left out of their curves for taking far longer per byte
+    #: than the other sizes mapped afresh (``far_from_fresh_sizes``): 'memory 256 MiB' to
+    #: how many times their median
+    far_passes: dict[str, float] = Field(default_factory=dict)
 
     def covers(self, network: str, batch: int) -> bool:
         """Whether its kernels were timed at the shapes of ``network`` at ``batch`` (or
@@ -754,7 +791,7 @@ class LocalFit(_Frozen):
             timed_again += (f"; {n} shape{'s' if n != 1 else ''} timed again in one run, its "
                             f"kernel runs having timed their ops at other speeds" if n else "")
             return (f"undisturbed (other processes took at most {others:.0%} of the CPUs "
-                    f"while it was timed{timed_again})")
+                    f"while it was timed{timed_again}{self.far_said()})")
         unsteady = (f"UNSTEADY: the machine's own speed moved while these kernels were timed "
                     f"({moved} of their samples had calls spread by more "
                     f"than {steadiness.UNSTEADY - 1:.0%} with the threads busy)")
@@ -775,9 +812,20 @@ class LocalFit(_Frozen):
                                f"--batch-size it was scoped to ({', '.join(self.timed_at)})"
                                if self.timed_at else "on a steadier machine")
         said = "; ".join(x for x in (said, runs if apart else "", slower if slow else "")
-                         if x)
+                         if x) + self.far_said()
         return (f"{said}; its predictions may be off: run 'dlperf calibrate --frameworks "
                 f"{self.framework} --threads {self.threads} --force' {where}")
+
+    def far_said(self) -> str:
+        """'; 1 pass left out ...' for ``far_passes``, else ''."""
+        if not self.far_passes:
+            return ""
+        n = len(self.far_passes)
+        which = ", ".join(f"{k} {v:.0f}x" for k, v in sorted(self.far_passes.items(),
+                                                             key=lambda x: -x[1]))
+        return (f"; {n} pass{'es' if n != 1 else ''} left out of {'their' if n != 1 else 'its'} "
+                f"curve{'s' if n != 1 else ''} for taking far longer per byte than the "
+                f"other sizes past 32 MiB ({which} their median)")
 
     def describe(self) -> str:
         g = self.gemm
@@ -1031,6 +1079,8 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
               precision: str = "fp32") -> LocalFit:
     """Every curve from the samples of one framework at one thread count and precision."""
     d = fit_dispatch(samples.of_op("dispatch"), samples.of_op("dispatch_train"))
+    far = {f"{op} {x.bytes / 2 / 2**20:.0f} MiB": ratio for op in ("memory", "update")
+           for x, ratio in far_from_fresh_sizes(samples.of_op(op))}
     memory = fit_memory(steady(samples.of_op("memory"), threads), d)
     update = fit_memory(steady(up, threads), d) if (up := samples.of_op("update")) else None
     elem = element_bytes(precision)
@@ -1077,4 +1127,4 @@ def fit_local(samples: Samples, framework: str, threads: int, device: str = "cpu
                     broadcast=fit_allreduce(samples.of_op("broadcast")),
                     sharing_cost=fit_sharing(samples.of_op("share")),
                     sharing=fit_sharing_by_step(samples.of_op("share")),
-                    samples=len(samples.items))
+                    samples=len(samples.items), far_passes=far)
