@@ -294,6 +294,21 @@ def test_the_fastest_busy_clock_seen_on_the_machine_is_kept(monkeypatch, tmp_pat
     assert environment.busy_clock_ghz() == 3.9
 
 
+def test_peaks_that_differ_only_in_their_measured_clock_are_said_once_with_ranges():
+    """A table of runs at one and two cores prints one MFU line per core count: the clock
+    measured at each run moves by a few MHz, and the peak with it."""
+    def at(cores: int, ghz: float) -> str:
+        return cpu_peak.Theoretical(flops=cores * 64 * ghz * 1e9, cores=cores,
+                                    units=cpu_peak.FmaUnits("Zen 5", 2, 512, "avx512f", "AMD"), ghz=ghz,
+                                    clock_source="measurement on a busy core").describe()
+
+    lines = cpu_peak.merged([at(1, 4.07), at(1, 4.11), at(1, 4.08), at(2, 4.14)])
+    assert lines == [at(1, 4.07).replace("260 GFLOP/s", "260-263 GFLOP/s").replace(
+        "4.07 GHz", "4.07-4.11 GHz"), at(2, 4.14)]
+    assert cpu_peak.merged([at(1, 4.07)] * 2) == [at(1, 4.07)]
+    assert cpu_peak.merged(["unknown (no FMA units known)"]) == ["unknown (no FMA units known)"]
+
+
 def test_theoretical_peak_is_unknown_rather_than_guessed():
     # a mobile Zen 5 (Strix Point): 256- or 512-bit pipes by product, not by model number
     zen5 = cpu_peak.theoretical_peak({**GENOA, "cpu family": "26", "model": "36"}, 1)

@@ -13,7 +13,7 @@ peak: dlperf says "unknown" rather than guess. Imports no framework and reads no
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 #: Intel's x86 family-6 model numbers: Linux, arch/x86/include/asm/intel-family.h.
@@ -150,6 +150,33 @@ class Theoretical:
         return (f"{self.flops / 1e9:.0f} GFLOP/s = {self.cores} core{'s' if self.cores != 1 else ''}"
                 f" x {u.units} x {u.bits}-bit FMA x 2 x {self.ghz:.2f} GHz ({u.microarch}; "
                 f"clock from the {self.clock_source})")
+
+
+_FIGURE = re.compile(r"(\d+(?:\.\d+)?) (GFLOP/s|TFLOP/s|GHz)")
+
+
+def merged(described: Iterable[str]) -> list[str]:
+    """Peaks described alike but for their figures (``Theoretical.describe``: the clock
+    measured on a busy core moves by a few MHz from one run to the next) as one, each
+    figure that differs as its range: '260-263 GFLOP/s = 1 core x ... x 4.07-4.11 GHz
+    (...)'; the others as they are, in order."""
+    groups: dict[str, list[str]] = {}
+    for d in described:
+        groups.setdefault(_FIGURE.sub("\x00 \\2", d), []).append(d)
+    out = []
+    for form, same in groups.items():
+        # the figures of each description, one column per figure (same form: same count)
+        columns = zip(*([m.group(1) for m in _FIGURE.finditer(d)] for d in same), strict=True)
+        parts = form.split("\x00")
+        out.append(parts[0] + "".join(_range(col) + rest
+                                      for col, rest in zip(columns, parts[1:], strict=True)))
+    return out
+
+
+def _range(texts: tuple[str, ...]) -> str:
+    """'4.07-4.11' from figures as written, or the one figure where all are equal."""
+    lo, hi = min(texts, key=float), max(texts, key=float)
+    return lo if float(lo) == float(hi) else f"{lo}-{hi}"
 
 
 def theoretical_peak(cpuinfo: dict[str, str], cores: int, max_khz: int | None = None,

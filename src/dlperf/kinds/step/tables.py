@@ -5,7 +5,7 @@ cell where a predictor is given, and the detail of every measured configuration.
 from __future__ import annotations
 
 from dlperf import workloads
-from dlperf.core import speed_probe, units
+from dlperf.core import cpu_peak, speed_probe, units
 from dlperf.core.aggregate import ConfigResult
 from dlperf.perfmodel.machine_fits import beyond_cores_text
 from dlperf.report.tables import Predictor, Provenance, Table, machine_label, sort_rows
@@ -197,7 +197,8 @@ def detail_table(rows: list[ConfigResult], title: str = "Measurements",
                        r.peak_share, r.mfu, r.peak_rss_bytes, r.threads_in_force,
                        r.processes])
     # what MFU divides by (model FLOPs/s over the device's peak at the run's precision)
-    peaks = sorted({p for r in rows if r.measured and (p := r.utilisation_peak)})
+    # (one line for peaks that differ only in the clock measured at each run)
+    peaks = cpu_peak.merged(sorted({p for r in rows if r.measured and (p := r.utilisation_peak)}))
     return Table(title=title, headers=headers, rows=out, values=values,
                  footnotes=[f"[{i}] {n}" for i, n in enumerate(notes, 1)] + prov.notes
                  + [f"MFU: model FLOPs per second over {p}" for p in peaks])
