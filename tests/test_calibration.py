@@ -469,6 +469,10 @@ def test_a_memory_pass_far_from_the_other_large_sizes_is_left_out_and_said():
     assert kept.time(nbytes) > 10 * plain.memory.time(nbytes)
     line = quality_line([far.model_copy(update={"other_cpu_share": {"memory": 0.01}})])
     assert "undisturbed" in line and f"tensorflow x1 {label}" in line and "left out" in line
+    # beside a disturbed calibration, still named
+    disturbed = plain.model_copy(update={"framework": "torch", "other_cpu_share": {"gemm": 0.4}})
+    line = quality_line([disturbed, far.model_copy(update={"other_cpu_share": {"gemm": 0.01}})])
+    assert "DISTURBED" in line and f"tensorflow x1 {label}" in line
     # twice as slow: within what the machine does; kept, and nothing said
     assert fit.fit_local(slowed(2.0), "tensorflow", 1).far_passes == {}
     # fewer than FAR_FRESH_SIZES sizes past 32 MiB: no median to set it against

@@ -211,15 +211,17 @@ def quality_line(fits) -> str:
     """The calibration's one line on its own quality: undisturbed, or which kernels other
     processes disturbed or the machine's own speed moved under, and by how much
     (``LocalFit.quality``)."""
+    from dlperf.perfmodel.fit import far_passes_said
+
     bad = [f for f in fits if f.doubtful]
     speed = f"; {line}" if (line := speed_steadiness(fits)) else ""
     # the passes left out of the others' curves, named by their calibration
     far = {f"{f.framework} x{f.threads} {k}": v for f in fits if not f.doubtful
            for k, v in f.far_passes.items()}
     if bad:
-        rest = fits[0].model_copy(update={"far_passes": far}).far_said() if far else ""
         return "calibration quality: " + "; ".join(
-            f"{f.framework} x{f.threads}: {f.quality()}" for f in bad) + rest + speed
+            f"{f.framework} x{f.threads}: {f.quality()}" for f in bad) + far_passes_said(
+            far) + speed
     # the most disturbed of the undisturbed speaks for them all, with every one's samples
     # timed again and passes left out
     worst = max(fits, key=lambda f: max(f.other_cpu_share.values(), default=-1.0),

@@ -502,21 +502,34 @@ def far_from_fresh_sizes(samples: Sequence[KernelSample]
     or more and that took more than ``FAR_FROM_FRESH`` times the median seconds per byte
     of those sizes (at least ``FAR_FRESH_SIZES`` of them), each with how many times the
     median. Past that size every pass streams from DRAM (a memory pass into pages mapped
-    afresh), and nothing in the machine makes a byte of one size dearer than of another:
-    over the calibrations of this project's 2-vCPU AMD EPYC those sizes agreed within
-    x1.3 but for single sizes of one worker. A main job there (2026-12-02, Zen 5) timed
-    TensorFlow's 256 MiB memory pass at 773 ms in two calls that agreed (so steady by
-    ``steadiness.unsteady``), 2.4 to 7.7 ms at 32-128 MiB (x45 per byte); a calibration
-    of TensorFlow alone minutes later timed it at 15 ms. Kept, it made every large
-    product's fresh result cost 1.4 ns a byte more (a product is never modelled below the
-    pass that writes its result), and FCN-5 in TensorFlow came out 113-129% too slow;
-    left out, +2%."""
+    afresh), and nothing in the machine makes a byte of one size dearer than of another.
+    In three stores of this project's 2-vCPU AMD EPYC (Zen 5, 2026-12-02; 36 curves of
+    memory and update passes) no size that large took more than 1.42 times the median
+    per byte of its curve's, but TensorFlow's 256 MiB memory pass in both workers of one
+    main job: 773 ms at one thread, in two calls that agreed (steady by
+    ``steadiness.unsteady``), against 2.4 to 7.7 ms at 32-128 MiB (44 times the median per
+    byte; 29 at two threads). A calibration of TensorFlow alone minutes later timed it at
+    15 ms. Kept, it priced the pass into a large fresh result at 1.4 ns a byte moved
+    (0.03 at the other sizes), below which a product is never modelled, and FCN-5 in
+    TensorFlow came out 113-129% too slow; left out, +3% and -6%."""
     fresh = [s for s in samples if s.bytes / 2 >= MMAP_THRESHOLD_MAX and s.median_s > 0]
     if len(fresh) < FAR_FRESH_SIZES:
         return []
     per_byte = statistics.median(s.median_s / s.bytes for s in fresh)
     return [(s, ratio) for s in fresh
             if (ratio := s.median_s / s.bytes / per_byte) > FAR_FROM_FRESH]
+
+
+def far_passes_said(far: dict[str, float]) -> str:
+    """'; 1 pass left out of its curve ... (memory 256 MiB 44x their median)' for the
+    passes ``far_from_fresh_sizes`` found, by name; '' for none."""
+    if not far:
+        return ""
+    n = len(far)
+    which = ", ".join(f"{k} {v:.0f}x" for k, v in sorted(far.items(), key=lambda x: -x[1]))
+    return (f"; {n} pass{'es' if n != 1 else ''} left out of {'their' if n != 1 else 'its'} "
+            f"curve{'s' if n != 1 else ''} for taking far longer per byte than the other "
+            f"sizes past 32 MiB ({which} their median)")
 
 
 def _between(curves: dict[int, MemoryCurve], side: float, nbytes: float) -> float:
@@ -817,15 +830,8 @@ class LocalFit(_Frozen):
                 f"{self.framework} --threads {self.threads} --force' {where}")
 
     def far_said(self) -> str:
-        """'; 1 pass left out ...' for ``far_passes``, else ''."""
-        if not self.far_passes:
-            return ""
-        n = len(self.far_passes)
-        which = ", ".join(f"{k} {v:.0f}x" for k, v in sorted(self.far_passes.items(),
-                                                             key=lambda x: -x[1]))
-        return (f"; {n} pass{'es' if n != 1 else ''} left out of {'their' if n != 1 else 'its'} "
-                f"curve{'s' if n != 1 else ''} for taking far longer per byte than the "
-                f"other sizes past 32 MiB ({which} their median)")
+        """``far_passes_said`` of its own passes."""
+        return far_passes_said(self.far_passes)
 
     def describe(self) -> str:
         g = self.gemm
