@@ -511,7 +511,7 @@ def far_from_fresh_sizes(samples: Sequence[KernelSample]
     byte; 29 at two threads). A calibration of TensorFlow alone minutes later timed it at
     15 ms. Kept, it priced the pass into a large fresh result at 1.4 ns a byte moved
     (0.03 at the other sizes), below which a product is never modelled, and FCN-5 in
-    TensorFlow came out 113-129% too slow; left out, +3% and -6%."""
+    TensorFlow came out 113-129% too slow; left out, +3%, -6% and +1%."""
     fresh = [s for s in samples if s.bytes / 2 >= MMAP_THRESHOLD_MAX and s.median_s > 0]
     if len(fresh) < FAR_FRESH_SIZES:
         return []
