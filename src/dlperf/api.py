@@ -20,7 +20,7 @@ from dlperf import workloads
 from dlperf.core import environment, framework_table, separate_envs
 from dlperf.core.aggregate import ConfigResult, aggregate
 from dlperf.core.spec import Measurement, RunResult, RunSpec
-from dlperf.core.store import Store, resolve_path
+from dlperf.core.store import Store, names_no_store
 from dlperf.engine import config, plan
 from dlperf.engine.runner import Listener, Runner
 from dlperf.engine.slurm.settings import SlurmSettings
@@ -548,7 +548,7 @@ def advise(task: str, *, samples: int | str, epochs: float = 1.0, hardware: str 
     # and only reads one: a ``db`` with no store behind it is read as an empty store made
     # aside and removed, so that a mistyped path leaves no file behind
     with tempfile.TemporaryDirectory(prefix="advise-empty-") as empty:
-        if db is not None and not resolve_path(db).is_file():
+        if names_no_store(db):
             db = Path(empty) / "results.db"
         with Store(db) as store:
             inputs = advice_inputs(store, db, model=validate.predictor(store))

@@ -36,10 +36,11 @@ def cmd_advise(a: argparse.Namespace) -> int:
 
     from dlperf import api
     from dlperf.advice.section import comparison_table
+    from dlperf.core import store
     from dlperf.report.exporters import print_table
 
     adv = api.advise(a.task, samples=a.samples, epochs=a.epochs, hardware=a.hardware, db=a.db)
-    if args.names_no_store(a.db):  # read as an empty store (api.advise)
+    if store.names_no_store(a.db):  # read as an empty store (api.advise)
         err.print(f"advise: no results store at {a.db}: nothing measured here is used "
                   "('dlperf run', 'sweep' and 'calibrate' make one)", soft_wrap=True, markup=False)
     if a.json:  # each source with its kind (measured, predicted, unknown) and in words

@@ -298,15 +298,10 @@ _FLAGS: dict[str, Callable[[argparse._ActionsContainer, Take], None]] = {
 
 
 # ----------------------------------------------------------------------------- the rest
-def names_no_store(db: str | None) -> bool:
-    """Whether a --db was given and has no store behind it."""
-    return db is not None and not store.resolve_path(db).is_file()
-
-
 def existing_store(text: str) -> str:
     """A --db that a command only reads: a path with no store is a typo, not a new store
     (an empty one would make a report of nothing, silently, and leave a file behind)."""
-    if names_no_store(text):
+    if store.names_no_store(text):
         raise argparse.ArgumentTypeError(f"no results store at {text} ('dlperf run', "
                                          "'sweep' and 'calibrate' make one)")
     return text

@@ -86,6 +86,12 @@ def resolve_path(path: str | os.PathLike | None) -> Path:
     return Path(path).expanduser() if path else default_path()
 
 
+def names_no_store(path: str | os.PathLike | None) -> bool:
+    """Whether ``path`` was given and has no store behind it (a typo, for a command that
+    only reads one)."""
+    return path is not None and not resolve_path(path).is_file()
+
+
 #: how long opening a store retries while another process makes it (the busy timeout's)
 OPEN_TIMEOUT_S = 60.0
 
